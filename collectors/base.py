@@ -1,0 +1,253 @@
+"""The types every collector shares, and the harness that runs one collector.
+
+A collector reads one source (``/proc``, DRM sysfs + fdinfo, NVML, amdsmi) and returns a
+:class:`Reading`: devices, per-process memory, process identities, processes it could not
+see, and processes that exited. Values are plain integers in the unit their name ends with
+(``_bytes``, ``_ms``, ``_pct``, ``_c``, ``_w``); ``None`` means unknown, never 0.
+
+Absent hardware raises :class:`NoData` (quiet); a real fault raises
+:class:`CollectorError`. :func:`run_collector` times every run and turns any exception
+into a recorded :class:`CollectorRun`, so one failing collector never stops the others.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from collectors import proctable
+
+MemoryKind = Literal["dedicated", "unified", "host"]
+RunStatus = Literal["ok", "nodata", "error"]
+
+
+class NoData(Exception):
+    """The hardware or interface this collector reads is absent here (not a fault)."""
+
+
+class CollectorError(Exception):
+    """The source exists but reading it failed: a real fault worth recording."""
+
+
+@dataclass(frozen=True, slots=True)
+class Roots:
+    """Where ``/proc`` and ``/sys`` are; a fixture tree in tests, the real ones in use."""
+
+    proc: Path = Path("/proc")
+    sys: Path = Path("/sys")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorOptions:
+    """Knobs shared by collectors; defaults are the zero-config behaviour.
+
+    ``rescan_s``: how often every process is re-examined (fd scan for DRM clients, memory
+    ranking for the top N); new processes are always examined on the tick they appear.
+    ``pss_interval_s``: how often one tracked process's ``smaps_rollup`` is read (it walks
+    the page tables: up to hundreds of ms on a 70 GB mapping, sources.md section 4.3).
+    """
+
+    top_n: int = 5
+    max_tracked: int = 64
+    rescan_s: float = 10.0
+    pss_interval_s: float = 60.0
+    pss_per_tick: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    """One memory pool at one instant: a GPU, an APU's GPU view, or the host RAM (`host`).
+
+    ``total_bytes``/``used_bytes`` are what the device can address and has in use. For an
+    APU (``memory_kind="unified"``) that is carve-out VRAM + GTT; the parts stay in their
+    own fields and are never summed anywhere else.
+    """
+
+    device_id: str
+    collector: str
+    vendor: str
+    name: str | None
+    memory_kind: MemoryKind
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None = None
+    reserved_bytes: int | None = None
+    pci_bus_id: str | None = None
+    vram_total_bytes: int | None = None
+    vram_used_bytes: int | None = None
+    vis_vram_total_bytes: int | None = None
+    vis_vram_used_bytes: int | None = None
+    gtt_total_bytes: int | None = None
+    gtt_used_bytes: int | None = None
+    gtt_ceiling_bytes: int | None = None
+    util_pct: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    # Host pool only (/proc/meminfo), see collectors/procfs.py.
+    available_bytes: int | None = None
+    shmem_bytes: int | None = None
+    unevictable_bytes: int | None = None
+    mlocked_bytes: int | None = None
+    hugepages_total_bytes: int | None = None
+    hugepages_free_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """Who a process is. Identity is ``(pid, start_ticks)``: PIDs are reused.
+
+    ``start_ticks`` is field 22 of ``/proc/PID/stat`` (clock ticks after boot);
+    ``argv`` is the command line with secrets already redacted (collectors/redact.py).
+    ``reasons`` says why it is tracked: ``inference``, ``gpu``, ``top``.
+    """
+
+    pid: int
+    start_ticks: int
+    started_at_ms: int | None
+    ppid: int | None
+    uid: int | None
+    comm: str
+    argv: tuple[str, ...]
+    engine: str | None = None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMemory:
+    """One process's memory on one device. GPU rows fill vram/gtt/cpu; host rows the rss
+    fields (from ``/proc/PID/status``, kB converted to bytes) and ``pss_bytes`` when
+    ``smaps_rollup`` was read this tick."""
+
+    pid: int
+    device_id: str
+    vram_bytes: int | None = None
+    gtt_bytes: int | None = None
+    cpu_bytes: int | None = None
+    rss_anon_bytes: int | None = None
+    rss_file_bytes: int | None = None
+    rss_shmem_bytes: int | None = None
+    swap_bytes: int | None = None
+    hwm_bytes: int | None = None
+    locked_bytes: int | None = None
+    pss_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HiddenProcess:
+    """A process whose use of a device could not be read, with the reason and the fix."""
+
+    pid: int
+    reason: str
+    device_id: str | None = None
+    comm: str | None = None
+    hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExitedProcess:
+    """A tracked process that was present on the previous tick and is gone now."""
+
+    pid: int
+    start_ticks: int
+    last_seen_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one collector returns for one tick."""
+
+    devices: tuple[DeviceSample, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+    memory: tuple[ProcessMemory, ...] = ()
+    hidden: tuple[HiddenProcess, ...] = ()
+    exited: tuple[ExitedProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorRun:
+    """How one collector run went: wall and CPU time, and its outcome."""
+
+    collector: str
+    ts_ms: int
+    duration_s: float
+    cpu_s: float
+    status: RunStatus
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything sampled in one tick, merged across collectors."""
+
+    ts_ms: int
+    devices: tuple[DeviceSample, ...]
+    processes: tuple[ProcessInfo, ...]
+    memory: tuple[ProcessMemory, ...]
+    hidden: tuple[HiddenProcess, ...]
+    exited: tuple[ExitedProcess, ...]
+    runs: tuple[CollectorRun, ...]
+
+
+@dataclass(slots=True)
+class Tick:
+    """The context of one sampling tick, shared by the collectors that run in it.
+
+    ``gpu_pids`` grows as GPU collectors run (they come first in the registry), so the
+    ``/proc`` collector can track every process that holds GPU memory. The ``/proc``
+    listing is read once per tick, lazily, and shared.
+    """
+
+    roots: Roots
+    now_ms: int
+    gpu_pids: set[int] = field(default_factory=set)
+    _pids: dict[int, int] | None = None
+
+    def pids(self) -> dict[int, int]:
+        """PID -> inode number of ``/proc/PID`` (see collectors/proctable.py)."""
+        if self._pids is None:
+            self._pids = proctable.list_pids(self.roots.proc)
+        return self._pids
+
+
+class Collector(Protocol):
+    """One source. Stateful collectors keep caches between ticks; ``close`` frees them."""
+
+    name: str
+
+    def collect(self, tick: Tick) -> Reading: ...
+
+    def close(self) -> None: ...
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds (UTC): the timestamp of every stored row."""
+    return time.time_ns() // 1_000_000
+
+
+def run_collector(collector: Collector, tick: Tick) -> tuple[Reading, CollectorRun]:
+    """Run one collector, timed (wall and thread CPU); never raises."""
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    status: RunStatus = "ok"
+    error: str | None = None
+    reading = Reading()
+    try:
+        reading = collector.collect(tick)
+    except NoData as exc:
+        status, error = "nodata", str(exc) or None
+    except CollectorError as exc:
+        status, error = "error", str(exc) or type(exc).__name__
+    except Exception as exc:  # a bug or an unexpected OS error: recorded, never fatal
+        status, error = "error", f"{type(exc).__name__}: {exc}"
+    run = CollectorRun(
+        collector=collector.name,
+        ts_ms=tick.now_ms,
+        duration_s=time.perf_counter() - wall0,
+        cpu_s=time.thread_time() - cpu0,
+        status=status,
+        error=error,
+    )
+    return reading, run

@@ -1,0 +1,326 @@
+"""The ``/proc`` collector: the host memory pool as a device, and tracked processes.
+
+Sources (proc(5); units as the kernel prints them):
+- ``/proc/meminfo`` (kB): MemTotal, MemAvailable, MemFree, Shmem, Unevictable, Mlocked,
+  HugePages_Total/Free x Hugepagesize, SwapTotal/SwapFree. ``used = MemTotal -
+  MemAvailable``, as ``free(1)`` reports it. GPU memory on an APU (GTT) lowers MemAvailable
+  but is in no process's RSS (sources.md section 4.1): the DRM collector attributes it.
+- ``/proc/PID/stat`` (identity: ppid, start time in clock ticks, field 22) and
+  ``/proc/PID/cmdline`` (redacted at once), read once per process, when it first appears.
+- ``/proc/PID/status`` (kB): RssAnon, RssFile, RssShmem, VmSwap, VmHWM, VmLck, Uid - for
+  tracked processes, every tick; it costs ~20 us whatever the process size.
+- ``/proc/PID/statm`` (pages): resident size of every process, to rank the top N, every
+  ``rescan_s`` (and the first tick).
+- ``/proc/PID/smaps_rollup`` (kB): Pss, for one tracked process per tick at most, each
+  at most every ``pss_interval_s``: it walks the page tables (sources.md section 4.3).
+
+Tracked = inference servers by argv (collectors/tracking.py; Python processes are also
+checked for a loaded libtorch in ``/proc/PID/maps`` during their first 10 minutes), every
+process a GPU collector saw holding memory this tick, and the top N by resident memory,
+at most ``max_tracked`` in that priority order. A process that vanishes or is denied
+mid-scan is skipped; a tracked one that is gone is reported in ``Reading.exited``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from collectors import _fs
+from collectors.base import (
+    CollectorOptions,
+    DeviceSample,
+    ExitedProcess,
+    HiddenProcess,
+    ProcessInfo,
+    ProcessMemory,
+    Reading,
+    Roots,
+    Tick,
+)
+from collectors.redact import redact_argv
+from collectors.tracking import engine_of, is_python
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+CLOCK_TICKS_HZ = os.sysconf("SC_CLK_TCK")
+TORCH_CHECK_WINDOW_S = 600.0
+_HIDEPID_HINT = "/proc is mounted with hidepid=; run vramscope as root or in the proc gid"
+
+
+@dataclass(slots=True)
+class _Proc:
+    """What we remember about one process between ticks."""
+
+    ino: int
+    start_ticks: int
+    ppid: int
+    comm: str
+    argv: tuple[str, ...]
+    engine: str | None
+    python: bool
+    rss_bytes: int = 0
+    torch_checked: bool = False
+    uid: int | None = None
+    pss_read_ms: int | None = None
+
+
+def parse_stat(data: bytes) -> tuple[str, int, int] | None:
+    """``/proc/PID/stat`` -> (comm, ppid, start_ticks). comm may hold spaces and ')'."""
+    open_paren, close_paren = data.find(b"("), data.rfind(b")")
+    if open_paren < 0 or close_paren < open_paren:
+        return None
+    comm = data[open_paren + 1 : close_paren].decode("utf-8", "replace")
+    rest = data[close_paren + 2 :].split()
+    try:
+        return comm, int(rest[1]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_cmdline(data: bytes) -> tuple[str, ...]:
+    """NUL-separated argv; a process that rewrote its title may use spaces instead."""
+    parts = data.rstrip(b"\0").split(b"\0")
+    if len(parts) == 1 and b" " in parts[0]:
+        parts = parts[0].split()
+    return tuple(p.decode("utf-8", "replace") for p in parts if p)
+
+
+def host_device(meminfo: bytes) -> DeviceSample:
+    """The host RAM pool as a device, from ``/proc/meminfo`` text."""
+    f = _fs.parse_kv(meminfo)
+    total = _fs.kib_field(f, "MemTotal")
+    available = _fs.kib_field(f, "MemAvailable")
+    page = _fs.kib_field(f, "Hugepagesize")
+    hp_total, hp_free = _count(f, "HugePages_Total"), _count(f, "HugePages_Free")
+    return DeviceSample(
+        device_id="host",
+        collector="procfs",
+        vendor="host",
+        name="Host RAM",
+        memory_kind="host",
+        total_bytes=total,
+        used_bytes=None if total is None or available is None else total - available,
+        free_bytes=_fs.kib_field(f, "MemFree"),
+        available_bytes=available,
+        shmem_bytes=_fs.kib_field(f, "Shmem"),
+        unevictable_bytes=_fs.kib_field(f, "Unevictable"),
+        mlocked_bytes=_fs.kib_field(f, "Mlocked"),
+        hugepages_total_bytes=None if page is None or hp_total is None else hp_total * page,
+        hugepages_free_bytes=None if page is None or hp_free is None else hp_free * page,
+        swap_total_bytes=_fs.kib_field(f, "SwapTotal"),
+        swap_free_bytes=_fs.kib_field(f, "SwapFree"),
+    )
+
+
+def _count(fields: dict[str, bytes], key: str) -> int | None:
+    try:
+        return int(fields[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
+    """``/proc/PID/status`` -> the host memory row and the real uid."""
+    f = _fs.parse_kv(data)
+    uid_field = f.get("Uid", b"").split()
+    uid = int(uid_field[0]) if uid_field and uid_field[0].isdigit() else None
+    row = ProcessMemory(
+        pid=pid,
+        device_id="host",
+        rss_anon_bytes=_fs.kib_field(f, "RssAnon"),
+        rss_file_bytes=_fs.kib_field(f, "RssFile"),
+        rss_shmem_bytes=_fs.kib_field(f, "RssShmem"),
+        swap_bytes=_fs.kib_field(f, "VmSwap"),
+        hwm_bytes=_fs.kib_field(f, "VmHWM"),
+        locked_bytes=_fs.kib_field(f, "VmLck"),
+    )
+    return row, uid
+
+
+def parse_pss(data: bytes) -> int | None:
+    return _fs.kib_field(_fs.parse_kv(data), "Pss")
+
+
+class ProcfsCollector:
+    """Host pool + tracked processes from ``/proc``. Keeps per-process caches between ticks."""
+
+    name = "procfs"
+
+    def __init__(self, roots: Roots, options: CollectorOptions) -> None:
+        self.roots = roots
+        self.options = options
+        self._known: dict[int, _Proc] = {}
+        self._tracked: dict[int, tuple[int, int]] = {}  # pid -> (start_ticks, last_seen_ms)
+        self._top: set[int] = set()
+        self._last_rescan_ms: int | None = None
+        self._boot_ms = self._read_boot_ms()
+
+    def close(self) -> None:
+        self._known.clear()
+        self._tracked.clear()
+
+    def _read_boot_ms(self) -> int | None:
+        stat = _fs.try_read_bytes(self.roots.proc / "stat")
+        if stat:
+            for line in stat.splitlines():
+                if line.startswith(b"btime "):
+                    return int(line.split()[1]) * 1000
+        return None
+
+    def _started_at_ms(self, start_ticks: int) -> int | None:
+        if self._boot_ms is None:
+            return None
+        return self._boot_ms + start_ticks * 1000 // CLOCK_TICKS_HZ
+
+    def collect(self, tick: Tick) -> Reading:
+        meminfo = _fs.read_bytes(self.roots.proc / "meminfo")  # missing /proc is a fault
+        host = host_device(meminfo)
+        pids = tick.pids()
+        self._refresh_identities(pids)
+        due = self._last_rescan_ms is None or (
+            tick.now_ms - self._last_rescan_ms >= self.options.rescan_s * 1000
+        )
+        if due:
+            self._rescan(tick.now_ms)
+            self._last_rescan_ms = tick.now_ms
+        reasons = self._choose_tracked(tick.gpu_pids)
+        infos, rows, hidden = self._read_tracked(reasons, tick.now_ms)
+        exited = self._exits(tick.now_ms)
+        return Reading(
+            devices=(host,),
+            processes=tuple(infos),
+            memory=tuple(rows),
+            hidden=tuple(hidden),
+            exited=tuple(exited),
+        )
+
+    def _refresh_identities(self, pids: dict[int, int]) -> None:
+        """Read stat + cmdline of processes not seen before (or whose inode changed)."""
+        known = self._known
+        for pid in [p for p in known if p not in pids]:
+            del known[pid]
+        proc = self.roots.proc
+        for pid, ino in pids.items():
+            entry = known.get(pid)
+            if entry is not None and entry.ino == ino:
+                continue
+            try:
+                parsed = parse_stat(_fs.read_bytes(proc / str(pid) / "stat"))
+                if parsed is None:
+                    continue
+                comm, ppid, start_ticks = parsed
+                if entry is not None and entry.start_ticks == start_ticks:
+                    entry.ino = ino  # same process, inode recycled by procfs
+                    continue
+                argv = redact_argv(parse_cmdline(_fs.read_bytes(proc / str(pid) / "cmdline")))
+            except OSError:  # gone, or denied (hidepid): not this tick
+                known.pop(pid, None)
+                continue
+            known[pid] = _Proc(
+                ino=ino,
+                start_ticks=start_ticks,
+                ppid=ppid,
+                comm=comm,
+                argv=argv,
+                engine=engine_of(comm, argv),
+                python=is_python(comm, argv),
+            )
+
+    def _rescan(self, now_ms: int) -> None:
+        """Rank every process by resident memory (statm); look for torch in Python ones."""
+        proc = self.roots.proc
+        for pid, entry in self._known.items():
+            try:
+                statm = _fs.read_bytes(proc / str(pid) / "statm").split()
+                entry.rss_bytes = int(statm[1]) * PAGE_BYTES
+            except (OSError, IndexError, ValueError):
+                entry.rss_bytes = 0
+            if entry.python and entry.engine is None and not entry.torch_checked:
+                self._check_torch(pid, entry, now_ms)
+        ranked = sorted(self._known.items(), key=lambda kv: kv[1].rss_bytes, reverse=True)
+        self._top = {pid for pid, e in ranked[: self.options.top_n] if e.rss_bytes > 0}
+
+    def _check_torch(self, pid: int, entry: _Proc, now_ms: int) -> None:
+        maps = _fs.try_read_bytes(self.roots.proc / str(pid) / "maps")
+        if maps is not None and b"libtorch" in maps:
+            entry.engine = "torch"
+        started = self._started_at_ms(entry.start_ticks)
+        if started is None or now_ms - started > TORCH_CHECK_WINDOW_S * 1000:
+            entry.torch_checked = True
+
+    def _choose_tracked(self, gpu_pids: set[int]) -> dict[int, list[str]]:
+        """pid -> reasons, bounded by max_tracked: inference, then GPU holders, then top N."""
+        reasons: dict[int, list[str]] = {}
+        limit = self.options.max_tracked
+        groups = (
+            ("inference", [p for p, e in self._known.items() if e.engine is not None]),
+            ("gpu", sorted(p for p in gpu_pids if p in self._known)),
+            ("top", sorted(self._top, key=lambda p: -self._known[p].rss_bytes)),
+        )
+        for reason, group in groups:
+            for pid in group:
+                if pid in reasons:
+                    reasons[pid].append(reason)
+                elif len(reasons) < limit:
+                    reasons[pid] = [reason]
+        return reasons
+
+    def _read_tracked(
+        self, reasons: dict[int, list[str]], now_ms: int
+    ) -> tuple[list[ProcessInfo], list[ProcessMemory], list[HiddenProcess]]:
+        infos: list[ProcessInfo] = []
+        rows: list[ProcessMemory] = []
+        hidden: list[HiddenProcess] = []
+        proc = self.roots.proc
+        pss_budget = self.options.pss_per_tick
+        pss_order = sorted(reasons, key=lambda p: self._known[p].pss_read_ms or -1)
+        pss_pids = set()
+        for pid in pss_order:
+            read_ms = self._known[pid].pss_read_ms
+            if len(pss_pids) < pss_budget and (
+                read_ms is None or now_ms - read_ms >= self.options.pss_interval_s * 1000
+            ):
+                pss_pids.add(pid)
+        for pid, why in reasons.items():
+            entry = self._known[pid]
+            try:
+                row, uid = parse_status(_fs.read_bytes(proc / str(pid) / "status"), pid)
+            except PermissionError:
+                hidden.append(HiddenProcess(pid, "permission denied reading /proc/PID/status",
+                                            comm=entry.comm, hint=_HIDEPID_HINT))
+                continue
+            except OSError:
+                continue  # exited between listing and reading
+            if pid in pss_pids:
+                rollup = _fs.try_read_bytes(proc / str(pid) / "smaps_rollup")
+                if rollup is not None:
+                    entry.pss_read_ms = now_ms
+                    row = replace(row, pss_bytes=parse_pss(rollup))
+            entry.uid = uid
+            infos.append(
+                ProcessInfo(
+                    pid=pid,
+                    start_ticks=entry.start_ticks,
+                    started_at_ms=self._started_at_ms(entry.start_ticks),
+                    ppid=entry.ppid,
+                    uid=uid,
+                    comm=entry.comm,
+                    argv=entry.argv,
+                    engine=entry.engine,
+                    reasons=tuple(why),
+                )
+            )
+            rows.append(row)
+            self._tracked[pid] = (entry.start_ticks, now_ms)
+        return infos, rows, hidden
+
+    def _exits(self, now_ms: int) -> list[ExitedProcess]:
+        """Tracked processes that are gone (or whose PID now belongs to another process)."""
+        exited = []
+        for pid, (start_ticks, last_seen_ms) in list(self._tracked.items()):
+            entry = self._known.get(pid)
+            if entry is not None and entry.start_ticks == start_ticks:
+                continue
+            exited.append(ExitedProcess(pid, start_ticks, last_seen_ms))
+            del self._tracked[pid]
+        return exited

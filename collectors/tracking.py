@@ -1,0 +1,66 @@
+"""Which processes are inference servers, from their command line alone.
+
+This only *recognises* an engine (so the process is tracked); turning argv into a launch
+spec is monitor/engines' job. Matching is on the executable's base name and, for Python,
+on the module or script it runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Executable base name -> engine.
+_EXECUTABLES: dict[str, str] = {
+    "llama-server": "llama.cpp",
+    "llama-cli": "llama.cpp",
+    "llama-embedding": "llama.cpp",
+    "llama-mtmd-cli": "llama.cpp",
+    "llama-swap": "llama-swap",
+    "ollama": "ollama",
+    "ollama_llama_server": "ollama",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "koboldcpp": "koboldcpp",
+    "text-generation-launcher": "tgi",
+    "text-generation-server": "tgi",
+    "torchrun": "torch",
+}
+# A substring of a Python process's arguments -> engine.
+_PYTHON_MARKERS: tuple[tuple[str, str], ...] = (
+    ("vllm", "vllm"),
+    ("sglang", "sglang"),
+    ("llama_cpp.server", "llama.cpp"),
+    ("text_generation_server", "tgi"),
+    ("torch.distributed", "torch"),
+    ("torchrun", "torch"),
+    ("transformers", "torch"),
+    ("comfyui", "torch"),
+    ("koboldcpp", "koboldcpp"),
+)
+# vLLM renames its engine and worker processes (comm is 15 bytes at most).
+_COMM_PREFIXES: tuple[tuple[str, str], ...] = (("VLLM::", "vllm"), ("sglang::", "sglang"))
+
+
+def engine_of(comm: str, argv: tuple[str, ...] | list[str]) -> str | None:
+    """The engine a process runs (``llama.cpp``, ``ollama``, ``vllm``, ...) or ``None``."""
+    for prefix, engine in _COMM_PREFIXES:
+        if comm.startswith(prefix) or (argv and argv[0].startswith(prefix)):
+            return engine
+    if not argv:
+        return _EXECUTABLES.get(comm)
+    exe = os.path.basename(argv[0])
+    if engine := _EXECUTABLES.get(exe):
+        return engine
+    if exe.startswith("python") or comm.startswith("python"):
+        rest = " ".join(argv[1:8]).lower()
+        for marker, engine in _PYTHON_MARKERS:
+            if marker in rest:
+                return engine
+        return None
+    # ollama's runner: `ollama runner --model .../blobs/sha256-...` keeps exe "ollama".
+    return _EXECUTABLES.get(comm)
+
+
+def is_python(comm: str, argv: tuple[str, ...] | list[str]) -> bool:
+    exe = os.path.basename(argv[0]) if argv else comm
+    return exe.startswith("python") or comm.startswith("python")

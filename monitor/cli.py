@@ -1,0 +1,164 @@
+"""The ``vramscope`` command. Each command is thin; the work is in the modules it calls.
+
+Errors the user can fix (a broken config, an unusable database, a second daemon) print
+one line, ``vramscope: error: ...``, and exit 2 - never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from monitor import config as config_mod
+from monitor.config import ConfigError
+
+EXIT_USAGE = 2
+
+
+class UserError(click.ClickException):
+    exit_code = EXIT_USAGE
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"vramscope: error: {self.message}", err=True)
+
+
+def _path(**kwargs: Any) -> click.Path:
+    return click.Path(dir_okay=False, path_type=Path, **kwargs)
+
+
+def common_options(func: Any) -> Any:
+    """Options every command shares: where the config, database and roots are."""
+    options = [
+        click.option("--config", "config_path", type=_path(),
+                     help="TOML config file (default: /etc/vramscope/config.toml for root, "
+                          "else ~/.config/vramscope/config.toml, if present)."),
+        click.option("--db", type=_path(),
+                     help="SQLite database (default: ~/.local/state/vramscope/vramscope.db, "
+                          "or /var/lib/vramscope/vramscope.db for root)."),
+        click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path),
+                     help="Read this tree instead of /proc (a recorded fixture)."),
+        click.option("--sys-root", type=click.Path(file_okay=False, path_type=Path),
+                     help="Read this tree instead of /sys (a recorded fixture)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def load_config(**kwargs: Any) -> config_mod.Config:
+    try:
+        return config_mod.load(kwargs.pop("config_path", None), **kwargs)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="vramscope")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """vramscope: live GPU and unified-memory monitor for local LLM inference boxes.
+
+    \b
+    Quick start:
+      vramscope status        what is on each GPU and in host RAM, right now
+      vramscope daemon        sample every second into SQLite (Ctrl-C to stop)
+      vramscope doctor        what can and cannot be seen here, and how to fix it
+
+    With no command, vramscope prints `status`.
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(status)
+
+
+@cli.command()
+@common_options
+@click.option("--interval", type=float, help="Seconds between samples (default 1).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Log verbosity (default info). Logs go to stderr, one line each.")
+def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None:
+    """Sample devices and processes into the database until stopped.
+
+    \b
+    Runs in the foreground; SIGTERM or Ctrl-C finishes the tick in flight and exits 0.
+    Only one daemon may write a database; a second one exits with an error.
+    Example: vramscope daemon --interval 0.5 --db /tmp/vs.db
+    """
+    from monitor import daemon as daemon_mod
+    from monitor.store import StoreError
+
+    cfg = load_config(interval_s=interval, log_level=log_level, **kwargs)
+    logging.basicConfig(
+        level=cfg.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if cfg.log_level != "debug":
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    try:
+        code = daemon_mod.run(cfg)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+    sys.exit(code)
+
+
+@cli.command()
+@common_options
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON (schema vramscope.status/1, docs/status.schema.json).")
+def status(as_json: bool = False, **kwargs: Any) -> None:
+    """Show devices and tracked processes, sampled now.
+
+    \b
+    Tracked processes are inference servers (llama-server, llama-swap, ollama, vLLM, ...),
+    every process holding GPU memory, and the top 5 by memory.
+    ANON/FILE are resident anonymous and file-backed memory (an mmap'd GGUF is FILE);
+    GPU is VRAM+GTT per device. Unknown values print as '-', never 0.
+    """
+    from collectors.base import CollectorOptions
+    from monitor import status as status_mod
+    from monitor.sampler import Sampler
+
+    cfg = load_config(**kwargs)
+    options = CollectorOptions(
+        top_n=cfg.options.top_n, max_tracked=cfg.options.max_tracked,
+        pss_per_tick=cfg.options.max_tracked,
+    )
+    sampler = Sampler(cfg.roots, options, cfg.collectors)
+    try:
+        snap = sampler.sample()
+    finally:
+        sampler.close()
+    if as_json:
+        click.echo(json.dumps(status_mod.to_json(snap), indent=2))
+    else:
+        click.echo(status_mod.render_text(snap, width=shutil.get_terminal_size((160, 24)).columns))
+
+
+@cli.command()
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+def doctor(as_json: bool = False, **kwargs: Any) -> None:
+    """Explain what vramscope can see here, what is hidden and why, and how to fix it.
+
+    Exits 1 when a check fails (vramscope cannot do its job), else 0.
+    """
+    import dataclasses
+
+    from monitor import doctor as doctor_mod
+
+    cfg = load_config(**kwargs)
+    checks = doctor_mod.run_checks(cfg)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
+    else:
+        click.echo(doctor_mod.render(checks))
+    sys.exit(1 if any(c.level == "fail" for c in checks) else 0)
+
+
+def main() -> None:
+    cli(prog_name="vramscope")

@@ -1,0 +1,200 @@
+"""Configuration: zero-config defaults, an optional TOML file, then command-line overrides.
+
+Where things go when nothing is configured:
+- database: ``$STATE_DIRECTORY`` (systemd's ``StateDirectory=``), else ``/var/lib/vramscope``
+  for root, else ``$XDG_STATE_HOME/vramscope`` (``~/.local/state/vramscope``);
+- config file: ``--config FILE``, else ``/etc/vramscope/config.toml`` for root or
+  ``$XDG_CONFIG_HOME/vramscope/config.toml``, read only if it exists.
+
+Every key is checked: an unknown key, a wrong type or an out-of-range value is a
+:class:`ConfigError` that names the key and its line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collectors.base import CollectorOptions, Roots
+from collectors.registry import REGISTRY
+from monitor.store import Retention
+
+DB_NAME = "vramscope.db"
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased for the user in one line."""
+
+
+def default_state_dir() -> Path:
+    if state := os.environ.get("STATE_DIRECTORY"):
+        return Path(state.split(":")[0])
+    if os.geteuid() == 0:
+        return Path("/var/lib/vramscope")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "vramscope"
+
+
+def default_config_path() -> Path:
+    if os.geteuid() == 0:
+        return Path("/etc/vramscope/config.toml")
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(base) / "vramscope" / "config.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    db_path: Path = field(default_factory=lambda: default_state_dir() / DB_NAME)
+    interval_s: float = 1.0
+    prune_interval_s: float = 3600.0
+    log_level: str = "info"
+    roots: Roots = field(default_factory=Roots)
+    collectors: tuple[str, ...] | None = None  # None: each collector's default
+    options: CollectorOptions = field(default_factory=CollectorOptions)
+    retention: Retention = field(default_factory=Retention)
+    source: Path | None = None
+
+
+# section -> key -> (type, (min, max) or choices)
+_NUM = (int, float)
+_SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
+    "daemon": {
+        "interval_s": (_NUM, (0.05, 3600)),
+        "prune_interval_s": (_NUM, (1, 86400)),
+        "db": (str, None),
+        "log_level": (str, ("debug", "info", "warning", "error")),
+    },
+    "collectors": {
+        "enabled": (list, None),
+        "top_n": (int, (0, 1000)),
+        "max_tracked": (int, (1, 10000)),
+        "rescan_s": (_NUM, (0, 86400)),
+        "pss_interval_s": (_NUM, (0, 86400)),
+    },
+    "retention": {
+        "raw_hours": (_NUM, (0.1, 24 * 365)),
+        "minute_days": (_NUM, (1, 3650)),
+        "runs_hours": (_NUM, (0.1, 24 * 365)),
+    },
+    "paths": {"proc_root": (str, None), "sys_root": (str, None)},
+}
+
+
+def _line_of(text: str, section: str, key: str | None) -> int | None:
+    """The line where ``key`` (or the ``[section]`` header) is written, for messages."""
+    lines = text.splitlines()
+    in_section = key is None
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if re.match(rf"^\[\s*{re.escape(section)}\s*\]", stripped):
+            if key is None:
+                return number
+            in_section = True
+            continue
+        if stripped.startswith("["):
+            in_section = False
+        if in_section and key and re.match(rf"^{re.escape(key)}\s*=", stripped):
+            return number
+    return None
+
+
+def _where(path: Path, text: str, section: str, key: str | None = None) -> str:
+    line = _line_of(text, section, key)
+    return f"{path}:{line}" if line else str(path)
+
+
+def read_file(path: Path) -> dict[str, dict[str, Any]]:
+    """Parse and validate a config file; raise ConfigError naming the key and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for section, values in data.items():
+        if section not in _SCHEMA:
+            known = ", ".join(f"[{s}]" for s in _SCHEMA)
+            raise ConfigError(
+                f"{_where(path, text, section)}: unknown section [{section}] (known: {known})"
+            )
+        if not isinstance(values, dict):
+            raise ConfigError(f"{_where(path, text, section)}: '{section}' must be a [table]")
+        for key, value in values.items():
+            _check(path, text, section, key, value)
+    return data
+
+
+def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
+    schema = _SCHEMA[section]
+    where = _where(path, text, section, key)
+    if key not in schema:
+        raise ConfigError(
+            f"{where}: unknown key '{key}' in [{section}] (known: {', '.join(schema)})"
+        )
+    kind, rule = schema[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        names = "number" if kind is _NUM else kind.__name__
+        raise ConfigError(f"{where}: [{section}] {key} must be a {names}, not {value!r}")
+    if isinstance(rule, tuple) and len(rule) == 2 and all(isinstance(r, _NUM) for r in rule):
+        low, high = rule
+        if not low <= value <= high:
+            raise ConfigError(f"{where}: [{section}] {key} = {value} is outside {low}..{high}")
+    elif isinstance(rule, tuple) and value not in rule:
+        raise ConfigError(f"{where}: [{section}] {key} must be one of {', '.join(rule)}")
+    if section == "collectors" and key == "enabled":
+        names = {spec.name for spec in REGISTRY}
+        for item in value:
+            if item not in names:
+                raise ConfigError(
+                    f"{where}: unknown collector {item!r} (known: {', '.join(sorted(names))})"
+                )
+
+
+def load(
+    config_path: Path | None = None,
+    *,
+    db: Path | None = None,
+    interval_s: float | None = None,
+    proc_root: Path | None = None,
+    sys_root: Path | None = None,
+    log_level: str | None = None,
+) -> Config:
+    """Defaults, then the config file (explicit, or the default one if present), then flags."""
+    path = config_path
+    if path is None and default_config_path().exists():
+        path = default_config_path()
+    data = read_file(path) if path is not None else {}
+    daemon = data.get("daemon", {})
+    coll = data.get("collectors", {})
+    ret = data.get("retention", {})
+    paths = data.get("paths", {})
+    base = Config()
+    roots = Roots(
+        proc=proc_root or Path(paths.get("proc_root", base.roots.proc)),
+        sys=sys_root or Path(paths.get("sys_root", base.roots.sys)),
+    )
+    options = CollectorOptions(
+        **{k: coll[k] for k in ("top_n", "max_tracked", "rescan_s", "pss_interval_s") if k in coll}
+    )
+    if interval_s is not None and not 0.05 <= interval_s <= 3600:
+        raise ConfigError(f"--interval {interval_s} is outside 0.05..3600 seconds")
+    enabled = coll.get("enabled")
+    return Config(
+        db_path=db or Path(os.path.expanduser(daemon.get("db", str(base.db_path)))),
+        interval_s=float(interval_s if interval_s is not None else daemon.get("interval_s", 1.0)),
+        prune_interval_s=float(daemon.get("prune_interval_s", base.prune_interval_s)),
+        log_level=log_level or daemon.get("log_level", base.log_level),
+        roots=roots,
+        collectors=tuple(enabled) if enabled is not None else None,
+        options=options,
+        retention=Retention(**ret),
+        source=path,
+    )

@@ -1,0 +1,183 @@
+"""The sampling daemon: APScheduler 3.x ``BlockingScheduler`` with one worker thread.
+
+One worker thread means one SQLite writer: ``tick`` and ``prune`` never overlap. Both are
+plain functions of a :class:`DaemonContext`, so tests call them without a scheduler.
+SIGTERM/SIGINT shut the scheduler down with ``wait=True``: the tick in flight commits,
+then the process exits 0. An exclusive ``flock`` on ``<db>.lock`` stops a second daemon
+from writing the same database.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import sqlite3
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from collectors.base import Snapshot, now_ms
+from monitor.config import Config
+from monitor.sampler import Sampler
+from monitor.store import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+# Ticks kept in memory while the database refuses writes (locked, disk full); written
+# in order when it accepts them again. One hour at 1 s; the oldest go first past that.
+PENDING_MAX = 3600
+
+
+class DaemonLocked(StoreError):
+    """Another daemon already writes this database."""
+
+
+@dataclass
+class DaemonContext:
+    config: Config
+    store: Store
+    sampler: Sampler
+    pending: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
+    last_errors: dict[str, str | None] = field(default_factory=dict)
+    ticks: int = 0
+
+
+def acquire_lock(db_path: Path) -> IO[str]:
+    """Hold ``<db>.lock`` for the daemon's life; raise DaemonLocked naming the holder."""
+    lock_path = Path(f"{db_path}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(lock_path, "a+", encoding="ascii")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise DaemonLocked(
+            f"another vramscope daemon (pid {holder}) is already writing {db_path}"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def lock_holder(db_path: Path) -> int | None:
+    """PID of the daemon writing ``db_path``, or None when no daemon holds it."""
+    lock_path = Path(f"{db_path}.lock")
+    try:
+        with open(lock_path, encoding="ascii") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = handle.read().strip()
+                return int(text) if text.isdigit() else -1
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return None
+    except OSError:
+        return None
+
+
+def tick(ctx: DaemonContext) -> Snapshot:
+    """Sample once and write it (with any ticks the database refused earlier)."""
+    snap = ctx.sampler.sample()
+    ctx.ticks += 1
+    _log_collector_changes(ctx, snap)
+    ctx.pending.append(snap)
+    try:
+        while ctx.pending:
+            ctx.store.write(ctx.pending[0])
+            ctx.pending.popleft()
+    except sqlite3.Error as exc:
+        log.error("cannot write to %s (%s); %d tick(s) kept in memory",
+                  ctx.config.db_path, exc, len(ctx.pending))
+    return snap
+
+
+def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
+    """Log a collector's failure once, and its recovery, not every tick."""
+    for run in snap.runs:
+        problem = run.error if run.status == "error" else None
+        previous = ctx.last_errors.get(run.collector)
+        if problem != previous:
+            if problem:
+                log.error("collector %s failed: %s", run.collector, problem)
+            elif previous:
+                log.info("collector %s recovered", run.collector)
+        if run.status == "nodata" and run.collector not in ctx.last_errors:
+            log.debug("collector %s: no data (%s)", run.collector, run.error)
+        ctx.last_errors[run.collector] = problem
+
+
+def prune(ctx: DaemonContext) -> None:
+    try:
+        counts = ctx.store.prune(now_ms(), ctx.config.retention)
+        log.debug("prune: %s", counts)
+    except sqlite3.Error as exc:
+        log.error("prune failed: %s", exc)
+
+
+def run(config: Config) -> int:
+    """Run until SIGTERM/SIGINT; return the exit code."""
+    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
+    from apscheduler.executors.pool import ThreadPoolExecutor
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    lock = acquire_lock(config.db_path)
+    store = Store.open(config.db_path)
+    sampler = Sampler(config.roots, config.options, config.collectors)
+    ctx = DaemonContext(config, store, sampler)
+    store.add_event("daemon_started", "info", "daemon",
+                    f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
+                    {"pid": os.getpid(), "interval_s": config.interval_s,
+                     "collectors": [c.name for c in sampler.collectors]})
+    sched = BlockingScheduler(
+        timezone=UTC,
+        executors={"default": ThreadPoolExecutor(max_workers=1)},
+        job_defaults={"coalesce": True, "max_instances": 1,
+                      "misfire_grace_time": max(1, int(config.interval_s))},
+    )
+    now = datetime.now(UTC)
+    sched.add_job(tick, "interval", seconds=config.interval_s, id="sample",
+                  next_run_time=now, args=(ctx,))
+    sched.add_job(prune, "interval", seconds=config.prune_interval_s, id="prune",
+                  next_run_time=now + timedelta(seconds=min(60.0, config.prune_interval_s)),
+                  args=(ctx,))
+
+    def on_job_event(event: JobExecutionEvent) -> None:
+        if event.exception is not None:
+            log.error("job %s raised %r", event.job_id, event.exception)
+        else:
+            log.warning("job %s missed its time (the previous run was still going)",
+                        event.job_id)
+
+    sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s; finishing the tick in flight", signal.Signals(signum).name)
+        if sched.running:
+            sched.shutdown(wait=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("sampling every %s s into %s (collectors: %s)", config.interval_s,
+             config.db_path, ", ".join(c.name for c in sampler.collectors))
+    try:
+        sched.start()
+    finally:
+        try:
+            store.add_event("daemon_stopped", "info", "daemon",
+                            f"vramscope daemon stopped after {ctx.ticks} ticks",
+                            {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending)})
+        except sqlite3.Error as exc:
+            log.error("could not record the stop: %s", exc)
+        sampler.close()
+        store.close()
+        lock.close()
+    return 0

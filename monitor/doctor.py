@@ -1,0 +1,190 @@
+"""``vramscope doctor``: what vramscope can see on this machine, what it cannot, and the fix.
+
+Each check is a :class:`Check` with a level: ``ok``, ``info`` (works, worth knowing),
+``warn`` (something is hidden) or ``fail`` (vramscope cannot do its job).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from collectors.base import CollectorOptions, Roots, Snapshot
+from monitor.config import Config
+from monitor.daemon import lock_holder
+from monitor.sampler import Sampler
+
+Level = Literal["ok", "info", "warn", "fail"]
+CAP_SYS_PTRACE = 19
+PTRACE_FIX = ("run the daemon as root, or grant CAP_SYS_PTRACE "
+              "(systemd: AmbientCapabilities=CAP_SYS_PTRACE)")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    level: Level
+    detail: str
+    fix: str | None = None
+
+
+def kernel_version(release: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def kernel_checks(release: str) -> list[Check]:
+    """What the running kernel offers (proc(5), drm-usage-stats.rst)."""
+    version = kernel_version(release)
+    checks = []
+    if version < (4, 5):
+        checks.append(Check("kernel", "fail", f"{release}: no RssAnon/RssFile in /proc/PID/status",
+                            "use Linux 4.5 or newer"))
+    elif version < (4, 14):
+        checks.append(Check("kernel", "warn", f"{release}: no /proc/PID/smaps_rollup, so no PSS",
+                            "use Linux 4.14 or newer"))
+    if version < (5, 14):
+        checks.append(Check("kernel", "warn",
+                            f"{release}: no DRM fdinfo, so no per-process AMD/Intel GPU memory",
+                            "use Linux 5.14 or newer (5.19+ for the standard drm-* keys)"))
+    elif version < (5, 19):
+        checks.append(Check("kernel", "info",
+                            f"{release}: old amdgpu fdinfo format (read, with fewer fields)"))
+    if not checks:
+        checks.append(
+            Check("kernel", "ok", f"{release}: fdinfo, smaps_rollup and status all present")
+        )
+    return checks
+
+
+def _has_capability(proc: Path, bit: int) -> bool:
+    try:
+        for line in (proc / "self" / "status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> bit & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def privilege_checks(roots: Roots) -> list[Check]:
+    """Can we read other users' /proc/PID/fd (needed for DRM fdinfo)?"""
+    if os.geteuid() == 0 or _has_capability(roots.proc, CAP_SYS_PTRACE):
+        who = "root" if os.geteuid() == 0 else "CAP_SYS_PTRACE"
+        return [Check("privileges", "ok", f"running with {who}: every process can be inspected")]
+    denied = total = 0
+    for entry in os.scandir(roots.proc):
+        if not entry.name.isdigit():
+            continue
+        total += 1
+        try:
+            os.listdir(Path(entry.path) / "fd")
+        except PermissionError:
+            denied += 1
+        except OSError:
+            total -= 1
+    if denied:
+        return [Check("privileges", "warn",
+                      f"{denied} of {total} processes belong to other users: their GPU memory "
+                      "is counted in the device total but not attributed", PTRACE_FIX)]
+    return [Check("privileges", "ok", f"all {total} processes can be inspected")]
+
+
+def hidepid_check(roots: Roots) -> list[Check]:
+    try:
+        mounts = (roots.proc / "self" / "mountinfo").read_text()
+    except OSError:
+        return []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == "/proc" and "hidepid=" in line and os.geteuid() != 0:
+            return [Check("procfs", "warn", "/proc is mounted with hidepid=: other users' "
+                          "processes are invisible", "run as root or in the gid= of the mount")]
+    return []
+
+
+def library_checks() -> list[Check]:
+    """Vendor libraries: present or not (their collectors come with them)."""
+    checks = []
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        checks.append(Check("nvidia", "ok", "libnvidia-ml.so.1 (NVIDIA driver) is loadable"))
+    except OSError:
+        checks.append(Check("nvidia", "info", "libnvidia-ml.so.1 not found: no NVIDIA driver "
+                            "here, NVIDIA GPUs are not monitored",
+                            "install the NVIDIA driver if this machine has an NVIDIA GPU"))
+    if importlib.util.find_spec("amdsmi") is None:
+        checks.append(Check("amdsmi", "info", "python package amdsmi not installed: AMD GPUs "
+                            "are read through DRM sysfs/fdinfo, which needs no ROCm",
+                            "pip install 'vramscope[amd]' with ROCm installed, for power/"
+                            "temperature and KFD details"))
+    else:
+        checks.append(Check("amdsmi", "ok", "python package amdsmi is installed"))
+    return checks
+
+
+def collector_checks(snap: Snapshot) -> list[Check]:
+    checks = []
+    for run in snap.runs:
+        devices = [d for d in snap.devices if d.collector == run.collector]
+        if run.status == "ok":
+            names = ", ".join(d.name or d.device_id for d in devices) or "no devices"
+            checks.append(Check(f"collector {run.collector}", "ok",
+                                f"{names} ({run.duration_s * 1000:.1f} ms)"))
+        elif run.status == "nodata":
+            checks.append(Check(f"collector {run.collector}", "info",
+                                f"not applicable here: {run.error}"))
+        else:
+            checks.append(Check(f"collector {run.collector}", "fail", f"failed: {run.error}",
+                                "report it with the output of `vramscope doctor --json`"))
+    for h in snap.hidden:
+        checks.append(Check("hidden", "warn", f"{h.comm or '?'} (pid {h.pid}): {h.reason}",
+                            h.hint or PTRACE_FIX))
+    return checks
+
+
+def database_checks(config: Config) -> list[Check]:
+    path = config.db_path
+    holder = lock_holder(path)
+    if holder is not None:
+        return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
+    if path.exists():
+        return [Check("database", "info", f"{path} exists; no daemon is writing it now",
+                      "start one with `vramscope daemon` (or the systemd unit)")]
+    parent = next((p for p in [path.parent, *path.parents] if p.exists()), Path("/"))
+    if not os.access(parent, os.W_OK):
+        return [Check("database", "fail", f"cannot create {path}: {parent} is not writable",
+                      "pass --db to a writable place, or run as the service user")]
+    return [Check("database", "info", f"{path} will be created by `vramscope daemon`")]
+
+
+def run_checks(config: Config) -> list[Check]:
+    options = CollectorOptions(pss_per_tick=0)
+    sampler = Sampler(config.roots, options, config.collectors)
+    try:
+        snap = sampler.sample()
+    finally:
+        sampler.close()
+    return [
+        *kernel_checks(os.uname().release),
+        *privilege_checks(config.roots),
+        *hidepid_check(config.roots),
+        *collector_checks(snap),
+        *library_checks(),
+        *database_checks(config),
+    ]
+
+
+def render(checks: list[Check]) -> str:
+    mark = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+    lines = []
+    for c in checks:
+        lines.append(f"[{mark[c.level]}] {c.name}: {c.detail}")
+        if c.fix and c.level != "ok":
+            lines.append(f"       fix: {c.fix}")
+    return "\n".join(lines)

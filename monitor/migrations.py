@@ -1,0 +1,108 @@
+"""The database schema, as ordered sqlite-utils migrations (never edit an applied one).
+
+Sample tables are ``WITHOUT ROWID`` with the timestamp first in the primary key: rows are
+stored in time order, so a time window is one range scan and retention is one range
+delete, with no second index to store (half the bytes of a rowid table plus an index).
+Timestamps are epoch milliseconds, UTC.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database, Migrations
+
+migrations = Migrations("vramscope")
+
+_DEVICE_COLUMNS = """
+    used_bytes INTEGER, free_bytes INTEGER, reserved_bytes INTEGER, total_bytes INTEGER,
+    vram_used_bytes INTEGER, vis_vram_used_bytes INTEGER, gtt_used_bytes INTEGER,
+    gtt_ceiling_bytes INTEGER, util_pct REAL, temp_c REAL, power_w REAL,
+    available_bytes INTEGER, shmem_bytes INTEGER, unevictable_bytes INTEGER,
+    mlocked_bytes INTEGER, hugepages_free_bytes INTEGER, swap_free_bytes INTEGER
+"""
+_PROCESS_COLUMNS = """
+    vram_bytes INTEGER, gtt_bytes INTEGER, cpu_bytes INTEGER,
+    rss_anon_bytes INTEGER, rss_file_bytes INTEGER, rss_shmem_bytes INTEGER,
+    swap_bytes INTEGER, hwm_bytes INTEGER, locked_bytes INTEGER, pss_bytes INTEGER
+"""
+
+
+@migrations()
+def m001_initial(db: Database) -> None:
+    _run(
+        db,
+        f"""
+        CREATE TABLE devices (
+            id TEXT PRIMARY KEY, collector TEXT NOT NULL, vendor TEXT NOT NULL, name TEXT,
+            memory_kind TEXT NOT NULL, pci_bus_id TEXT, total_bytes INTEGER,
+            vram_total_bytes INTEGER, vis_vram_total_bytes INTEGER, gtt_total_bytes INTEGER,
+            hugepages_total_bytes INTEGER, swap_total_bytes INTEGER,
+            first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL
+        );
+        CREATE TABLE device_samples (
+            ts_ms INTEGER NOT NULL, device_id TEXT NOT NULL REFERENCES devices(id),
+            {_DEVICE_COLUMNS},
+            PRIMARY KEY (ts_ms, device_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE processes (
+            id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, start_ticks INTEGER NOT NULL,
+            started_at_ms INTEGER, ppid INTEGER, uid INTEGER, comm TEXT NOT NULL,
+            argv TEXT NOT NULL, engine TEXT, reasons TEXT,
+            first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,
+            exited_ms INTEGER,
+            UNIQUE (pid, start_ticks)
+        );
+        CREATE INDEX processes_last_seen ON processes (last_seen_ms);
+        CREATE TABLE process_samples (
+            ts_ms INTEGER NOT NULL, process_id INTEGER NOT NULL REFERENCES processes(id),
+            device_id TEXT NOT NULL,
+            {_PROCESS_COLUMNS},
+            PRIMARY KEY (ts_ms, process_id, device_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE device_minutes (
+            ts_ms INTEGER NOT NULL, device_id TEXT NOT NULL, samples INTEGER NOT NULL,
+            used_min_bytes INTEGER, used_avg_bytes INTEGER, used_max_bytes INTEGER,
+            vram_used_max_bytes INTEGER, gtt_used_max_bytes INTEGER,
+            available_min_bytes INTEGER, util_avg_pct REAL, temp_max_c REAL, power_avg_w REAL,
+            PRIMARY KEY (ts_ms, device_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE process_minutes (
+            ts_ms INTEGER NOT NULL, process_id INTEGER NOT NULL, device_id TEXT NOT NULL,
+            samples INTEGER NOT NULL,
+            vram_avg_bytes INTEGER, vram_max_bytes INTEGER,
+            gtt_avg_bytes INTEGER, gtt_max_bytes INTEGER,
+            rss_anon_avg_bytes INTEGER, rss_anon_max_bytes INTEGER,
+            rss_file_max_bytes INTEGER, rss_shmem_max_bytes INTEGER, pss_max_bytes INTEGER,
+            PRIMARY KEY (ts_ms, process_id, device_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY, ts_ms INTEGER NOT NULL, kind TEXT NOT NULL,
+            severity TEXT NOT NULL, subject TEXT, message TEXT NOT NULL, data TEXT
+        );
+        CREATE INDEX events_ts ON events (ts_ms);
+        CREATE TABLE collector_runs (
+            ts_ms INTEGER NOT NULL, collector TEXT NOT NULL, duration_s REAL NOT NULL,
+            cpu_s REAL NOT NULL, status TEXT NOT NULL, error TEXT,
+            PRIMARY KEY (ts_ms, collector)
+        ) WITHOUT ROWID;
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        """,
+    )
+
+
+def _run(db: Database, script: str) -> None:
+    """Statements one by one: ``executescript`` would COMMIT the migration's transaction."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+DEVICE_SAMPLE_FIELDS = tuple(
+    line.split()[0]
+    for chunk in _DEVICE_COLUMNS.split(",")
+    if (line := chunk.strip())
+)
+PROCESS_SAMPLE_FIELDS = tuple(
+    line.split()[0]
+    for chunk in _PROCESS_COLUMNS.split(",")
+    if (line := chunk.strip())
+)

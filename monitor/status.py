@@ -1,0 +1,135 @@
+"""``vramscope status``: one snapshot as a readable table, or as JSON.
+
+The JSON shape is ``vramscope.status/1``, specified by ``docs/status.schema.json``; a
+change to it is a new schema version. Sizes are bytes, times epoch milliseconds (UTC).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any
+
+from collectors.base import ProcessMemory, Snapshot
+
+SCHEMA_ID = "vramscope.status/1"
+_MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
+                  ("pid", "device_id")]
+
+
+def to_json(snap: Snapshot) -> dict[str, Any]:
+    by_pid: dict[int, dict[str, dict[str, int | None]]] = defaultdict(dict)
+    for m in snap.memory:
+        by_pid[m.pid][m.device_id] = {
+            f: v for f in _MEMORY_FIELDS if (v := getattr(m, f)) is not None
+        }
+    processes = []
+    for p in sorted(snap.processes, key=lambda p: p.pid):
+        row = dataclasses.asdict(p)
+        row["argv"] = list(p.argv)
+        row["reasons"] = list(p.reasons)
+        row["memory"] = by_pid.get(p.pid, {})
+        processes.append(row)
+    return {
+        "schema": SCHEMA_ID,
+        "ts_ms": snap.ts_ms,
+        "devices": [dataclasses.asdict(d) for d in snap.devices],
+        "processes": processes,
+        "hidden": [dataclasses.asdict(h) for h in snap.hidden],
+        "collectors": [
+            {"collector": r.collector, "status": r.status, "error": r.error,
+             "duration_s": round(r.duration_s, 6), "cpu_s": round(r.cpu_s, 6)}
+            for r in snap.runs
+        ],
+    }
+
+
+def human_bytes(value: int | None) -> str:
+    """1536 -> '1.5 KiB'; None -> '-' (unknown is never printed as 0)."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return [fmt(headers), *(fmt(r) for r in rows)]
+
+
+def render_text(snap: Snapshot, width: int = 100) -> str:
+    """Devices, then tracked processes with their memory per device, then what is hidden."""
+    out: list[str] = []
+    dev_rows = []
+    for d in snap.devices:
+        used, total = d.used_bytes, d.total_bytes
+        pct = f"{100 * used / total:.0f}%" if used is not None and total else "-"
+        parts = []
+        if d.memory_kind == "unified" and d.gtt_total_bytes is not None:
+            parts.append(f"VRAM {human_bytes(d.vram_used_bytes)}/{human_bytes(d.vram_total_bytes)}")
+            parts.append(f"GTT {human_bytes(d.gtt_used_bytes)}/{human_bytes(d.gtt_total_bytes)}")
+        if d.memory_kind == "host":
+            parts.append(f"available {human_bytes(d.available_bytes)}")
+            if d.swap_total_bytes:
+                used_swap = d.swap_total_bytes - (d.swap_free_bytes or 0)
+                parts.append(f"swap {human_bytes(used_swap)}/{human_bytes(d.swap_total_bytes)}")
+        if d.util_pct is not None:
+            parts.append(f"busy {d.util_pct:.0f}%")
+        dev_rows.append([d.device_id, d.name or "-", d.memory_kind, human_bytes(used),
+                         human_bytes(total), pct, ", ".join(parts)])
+    out += _table(["DEVICE", "NAME", "KIND", "USED", "TOTAL", "USE", "DETAIL"], dev_rows,
+                  {3, 4, 5})
+    out.append("")
+    gpu_devices = [d.device_id for d in snap.devices if d.device_id != "host"]
+    mem = {(m.pid, m.device_id): m for m in snap.memory}
+    proc_rows = []
+    for p in sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices)):
+        host = mem.get((p.pid, "host"))
+        gpu = []
+        for dev in gpu_devices:
+            m = mem.get((p.pid, dev))
+            if m is not None:
+                held = sum(v for v in (m.vram_bytes, m.gtt_bytes) if v)
+                gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(held)}")
+        command = " ".join(p.argv) or f"[{p.comm}]"
+        proc_rows.append([
+            str(p.pid), p.engine or "-",
+            human_bytes(host.rss_anon_bytes if host else None),
+            human_bytes(host.rss_file_bytes if host else None),
+            human_bytes(host.pss_bytes if host else None),
+            ", ".join(gpu) or "-", ",".join(p.reasons), command,
+        ])
+    lines = _table(["PID", "ENGINE", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"], proc_rows,
+                   {2, 3, 4})
+    out += [line[:width] for line in lines]
+    if snap.hidden:
+        out.append("")
+        out.append("Hidden (memory use could not be read):")
+        for h in snap.hidden:
+            name = f"{h.comm} " if h.comm else ""
+            out.append(f"  {name}pid {h.pid}: {h.reason}" + (f" - {h.hint}" if h.hint else ""))
+    failed = [r for r in snap.runs if r.status == "error"]
+    if failed:
+        out.append("")
+        for r in failed:
+            out.append(f"collector {r.collector} failed: {r.error}")
+    return "\n".join(out)
+
+
+def _sort_key(pid: int, mem: dict[tuple[int, str], ProcessMemory], gpus: list[str]) -> int:
+    """Biggest GPU holders first, then by host RSS."""
+    gpu = sum((m.vram_bytes or 0) + (m.gtt_bytes or 0)
+              for d in gpus if (m := mem.get((pid, d))) is not None)
+    host = mem.get((pid, "host"))
+    rss = (host.rss_anon_bytes or 0) + (host.rss_file_bytes or 0) if host else 0
+    return -(gpu * 4 + rss)

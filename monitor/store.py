@@ -1,0 +1,340 @@
+"""SQLite storage: one transaction per tick, retention with per-minute downsampling.
+
+The schema lives in monitor/migrations.py. The file is created 0640 and runs in WAL mode
+with ``synchronous=NORMAL``: a killed daemon loses at most the tick in flight (WAL
+survives process death; only power loss can drop the last commits). Readers (``status``,
+the TUI) open it read-only and never block the writer.
+
+A file that is not a database, or fails ``PRAGMA quick_check``, is moved aside as
+``<name>.corrupt-<UTC time>`` (with its -wal/-shm) and a new database is started; the move
+is logged and recorded as a ``database_recovered`` event in the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from collectors.base import DeviceSample, ProcessInfo, Snapshot
+from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
+
+log = logging.getLogger(__name__)
+
+MINUTE_MS = 60_000
+_DEVICE_STATIC = (
+    "collector", "vendor", "name", "memory_kind", "pci_bus_id", "total_bytes",
+    "vram_total_bytes", "vis_vram_total_bytes", "gtt_total_bytes",
+    "hugepages_total_bytes", "swap_total_bytes",
+)  # fmt: skip
+
+
+class StoreError(Exception):
+    """The database cannot be used (unwritable directory, locked by a writer, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long rows are kept. Raw samples are rolled up per minute before they go."""
+
+    raw_hours: float = 6.0
+    minute_days: float = 30.0
+    runs_hours: float = 6.0
+
+
+def _create_private(path: Path) -> None:
+    """Create the file 0640 before SQLite does (it would use 0644 minus the umask)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o640)
+        os.close(fd)
+        os.chmod(path, 0o640)
+
+
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        uri = f"file:{path}?mode=ro"
+        return sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=5.0)
+    return sqlite3.connect(path, check_same_thread=False, timeout=5.0)
+
+
+def _healthy(conn: sqlite3.Connection) -> str | None:
+    """``None`` when the file is a sound SQLite database, else why not."""
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    if rows != [("ok",)]:
+        return "; ".join(str(r[0]) for r in rows[:3])
+    return None
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a bad database (and its -wal/-shm) out of the way; return the new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{path}{suffix}")
+        if src.exists():
+            src.rename(Path(f"{target}{suffix}"))
+    return target
+
+
+def open_readonly(path: Path) -> Database:
+    """Open an existing database for reading (``status --db``, the TUI)."""
+    if not path.exists():
+        raise StoreError(f"no database at {path}")
+    conn = _connect(path, readonly=True)
+    problem = _healthy(conn)
+    if problem is not None:
+        conn.close()
+        raise StoreError(f"{path} is not a readable vramscope database: {problem}")
+    return Database(conn)
+
+
+class Store:
+    """The daemon's writer. Not thread-safe: the daemon has exactly one worker thread."""
+
+    def __init__(self, db: Database, path: Path | None, recovered_from: str | None = None):
+        self.db = db
+        self.path = path
+        self.recovered_from = recovered_from
+        self._process_ids: dict[tuple[int, int], int] = {}
+        self._devices: dict[str, tuple[Any, ...]] = {}
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        try:
+            _create_private(path)
+            conn = _connect(path)
+        except OSError as exc:
+            raise StoreError(f"cannot create the database {path}: {exc.strerror or exc}") from exc
+        recovered_from = None
+        problem = _healthy(conn)
+        if problem is not None:
+            conn.close()
+            moved = move_aside(path)
+            log.error("database %s is corrupt (%s); moved it to %s and started a new one",
+                      path, problem, moved)
+            recovered_from = f"{moved} ({problem})"
+            _create_private(path)
+            conn = _connect(path)
+        db = Database(conn)
+        try:
+            migrations.apply(db)
+            db.enable_wal()
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            raise StoreError(f"cannot prepare the database {path}: {exc}") from exc
+        store = cls(db, path, recovered_from)
+        if recovered_from:
+            store.add_event("database_recovered", "warning", str(path),
+                            f"the previous database was corrupt and was moved to {moved}",
+                            {"moved_to": str(moved), "problem": problem})
+        return store
+
+    @classmethod
+    def memory(cls) -> Store:
+        db = Database(memory=True)
+        migrations.apply(db)
+        return cls(db, None)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing ------------------------------------------------------------------
+
+    def write(self, snap: Snapshot) -> None:
+        """Everything of one tick in one transaction."""
+        conn = self.db.conn
+        saved = (dict(self._process_ids), dict(self._devices))
+        try:
+            self._write(conn, snap)
+        except BaseException:
+            self._process_ids, self._devices = saved  # the transaction was rolled back
+            raise
+
+    def _write(self, conn: sqlite3.Connection, snap: Snapshot) -> None:
+        with self.db.atomic():
+            self._write_devices(conn, snap)
+            ids = self._process_rows(conn, snap.ts_ms, snap.processes)
+            rows = []
+            for m in snap.memory:
+                pid_key = ids.get(m.pid)
+                if pid_key is None:
+                    continue  # a GPU client beyond max_tracked or gone: counted in the device
+                rows.append((snap.ts_ms, pid_key, m.device_id,
+                             *(getattr(m, f) for f in PROCESS_SAMPLE_FIELDS)))
+            conn.executemany(_PROCESS_SAMPLE_SQL, rows)
+            for gone in snap.exited:
+                self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks, gone.last_seen_ms)
+            conn.executemany(
+                "INSERT OR REPLACE INTO collector_runs VALUES (?, ?, ?, ?, ?, ?)",
+                [(r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
+                 for r in snap.runs],
+            )
+
+    def _write_devices(self, conn: sqlite3.Connection, snap: Snapshot) -> None:
+        for d in snap.devices:
+            static = tuple(getattr(d, f) for f in _DEVICE_STATIC)
+            if self._devices.get(d.device_id) != static:
+                self._upsert_device(conn, d, static, snap.ts_ms)
+                self._devices[d.device_id] = static
+        conn.executemany(
+            _DEVICE_SAMPLE_SQL,
+            [(snap.ts_ms, d.device_id, *(getattr(d, f) for f in DEVICE_SAMPLE_FIELDS))
+             for d in snap.devices],
+        )
+
+    def _upsert_device(
+        self, conn: sqlite3.Connection, d: DeviceSample, static: tuple[Any, ...], ts_ms: int
+    ) -> None:
+        cols = ", ".join(_DEVICE_STATIC)
+        marks = ", ".join("?" for _ in _DEVICE_STATIC)
+        updates = ", ".join(f"{c}=excluded.{c}" for c in _DEVICE_STATIC)
+        conn.execute(
+            f"INSERT INTO devices (id, {cols}, first_seen_ms, last_seen_ms) "
+            f"VALUES (?, {marks}, ?, ?) ON CONFLICT(id) DO UPDATE SET {updates}, "
+            "last_seen_ms=excluded.last_seen_ms",
+            (d.device_id, *static, ts_ms, ts_ms),
+        )
+
+    def _process_rows(
+        self, conn: sqlite3.Connection, ts_ms: int, infos: tuple[ProcessInfo, ...]
+    ) -> dict[int, int]:
+        """pid -> processes.id for this tick, inserting processes seen for the first time."""
+        ids: dict[int, int] = {}
+        for p in infos:
+            key = (p.pid, p.start_ticks)
+            row_id = self._process_ids.get(key)
+            if row_id is None:
+                row_id = self._process_id(conn, p, ts_ms)
+                self._process_ids[key] = row_id
+            ids[p.pid] = row_id
+        conn.executemany(
+            "UPDATE processes SET last_seen_ms = ? WHERE id = ?",
+            [(ts_ms, row_id) for row_id in ids.values()],
+        )
+        return ids
+
+    def _process_id(self, conn: sqlite3.Connection, p: ProcessInfo, ts_ms: int) -> int:
+        conn.execute(
+            "INSERT INTO processes (pid, start_ticks, started_at_ms, ppid, uid, comm, argv,"
+            " engine, reasons, first_seen_ms, last_seen_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT(pid, start_ticks) DO UPDATE SET engine=excluded.engine,"
+            " reasons=excluded.reasons",
+            (p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm,
+             json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms),
+        )
+        row = conn.execute(
+            "SELECT id FROM processes WHERE pid = ? AND start_ticks = ?", (p.pid, p.start_ticks)
+        ).fetchone()
+        return int(row[0])
+
+    def _record_exit(
+        self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int, last_seen_ms: int
+    ) -> None:
+        self._process_ids.pop((pid, start_ticks), None)
+        row = conn.execute(
+            "SELECT id, comm, engine FROM processes WHERE pid = ? AND start_ticks = ?",
+            (pid, start_ticks),
+        ).fetchone()
+        if row is None:
+            return
+        conn.execute("UPDATE processes SET exited_ms = ? WHERE id = ?", (ts_ms, row[0]))
+        self._insert_event(
+            conn, ts_ms, "process_exit", "info", f"{row[1]}[{pid}]",
+            f"{row[1]} (pid {pid}) exited; last seen {ts_ms - last_seen_ms} ms before",
+            {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
+             "engine": row[2], "last_seen_ms": last_seen_ms},
+        )
+
+    def add_event(
+        self, kind: str, severity: str, subject: str | None, message: str,
+        data: dict[str, Any] | None = None, ts_ms: int | None = None,
+    ) -> None:
+        with self.db.atomic():
+            self._insert_event(self.db.conn, ts_ms or int(time.time() * 1000), kind, severity,
+                               subject, message, data)
+
+    @staticmethod
+    def _insert_event(
+        conn: sqlite3.Connection, ts_ms: int, kind: str, severity: str, subject: str | None,
+        message: str, data: dict[str, Any] | None,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO events (ts_ms, kind, severity, subject, message, data)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (ts_ms, kind, severity, subject, message, json.dumps(data) if data else None),
+        )
+
+    # -- retention ----------------------------------------------------------------
+
+    def prune(self, now_ms: int, retention: Retention) -> dict[str, int]:
+        """Roll raw samples up per minute, then drop what retention no longer keeps.
+
+        Only complete minutes are rolled up, each once (``meta.rolled_up_to_ms``), so a
+        minute's rollup never misses samples that arrive later in that minute.
+        """
+        conn = self.db.conn
+        counts: dict[str, int] = {}
+        with self.db.atomic():
+            row = conn.execute("SELECT value FROM meta WHERE key='rolled_up_to_ms'").fetchone()
+            start = int(row[0]) if row else 0
+            end = now_ms - now_ms % MINUTE_MS
+            if end > start:
+                counts["device_minutes"] = conn.execute(_DEVICE_ROLLUP, (start, end)).rowcount
+                counts["process_minutes"] = conn.execute(_PROCESS_ROLLUP, (start, end)).rowcount
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(end),)
+                )
+            raw_cut = min(end, now_ms - int(retention.raw_hours * 3600_000))
+            minute_cut = now_ms - int(retention.minute_days * 86400_000)
+            runs_cut = now_ms - int(retention.runs_hours * 3600_000)
+            for table, cut in (
+                ("device_samples", raw_cut), ("process_samples", raw_cut),
+                ("device_minutes", minute_cut), ("process_minutes", minute_cut),
+                ("collector_runs", runs_cut),
+            ):
+                counts[f"deleted_{table}"] = conn.execute(
+                    f"DELETE FROM {table} WHERE ts_ms < ?", (cut,)
+                ).rowcount
+        return counts
+
+
+_DEVICE_SAMPLE_SQL = (
+    f"INSERT OR REPLACE INTO device_samples (ts_ms, device_id, {', '.join(DEVICE_SAMPLE_FIELDS)})"
+    f" VALUES ({', '.join('?' for _ in range(len(DEVICE_SAMPLE_FIELDS) + 2))})"
+)
+_PROCESS_SAMPLE_SQL = (
+    "INSERT OR REPLACE INTO process_samples (ts_ms, process_id, device_id, "
+    f"{', '.join(PROCESS_SAMPLE_FIELDS)})"
+    f" VALUES ({', '.join('?' for _ in range(len(PROCESS_SAMPLE_FIELDS) + 3))})"
+)
+_DEVICE_ROLLUP = """
+INSERT OR REPLACE INTO device_minutes
+SELECT ts_ms - ts_ms % 60000, device_id, count(*),
+       min(used_bytes), CAST(avg(used_bytes) AS INTEGER), max(used_bytes),
+       max(vram_used_bytes), max(gtt_used_bytes), min(available_bytes),
+       avg(util_pct), max(temp_c), avg(power_w)
+FROM device_samples WHERE ts_ms >= ? AND ts_ms < ?
+GROUP BY ts_ms - ts_ms % 60000, device_id
+"""
+_PROCESS_ROLLUP = """
+INSERT OR REPLACE INTO process_minutes
+SELECT ts_ms - ts_ms % 60000, process_id, device_id, count(*),
+       CAST(avg(vram_bytes) AS INTEGER), max(vram_bytes),
+       CAST(avg(gtt_bytes) AS INTEGER), max(gtt_bytes),
+       CAST(avg(rss_anon_bytes) AS INTEGER), max(rss_anon_bytes),
+       max(rss_file_bytes), max(rss_shmem_bytes), max(pss_bytes)
+FROM process_samples WHERE ts_ms >= ? AND ts_ms < ?
+GROUP BY ts_ms - ts_ms % 60000, process_id, device_id
+"""
