@@ -296,15 +296,17 @@ def attribute_clients(refs: list[ClientRef]) -> list[ProcessMemory]:
     sums: dict[tuple[int, str], list[int | None]] = {}
     for ref in clients.values():
         acc = sums.setdefault((ref.pid, ref.device_id), [None, None, None])
-        for i, value in enumerate((ref.memory.vram_bytes, ref.memory.gtt_bytes,
-                                   ref.memory.cpu_bytes)):
+        for i, value in enumerate(
+            (ref.memory.vram_bytes, ref.memory.gtt_bytes, ref.memory.cpu_bytes)
+        ):
             if value is not None:
                 acc[i] = (acc[i] or 0) + value
     rows = []
     for (pid, device_id), (vram, gtt, cpu) in sorted(sums.items()):
         if (vram or 0) + (gtt or 0) + (cpu or 0) > 0:
-            rows.append(ProcessMemory(pid, device_id, vram_bytes=vram, gtt_bytes=gtt,
-                                      cpu_bytes=cpu))
+            rows.append(
+                ProcessMemory(pid, device_id, vram_bytes=vram, gtt_bytes=gtt, cpu_bytes=cpu)
+            )
     return rows
 
 
@@ -345,8 +347,7 @@ def _kfd_nodes(sys_root: Path) -> list[dict[str, int]]:
     return out
 
 
-def _kfd_says_apu(nodes: list[dict[str, int]], slot: str | None,
-                  render_minors: set[int]) -> bool:
+def _kfd_says_apu(nodes: list[dict[str, int]], slot: str | None, render_minors: set[int]) -> bool:
     loc = pci_location(slot) if slot else None
     for props in nodes:
         if props.get("simd_count", 0) <= 0:
@@ -358,8 +359,13 @@ def _kfd_says_apu(nodes: list[dict[str, int]], slot: str | None,
     return False
 
 
-def _is_amd_apu(pci_id: str | None, slot: str | None, nodes: tuple[str, ...],
-                kfd: list[dict[str, int]], hwmon: Path | None) -> bool:
+def _is_amd_apu(
+    pci_id: str | None,
+    slot: str | None,
+    nodes: tuple[str, ...],
+    kfd: list[dict[str, int]],
+    hwmon: Path | None,
+) -> bool:
     minors = {int(n[7:]) for n in nodes if n.startswith("renderD") and n[7:].isdigit()}
     if _kfd_says_apu(kfd, slot, minors):
         return True
@@ -407,8 +413,9 @@ def _discover(roots: Roots) -> list[DrmDevice]:
         else:
             kind = "unified" if slot == INTEL_IGPU_SLOT else "dedicated"
             label = f"Intel GPU {pci_id or name}"
-        devices[device_id] = DrmDevice(device_id, card, driver, vendor, slot, pci_id, label,
-                                       kind, nodes, hwmon)
+        devices[device_id] = DrmDevice(
+            device_id, card, driver, vendor, slot, pci_id, label, kind, nodes, hwmon
+        )
     return list(devices.values())
 
 

@@ -183,9 +183,9 @@ class ProcfsCollector:
         if due:
             self._rescan(tick.now_ms)
             self._last_rescan_ms = tick.now_ms
+        exited = self._exits(tick.now_ms)  # before _read_tracked re-registers reused PIDs
         reasons = self._choose_tracked(tick.gpu_pids)
         infos, rows, hidden = self._read_tracked(reasons, tick.now_ms)
-        exited = self._exits(tick.now_ms)
         return Reading(
             devices=(host,),
             processes=tuple(infos),
@@ -255,7 +255,8 @@ class ProcfsCollector:
         groups = (
             ("inference", [p for p, e in self._known.items() if e.engine is not None]),
             ("gpu", sorted(p for p in gpu_pids if p in self._known)),
-            ("top", sorted(self._top, key=lambda p: -self._known[p].rss_bytes)),
+            ("top", sorted((p for p in self._top if p in self._known),
+                            key=lambda p: -self._known[p].rss_bytes)),
         )
         for reason, group in groups:
             for pid in group:

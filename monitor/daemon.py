@@ -50,8 +50,13 @@ class DaemonContext:
 def acquire_lock(db_path: Path) -> IO[str]:
     """Hold ``<db>.lock`` for the daemon's life; raise DaemonLocked naming the holder."""
     lock_path = Path(f"{db_path}.lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(lock_path, "a+", encoding="ascii")  # noqa: SIM115 - held until exit
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock_path, "a+", encoding="ascii")  # noqa: SIM115 - held until exit
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the database {db_path}: {exc.strerror or exc} ({exc.filename})"
+        ) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

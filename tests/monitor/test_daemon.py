@@ -1,0 +1,145 @@
+"""The daemon as a real subprocess on a real database file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.base import Roots
+from monitor.config import Config
+from monitor.daemon import DaemonContext, acquire_lock, lock_holder, tick
+from monitor.sampler import Sampler
+from monitor.store import Store, StoreError
+
+SAMPLE_TABLES = ("devices", "device_samples", "processes", "process_samples", "collector_runs")
+
+
+def start_daemon(db: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2",
+         *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def ticks_in(db: Path) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+def wait_for_ticks(db: Path, n: int, timeout_s: float = 20.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.exists() and (got := ticks_in(db)) >= n:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"the daemon wrote fewer than {n} ticks in {timeout_s} s")
+
+
+def test_daemon_samples_then_exits_0_on_sigterm(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    proc = start_daemon(db)
+    try:
+        wait_for_ticks(db, 1)
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    conn = sqlite3.connect(db)
+    for table in SAMPLE_TABLES:
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
+    ticks = conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
+    assert 10 <= ticks <= 25, ticks  # ~3 s at 0.2 s, plus start-up
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+    assert kinds[0] == "daemon_started" and kinds[-1] == "daemon_stopped"
+    runs = dict(conn.execute("SELECT collector, count(*) FROM collector_runs GROUP BY 1"))
+    assert runs["procfs"] == ticks and runs["drm"] == ticks  # every run recorded
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert "received SIGTERM" in err
+
+
+def test_kill_9_keeps_every_committed_tick(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    proc = start_daemon(db)
+    try:
+        wait_for_ticks(db, 5)
+        committed = ticks_in(db)  # a reader's view: these ticks are committed
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0] >= \
+        committed
+    conn.close()
+    # And a new daemon takes over the same file (the lock died with the process).
+    again = start_daemon(db)
+    try:
+        wait_for_ticks(db, committed + 2)
+        again.send_signal(signal.SIGTERM)
+        again.communicate(timeout=20)
+    finally:
+        again.kill()
+    assert again.returncode == 0
+
+
+def test_second_daemon_on_the_same_database_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    first = start_daemon(db)
+    try:
+        wait_for_ticks(db, 1)
+        second = start_daemon(db)
+        _, err = second.communicate(timeout=20)
+        assert second.returncode == 2
+        assert err.strip().splitlines() == [
+            f"vramscope: error: another vramscope daemon (pid {first.pid}) is already "
+            f"writing {db}"
+        ]
+        assert lock_holder(db) == first.pid
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=20)
+    assert lock_holder(db) is None
+
+
+def test_lock_is_exclusive_in_process(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    held = acquire_lock(db)
+    try:
+        with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+            acquire_lock(db)
+    finally:
+        held.close()
+    acquire_lock(db).close()
+
+
+def test_tick_keeps_samples_in_memory_while_the_database_refuses_writes(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "v.db")
+    ctx = DaemonContext(Config(db_path=tmp_path / "v.db"), store, Sampler(Roots()))
+    blocker = sqlite3.connect(tmp_path / "v.db", timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database
+    store.db.conn.execute("PRAGMA busy_timeout = 50")
+    tick(ctx)
+    tick(ctx)
+    assert len(ctx.pending) == 2
+    blocker.rollback()
+    blocker.close()
+    tick(ctx)
+    assert len(ctx.pending) == 0
+    assert store.db.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0] == 3
+    store.close()

@@ -1,0 +1,181 @@
+"""The SQLite store on real database files."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from collectors.base import (
+    CollectorRun,
+    DeviceSample,
+    ExitedProcess,
+    ProcessInfo,
+    ProcessMemory,
+    Snapshot,
+)
+from monitor.store import MINUTE_MS, Retention, Store, StoreError, open_readonly
+
+GIB = 1024**3
+T0 = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE_MS
+
+
+def snapshot(ts_ms: int, used: int = 10 * GIB, pid: int = 100, start: int = 5,
+             gtt: int = 70 * GIB, exited: tuple[ExitedProcess, ...] = ()) -> Snapshot:
+    return Snapshot(
+        ts_ms=ts_ms,
+        devices=(
+            DeviceSample("drm:0000:c3:00.0", "drm", "amd", "Strix Halo", "unified",
+                         total_bytes=96 * GIB, used_bytes=used, gtt_used_bytes=gtt),
+            DeviceSample("host", "procfs", "host", "Host RAM", "host", 128 * GIB, 20 * GIB,
+                         available_bytes=108 * GIB),
+        ),
+        processes=(ProcessInfo(pid, start, None, 1, 1000, "llama-server",
+                               ("llama-server", "--api-key", "<redacted>"), "llama.cpp",
+                               ("inference", "gpu")),),
+        memory=(
+            ProcessMemory(pid, "drm:0000:c3:00.0", vram_bytes=0, gtt_bytes=gtt),
+            ProcessMemory(pid, "host", rss_anon_bytes=GIB, rss_file_bytes=4 * GIB),
+            ProcessMemory(999, "drm:0000:c3:00.0", gtt_bytes=GIB),  # no identity: skipped
+        ),
+        hidden=(),
+        exited=exited,
+        runs=(CollectorRun("procfs", ts_ms, 0.002, 0.001, "ok"),
+              CollectorRun("drm", ts_ms, 0.001, 0.001, "error", "boom")),
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store.open(tmp_path / "state" / "v.db")
+    yield s
+    s.close()
+
+
+def count(store: Store, table: str) -> int:
+    return store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_file_is_private_wal_and_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "dir" / "v.db"
+    s = Store.open(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert s.db.journal_mode == "wal"
+    assert {"devices", "device_samples", "processes", "process_samples", "events",
+            "collector_runs", "device_minutes", "process_minutes"} <= set(s.db.table_names())
+    s.close()
+    Store.open(path).close()  # migrations are idempotent
+
+
+def test_one_tick_writes_every_table_and_skips_unknown_identities(store: Store) -> None:
+    store.write(snapshot(T0))
+    assert count(store, "devices") == 2
+    assert count(store, "device_samples") == 2
+    assert count(store, "processes") == 1
+    assert count(store, "process_samples") == 2  # pid 999 had no identity
+    assert count(store, "collector_runs") == 2
+    row = store.db.execute("SELECT argv, engine, reasons FROM processes").fetchone()
+    assert row == ('["llama-server", "--api-key", "<redacted>"]', "llama.cpp", "inference,gpu")
+    gtt = store.db.execute("SELECT gtt_bytes FROM process_samples WHERE device_id != 'host'")
+    assert gtt.fetchone()[0] == 70 * GIB
+
+
+def test_process_identity_is_pid_plus_start_time(store: Store) -> None:
+    store.write(snapshot(T0, pid=100, start=5))
+    store.write(snapshot(T0 + 1000, pid=100, start=5))
+    store.write(snapshot(T0 + 2000, pid=100, start=6,
+                         exited=(ExitedProcess(100, 5, T0 + 1000),)))
+    rows = store.db.execute(
+        "SELECT pid, start_ticks, first_seen_ms, last_seen_ms, exited_ms FROM processes"
+        " ORDER BY id").fetchall()
+    assert rows == [(100, 5, T0, T0 + 1000, T0 + 2000), (100, 6, T0 + 2000, T0 + 2000, None)]
+    event = store.db.execute("SELECT kind, subject FROM events").fetchall()
+    assert event == [("process_exit", "llama-server[100]")]
+
+
+def test_prune_rolls_up_complete_minutes_then_drops_raw(store: Store) -> None:
+    for second in range(120):  # two full minutes at 1 s
+        store.write(snapshot(T0 + second * 1000, used=(10 + second % 3) * GIB))
+    now = T0 + 150_000
+    counts = store.prune(now, Retention(raw_hours=0.1))
+    assert counts["device_minutes"] == 4  # 2 minutes x 2 devices
+    row = store.db.execute(
+        "SELECT samples, used_min_bytes, used_max_bytes, used_avg_bytes FROM device_minutes"
+        " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
+    assert row == (60, 10 * GIB, 12 * GIB, 11 * GIB)
+    pm = store.db.execute("SELECT samples, gtt_max_bytes FROM process_minutes"
+                          " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
+    assert pm == (60, 70 * GIB)
+    assert count(store, "device_samples") == 240  # 6 minutes of raw kept: nothing dropped
+    # Later: raw older than the window goes, the rollups stay, nothing is rolled up twice.
+    later = T0 + 3600_000
+    counts = store.prune(later, Retention(raw_hours=0.1))
+    assert counts["deleted_device_samples"] == 240
+    assert count(store, "device_samples") == 0
+    assert count(store, "device_minutes") == 4
+    assert counts["device_minutes"] == 0
+
+
+def test_minute_rollups_expire_after_minute_days(store: Store) -> None:
+    store.write(snapshot(T0))
+    store.prune(T0 + MINUTE_MS, Retention())
+    assert count(store, "device_minutes") == 2
+    store.prune(T0 + 31 * 86400_000, Retention(minute_days=30))
+    assert count(store, "device_minutes") == 0
+
+
+def test_corrupt_database_is_moved_aside_and_a_new_one_started(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    path.write_bytes(b"this is not a database at all" * 100)
+    s = Store.open(path)
+    moved = list(tmp_path.glob("v.db.corrupt-*"))
+    assert len(moved) == 1
+    assert moved[0].read_bytes().startswith(b"this is not a database")  # evidence kept
+    (kind, message), = s.db.execute("SELECT kind, message FROM events").fetchall()
+    assert kind == "database_recovered" and str(moved[0]) in message
+    s.write(snapshot(T0))
+    s.close()
+
+
+def test_truncated_database_is_detected(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    s = Store.open(path)
+    for i in range(200):
+        s.write(snapshot(T0 + i * 1000))
+    s.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])  # a torn copy
+    s2 = Store.open(path)
+    assert len(list(tmp_path.glob("v.db.corrupt-*"))) == 1
+    assert count(s2, "device_samples") == 0
+    s2.close()
+
+
+def test_failed_write_rolls_back_and_the_next_write_still_works(store: Store) -> None:
+    store.db.execute("CREATE TRIGGER no_runs BEFORE INSERT ON collector_runs "
+                     "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
+    with pytest.raises(sqlite3.IntegrityError):
+        store.write(snapshot(T0))
+    assert count(store, "processes") == 0  # rolled back with the rest of the tick
+    store.db.execute("DROP TRIGGER no_runs")
+    store.write(snapshot(T0 + 1000))  # caches were restored: the process row is re-inserted
+    assert count(store, "processes") == 1
+    assert count(store, "process_samples") == 2
+
+
+def test_unwritable_location_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="cannot create the database"):
+        Store.open(blocker / "v.db")
+
+
+def test_readonly_open_rejects_missing_and_garbage(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no database"):
+        open_readonly(tmp_path / "none.db")
+    (tmp_path / "bad.db").write_bytes(b"\0garbage" * 1000)
+    with pytest.raises(StoreError, match="not a readable vramscope database"):
+        open_readonly(tmp_path / "bad.db")

@@ -1,0 +1,53 @@
+"""The arrows of DESIGN.md: collectors <- monitor <- tui, and the daemon carries no UI."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_daemon_and_cli_never_import_textual_or_rich() -> None:
+    code = (
+        "import sys, monitor.daemon, monitor.cli, monitor.store, monitor.sampler;"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'textual', 'rich', 'tui'});"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    assert out.stdout.strip() == ""
+
+
+def imports_of(package: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / package).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_collectors_import_neither_monitor_nor_tui() -> None:
+    for path, names in imports_of("collectors").items():
+        assert not names & {"monitor", "tui", "textual", "rich"}, path
+
+
+def test_monitor_imports_no_ui() -> None:
+    for path, names in imports_of("monitor").items():
+        assert not names & {"tui", "textual", "rich"}, path
+
+
+def test_only_the_vendor_wrappers_import_vendor_libraries() -> None:
+    for package in ("collectors", "monitor", "tui"):
+        for path, names in imports_of(package).items():
+            if "pynvml" in names:
+                assert path == "collectors/nvml.py", path
+            if "amdsmi" in names:
+                assert path == "collectors/amdsmi.py", path
