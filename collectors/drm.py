@@ -110,6 +110,17 @@ AMD_APU_DEVICE_IDS: dict[int, str] = {
     0x15DD: "Raven Ridge",
 }
 
+
+
+def _apu_name(pci_id: str | None) -> str | None:
+    """``AMD Strix Halo [...]`` for a known APU id, else None."""
+    try:
+        name = AMD_APU_DEVICE_IDS.get(int((pci_id or "").partition(":")[2], 16))
+    except ValueError:
+        return None
+    return f"AMD {name}" if name else None
+
+
 HIDDEN_REASON = "permission denied reading /proc/{pid}/fdinfo (GPU memory not attributable)"
 HIDDEN_HINT = (
     "fdinfo needs ptrace read access to the process: run vramscope as root or grant "
@@ -409,7 +420,7 @@ def _discover(roots: Roots) -> list[DrmDevice]:
             apu = _is_amd_apu(pci_id, slot, nodes, kfd, hwmon)
             kind = "unified" if apu else "dedicated"
             product = (try_read_text(card / "device/product_name") or "").strip()
-            label = product or f"AMD GPU {pci_id or name}"
+            label = product or _apu_name(pci_id) or f"AMD GPU {pci_id or name}"
         else:
             kind = "unified" if slot == INTEL_IGPU_SLOT else "dedicated"
             label = f"Intel GPU {pci_id or name}"

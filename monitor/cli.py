@@ -136,7 +136,8 @@ def status(as_json: bool = False, **kwargs: Any) -> None:
     if as_json:
         click.echo(json.dumps(status_mod.to_json(snap), indent=2))
     else:
-        click.echo(status_mod.render_text(snap, width=shutil.get_terminal_size((160, 24)).columns))
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        click.echo(status_mod.render_text(snap, width=width))
 
 
 @cli.command()

@@ -7,6 +7,7 @@ change to it is a new schema version. Sizes are bytes, times epoch milliseconds 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -67,7 +68,7 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
     return [fmt(headers), *(fmt(r) for r in rows)]
 
 
-def render_text(snap: Snapshot, width: int = 100) -> str:
+def render_text(snap: Snapshot, width: int | None = None) -> str:
     """Devices, then tracked processes with their memory per device, then what is hidden."""
     out: list[str] = []
     dev_rows = []
@@ -101,7 +102,7 @@ def render_text(snap: Snapshot, width: int = 100) -> str:
             if m is not None:
                 held = sum(v for v in (m.vram_bytes, m.gtt_bytes) if v)
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(held)}")
-        command = " ".join(p.argv) or f"[{p.comm}]"
+        command = " ".join([os.path.basename(p.argv[0]), *p.argv[1:]]) if p.argv else f"[{p.comm}]"
         proc_rows.append([
             str(p.pid), p.engine or "-",
             human_bytes(host.rss_anon_bytes if host else None),
@@ -111,7 +112,7 @@ def render_text(snap: Snapshot, width: int = 100) -> str:
         ])
     lines = _table(["PID", "ENGINE", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"], proc_rows,
                    {2, 3, 4})
-    out += [line[:width] for line in lines]
+    out += [line[:width] for line in lines] if width else lines
     if snap.hidden:
         out.append("")
         out.append("Hidden (memory use could not be read):")

@@ -1,0 +1,74 @@
+"""`status` and `daemon` sampling a recorded Strix Halo tree end to end (--proc-root/--sys-root)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "drm" / "strix-halo"
+ROOTS = ["--proc-root", str(FIXTURE / "proc"), "--sys-root", str(FIXTURE / "sys")]
+KIB, GIB = 1024, 1024**3
+DEVICE = "drm:0000:c5:00.0"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_status_json_on_the_strix_halo_tree() -> None:
+    result = run("status", "--json", *ROOTS)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    devices = {d["device_id"]: d for d in doc["devices"]}
+    apu = devices[DEVICE]
+    assert apu["memory_kind"] == "unified"
+    assert apu["vram_total_bytes"] == 512 * 1024**2
+    assert apu["gtt_total_bytes"] == 96 * GIB
+    assert devices["host"]["total_bytes"] == 130_560_000 * KIB
+    procs = {p["comm"]: p for p in doc["processes"]}
+    llama = procs["llama-server"]
+    assert llama["engine"] == "llama.cpp"
+    assert set(llama["reasons"]) >= {"inference", "gpu"}
+    assert llama["memory"][DEVICE]["gtt_bytes"] == 73_547_120 * KIB  # two fds, counted once
+    assert llama["memory"]["host"]["rss_file_bytes"] == 7_340_032 * KIB
+    assert llama["memory"]["host"]["pss_bytes"] == (1_312_000 + 3_670_016 + 2_048) * KIB
+    assert "gpu" in procs["gnome-shell"]["reasons"]
+
+
+def test_status_table_on_the_strix_halo_tree() -> None:
+    result = run("status", *ROOTS)
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith(DEVICE))
+    assert "unified" in line and "GTT 70." in line
+    llama = next(x for x in result.stdout.splitlines() if "llama-server" in x)
+    assert "c5:00.0 70.4 GiB" in llama and "inference,gpu" in llama  # GTT + its VRAM
+    assert "llama-server -m /models/Llama-3.3-70B" in llama
+
+
+def test_daemon_records_the_tree(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    proc = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
+                             "--interval", "0.2", *ROOTS], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    conn = sqlite3.connect(db)
+    gtt = conn.execute(
+        "SELECT DISTINCT s.gtt_bytes FROM process_samples s JOIN processes p"
+        " ON p.id = s.process_id WHERE p.comm = 'llama-server' AND s.device_id = ?", (DEVICE,)
+    ).fetchall()
+    assert gtt == [(73_547_120 * KIB,)]
+    kinds = dict(conn.execute("SELECT id, memory_kind FROM devices"))
+    assert kinds == {DEVICE: "unified", "host": "host"}
+    statuses = set(conn.execute("SELECT collector, status FROM collector_runs"))
+    assert statuses == {("drm", "ok"), ("procfs", "ok")}
