@@ -496,7 +496,7 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
 # Processes
 
 
-def _list_fds(fd_dir: Path) -> list[str]:
+def _list_fds(fd_dir: str) -> list[str]:
     """Names in ``proc/PID/fd``; raises PermissionError and the ``GONE`` errors."""
     return os.listdir(fd_dir)
 
@@ -614,9 +614,9 @@ class DrmCollector:
         return Reading(devices=samples, memory=tuple(memory), hidden=hidden)
 
     def _scan_pid(self, pid: int) -> _PidScan:
-        base = self.roots.proc / str(pid)
+        base = f"{self.roots.proc}/{pid}"  # str paths: pathlib costs ~5 us a join
         try:
-            names = _list_fds(base / "fd")
+            names = _list_fds(f"{base}/fd")
         except PermissionError:
             return _PidScan(denied=True)
         except (*GONE, OSError):
@@ -629,7 +629,7 @@ class DrmCollector:
             if not name.isdigit():
                 continue
             try:
-                target = os.readlink(base / "fd" / name)
+                target = os.readlink(f"{base}/fd/{name}")
             except PermissionError:
                 return _PidScan(denied=True)
             except OSError:  # fd closed meanwhile, or the process exited
@@ -638,7 +638,7 @@ class DrmCollector:
                 continue
             holds = True
             try:
-                data = read_bytes(base / "fdinfo" / name)
+                data = read_bytes(f"{base}/fdinfo/{name}")
             except PermissionError:
                 dev = self._device_for(None, target)
                 denied_fdinfo = True

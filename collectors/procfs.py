@@ -205,14 +205,14 @@ class ProcfsCollector:
             if entry is not None and entry.ino == ino:
                 continue
             try:
-                parsed = parse_stat(_fs.read_bytes(proc / str(pid) / "stat"))
+                parsed = parse_stat(_fs.read_bytes(f"{proc}/{pid}/stat"))
                 if parsed is None:
                     continue
                 comm, ppid, start_ticks = parsed
                 if entry is not None and entry.start_ticks == start_ticks:
                     entry.ino = ino  # same process, inode recycled by procfs
                     continue
-                argv = redact_argv(parse_cmdline(_fs.read_bytes(proc / str(pid) / "cmdline")))
+                argv = redact_argv(parse_cmdline(_fs.read_bytes(f"{proc}/{pid}/cmdline")))
             except OSError:  # gone, or denied (hidepid): not this tick
                 known.pop(pid, None)
                 continue
@@ -231,7 +231,7 @@ class ProcfsCollector:
         proc = self.roots.proc
         for pid, entry in self._known.items():
             try:
-                statm = _fs.read_bytes(proc / str(pid) / "statm").split()
+                statm = _fs.read_bytes(f"{proc}/{pid}/statm").split()
                 entry.rss_bytes = int(statm[1]) * PAGE_BYTES
             except (OSError, IndexError, ValueError):
                 entry.rss_bytes = 0
@@ -241,7 +241,7 @@ class ProcfsCollector:
         self._top = {pid for pid, e in ranked[: self.options.top_n] if e.rss_bytes > 0}
 
     def _check_torch(self, pid: int, entry: _Proc, now_ms: int) -> None:
-        maps = _fs.try_read_bytes(self.roots.proc / str(pid) / "maps")
+        maps = _fs.try_read_bytes(f"{self.roots.proc}/{pid}/maps")
         if maps is not None and b"libtorch" in maps:
             entry.engine = "torch"
         started = self._started_at_ms(entry.start_ticks)
@@ -285,7 +285,7 @@ class ProcfsCollector:
         for pid, why in reasons.items():
             entry = self._known[pid]
             try:
-                row, uid = parse_status(_fs.read_bytes(proc / str(pid) / "status"), pid)
+                row, uid = parse_status(_fs.read_bytes(f"{proc}/{pid}/status"), pid)
             except PermissionError:
                 hidden.append(HiddenProcess(pid, "permission denied reading /proc/PID/status",
                                             comm=entry.comm, hint=_HIDEPID_HINT))
@@ -293,7 +293,7 @@ class ProcfsCollector:
             except OSError:
                 continue  # exited between listing and reading
             if pid in pss_pids:
-                rollup = _fs.try_read_bytes(proc / str(pid) / "smaps_rollup")
+                rollup = _fs.try_read_bytes(f"{proc}/{pid}/smaps_rollup")
                 if rollup is not None:
                     entry.pss_read_ms = now_ms
                     row = replace(row, pss_bytes=parse_pss(rollup))

@@ -445,8 +445,8 @@ def test_partial_ticks_skip_unrelated_pids_until_rescan(
     scanned: list[int] = []
     real = drm._list_fds
 
-    def counting(path: Path) -> list[str]:
-        scanned.append(int(path.parent.name))
+    def counting(path: str) -> list[str]:
+        scanned.append(int(Path(path).parent.name))
         return real(path)
 
     monkeypatch.setattr(drm, "_list_fds", counting)
@@ -479,8 +479,8 @@ def test_young_and_gpu_pids_are_rescanned(rx_tree: Path, monkeypatch: pytest.Mon
     scanned: list[int] = []
     real = drm._list_fds
 
-    def counting(path: Path) -> list[str]:
-        scanned.append(int(path.parent.name))
+    def counting(path: str) -> list[str]:
+        scanned.append(int(Path(path).parent.name))
         return real(path)
 
     monkeypatch.setattr(drm, "_list_fds", counting)
