@@ -161,10 +161,10 @@ class ProcfsCollector:
 
     def _read_boot_ms(self) -> int | None:
         stat = _fs.try_read_bytes(self.roots.proc / "stat")
-        if stat:
-            for line in stat.splitlines():
-                if line.startswith(b"btime "):
-                    return int(line.split()[1]) * 1000
+        for line in (stat or b"").splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == b"btime" and fields[1].isdigit():
+                return int(fields[1]) * 1000
         return None
 
     def _started_at_ms(self, start_ticks: int) -> int | None:
@@ -293,9 +293,9 @@ class ProcfsCollector:
             except OSError:
                 continue  # exited between listing and reading
             if pid in pss_pids:
+                entry.pss_read_ms = now_ms  # also when denied: never starve the others
                 rollup = _fs.try_read_bytes(f"{proc}/{pid}/smaps_rollup")
                 if rollup is not None:
-                    entry.pss_read_ms = now_ms
                     row = replace(row, pss_bytes=parse_pss(rollup))
             entry.uid = uid
             infos.append(

@@ -187,8 +187,12 @@ def load(
     if interval_s is not None and not 0.05 <= interval_s <= 3600:
         raise ConfigError(f"--interval {interval_s} is outside 0.05..3600 seconds")
     enabled = coll.get("enabled")
+    db_path = db or Path(os.path.expanduser(daemon.get("db", str(base.db_path))))
+    if not str(db_path).strip() or db_path.is_dir() or str(db_path).endswith("/"):
+        where = "--db" if db else f"[daemon] db in {path}"
+        raise ConfigError(f"{where} must name a database file, not {str(db_path)!r}")
     return Config(
-        db_path=db or Path(os.path.expanduser(daemon.get("db", str(base.db_path)))),
+        db_path=db_path.resolve(),  # one lock per real file, whatever the spelling
         interval_s=float(interval_s if interval_s is not None else daemon.get("interval_s", 1.0)),
         prune_interval_s=float(daemon.get("prune_interval_s", base.prune_interval_s)),
         log_level=log_level or daemon.get("log_level", base.log_level),

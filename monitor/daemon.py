@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # Ticks kept in memory while the database refuses writes (locked, disk full); written
 # in order when it accepts them again. One hour at 1 s; the oldest go first past that.
 PENDING_MAX = 3600
+POISON_TRIES = 3
 
 
 class DaemonLocked(StoreError):
@@ -44,7 +45,9 @@ class DaemonContext:
     sampler: Sampler
     pending: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
     last_errors: dict[str, str | None] = field(default_factory=dict)
+    failures: dict[int, int] = field(default_factory=dict)  # ts_ms -> failed writes
     ticks: int = 0
+    dropped: int = 0
 
 
 def acquire_lock(db_path: Path) -> IO[str]:
@@ -90,18 +93,41 @@ def lock_holder(db_path: Path) -> int | None:
 
 
 def tick(ctx: DaemonContext) -> Snapshot:
-    """Sample once and write it (with any ticks the database refused earlier)."""
+    """Sample once and write it (with any ticks the database refused earlier).
+
+    While the database refuses writes (locked, disk full) ticks wait in memory, oldest
+    first, and every one dropped past ``PENDING_MAX`` is logged. A tick that fails for any
+    other reason ``POISON_TRIES`` times is logged and set aside, so one bad row can never
+    block the ticks behind it.
+    """
     snap = ctx.sampler.sample()
     ctx.ticks += 1
     _log_collector_changes(ctx, snap)
+    if len(ctx.pending) == ctx.pending.maxlen:
+        lost = ctx.pending.popleft()
+        ctx.dropped += 1
+        log.error("dropped the tick of %s: %d ticks waiting for the database already",
+                  datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(), PENDING_MAX)
     ctx.pending.append(snap)
-    try:
-        while ctx.pending:
-            ctx.store.write(ctx.pending[0])
-            ctx.pending.popleft()
-    except sqlite3.Error as exc:
-        log.error("cannot write to %s (%s); %d tick(s) kept in memory",
-                  ctx.config.db_path, exc, len(ctx.pending))
+    while ctx.pending:
+        head = ctx.pending[0]
+        try:
+            ctx.store.write(head)
+        except sqlite3.OperationalError as exc:  # busy, locked, full: wait and retry
+            log.error("cannot write to %s (%s); %d tick(s) kept in memory",
+                      ctx.config.db_path, exc, len(ctx.pending))
+            break
+        except Exception as exc:
+            failures = ctx.failures.get(head.ts_ms, 0) + 1
+            ctx.failures[head.ts_ms] = failures
+            if failures < POISON_TRIES:
+                log.error("writing the tick of %d failed (%r); will retry", head.ts_ms, exc)
+                break
+            log.error("set aside the tick of %d after %d failed writes: %r",
+                      head.ts_ms, failures, exc)
+            ctx.dropped += 1
+        ctx.pending.popleft()
+        ctx.failures.pop(head.ts_ms, None)
     return snap
 
 
@@ -121,6 +147,10 @@ def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
 
 
 def prune(ctx: DaemonContext) -> None:
+    """Roll up and apply retention; waits while ticks are still queued for the database."""
+    if ctx.pending:
+        log.info("prune postponed: %d tick(s) still waiting to be written", len(ctx.pending))
+        return
     try:
         counts = ctx.store.prune(now_ms(), ctx.config.retention)
         log.debug("prune: %s", counts)
@@ -164,8 +194,11 @@ def run(config: Config) -> int:
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
 
+    stopping: list[int] = []
+
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s; finishing the tick in flight", signal.Signals(signum).name)
+        stopping.append(signum)
         if sched.running:
             sched.shutdown(wait=True)
 
@@ -174,12 +207,14 @@ def run(config: Config) -> int:
     log.info("sampling every %s s into %s (collectors: %s)", config.interval_s,
              config.db_path, ", ".join(c.name for c in sampler.collectors))
     try:
-        sched.start()
+        if not stopping:  # a signal before the scheduler ran: do not start it at all
+            sched.start()
     finally:
         try:
             store.add_event("daemon_stopped", "info", "daemon",
                             f"vramscope daemon stopped after {ctx.ticks} ticks",
-                            {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending)})
+                            {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending),
+                             "dropped_ticks": ctx.dropped})
         except sqlite3.Error as exc:
             log.error("could not record the stop: %s", exc)
         sampler.close()

@@ -78,7 +78,12 @@ def privilege_checks(roots: Roots) -> list[Check]:
         who = "root" if os.geteuid() == 0 else "CAP_SYS_PTRACE"
         return [Check("privileges", "ok", f"running with {who}: every process can be inspected")]
     denied = total = 0
-    for entry in os.scandir(roots.proc):
+    try:
+        entries = list(os.scandir(roots.proc))
+    except OSError as exc:
+        return [Check("privileges", "fail", f"cannot list {roots.proc}: {exc.strerror}",
+                      "point --proc-root at a proc tree")]
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         total += 1

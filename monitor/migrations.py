@@ -49,7 +49,7 @@ def m001_initial(db: Database) -> None:
             argv TEXT NOT NULL, engine TEXT, reasons TEXT,
             first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,
             exited_ms INTEGER,
-            UNIQUE (pid, start_ticks)
+            UNIQUE (pid, start_ticks, started_at_ms)
         );
         CREATE INDEX processes_last_seen ON processes (last_seen_ms);
         CREATE TABLE process_samples (
@@ -61,8 +61,12 @@ def m001_initial(db: Database) -> None:
         CREATE TABLE device_minutes (
             ts_ms INTEGER NOT NULL, device_id TEXT NOT NULL, samples INTEGER NOT NULL,
             used_min_bytes INTEGER, used_avg_bytes INTEGER, used_max_bytes INTEGER,
-            vram_used_max_bytes INTEGER, gtt_used_max_bytes INTEGER,
-            available_min_bytes INTEGER, util_avg_pct REAL, temp_max_c REAL, power_avg_w REAL,
+            vram_used_avg_bytes INTEGER, vram_used_max_bytes INTEGER,
+            gtt_used_avg_bytes INTEGER, gtt_used_max_bytes INTEGER,
+            available_min_bytes INTEGER, available_avg_bytes INTEGER,
+            shmem_max_bytes INTEGER, mlocked_max_bytes INTEGER, swap_free_min_bytes INTEGER,
+            util_avg_pct REAL, util_max_pct REAL, temp_max_c REAL, power_avg_w REAL,
+            power_max_w REAL,
             PRIMARY KEY (ts_ms, device_id)
         ) WITHOUT ROWID;
         CREATE TABLE process_minutes (
@@ -70,8 +74,11 @@ def m001_initial(db: Database) -> None:
             samples INTEGER NOT NULL,
             vram_avg_bytes INTEGER, vram_max_bytes INTEGER,
             gtt_avg_bytes INTEGER, gtt_max_bytes INTEGER,
+            vram_min_bytes INTEGER, gtt_min_bytes INTEGER, cpu_max_bytes INTEGER,
             rss_anon_avg_bytes INTEGER, rss_anon_max_bytes INTEGER,
-            rss_file_max_bytes INTEGER, rss_shmem_max_bytes INTEGER, pss_max_bytes INTEGER,
+            rss_file_avg_bytes INTEGER, rss_file_max_bytes INTEGER, rss_shmem_max_bytes INTEGER,
+            swap_max_bytes INTEGER, hwm_max_bytes INTEGER, locked_max_bytes INTEGER,
+            pss_max_bytes INTEGER,
             PRIMARY KEY (ts_ms, process_id, device_id)
         ) WITHOUT ROWID;
         CREATE TABLE events (

@@ -29,6 +29,7 @@ from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migr
 log = logging.getLogger(__name__)
 
 MINUTE_MS = 60_000
+LATE_MS = 3_600_000  # how late a tick may be written and still reach its minute's rollup
 _DEVICE_STATIC = (
     "collector", "vendor", "name", "memory_kind", "pci_bus_id", "total_bytes",
     "vram_total_bytes", "vis_vram_total_bytes", "gtt_total_bytes",
@@ -65,15 +66,34 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return sqlite3.connect(path, check_same_thread=False, timeout=5.0)
 
 
-def _healthy(conn: sqlite3.Connection) -> str | None:
-    """``None`` when the file is a sound SQLite database, else why not."""
+_CORRUPT = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+
+
+def _healthy(conn: sqlite3.Connection, path: Path) -> str | None:
+    """``None`` when the file is a sound SQLite database, else why it is corrupt.
+
+    Only corruption counts: a locked or unreadable database raises StoreError instead, so
+    that a healthy history is never moved aside because another process held a lock.
+    """
     try:
         rows = conn.execute("PRAGMA quick_check").fetchall()
     except sqlite3.DatabaseError as exc:
-        return str(exc)
+        if getattr(exc, "sqlite_errorname", None) in _CORRUPT:
+            return str(exc)
+        raise StoreError(f"cannot read the database {path}: {exc}") from None
     if rows != [("ok",)]:
         return "; ".join(str(r[0]) for r in rows[:3])
     return None
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _sql_value(value: Any) -> Any:
+    """SQLite integers are signed 64-bit: a wrapped u64 counter is unknown, not a crash."""
+    if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+        return None
+    return value
 
 
 def move_aside(path: Path) -> Path:
@@ -92,7 +112,11 @@ def open_readonly(path: Path) -> Database:
     if not path.exists():
         raise StoreError(f"no database at {path}")
     conn = _connect(path, readonly=True)
-    problem = _healthy(conn)
+    try:
+        problem = _healthy(conn, path)
+    except StoreError:
+        conn.close()
+        raise
     if problem is not None:
         conn.close()
         raise StoreError(f"{path} is not a readable vramscope database: {problem}")
@@ -106,18 +130,27 @@ class Store:
         self.db = db
         self.path = path
         self.recovered_from = recovered_from
-        self._process_ids: dict[tuple[int, int], int] = {}
+        # (pid, start_ticks, started_at_ms) -> processes.id. started_at_ms (boot time +
+        # start ticks) tells apart two processes with one pid and start tick in two boots.
+        self._process_ids: dict[tuple[int, int, int | None], int] = {}
         self._devices: dict[str, tuple[Any, ...]] = {}
 
     @classmethod
     def open(cls, path: Path) -> Store:
+        if path.is_dir():
+            raise StoreError(f"the database path {path} is a directory")
         try:
             _create_private(path)
             conn = _connect(path)
-        except OSError as exc:
-            raise StoreError(f"cannot create the database {path}: {exc.strerror or exc}") from exc
+        except (OSError, sqlite3.Error) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else exc
+            raise StoreError(f"cannot create the database {path}: {reason}") from exc
         recovered_from = None
-        problem = _healthy(conn)
+        try:
+            problem = _healthy(conn, path)
+        except StoreError:
+            conn.close()
+            raise
         if problem is not None:
             conn.close()
             moved = move_aside(path)
@@ -131,7 +164,7 @@ class Store:
             migrations.apply(db)
             db.enable_wal()
             db.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"cannot prepare the database {path}: {exc}") from exc
         store = cls(db, path, recovered_from)
@@ -172,7 +205,7 @@ class Store:
                 if pid_key is None:
                     continue  # a GPU client beyond max_tracked or gone: counted in the device
                 rows.append((snap.ts_ms, pid_key, m.device_id,
-                             *(getattr(m, f) for f in PROCESS_SAMPLE_FIELDS)))
+                             *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS)))
             conn.executemany(_PROCESS_SAMPLE_SQL, rows)
             for gone in snap.exited:
                 self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks, gone.last_seen_ms)
@@ -184,13 +217,13 @@ class Store:
 
     def _write_devices(self, conn: sqlite3.Connection, snap: Snapshot) -> None:
         for d in snap.devices:
-            static = tuple(getattr(d, f) for f in _DEVICE_STATIC)
+            static = tuple(_sql_value(getattr(d, f)) for f in _DEVICE_STATIC)
             if self._devices.get(d.device_id) != static:
                 self._upsert_device(conn, d, static, snap.ts_ms)
                 self._devices[d.device_id] = static
         conn.executemany(
             _DEVICE_SAMPLE_SQL,
-            [(snap.ts_ms, d.device_id, *(getattr(d, f) for f in DEVICE_SAMPLE_FIELDS))
+            [(snap.ts_ms, d.device_id, *(_sql_value(getattr(d, f)) for f in DEVICE_SAMPLE_FIELDS))
              for d in snap.devices],
         )
 
@@ -213,7 +246,7 @@ class Store:
         """pid -> processes.id for this tick, inserting processes seen for the first time."""
         ids: dict[int, int] = {}
         for p in infos:
-            key = (p.pid, p.start_ticks)
+            key = (p.pid, p.start_ticks, p.started_at_ms)
             row_id = self._process_ids.get(key)
             if row_id is None:
                 row_id = self._process_id(conn, p, ts_ms)
@@ -229,22 +262,26 @@ class Store:
         conn.execute(
             "INSERT INTO processes (pid, start_ticks, started_at_ms, ppid, uid, comm, argv,"
             " engine, reasons, first_seen_ms, last_seen_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-            " ON CONFLICT(pid, start_ticks) DO UPDATE SET engine=excluded.engine,"
-            " reasons=excluded.reasons",
+            " ON CONFLICT(pid, start_ticks, started_at_ms) DO UPDATE SET"
+            " engine=excluded.engine, reasons=excluded.reasons, exited_ms=NULL",
             (p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm,
              json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms),
         )
         row = conn.execute(
-            "SELECT id FROM processes WHERE pid = ? AND start_ticks = ?", (p.pid, p.start_ticks)
+            "SELECT id FROM processes WHERE pid = ? AND start_ticks = ?"
+            " AND started_at_ms IS ? ORDER BY id DESC",
+            (p.pid, p.start_ticks, p.started_at_ms),
         ).fetchone()
         return int(row[0])
 
     def _record_exit(
         self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int, last_seen_ms: int
     ) -> None:
-        self._process_ids.pop((pid, start_ticks), None)
+        for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
+            del self._process_ids[key]
         row = conn.execute(
-            "SELECT id, comm, engine FROM processes WHERE pid = ? AND start_ticks = ?",
+            "SELECT id, comm, engine FROM processes WHERE pid = ? AND start_ticks = ?"
+            " AND exited_ms IS NULL ORDER BY id DESC",
             (pid, start_ticks),
         ).fetchone()
         if row is None:
@@ -281,14 +318,18 @@ class Store:
     def prune(self, now_ms: int, retention: Retention) -> dict[str, int]:
         """Roll raw samples up per minute, then drop what retention no longer keeps.
 
-        Only complete minutes are rolled up, each once (``meta.rolled_up_to_ms``), so a
-        minute's rollup never misses samples that arrive later in that minute.
+        Only complete minutes are rolled up. Each prune recomputes the minutes from
+        ``LATE_MS`` before the previous end (``meta.rolled_up_to_ms``), and raw rows are
+        never deleted inside that window: a tick written late (kept in memory while the
+        database was locked) still lands in its minute's rollup, and a recomputed minute
+        always sees all of its raw rows.
         """
         conn = self.db.conn
         counts: dict[str, int] = {}
         with self.db.atomic():
             row = conn.execute("SELECT value FROM meta WHERE key='rolled_up_to_ms'").fetchone()
-            start = int(row[0]) if row else 0
+            previous_end = int(row[0]) if row else 0
+            start = max(0, previous_end - LATE_MS)
             end = now_ms - now_ms % MINUTE_MS
             if end > start:
                 counts["device_minutes"] = conn.execute(_DEVICE_ROLLUP, (start, end)).rowcount
@@ -296,7 +337,8 @@ class Store:
                 conn.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(end),)
                 )
-            raw_cut = min(end, now_ms - int(retention.raw_hours * 3600_000))
+            raw_cut = min(end - LATE_MS, now_ms - int(retention.raw_hours * 3600_000))
+            raw_cut -= raw_cut % MINUTE_MS  # whole minutes only
             minute_cut = now_ms - int(retention.minute_days * 86400_000)
             runs_cut = now_ms - int(retention.runs_hours * 3600_000)
             for table, cut in (
@@ -323,8 +365,11 @@ _DEVICE_ROLLUP = """
 INSERT OR REPLACE INTO device_minutes
 SELECT ts_ms - ts_ms % 60000, device_id, count(*),
        min(used_bytes), CAST(avg(used_bytes) AS INTEGER), max(used_bytes),
-       max(vram_used_bytes), max(gtt_used_bytes), min(available_bytes),
-       avg(util_pct), max(temp_c), avg(power_w)
+       CAST(avg(vram_used_bytes) AS INTEGER), max(vram_used_bytes),
+       CAST(avg(gtt_used_bytes) AS INTEGER), max(gtt_used_bytes),
+       min(available_bytes), CAST(avg(available_bytes) AS INTEGER),
+       max(shmem_bytes), max(mlocked_bytes), min(swap_free_bytes),
+       avg(util_pct), max(util_pct), max(temp_c), avg(power_w), max(power_w)
 FROM device_samples WHERE ts_ms >= ? AND ts_ms < ?
 GROUP BY ts_ms - ts_ms % 60000, device_id
 """
@@ -333,8 +378,10 @@ INSERT OR REPLACE INTO process_minutes
 SELECT ts_ms - ts_ms % 60000, process_id, device_id, count(*),
        CAST(avg(vram_bytes) AS INTEGER), max(vram_bytes),
        CAST(avg(gtt_bytes) AS INTEGER), max(gtt_bytes),
+       min(vram_bytes), min(gtt_bytes), max(cpu_bytes),
        CAST(avg(rss_anon_bytes) AS INTEGER), max(rss_anon_bytes),
-       max(rss_file_bytes), max(rss_shmem_bytes), max(pss_bytes)
+       CAST(avg(rss_file_bytes) AS INTEGER), max(rss_file_bytes), max(rss_shmem_bytes),
+       max(swap_bytes), max(hwm_bytes), max(locked_bytes), max(pss_bytes)
 FROM process_samples WHERE ts_ms >= ? AND ts_ms < ?
 GROUP BY ts_ms - ts_ms % 60000, process_id, device_id
 """

@@ -229,3 +229,31 @@ def test_top_n_ranking_follows_rescan_cadence(rescan_s: float) -> None:
         assert tracked is (rescan_s == 0.0)
     finally:
         stop(child)
+
+
+def test_pss_rotates_and_an_unreadable_rollup_does_not_starve_the_others(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 500 kB\n")
+    for pid in (10, 11, 12):
+        d = proc / str(pid)
+        d.mkdir()
+        (d / "stat").write_text(f"{pid} (llama-server) S 1 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
+                                f"{pid} 1 1 0\n")
+        (d / "cmdline").write_bytes(b"llama-server\0")
+        (d / "status").write_text("RssAnon:\t4 kB\n")
+        if pid != 10:  # pid 10's smaps_rollup is missing: as if denied
+            (d / "smaps_rollup").write_text(f"Rss: 8 kB\nPss: {pid} kB\n")
+    roots = Roots(proc=proc, sys=tmp_path / "sys")
+    opts = CollectorOptions(pss_interval_s=60, pss_per_tick=1, top_n=0)
+    collector = ProcfsCollector(roots, opts)
+    got = []
+    for i in range(5):
+        reading = collector.collect(Tick(roots, 1000 + i * 1000, _pids={10: 1, 11: 1, 12: 1}))
+        got.append(sorted((m.pid, m.pss_bytes) for m in reading.memory if m.pss_bytes))
+    # one read per tick; every process gets its turn; then nobody until 60 s have passed
+    assert got == [[], [(11, 11 * 1024)], [(12, 12 * 1024)], [], []]
+    later = collector.collect(Tick(roots, 62_000, _pids={10: 1, 11: 1, 12: 1}))
+    assert [m.pid for m in later.memory if m.pss_bytes] == []  # pid 10's turn again (denied)
+    later = collector.collect(Tick(roots, 63_000, _pids={10: 1, 11: 1, 12: 1}))
+    assert [m.pid for m in later.memory if m.pss_bytes] == [11]

@@ -143,3 +143,14 @@ def test_default_database_goes_to_the_users_state_dir(tmp_path: Path) -> None:
     env["STATE_DIRECTORY"] = str(tmp_path / "svc")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == f"{tmp_path}/svc/vramscope.db"
+
+
+@pytest.mark.parametrize("value", ["''", "'/tmp'"])
+def test_config_db_that_is_not_a_file_is_one_line(tmp_path: Path, value: str) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[daemon]\ndb = {value}\n")
+    result = vramscope("daemon", "--config", str(cfg))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("vramscope: error: [daemon] db in ")
+    assert "must name a database file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -143,3 +143,74 @@ def test_tick_keeps_samples_in_memory_while_the_database_refuses_writes(tmp_path
     assert len(ctx.pending) == 0
     assert store.db.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0] == 3
     store.close()
+
+
+SLOW_DAEMON = """
+import sys, time
+from pathlib import Path
+from collectors.base import Reading
+from collectors.registry import REGISTRY, CollectorSpec
+import monitor.sampler
+from monitor import config, daemon
+
+marker = Path(sys.argv[2])
+
+class Slow:
+    name = "slow"
+    def __init__(self, roots, options):
+        self.n = 0
+    def collect(self, tick):
+        self.n += 1
+        if self.n == 3:
+            marker.write_text(str(tick.now_ms))  # the test sends SIGTERM now
+            time.sleep(1.5)
+        return Reading()
+    def close(self):
+        pass
+
+monitor.sampler.REGISTRY = (*REGISTRY, CollectorSpec("slow", Slow, True, "test"))
+sys.exit(daemon.run(config.load(db=Path(sys.argv[1]), interval_s=0.2)))
+"""
+
+
+def test_sigterm_during_a_slow_tick_commits_that_tick(tmp_path: Path) -> None:
+    db, marker = tmp_path / "v.db", tmp_path / "in-flight"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_DAEMON, str(db), str(marker)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    in_flight = int(marker.read_text())
+    conn = sqlite3.connect(db)
+    last = conn.execute("SELECT max(ts_ms) FROM collector_runs WHERE collector='slow'")
+    assert last.fetchone()[0] == in_flight  # the tick that was running when SIGTERM came
+    assert conn.execute("SELECT count(*) FROM device_samples WHERE ts_ms = ?",
+                        (in_flight,)).fetchone()[0] >= 1
+
+
+def test_a_tick_that_cannot_be_written_is_set_aside_after_three_tries(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "v.db")
+    ctx = DaemonContext(Config(db_path=tmp_path / "v.db"), store, Sampler(Roots()))
+    real_write = store.write
+    poisoned: list[int] = []
+
+    def write(snap):  # the first tick is unwritable (e.g. a constraint it violates)
+        if not poisoned or snap.ts_ms == poisoned[0]:
+            poisoned[:1] = [snap.ts_ms]
+            raise sqlite3.IntegrityError("bad row")
+        return real_write(snap)
+
+    store.write = write  # type: ignore[method-assign]
+    for _ in range(4):
+        tick(ctx)
+    assert ctx.dropped == 1 and not ctx.pending
+    written = store.db.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
+    assert written == 3  # every tick behind the bad one got through
+    store.close()

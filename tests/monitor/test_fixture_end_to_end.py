@@ -22,7 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_status_json_on_the_strix_halo_tree() -> None:
-    result = run("status", "--json", *ROOTS)
+    result = run("status", "--json", "--pss", *ROOTS)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     devices = {d["device_id"]: d for d in doc["devices"]}
@@ -39,6 +39,8 @@ def test_status_json_on_the_strix_halo_tree() -> None:
     assert llama["memory"]["host"]["rss_file_bytes"] == 7_340_032 * KIB
     assert llama["memory"]["host"]["pss_bytes"] == (1_312_000 + 3_670_016 + 2_048) * KIB
     assert "gpu" in procs["gnome-shell"]["reasons"]
+    plain = json.loads(run("status", "--json", *ROOTS).stdout)  # PSS only when asked
+    assert all("pss_bytes" not in m for p in plain["processes"] for m in p["memory"].values())
 
 
 def test_status_table_on_the_strix_halo_tree() -> None:

@@ -109,13 +109,69 @@ def test_prune_rolls_up_complete_minutes_then_drops_raw(store: Store) -> None:
                           " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
     assert pm == (60, 70 * GIB)
     assert count(store, "device_samples") == 240  # 6 minutes of raw kept: nothing dropped
-    # Later: raw older than the window goes, the rollups stay, nothing is rolled up twice.
-    later = T0 + 3600_000
+    # Later: raw older than the window goes, the rollups stay, each minute once.
+    later = T0 + 3 * 3600_000
     counts = store.prune(later, Retention(raw_hours=0.1))
     assert counts["deleted_device_samples"] == 240
     assert count(store, "device_samples") == 0
     assert count(store, "device_minutes") == 4
-    assert counts["device_minutes"] == 0
+    again = store.db.execute(
+        "SELECT samples, used_min_bytes, used_max_bytes, used_avg_bytes FROM device_minutes"
+        " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
+    assert again == row
+
+
+def test_a_tick_written_late_still_reaches_its_minute(store: Store) -> None:
+    for second in range(60):
+        store.write(snapshot(T0 + second * 1000 + 500, used=10 * GIB))
+    store.prune(T0 + 90_000, Retention())
+    # A tick held in memory while the database was locked arrives after the rollup.
+    store.write(snapshot(T0 + 100, used=50 * GIB))
+    store.prune(T0 + 150_000, Retention())
+    row = store.db.execute(
+        "SELECT samples, used_max_bytes FROM device_minutes WHERE device_id != 'host'"
+        " AND ts_ms = ?", (T0,)).fetchone()
+    assert row == (61, 50 * GIB)
+
+
+def test_out_of_range_counter_is_stored_as_unknown(store: Store) -> None:
+    snap = snapshot(T0)
+    from dataclasses import replace
+
+    bad = replace(snap, devices=(replace(snap.devices[0], used_bytes=2**64 - 1),
+                                 snap.devices[1]))
+    store.write(bad)
+    got = store.db.execute("SELECT used_bytes FROM device_samples WHERE device_id != 'host'")
+    assert got.fetchone() == (None,)
+
+
+def test_locked_database_is_not_mistaken_for_corruption(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    Store.open(path).close()
+    holder = sqlite3.connect(path)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            Store.open(path)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert not list(tmp_path.glob("v.db.corrupt-*"))  # the history stays where it was
+
+
+def test_same_pid_and_start_tick_in_another_boot_is_another_process(store: Store) -> None:
+    one = snapshot(T0)
+    other_boot = replace_info(one, started_at_ms=T0 + 86400_000)
+    store.write(replace_info(one, started_at_ms=T0 - 10_000))
+    store.write(other_boot)
+    assert count(store, "processes") == 2
+
+
+def replace_info(snap: Snapshot, **changes: object) -> Snapshot:
+    from dataclasses import replace
+
+    return replace(snap, processes=tuple(replace(p, **changes) for p in snap.processes))
 
 
 def test_minute_rollups_expire_after_minute_days(store: Store) -> None:
