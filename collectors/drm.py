@@ -449,9 +449,12 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
         ceiling = gtt_total
         if gtt_total is not None and ttm_pages is not None:
             ceiling = min(gtt_total, ttm_pages * PAGE_BYTES)
-        busy = try_read_int(d / "gpu_busy_percent")
+        # gpu_busy_percent and hwmon take a runtime-PM reference: on a suspended dGPU
+        # they would wake it every tick. Memory counters do not; they are read anyway.
+        asleep = (try_read_text(d / "power/runtime_status") or "").strip() == "suspended"
+        busy = None if asleep else try_read_int(d / "gpu_busy_percent")
         util = float(busy) if busy is not None else None
-        if dev.hwmon is not None:
+        if dev.hwmon is not None and not asleep:
             milli_c = try_read_int(dev.hwmon / "temp1_input")
             temp = milli_c / 1000 if milli_c is not None else None
             micro_w = try_read_int(dev.hwmon / "power1_average")

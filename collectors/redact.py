@@ -8,28 +8,46 @@ Redacted, each replaced by ``<redacted>``:
 - passwords in URLs (``https://user:pw@host``) and secret query parameters (``?token=``,
   ``&api_key=``, ``&sig=``);
 - bearer tokens, and tokens with well-known shapes (``hf_...``, ``sk-...``) wherever they are.
-Flags that only name a file (``--api-key-file``, ``--ssl-key-file``) keep their path.
+Flags that only name a file (``--api-key-file``, ``--ssl-key-file``) keep their path, and
+``--no-...`` switches take no value. A command inside one argument (``sh -c '...'``) is
+redacted word by word. Over-redacting is the safe side: ``--auth --port 8080`` loses the
+``--port`` word, never a secret.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 
 REDACTED = "<redacted>"
 
-_SECRET_WORDS = r"(?:api[-_]?key|apikey|key|token|secret|password|passwd|pass|auth|credentials?)"
+_SECRET_WORDS = (
+    r"(?:api[-_]?keys?|apikey|keys?|tokens?|secrets?|password|passwd|pass|auth|bearer"
+    r"|credentials?)"
+)
 # A flag whose last words name a secret: --api-key, --hf-token, --auth, -password ...
 _SECRET_FLAG = re.compile(rf"^--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS}$", re.IGNORECASE)
 _SECRET_ASSIGN = re.compile(
     rf"^(--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS})=(.+)$", re.IGNORECASE | re.DOTALL
 )
+# Short or odd flags that take a secret: llama.cpp's -hft (--hf-token); curl's -u/--user
+# and --proxy-user take "user:password" (the user name is kept).
+_SECRET_SHORT = frozenset({"-hft", "-hf-token"})
+_USER_PASSWORD = frozenset({"-u", "--user", "-U", "--proxy-user"})
+_ENV_FLAG = re.compile(r"^(--env|-e|--build-arg|--set-env)=(.+)$", re.DOTALL)
+_HEADER = re.compile(
+    r"^(\s*(?:authorization|proxy-authorization|x-api-key|api-key|x-auth-token|cookie"
+    r"|x-goog-api-key|private-token)\s*:\s*)(?:(bearer|basic|token)\s+)?\S.*$",
+    re.IGNORECASE | re.DOTALL,
+)
 _ENV_ASSIGN = re.compile(
     r"^([A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?))=(.+)$",
     re.IGNORECASE | re.DOTALL,
 )
-_URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@]+):[^/\s@]+@", re.IGNORECASE)
+# Greedy to the last "@": a password may hold "/" or "@"; over-redacting is the safe side.
+_URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
 _URL_PARAM = re.compile(
-    r"([?&;](?:[a-z0-9_-]*(?:token|key|secret|password|passwd|sig|signature|auth)[a-z0-9_-]*)=)"
+    r"([?&;#](?:[a-z0-9_-]*(?:token|key|secret|password|passwd|sig|signature|auth)[a-z0-9_-]*)=)"
     r"[^&;#\s]+",
     re.IGNORECASE,
 )
@@ -48,24 +66,65 @@ def _scrub(text: str) -> str:
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """The command line with every secret replaced; the shape (argument count) is kept."""
+    """The command line with every secret replaced; the shape (argument count) is kept.
+
+    An argument that holds a whole command (``sh -c 'llama-server --api-key X'``) is
+    split into words, redacted the same way, and joined again.
+    """
     out: list[str] = []
-    hide_next = False
+    hide_next: str | None = None  # "all", or "password" (keep the user of user:password)
     for arg in argv:
-        if hide_next:
-            hide_next = False
-            if not (arg.startswith("-") and len(arg) > 1):  # `--no-auth --port 8080`
-                out.append(REDACTED)
-                continue
-        if _SECRET_FLAG.match(arg):
-            hide_next = True
+        if hide_next is not None:
+            mode, hide_next = hide_next, None
+            out.append(_hide_password(arg) if mode == "password" else REDACTED)
+            continue
+        if arg.lower().startswith("--no-"):  # a switch (`--no-auth`), never takes a value
             out.append(arg)
-            continue
-        if m := _SECRET_ASSIGN.match(arg):
+        elif _SECRET_FLAG.match(arg) or arg in _SECRET_SHORT:
+            hide_next = "all"
+            out.append(arg)
+        elif arg in _USER_PASSWORD:
+            hide_next = "password"
+            out.append(arg)
+        elif (m := _SECRET_ASSIGN.match(arg)) and not _is_path_flag(m.group(1)):
             out.append(f"{m.group(1)}={REDACTED}")
-            continue
-        if m := _ENV_ASSIGN.match(arg):
-            out.append(f"{m.group(1)}={REDACTED}")
-            continue
-        out.append(_scrub(arg))
+        elif arg.startswith(("--user=", "--proxy-user=")):
+            flag, _, value = arg.partition("=")
+            out.append(f"{flag}={_hide_password(value)}")
+        elif m := _ENV_FLAG.match(arg):
+            out.append(f"{m.group(1)}={_redact_word(m.group(2))}")
+        elif m := _HEADER.match(arg):
+            scheme = f"{m.group(2)} " if m.group(2) else ""
+            out.append(f"{m.group(1)}{scheme}{REDACTED}")
+        elif " " in arg.strip():
+            out.append(_redact_words(arg))
+        else:
+            out.append(_redact_word(arg))
     return tuple(out)
+
+
+def _is_path_flag(flag: str) -> bool:
+    return flag.lower().endswith(("-file", "_file", "-path", "_path"))
+
+
+def _hide_password(value: str) -> str:
+    user, found, _ = value.partition(":")
+    return f"{user}:{REDACTED}" if found else REDACTED
+
+
+def _redact_word(word: str) -> str:
+    if m := _ENV_ASSIGN.match(word):
+        return f"{m.group(1)}={REDACTED}"
+    return _scrub(word)
+
+
+def _redact_words(text: str) -> str:
+    """A command held in one argument: redact its words as if they were argv."""
+    try:
+        words = shlex.split(text)
+    except ValueError:  # unbalanced quotes: fall back to whitespace
+        words = text.split()
+    redacted = redact_argv(words)
+    if redacted == tuple(words):
+        return _scrub(text)  # nothing found word by word: keep the original spacing
+    return shlex.join(redacted)

@@ -565,3 +565,21 @@ def test_unknown_values_stay_none(tmp_path: Path) -> None:
     assert sample.util_pct is None and sample.temp_c is None
     assert sample.gtt_ceiling_bytes == 64 * GiB  # no ttm pages_limit readable
     assert sample.name == "AMD GPU 1002:744c"
+
+
+def test_a_runtime_suspended_gpu_is_not_woken(tmp_path: Path) -> None:
+    """gpu_busy_percent/hwmon would wake it; only the memory counters are read."""
+    import shutil
+
+    tree = tmp_path / "rx"
+    shutil.copytree(FIXTURES / "rx7900xtx", tree, symlinks=True)
+    power = tree / "sys/class/drm/card0/device/power"
+    power.mkdir(exist_ok=True)
+    (power / "runtime_status").write_text("suspended\n")
+    roots = Roots(proc=tree / "proc", sys=tree / "sys")
+    (dev,) = DrmCollector(roots, CollectorOptions()).collect(Tick(roots, 1)).devices
+    assert dev.util_pct is None and dev.temp_c is None and dev.power_w is None
+    assert dev.vram_used_bytes is not None
+    (power / "runtime_status").write_text("active\n")
+    (awake,) = DrmCollector(roots, CollectorOptions()).collect(Tick(roots, 1)).devices
+    assert awake.util_pct is not None
