@@ -48,16 +48,12 @@ def wait_for_ticks(db: Path, n: int, timeout_s: float = 20.0) -> int:
     raise AssertionError(f"the daemon wrote fewer than {n} ticks in {timeout_s} s")
 
 
-def test_daemon_samples_then_exits_0_on_sigterm(tmp_path: Path) -> None:
+def test_daemon_samples_then_exits_0_on_sigterm(tmp_path: Path, stop_with_sigterm) -> None:
     db = tmp_path / "v.db"
     proc = start_daemon(db)
-    try:
-        wait_for_ticks(db, 1)
-        time.sleep(3)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
+    wait_for_ticks(db, 1)
+    time.sleep(3)
+    err = stop_with_sigterm(proc)
     assert proc.returncode == 0, err
     conn = sqlite3.connect(db)
     for table in SAMPLE_TABLES:

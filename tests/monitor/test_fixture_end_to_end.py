@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -53,16 +52,12 @@ def test_status_table_on_the_strix_halo_tree() -> None:
     assert "llama-server -m /models/Llama-3.3-70B" in llama
 
 
-def test_daemon_records_the_tree(tmp_path: Path) -> None:
+def test_daemon_records_the_tree(tmp_path: Path, stop_with_sigterm) -> None:
     db = tmp_path / "v.db"
     proc = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
                              "--interval", "0.2", *ROOTS], stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(2.0)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
+    time.sleep(2.0)
+    err = stop_with_sigterm(proc)
     assert proc.returncode == 0, err
     conn = sqlite3.connect(db)
     gtt = conn.execute(
