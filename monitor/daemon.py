@@ -55,7 +55,8 @@ def acquire_lock(db_path: Path) -> IO[str]:
     lock_path = Path(f"{db_path}.lock")
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock_path, "a+", encoding="ascii")  # noqa: SIM115 - held until exit
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        handle = open(fd, "a+", encoding="ascii")  # noqa: SIM115 - held until exit
     except OSError as exc:
         raise StoreError(
             f"cannot create the database {db_path}: {exc.strerror or exc} ({exc.filename})"

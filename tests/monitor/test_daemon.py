@@ -131,10 +131,12 @@ def test_tick_keeps_samples_in_memory_while_the_database_refuses_writes(tmp_path
     blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database
     store.db.conn.execute("PRAGMA busy_timeout = 50")
     tick(ctx)
+    time.sleep(0.002)  # distinct millisecond timestamps
     tick(ctx)
     assert len(ctx.pending) == 2
     blocker.rollback()
     blocker.close()
+    time.sleep(0.002)
     tick(ctx)
     assert len(ctx.pending) == 0
     assert store.db.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0] == 3
@@ -206,6 +208,7 @@ def test_a_tick_that_cannot_be_written_is_set_aside_after_three_tries(tmp_path: 
     store.write = write  # type: ignore[method-assign]
     for _ in range(4):
         tick(ctx)
+        time.sleep(0.002)  # distinct millisecond timestamps, as ticks >= 50 ms apart have
     assert ctx.dropped == 1 and not ctx.pending
     written = store.db.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
     assert written == 3  # every tick behind the bad one got through
