@@ -41,9 +41,9 @@ def common_options(func: Any) -> Any:
         click.option("--db", type=_path(),
                      help="SQLite database (default: ~/.local/state/vramscope/vramscope.db, "
                           "or /var/lib/vramscope/vramscope.db for root)."),
-        click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path),
+        click.option("--proc-root", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      help="Read this tree instead of /proc (a recorded fixture)."),
-        click.option("--sys-root", type=click.Path(file_okay=False, path_type=Path),
+        click.option("--sys-root", type=click.Path(exists=True, file_okay=False, path_type=Path),
                      help="Read this tree instead of /sys (a recorded fixture)."),
     ]
     for option in reversed(options):
@@ -166,4 +166,13 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
 
 
 def main() -> None:
-    cli(prog_name="vramscope")
+    """Entry point: click's usage errors become one line too (no usage dump)."""
+    try:
+        code = cli.main(prog_name="vramscope", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("vramscope: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"vramscope: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -154,3 +154,18 @@ def test_config_db_that_is_not_a_file_is_one_line(tmp_path: Path, value: str) ->
     assert result.stderr.startswith("vramscope: error: [daemon] db in ")
     assert "must name a database file" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["status", "--proc-root", "/no/such/dir"], "Directory '/no/such/dir' does not exist"),
+        (["stauts"], "No such command 'stauts'"),
+        (["daemon", "--interval", "fast"], "'fast' is not a valid float"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str) -> None:
+    result = vramscope(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"vramscope: error: {result.stderr.strip()[18:]}"]
+    assert message in result.stderr
