@@ -8,7 +8,6 @@ of every file we read except a long command line, for which we loop. Functions n
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 _CHUNK = 65536
 GONE = (FileNotFoundError, ProcessLookupError, NotADirectoryError)
@@ -72,7 +71,3 @@ def kib_field(fields: dict[str, bytes], key: str) -> int | None:
         return int(number) * 1024
     except ValueError:
         return None
-
-
-def exists(path: Path) -> bool:
-    return os.path.exists(path)

@@ -38,9 +38,3 @@ REGISTRY: tuple[CollectorSpec, ...] = (
     ),
 )
 
-
-def by_name(name: str) -> CollectorSpec:
-    for spec in REGISTRY:
-        if spec.name == name:
-            return spec
-    raise KeyError(name)

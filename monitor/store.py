@@ -174,11 +174,6 @@ class Store:
                             {"moved_to": str(moved), "problem": problem})
         return store
 
-    @classmethod
-    def memory(cls) -> Store:
-        db = Database(memory=True)
-        migrations.apply(db)
-        return cls(db, None)
 
     def close(self) -> None:
         self.db.close()
