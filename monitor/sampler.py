@@ -1,8 +1,18 @@
-"""Run the enabled collectors for one tick and merge their readings into a Snapshot."""
+"""Run the enabled collectors for one tick and merge their readings into a Snapshot.
+
+Merge rule (one device, and one figure per process per memory kind, never counted twice):
+collectors that see the same hardware name it with the same ``device_id`` (AMD: DRM and
+amdsmi both use ``drm:<PCI address>``). Device samples with one ``device_id``, and process
+rows with one ``(pid, device_id)``, are merged field by field: the first collector in
+registry order that knows a field (not ``None``) gives it; the others only fill gaps.
+Values are never added across collectors.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from typing import TypeVar
 
 from collectors.base import (
     Collector,
@@ -41,27 +51,30 @@ class Sampler:
 
     def sample(self, ts_ms: int | None = None) -> Snapshot:
         tick = Tick(self.roots, ts_ms if ts_ms is not None else now_ms())
-        devices: list[DeviceSample] = []
+        devices: dict[str, DeviceSample] = {}
         processes: dict[int, ProcessInfo] = {}
-        memory: list[ProcessMemory] = []
+        memory: dict[tuple[int, str], ProcessMemory] = {}
         hidden: list[HiddenProcess] = []
         exited: list[ExitedProcess] = []
         runs: list[CollectorRun] = []
         for collector in self.collectors:
             reading, run = run_collector(collector, tick)
             runs.append(run)
-            devices.extend(reading.devices)
+            for device in reading.devices:
+                devices[device.device_id] = fill(devices.get(device.device_id), device)
             for info in reading.processes:
                 processes.setdefault(info.pid, info)
-            memory.extend(reading.memory)
+            for row in reading.memory:
+                key = (row.pid, row.device_id)
+                memory[key] = fill(memory.get(key), row)
             hidden.extend(reading.hidden)
             exited.extend(reading.exited)
             tick.gpu_pids.update(m.pid for m in reading.memory if m.device_id != "host")
         return Snapshot(
             ts_ms=tick.now_ms,
-            devices=tuple(devices),
+            devices=tuple(devices.values()),
             processes=tuple(processes.values()),
-            memory=tuple(memory),
+            memory=tuple(memory.values()),
             hidden=tuple(hidden),
             exited=tuple(exited),
             runs=tuple(runs),
@@ -70,3 +83,18 @@ class Sampler:
     def close(self) -> None:
         for collector in self.collectors:
             collector.close()
+
+
+T = TypeVar("T", DeviceSample, ProcessMemory)
+
+
+def fill(first: T | None, later: T) -> T:
+    """``first`` with its unknown (None) fields taken from ``later``; see the merge rule."""
+    if first is None:
+        return later
+    gaps = {
+        f.name: value
+        for f in dataclasses.fields(first)
+        if getattr(first, f.name) is None and (value := getattr(later, f.name)) is not None
+    }
+    return dataclasses.replace(first, **gaps) if gaps else first
