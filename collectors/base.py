@@ -85,6 +85,7 @@ class DeviceSample:
     util_pct: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
+    mig_enabled: bool | None = None
     # Host pool only (/proc/meminfo), see collectors/procfs.py.
     available_bytes: int | None = None
     shmem_bytes: int | None = None
@@ -157,6 +158,18 @@ class ExitedProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceEvent:
+    """Something a device reported, such as an NVIDIA Xid; stored in the events table."""
+
+    ts_ms: int
+    device_id: str
+    kind: str
+    severity: Literal["info", "warning", "critical"]
+    message: str
+    data: dict[str, int | str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Reading:
     """What one collector returns for one tick."""
 
@@ -165,6 +178,7 @@ class Reading:
     memory: tuple[ProcessMemory, ...] = ()
     hidden: tuple[HiddenProcess, ...] = ()
     exited: tuple[ExitedProcess, ...] = ()
+    events: tuple[DeviceEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +204,7 @@ class Snapshot:
     hidden: tuple[HiddenProcess, ...]
     exited: tuple[ExitedProcess, ...]
     runs: tuple[CollectorRun, ...]
+    events: tuple[DeviceEvent, ...] = ()
 
 
 @dataclass(slots=True)

@@ -103,6 +103,12 @@ def _run(db: Database, script: str) -> None:
             db.execute(statement)
 
 
+@migrations()
+def m002_device_mig_mode(db: Database) -> None:
+    """NVIDIA MIG mode, known per device (issue 3)."""
+    db["devices"].add_column("mig_enabled", int)
+
+
 DEVICE_SAMPLE_FIELDS = tuple(
     line.split()[0]
     for chunk in _DEVICE_COLUMNS.split(",")

@@ -18,6 +18,7 @@ from collectors.base import (
     Collector,
     CollectorOptions,
     CollectorRun,
+    DeviceEvent,
     DeviceSample,
     ExitedProcess,
     HiddenProcess,
@@ -56,6 +57,7 @@ class Sampler:
         memory: dict[tuple[int, str], ProcessMemory] = {}
         hidden: list[HiddenProcess] = []
         exited: list[ExitedProcess] = []
+        events: list[DeviceEvent] = []
         runs: list[CollectorRun] = []
         for collector in self.collectors:
             reading, run = run_collector(collector, tick)
@@ -69,6 +71,7 @@ class Sampler:
                 memory[key] = fill(memory.get(key), row)
             hidden.extend(reading.hidden)
             exited.extend(reading.exited)
+            events.extend(reading.events)
             tick.gpu_pids.update(m.pid for m in reading.memory if m.device_id != "host")
         return Snapshot(
             ts_ms=tick.now_ms,
@@ -78,6 +81,7 @@ class Sampler:
             hidden=tuple(hidden),
             exited=tuple(exited),
             runs=tuple(runs),
+            events=tuple(events),
         )
 
     def close(self) -> None:

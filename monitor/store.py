@@ -33,7 +33,7 @@ LATE_MS = 3_600_000  # how late a tick may be written and still reach its minute
 _DEVICE_STATIC = (
     "collector", "vendor", "name", "memory_kind", "pci_bus_id", "total_bytes",
     "vram_total_bytes", "vis_vram_total_bytes", "gtt_total_bytes",
-    "hugepages_total_bytes", "swap_total_bytes",
+    "hugepages_total_bytes", "swap_total_bytes", "mig_enabled",
 )  # fmt: skip
 
 
@@ -202,6 +202,9 @@ class Store:
                 rows.append((snap.ts_ms, pid_key, m.device_id,
                              *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS)))
             conn.executemany(_PROCESS_SAMPLE_SQL, rows)
+            for ev in snap.events:
+                self._insert_event(conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id,
+                                   ev.message, dict(ev.data))
             for gone in snap.exited:
                 self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks, gone.last_seen_ms)
             conn.executemany(
