@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from collectors.base import Collector, CollectorOptions, Roots
 from collectors.drm import DrmCollector
+from collectors.nvml import NvmlCollector
 from collectors.procfs import ProcfsCollector
 
 
@@ -24,6 +25,12 @@ class CollectorSpec:
 
 
 REGISTRY: tuple[CollectorSpec, ...] = (
+    CollectorSpec(
+        "nvml",
+        NvmlCollector,
+        True,
+        "NVIDIA GPUs via NVML (libnvidia-ml.so.1 from the driver), incl. unified-memory GB10",
+    ),
     CollectorSpec(
         "drm",
         DrmCollector,

@@ -1,0 +1,286 @@
+"""A fake ``libnvidia-ml.so.1`` at pynvml's function-pointer lookup.
+
+pynvml looks every C function up with ``getattr(nvmlLib, name)``; installing an instance
+of :class:`FakeNvmlLib` as ``pynvml.nvmlLib`` makes those lookups return the Python
+functions below, which behave like the C ABI: they receive pynvml's ctypes arguments
+(``byref`` pointers, string buffers, struct arrays) and write into them, and return an
+``nvmlReturn_t`` code. A symbol the scenario's driver lacks is missing from the object, so
+pynvml raises its real ``FunctionNotFound``. pynvml's own wrapper code therefore runs
+unchanged; only the driver is fake.
+
+Scenarios are JSON (tests/fixtures/nvml/*.json); each states its source in ``_source``.
+The process lists write records of the *driver's* struct size (``process_struct_bytes``)
+into the caller's buffer, whatever struct the caller allocated: that is how the R535
+"legacy v3" misalignment happens on real drivers (nvitop #75).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+SUCCESS, NOT_SUPPORTED, INSUFFICIENT_SIZE, TIMEOUT, ARG_VERSION_MISMATCH = 0, 3, 7, 10, 25
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
+MEMORY_V2 = 0x02000028
+DETAIL_LIST_V1 = 0x1000018
+
+# Every symbol a modern driver exports that vramscope may call.
+ALL_SYMBOLS = (
+    "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
+    "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetRunningProcessDetailList", "nvmlDeviceGetConfComputeMemSizeInfo",
+    "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",
+    "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
+)
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def _obj(ref: Any) -> Any:
+    """The object behind a ``byref(...)`` argument."""
+    return ref._obj
+
+
+class FakeNvmlLib:
+    """One scenario's driver. Attributes are the exported C functions."""
+
+    def __init__(self, scenario: dict[str, Any]) -> None:
+        self.scenario = scenario
+        self.calls: list[str] = []
+        missing = set(scenario.get("missing_symbols", ()))
+        self._devices = scenario.get("devices", [])
+        self._structs = [pynvml.struct_c_nvmlDevice_t() for _ in self._devices]
+        self._events = [(i, e) for i, d in enumerate(self._devices) for e in d.get("events", [])]
+        self._registered: set[int] = set()
+        self._event_set = pynvml.struct_c_nvmlEventSet_t()
+        self.stride = int(scenario.get("process_struct_bytes", 24))
+        for name in ALL_SYMBOLS:
+            if name not in missing:
+                setattr(self, name, self._traced(name, getattr(self, "_" + name)))
+
+    def _traced(self, name: str, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            self.calls.append(name)
+            return fn(*args)
+
+        call.__name__ = name
+        return call
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _dev(self, handle: Any) -> dict[str, Any]:
+        address = ctypes.addressof(handle.contents)
+        for dev, st in zip(self._devices, self._structs, strict=True):
+            if ctypes.addressof(st) == address:
+                return dev
+        raise AssertionError("unknown device handle")
+
+    def _field(self, handle: Any, key: str) -> Any:
+        value = self._dev(handle).get(key)
+        return NOT_SUPPORTED if value in (None, "not_supported") else value
+
+    # -- library ------------------------------------------------------------------
+
+    def _nvmlInitWithFlags(self, flags: Any) -> int:
+        return int(self.scenario.get("init_error") or SUCCESS)
+
+    def _nvmlShutdown(self) -> int:
+        return SUCCESS
+
+    def _nvmlErrorString(self, code: Any) -> bytes:
+        return f"fake NVML error {code}".encode()
+
+    def _nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
+        buf.value = self.scenario.get("driver", "0").encode()
+        return SUCCESS
+
+    def _nvmlDeviceGetCount_v2(self, count_ref: Any) -> int:
+        _obj(count_ref).value = len(self._devices)
+        return SUCCESS
+
+    def _nvmlDeviceGetHandleByIndex_v2(self, index: Any, handle_ref: Any) -> int:
+        i = index.value
+        if i >= len(self._structs):
+            return 2  # INVALID_ARGUMENT
+        _obj(handle_ref).contents = self._structs[i]
+        return SUCCESS
+
+    def _string(self, handle: Any, buf: Any, key: str) -> int:
+        value = self._field(handle, key)
+        if value == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        buf.value = value.encode()
+        return SUCCESS
+
+    def _nvmlDeviceGetName(self, handle: Any, buf: Any, size: Any) -> int:
+        return self._string(handle, buf, "name")
+
+    def _nvmlDeviceGetUUID(self, handle: Any, buf: Any, size: Any) -> int:
+        return self._string(handle, buf, "uuid")
+
+    def _nvmlDeviceGetPciInfo_v3(self, handle: Any, info_ref: Any) -> int:
+        bus_id = self._field(handle, "bus_id")
+        if bus_id == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        _obj(info_ref).busId = bus_id.encode()
+        return SUCCESS
+
+    def _memory(self, handle: Any) -> Any:
+        return self._field(handle, "memory")
+
+    def _nvmlDeviceGetMemoryInfo(self, handle: Any, mem_ref: Any) -> int:
+        mem = self._memory(handle)
+        if mem == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        out = _obj(mem_ref)
+        # v1 semantics: used includes the reserved memory (sources.md 1.4)
+        out.total, out.free = mem["total"], mem["free"]
+        out.used = mem["used"] + mem.get("reserved", 0)
+        return SUCCESS
+
+    def _nvmlDeviceGetMemoryInfo_v2(self, handle: Any, mem_ref: Any) -> int:
+        out = _obj(mem_ref)
+        if out.version != MEMORY_V2:
+            return ARG_VERSION_MISMATCH
+        mem = self._memory(handle)
+        if mem == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        out.total, out.free, out.used = mem["total"], mem["free"], mem["used"]
+        out.reserved = mem.get("reserved", 0)
+        return SUCCESS
+
+    def _nvmlDeviceGetUtilizationRates(self, handle: Any, util_ref: Any) -> int:
+        util = self._field(handle, "util")
+        if util == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        _obj(util_ref).gpu, _obj(util_ref).memory = util["gpu"], util["memory"]
+        return SUCCESS
+
+    def _scalar(self, handle: Any, ref: Any, key: str) -> int:
+        value = self._field(handle, key)
+        if value == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        _obj(ref).value = value
+        return SUCCESS
+
+    def _nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, ref: Any) -> int:
+        return self._scalar(handle, ref, "temp_c")
+
+    def _nvmlDeviceGetPowerUsage(self, handle: Any, ref: Any) -> int:
+        return self._scalar(handle, ref, "power_mw")
+
+    def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+        mig = self._field(handle, "mig")
+        if mig == NOT_SUPPORTED:
+            return NOT_SUPPORTED
+        _obj(current).value, _obj(pending).value = mig
+        return SUCCESS
+
+    def _nvmlDeviceGetConfComputeMemSizeInfo(self, *args: Any) -> int:
+        return NOT_SUPPORTED
+
+    # -- processes: the driver writes its own struct size ---------------------------
+
+    def _records(self, handle: Any, graphics: bool) -> list[tuple[int, int]]:
+        rows = self._dev(handle).get("graphics" if graphics else "compute", [])
+        return [(r["pid"], 2**64 - 1 if r["used"] is None else r["used"]) for r in rows]
+
+    def _fill(self, rows: list[tuple[int, int]], count_ref: Any, buf: Any) -> int:
+        count = _obj(count_ref)
+        if buf is None or count.value < len(rows):
+            count.value = len(rows)
+            return SUCCESS if not rows else INSUFFICIENT_SIZE
+        raw = b"".join(
+            struct.pack("<IxxxxQII", pid, used, 0xFFFFFFFF, 0xFFFFFFFF).ljust(self.stride, b"\0")
+            [: self.stride] if self.stride >= 24 else struct.pack("<IxxxxQ", pid, used)
+            for pid, used in rows
+        )
+        ctypes.memmove(ctypes.addressof(buf), raw, len(raw))
+        count.value = len(rows)
+        return SUCCESS
+
+    def _nvmlDeviceGetComputeRunningProcesses(self, h: Any, c: Any, b: Any) -> int:
+        return self._fill(self._records(h, False), c, b)
+
+    def _nvmlDeviceGetGraphicsRunningProcesses(self, h: Any, c: Any, b: Any) -> int:
+        return self._fill(self._records(h, True), c, b)
+
+    _nvmlDeviceGetComputeRunningProcesses_v2 = _nvmlDeviceGetComputeRunningProcesses
+    _nvmlDeviceGetComputeRunningProcesses_v3 = _nvmlDeviceGetComputeRunningProcesses
+    _nvmlDeviceGetGraphicsRunningProcesses_v2 = _nvmlDeviceGetGraphicsRunningProcesses
+    _nvmlDeviceGetGraphicsRunningProcesses_v3 = _nvmlDeviceGetGraphicsRunningProcesses
+
+    def _nvmlDeviceGetRunningProcessDetailList(self, handle: Any, list_ref: Any) -> int:
+        plist = _obj(list_ref)
+        if plist.version != DETAIL_LIST_V1:
+            return ARG_VERSION_MISMATCH
+        rows = self._records(handle, graphics=plist.mode == 1)
+        if not plist.procArray or plist.numProcArrayEntries < len(rows):
+            plist.numProcArrayEntries = len(rows)
+            return SUCCESS if not rows else INSUFFICIENT_SIZE
+        for i, (pid, used) in enumerate(rows):
+            plist.procArray[i].pid = pid
+            plist.procArray[i].usedGpuMemory = used
+            plist.procArray[i].usedGpuCcProtectedMemory = 0
+        plist.numProcArrayEntries = len(rows)
+        return SUCCESS
+
+    # -- events -------------------------------------------------------------------
+
+    def _nvmlEventSetCreate(self, set_ref: Any) -> int:
+        _obj(set_ref).contents = self._event_set
+        return SUCCESS
+
+    def _nvmlEventSetFree(self, event_set: Any) -> int:
+        return SUCCESS
+
+    def _nvmlDeviceGetSupportedEventTypes(self, handle: Any, ref: Any) -> int:
+        return self._scalar(handle, ref, "event_types")
+
+    def _nvmlDeviceRegisterEvents(self, handle: Any, types: Any, event_set: Any) -> int:
+        self._registered.add(self._devices.index(self._dev(handle)))
+        return SUCCESS
+
+    def _nvmlEventSetWait_v2(self, event_set: Any, data_ref: Any, timeout: Any) -> int:
+        pending = [(i, e) for i, e in self._events if i in self._registered]
+        if not pending:
+            return TIMEOUT
+        index, event = pending[0]
+        self._events.remove(pending[0])
+        data = _obj(data_ref)
+        data.device.contents = self._structs[index]
+        data.eventType, data.eventData = 0x8, event["xid"]
+        return SUCCESS
+
+
+def with_pids(scenario: dict[str, Any], pids: dict[str, int]) -> dict[str, Any]:
+    """Replace symbolic pids ("llama") in a scenario by real ones (processes the test runs)."""
+    out = json.loads(json.dumps(scenario))
+    for dev in out.get("devices", []):
+        for key in ("compute", "graphics"):
+            for row in dev.get(key, []):
+                if isinstance(row["pid"], str):
+                    row["pid"] = pids[row["pid"]]
+    return out
+
+
+def install(scenario: dict[str, Any] | str, pids: dict[str, int] | None = None) -> FakeNvmlLib:
+    """Make pynvml use a fake driver for ``scenario`` (a dict or a fixture name)."""
+    data = load(scenario) if isinstance(scenario, str) else scenario
+    lib = FakeNvmlLib(with_pids(data, pids or {}))
+    pynvml.nvmlLib = lib
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    return lib
