@@ -6,7 +6,6 @@ Each check is a :class:`Check` with a level: ``ok``, ``info`` (works, worth know
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import re
@@ -114,15 +113,8 @@ def hidepid_check(roots: Roots) -> list[Check]:
 
 
 def library_checks() -> list[Check]:
-    """Vendor libraries: present or not (their collectors come with them)."""
+    """Optional vendor packages (NVML's absence is reported by the nvml collector itself)."""
     checks = []
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-        checks.append(Check("nvidia", "ok", "libnvidia-ml.so.1 (NVIDIA driver) is loadable"))
-    except OSError:
-        checks.append(Check("nvidia", "info", "libnvidia-ml.so.1 not found: no NVIDIA driver "
-                            "here, NVIDIA GPUs are not monitored",
-                            "install the NVIDIA driver if this machine has an NVIDIA GPU"))
     if importlib.util.find_spec("amdsmi") is None:
         checks.append(Check("amdsmi", "info", "python package amdsmi not installed: AMD GPUs "
                             "are read through DRM sysfs/fdinfo, which needs no ROCm",
