@@ -36,7 +36,8 @@ def scenario(pids: list[int], legacy: bool) -> dict:
     devices = []
     for g in range(2):
         devices.append({
-            "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-bench-{g}", "bus_id": f"00000000:{g+1:02x}:00.0",
+            "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-bench-{g}",
+            "bus_id": f"00000000:{g + 1:02x}:00.0",
             "memory": {"total": 81559 * MIB, "used": 40000 * MIB, "free": 41000 * MIB,
                        "reserved": 500 * MIB},
             "util": {"gpu": 50, "memory": 20}, "temp_c": 40, "power_mw": 250000, "mig": [0, 0],

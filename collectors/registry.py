@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from collectors.amdsmi import AmdsmiCollector
 from collectors.base import Collector, CollectorOptions, Roots
 from collectors.drm import DrmCollector
 from collectors.nvml import NvmlCollector
@@ -36,6 +37,12 @@ REGISTRY: tuple[CollectorSpec, ...] = (
         DrmCollector,
         True,
         "AMD/Intel GPUs via DRM sysfs (mem_info_*) and /proc/PID/fdinfo, no ROCm needed",
+    ),
+    CollectorSpec(
+        "amdsmi",
+        AmdsmiCollector,
+        True,
+        "AMD GPUs via ROCm amd-smi (optional amdsmi package): sensors, fills gaps left by drm",
     ),
     CollectorSpec(
         "procfs",

@@ -6,7 +6,6 @@ Each check is a :class:`Check` with a level: ``ok``, ``info`` (works, worth know
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from dataclasses import dataclass
@@ -112,19 +111,6 @@ def hidepid_check(roots: Roots) -> list[Check]:
     return []
 
 
-def library_checks() -> list[Check]:
-    """Optional vendor packages (NVML's absence is reported by the nvml collector itself)."""
-    checks = []
-    if importlib.util.find_spec("amdsmi") is None:
-        checks.append(Check("amdsmi", "info", "python package amdsmi not installed: AMD GPUs "
-                            "are read through DRM sysfs/fdinfo, which needs no ROCm",
-                            "pip install 'vramscope[amd]' with ROCm installed, for power/"
-                            "temperature and KFD details"))
-    else:
-        checks.append(Check("amdsmi", "ok", "python package amdsmi is installed"))
-    return checks
-
-
 def collector_checks(snap: Snapshot) -> list[Check]:
     checks = []
     for run in snap.runs:
@@ -172,7 +158,6 @@ def run_checks(config: Config) -> list[Check]:
         *privilege_checks(config.roots),
         *hidepid_check(config.roots),
         *collector_checks(snap),
-        *library_checks(),
         *database_checks(config),
     ]
 

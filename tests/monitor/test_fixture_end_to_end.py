@@ -68,4 +68,4 @@ def test_daemon_records_the_tree(tmp_path: Path, stop_with_sigterm) -> None:
     kinds = dict(conn.execute("SELECT id, memory_kind FROM devices"))
     assert kinds == {DEVICE: "unified", "host": "host"}
     statuses = set(conn.execute("SELECT collector, status FROM collector_runs"))
-    assert statuses == {("nvml", "nodata"), ("drm", "ok"), ("procfs", "ok")}  # no NVIDIA here
+    assert statuses == {("nvml", "nodata"), ("drm", "ok"), ("amdsmi", "nodata"), ("procfs", "ok")}
