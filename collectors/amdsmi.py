@@ -248,10 +248,6 @@ def _text(value: object) -> str | None:
     return text if text and text != "N/A" else None
 
 
-def _sum(values: list[int | None]) -> int | None:
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
-
-
 def power_watts(info: object) -> float | None:
     """``amdsmi_get_power_info`` dict -> watts: socket, else average, else current."""
     if not isinstance(info, dict):
@@ -466,11 +462,8 @@ class AmdsmiCollector:
         util = float(busy) if busy is not None and busy <= 100 else None
         power = power_watts(self._call(lib, "amdsmi_get_power_info", h))
 
-        if gpu.memory_kind == "unified":
-            total, used = _sum([vram_total, gtt_total]), _sum([vram_used, gtt_used])
-        else:
-            total, used = vram_total, vram_used
-        free = total - used if total is not None and used is not None else None
+        total, used, free = drm.pool_totals(gpu.memory_kind, vram_total, vram_used,
+                                            gtt_total, gtt_used)
         return DeviceSample(
             device_id=gpu.device_id,
             collector=self.name,

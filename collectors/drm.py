@@ -434,6 +434,20 @@ def _sum_ints(values: list[int | None]) -> int | None:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
+def pool_totals(
+    memory_kind: str, vram_total: int | None, vram_used: int | None,
+    gtt_total: int | None, gtt_used: int | None,
+) -> tuple[int | None, int | None, int | None]:
+    """(total, used, free) of what an AMD GPU can address: VRAM on a dGPU, carve-out VRAM
+    + GTT on an APU (nvtop #428's rule; the parts stay in their own fields)."""
+    if memory_kind == "unified":
+        total, used = _sum_ints([vram_total, gtt_total]), _sum_ints([vram_used, gtt_used])
+    else:
+        total, used = vram_total, vram_used
+    free = total - used if total is not None and used is not None else None
+    return total, used, free
+
+
 def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
     """Read one device's totals (bytes), utilisation, temperature and power."""
     d = dev.card / "device"
@@ -466,12 +480,7 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
         sizes = [try_read_int(d / t / "physical_vram_size_bytes") for t in tiles]
         vram_total = _sum_ints(sizes) if sizes else None
 
-    if dev.memory_kind == "unified":
-        total = _sum_ints([vram_total, gtt_total])
-        used = _sum_ints([vram_used, gtt_used])
-    else:
-        total, used = vram_total, vram_used
-    free = total - used if total is not None and used is not None else None
+    total, used, free = pool_totals(dev.memory_kind, vram_total, vram_used, gtt_total, gtt_used)
     return DeviceSample(
         device_id=dev.device_id,
         collector="drm",
