@@ -235,3 +235,14 @@ def test_readonly_open_rejects_missing_and_garbage(tmp_path: Path) -> None:
     (tmp_path / "bad.db").write_bytes(b"\0garbage" * 1000)
     with pytest.raises(StoreError, match="not a readable vramscope database"):
         open_readonly(tmp_path / "bad.db")
+
+
+def test_device_events_become_event_rows(store: Store) -> None:
+    from dataclasses import replace
+
+    from collectors.base import DeviceEvent
+
+    xid = DeviceEvent(T0, "nvml:GPU-1", "xid", "critical", "NVIDIA Xid 79 on H100", {"xid": 79})
+    store.write(replace(snapshot(T0), events=(xid,)))
+    row = store.db.execute("SELECT kind, severity, subject, message, data FROM events").fetchone()
+    assert row == ("xid", "critical", "nvml:GPU-1", "NVIDIA Xid 79 on H100", '{"xid": 79}')
