@@ -162,7 +162,7 @@ def main() -> None:
     print("| what | median ms | p90 ms | max ms |")
     print("|---|---|---|---|")
     for label, data in (
-        ("sampler tick (procfs + drm), steady", steady),
+        ("sampler tick (all default collectors), steady", steady),
         ("sampler tick, every 10th (rescan)", rescans),
         ("sampler tick, all ticks", every),
         (f"drm collector on {args.procs}-process tree, steady", d_steady),
