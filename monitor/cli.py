@@ -165,6 +165,35 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
     sys.exit(1 if any(c.level == "fail" for c in checks) else 0)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True})
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.estimate/1).")
+@click.option("--pid", type=int, help="Estimate a running server from its real arguments.")
+@click.option("--cpu-only", is_flag=True,
+              help="Ignore this machine's GPUs: place everything in host memory.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only: bool,
+             **kwargs: Any) -> None:
+    """Estimate what a server will cost, per component and device, before it starts.
+
+    \b
+    Give the command after --, exactly as you would start it:
+      vramscope estimate -- llama-server -m model.gguf -c 8192 -np 16 -md draft.gguf
+      vramscope estimate --pid 4242          (a running server's own arguments)
+    The GPUs of this machine (and their free memory) decide placement; --cpu-only ignores
+    them. Each line says the formula behind it; 'grows' lines fill at run time.
+    """
+    from monitor.estimate.cli import run_estimate
+    from monitor.gguf import GgufError
+
+    cfg = load_config(**kwargs)
+    try:
+        text = run_estimate(cfg, list(command), pid, as_json, cpu_only)
+    except (ValueError, GgufError) as exc:  # EstimateError, a bad model file, bad arguments
+        raise UserError(str(exc)) from None
+    click.echo(text)
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:

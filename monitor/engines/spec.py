@@ -1,0 +1,73 @@
+"""The typed launch spec: what a server was asked to do, from its argv (+ LLAMA_ARG_* env).
+
+Field meanings and defaults follow llama.cpp's ``common/arg.cpp`` / ``common/common.h`` as
+summarised in ../shared/research/estimation.md section 1f-1g. ``None`` means "not given":
+the estimator applies the engine's default, because several defaults depend on other
+flags (``-np`` unset -> 4 unified slots; ``-c`` unset -> n_ctx_train, or fit's choice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    engine: str  # "llama.cpp", "ollama", "llama-swap", "vllm", "sglang", "torch", ...
+    role: str = "server"  # "server", "proxy" (llama-swap), "worker" (vLLM EngineCore/Worker)
+    model_path: str | None = None  # -m / --model (the first split for split GGUFs)
+    model_name: str | None = None  # vLLM/SGLang model id, ollama blob digest, -a alias
+    # context and slots
+    ctx_size: int | None = None  # -c; 0 = "full n_ctx_train, never reduced by fit"
+    n_parallel: int | None = None  # -np; None = auto (4 slots, unified KV)
+    kv_unified: bool | None = None  # -kvu / -no-kvu; None = default for the -np given
+    # KV cache
+    cache_type_k: str = "f16"  # -ctk
+    cache_type_v: str = "f16"  # -ctv
+    no_kv_offload: bool = False  # -nkvo
+    swa_full: bool = False  # --swa-full
+    flash_attn: str = "auto"  # -fa on|off|auto
+    # batches
+    n_batch: int | None = None  # -b (default 2048)
+    n_ubatch: int | None = None  # -ub (default 512)
+    # placement
+    n_gpu_layers: int | str | None = None  # -ngl N | "auto" | "all"; None = default (all, fit)
+    tensor_split: tuple[float, ...] | None = None  # -ts 3,1
+    split_mode: str | None = None  # -sm layer|row|none|tensor
+    main_gpu: int | None = None  # -mg
+    override_tensor: tuple[str, ...] = ()  # -ot "regex=BUFT" (each occurrence, comma parts split)
+    cpu_moe: bool = False  # -cmoe
+    n_cpu_moe: int | None = None  # -ncmoe N
+    # speculative decoding
+    draft_model: str | None = None  # -md / --model-draft / --spec-draft-model
+    draft_n_gpu_layers: int | str | None = None  # -ngld
+    draft_cache_type_k: str = "f16"  # -ctkd (NOT inherited from -ctk)
+    draft_cache_type_v: str = "f16"  # -ctvd
+    spec_type: str | None = None  # --spec-type
+    spec_draft_n_max: int | None = None  # --spec-draft-n-max (default 3)
+    # extras
+    mmproj: str | None = None  # --mmproj
+    mmproj_offload: bool = True  # --no-mmproj-offload -> False
+    lora: tuple[str, ...] = ()  # --lora (each)
+    load_mode: str | None = None  # -lm; --no-mmap -> "none", --mlock -> "mmap+mlock"
+    cache_ram_mib: int | None = None  # --cache-ram (default 8192 MiB; -1 unlimited, 0 off)
+    ctx_checkpoints: int | None = None  # -ctxcp (default 32 per slot)
+    fit: bool | None = None  # -fit on|off (default on)
+    fit_target_mib: tuple[int, ...] | None = None  # -fitt (default 1024 per device)
+    fit_ctx: int | None = None  # -fitc (default 4096)
+    embedding: bool = False  # --embedding / --embeddings
+    pooling: str | None = None  # --pooling
+    host: str | None = None  # --host
+    port: int | None = None  # --port
+    # vLLM
+    gpu_memory_utilization: float | None = None  # default 0.92 (0.90 before)
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    tensor_parallel_size: int | None = None
+    # what the parser did not know: kept, never fatal
+    unknown: tuple[str, ...] = ()
+    # which fields came from LLAMA_ARG_* environment keys rather than argv
+    from_env: tuple[str, ...] = field(default_factory=tuple)
+    # -dev/--device (LLAMA_ARG_DEVICE): the devices llama.cpp may offload to; ("none",) = CPU only
+    devices: tuple[str, ...] | None = None

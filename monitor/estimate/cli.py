@@ -1,0 +1,60 @@
+"""The work behind ``vramscope estimate``: command or pid in, rendered estimate out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+from collectors.base import CollectorOptions
+from collectors.procfs import parse_cmdline
+from monitor.config import Config
+from monitor.estimate import EstimateError, estimate_command
+from monitor.estimate.model import DeviceInfo
+from monitor.estimate.render import render_text, to_json
+
+
+def live_devices(cfg: Config) -> list[DeviceInfo]:
+    """The GPUs the collectors see now, with their free memory (host RAM is implicit)."""
+    from monitor.sampler import Sampler
+
+    wanted = [n for n in ("nvml", "drm", "amdsmi") if cfg.collectors is None
+              or n in cfg.collectors]
+    sampler = Sampler(cfg.roots, CollectorOptions(), wanted)
+    try:
+        snap = sampler.sample()
+    finally:
+        sampler.close()
+    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind)
+            for d in snap.devices if d.device_id != "host"]
+
+
+def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
+    from monitor.engines import read_llama_env
+
+    try:
+        raw = (cfg.roots.proc / str(pid) / "cmdline").read_bytes()
+    except OSError as exc:
+        raise EstimateError(f"cannot read the command line of pid {pid}: "
+                            f"{exc.strerror or exc}") from None
+    argv = list(parse_cmdline(raw))
+    if not argv:
+        raise EstimateError(f"pid {pid} has no command line (a kernel thread or a zombie)")
+    return argv, read_llama_env(cfg.roots.proc, pid)
+
+
+def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool,
+                 cpu_only: bool) -> str:
+    if pid is not None and command:
+        raise EstimateError("give either --pid or a command after --, not both")
+    env = None
+    if pid is not None:
+        command, env = argv_of(cfg, pid)
+    if not command:
+        raise EstimateError("nothing to estimate: give a command after -- or --pid N")
+    devices = [] if cpu_only else live_devices(cfg)
+    est = estimate_command(command, env, devices)
+    if as_json:
+        return json.dumps(to_json(est), indent=2)
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    return render_text(est, width)

@@ -1,0 +1,223 @@
+"""llama.cpp / llama-server (and ollama's llama-server child): the estimation.md section 8 recipe.
+
+Each component records the formula that produced it. Defaults are llama-server's
+(``common/common.h``): ``-np`` auto = 4 unified slots, an explicit ``-np`` = split streams
+unless ``-kvu``; ``-b 2048 -ub 512``; ``-fa auto`` (on where supported: the estimate takes
+on, and says so); ``--cache-ram 8192`` MiB and 32 checkpoints per slot in host RAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from monitor.engines.spec import LaunchSpec
+from monitor.estimate import compute, kv
+from monitor.estimate.model import HOST, Component, DeviceInfo, MemoryEstimate, Residency
+from monitor.estimate.placement import Placement, place
+from monitor.estimate.shape import ModelShape, shape_from_header
+
+MIB = 1024 * 1024
+FIT_TARGET_MIB = 1024
+MTP_LIKE = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.2f} MiB"
+
+
+def _host_residency(spec: LaunchSpec) -> Residency:
+    """mmap (the default) leaves CPU weights in the page cache; -lm none makes them anon."""
+    return "anon" if spec.load_mode in ("none", "dio") else "file"
+
+
+def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str]) -> kv.Context:
+    n_seq_max = spec.n_parallel if spec.n_parallel and spec.n_parallel > 0 else kv.DEFAULT_SLOTS
+    unified = spec.kv_unified if spec.kv_unified is not None else (
+        spec.n_parallel is None or spec.n_parallel <= 0)
+    n_ubatch = spec.n_ubatch or 512
+    n_batch = spec.n_batch or 2048
+    if spec.embedding:
+        n_batch = n_ubatch  # tools/server/server.cpp: embeddings force n_batch = n_ubatch
+    n_ctx = spec.ctx_size
+    if not n_ctx:
+        streams = 1 if unified else n_seq_max
+        fit_on = spec.fit is not False and spec.ctx_size is None
+        n_ctx = shape.n_ctx_train * (streams if fit_on else 1)
+        if n_ctx <= 0:
+            n_ctx = 4096
+            notes.append("the model does not say its training context; assumed 4096")
+        elif fit_on:
+            notes.append(
+                f"no -c: llama-server's fit starts from n_ctx_train x streams = {n_ctx} cells "
+                f"and shrinks it only to leave {FIT_TARGET_MIB} MiB free per device, so it "
+                "takes memory up to free minus that margin; the figures below are that maximum")
+        else:
+            notes.append(f"-c {spec.ctx_size}: the full training context ({n_ctx}) is used")
+    return kv.context(n_ctx, n_seq_max, unified, n_ubatch, n_batch)
+
+
+def _kv_components(shape: ModelShape, spec: LaunchSpec, ctx: kv.Context, flash: bool,
+                   placement: Placement, prefix: str, type_k: str, type_v: str
+                   ) -> list[Component]:
+    """KV per device: each layer's K/V lives with its weights, or on the host with -nkvo."""
+    per_device: dict[str, list[int]] = {}
+    for il in kv.kv_layers(shape):
+        dev = HOST if spec.no_kv_offload else placement.layer_device[il]
+        per_device.setdefault(dev, []).append(il)
+    out = []
+    for dev, layers in sorted(per_device.items()):
+        size = kv.kv_size(shape, ctx, type_k, type_v, flash, spec.swa_full, layers)
+        residency: Residency = "anon" if dev == HOST else "device"
+        if size.full_bytes:
+            out.append(Component(
+                f"{prefix}kv", dev, size.full_bytes,
+                f"{size.full_layers} layers x {size.full_cells} cells "
+                f"({ctx.n_ctx_seq} per stream x {ctx.n_stream}) x K {type_k}"
+                + ("" if shape.is_mla else f" + V {type_v}")
+                + (" (MLA: K only)" if shape.is_mla else "") + " [llama-kv-cache.cpp]",
+                residency))
+        if size.swa_bytes:
+            out.append(Component(
+                f"{prefix}kv_swa", dev, size.swa_bytes,
+                f"{size.swa_layers} SWA layers x {size.swa_cells} cells = pad256(min(n_ctx_seq,"
+                f" n_swa {shape.n_swa} x {ctx.n_seq_max if ctx.kv_unified else 1} + ub "
+                f"{ctx.n_ubatch})) x {ctx.n_stream} streams"
+                + (" (--swa-full: n_ctx_seq)" if spec.swa_full else "")
+                + " [llama-kv-cache-iswa.cpp]", residency))
+    return out
+
+
+def _weights_components(placement: Placement, spec: LaunchSpec, prefix: str
+                        ) -> list[Component]:
+    out = []
+    for dev, size in sorted(placement.weights.items()):
+        if size <= 0:
+            continue
+        residency: Residency = _host_residency(spec) if dev == HOST else "device"
+        how = (f"tensor bytes of the layers on {dev}; -ngl -> {placement.n_gpu_layers} "
+               "(output counts as one, token_embd stays on the CPU)")
+        if dev == HOST and residency == "file":
+            how += "; mmap'd: page cache (RssFile), not anonymous memory"
+        out.append(Component(f"{prefix}weights", dev, size, how, residency))
+    return out
+
+
+def _main_device(placement: Placement) -> str:
+    devices = [d for d in placement.layer_device if d != HOST]
+    return devices[-1] if devices else placement.output_device
+
+
+def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
+                      read_header: Callable[[str], Any]) -> MemoryEstimate:
+    if not spec.model_path:
+        raise kv.EstimateError("no model path (-m) in the command line")
+    notes: list[str] = []
+    shape = shape_from_header(read_header(spec.model_path))
+    flash = spec.flash_attn != "off"
+    if spec.flash_attn == "auto":
+        notes.append("-fa auto: flash attention assumed on (llama.cpp turns it on where the "
+                     "backend supports it)")
+    if spec.cache_type_v not in ("f16", "bf16", "f32") and not flash:
+        raise kv.EstimateError(f"-ctv {spec.cache_type_v} needs flash attention; -fa off is "
+                               "an error in llama.cpp")
+    ctx = _context(spec, shape, notes)
+    placement = place(shape, devices, spec.n_gpu_layers, spec.tensor_split, spec.split_mode,
+                      spec.main_gpu, spec.override_tensor, spec.cpu_moe, spec.n_cpu_moe)
+    main = _main_device(placement)
+    spec_type = spec.spec_type or ""
+    n_rs_seq = (spec.spec_draft_n_max or 3) if spec_type in MTP_LIKE else 0
+    parts: list[Component] = []
+    parts += _weights_components(placement, spec, "")
+    if shape.encoder_only:
+        notes.append(f"{shape.arch} is an encoder-only model: llama.cpp allocates no KV cache")
+    parts += _kv_components(shape, spec, ctx, flash, placement, "", spec.cache_type_k,
+                            spec.cache_type_v)
+    if shape.recurrent:
+        rs = kv.recurrent_bytes(shape, ctx.n_seq_max, n_rs_seq)
+        parts.append(Component(
+            "rs", HOST if spec.no_kv_offload else main, rs,
+            f"{shape.n_recurrent_layers} recurrent layers x 4 B x (r {shape.n_embd_r} + s "
+            f"{shape.n_embd_s}) x {ctx.n_seq_max} seqs x (1 + {n_rs_seq}) "
+            "[llama-memory-recurrent.cpp]", "anon" if main == HOST else "device"))
+    comp = compute.compute_bytes(shape, ctx, flash)
+    parts.append(Component(
+        "compute", main, comp,
+        ("FA on: 4 x ub x (n_vocab + 2 n_embd)" if flash else
+         "FA off: max(logits, 4 x ub x (n_kv (n_head+1) + n_ff) + 10 x ub x n_embd)")
+        + f", ub={min(ctx.n_ubatch, ctx.n_ctx)} [fit to llama-fit-params, estimation.md 8]",
+        "anon" if main == HOST else "device"))
+    parts.append(Component(
+        "output", HOST, compute.output_bytes(shape, ctx, spec.embedding),
+        f"(n_vocab{' + n_embd' if spec.embedding else ''}) x {ctx.n_seq_max} seqs x 4 B "
+        "at start; grows with outputs per batch [llama_context::output_reserve]", "anon"))
+    if spec_type == "draft-mtp" and shape.n_nextn:
+        mtp_layers = kv.kv_layers(shape, mtp=True)
+        size = kv.kv_size(shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False,
+                          mtp_layers)
+        parts.append(Component("mtp_kv", main, size.full_bytes + size.swa_bytes,
+                               f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
+                               "[common/speculative.cpp, ctx_type MTP]",
+                               "anon" if main == HOST else "device"))
+    if spec.draft_model:
+        parts += _draft(spec, devices, read_header, ctx, flash, notes)
+    parts += _host_growth(spec, shape, ctx, flash)
+    for dev in devices:
+        if any(c.device == dev.device_id for c in parts) and dev.overhead_bytes:
+            parts.append(Component("overhead", dev.device_id, dev.overhead_bytes,
+                                   "per-process driver context (CUDA context, cuBLAS "
+                                   "workspace); configurable per device", "device"))
+    if placement.moved_to_host:
+        notes.append(f"-ot/-cmoe/-ncmoe move {_mib(placement.moved_to_host)} of expert "
+                     "weights to the CPU; their layers' KV stays on the GPU")
+    return MemoryEstimate(
+        engine=spec.engine, model_path=spec.model_path, components=tuple(parts),
+        notes=tuple(notes), n_ctx=ctx.n_ctx, n_ctx_seq=ctx.n_ctx_seq,
+        n_seq_max=ctx.n_seq_max, n_stream=ctx.n_stream, kv_unified=ctx.kv_unified,
+        flash_attn=flash, devices=tuple(d.device_id for d in devices))
+
+
+def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callable[[str], Any],
+           target_ctx: kv.Context, flash: bool, notes: list[str]) -> list[Component]:
+    """The draft context copies the target's n_ctx (the same total cells), n_seq_max,
+    kv_unified and ubatch; its KV is f16 unless -ctkd/-ctvd (common/speculative.cpp)."""
+    assert spec.draft_model is not None
+    shape = shape_from_header(read_header(spec.draft_model))
+    ctx = kv.context(target_ctx.n_ctx, target_ctx.n_seq_max, target_ctx.kv_unified,
+                     target_ctx.n_ubatch, target_ctx.n_batch)
+    placement = place(shape, devices, spec.draft_n_gpu_layers)
+    parts = _weights_components(placement, spec, "draft_")
+    parts += _kv_components(shape, spec, ctx, flash, placement, "draft_",
+                            spec.draft_cache_type_k, spec.draft_cache_type_v)
+    main = _main_device(placement)
+    parts.append(Component("draft_compute", main, compute.compute_bytes(shape, ctx, flash),
+                           "the draft's own compute buffer, same formula as the target's",
+                           "anon" if main == HOST else "device"))
+    if spec.draft_cache_type_k == "f16" and spec.cache_type_k != "f16":
+        notes.append(f"the draft KV is f16 although the target's is {spec.cache_type_k}: "
+                     "-ctkd/-ctvd are not inherited from -ctk/-ctv")
+    return parts
+
+
+def _host_growth(spec: LaunchSpec, shape: ModelShape, ctx: kv.Context, flash: bool
+                 ) -> list[Component]:
+    """Host RAM that fills at run time: the prompt cache and context checkpoints."""
+    parts = []
+    cache_ram = 8192 if spec.cache_ram_mib is None else spec.cache_ram_mib
+    if cache_ram > 0:
+        parts.append(Component("cache_ram", HOST, cache_ram * MIB,
+                               f"--cache-ram {cache_ram} MiB prompt cache, filled as prompts "
+                               "are cached (common.h default 8192)", "anon", "grows"))
+    if shape.swa or shape.recurrent:
+        per_slot = 32 if spec.ctx_checkpoints is None else spec.ctx_checkpoints
+        swa_stream = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
+        swa_cell = sum(kv.layer_bytes_per_cell(shape, il, spec.cache_type_k, spec.cache_type_v)
+                       for il in kv.kv_layers(shape) if shape.is_swa(il))
+        state = swa_stream * swa_cell + kv.recurrent_bytes(shape, 1)
+        total = state * per_slot * ctx.n_seq_max
+        if total:
+            parts.append(Component(
+                "checkpoints", HOST, total,
+                f"-ctxcp {per_slot} per slot x {ctx.n_seq_max} slots x one sequence's SWA/"
+                "recurrent state (server-context.cpp create_checkpoint)", "anon", "grows"))
+    return parts

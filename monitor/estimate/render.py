@@ -1,0 +1,54 @@
+"""``vramscope estimate`` output: a per-component, per-device table, or JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from monitor.estimate.model import MemoryEstimate
+
+MIB = 1024 * 1024
+
+
+def to_json(est: MemoryEstimate) -> dict[str, Any]:
+    return {
+        "schema": "vramscope.estimate/1",
+        "engine": est.engine,
+        "model_path": est.model_path,
+        "estimator_version": est.version,
+        "context": {"n_ctx": est.n_ctx, "n_ctx_seq": est.n_ctx_seq, "n_seq_max": est.n_seq_max,
+                    "n_stream": est.n_stream, "kv_unified": est.kv_unified,
+                    "cells": est.cells, "flash_attn": est.flash_attn},
+        "components": [dataclasses.asdict(c) for c in est.components],
+        "totals_at_load": est.by_device(),
+        "totals_with_growth": est.by_device(include_growth=True),
+        "notes": list(est.notes),
+    }
+
+
+def render_text(est: MemoryEstimate, width: int | None = None) -> str:
+    lines = [f"{est.engine}: {est.model_path or '-'}"]
+    if est.cells is not None:
+        lines.append(
+            f"context: {est.cells} cells = {est.n_ctx_seq} per stream x {est.n_stream} "
+            f"stream(s), {est.n_seq_max} slot(s), kv_unified={est.kv_unified}, "
+            f"flash_attn={'on' if est.flash_attn else 'off'}")
+    lines.append("")
+    rows = [("COMPONENT", "DEVICE", "MiB", "WHERE", "HOW")]
+    for c in est.components:
+        where = c.residency + (" (grows)" if c.when == "grows" else "")
+        rows.append((c.name, c.device, f"{c.bytes / MIB:.2f}", where, c.formula))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        line = "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]),
+                          r[3].ljust(widths[3]), r[4]])
+        lines.append(line[:width] if width else line)
+    lines.append("")
+    load, grown = est.by_device(), est.by_device(include_growth=True)
+    for device in sorted(grown):
+        extra = grown[device] - load.get(device, 0)
+        tail = f" (up to {grown[device] / MIB:.2f} MiB as caches fill)" if extra else ""
+        lines.append(f"total on {device}: {load.get(device, 0) / MIB:.2f} MiB at load{tail}")
+    for note in est.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

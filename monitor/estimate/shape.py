@@ -1,0 +1,216 @@
+"""A model's shape, as llama.cpp derives it from GGUF metadata (estimation.md section 1b, 7).
+
+Everything the KV / state / compute formulas need, per layer where llama.cpp allows
+per-layer values (``head_count_kv`` arrays, SWA patterns, recurrent layers). Built from a
+header by :func:`shape_from_header`; pure data afterwards, so formulas test without files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# llama_model::create_memory returns nullptr for these (src/llama-model.cpp 2110-2126).
+ENCODER_ONLY = frozenset({
+    "bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert",
+    "eurobert", "modern-bert", "gemma-embedding", "wavtokenizer-dec", "dream", "llada",
+    "llada-moe", "rnd1",
+})
+# llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp 982-1018).
+RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+    "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe", "kimi-linear", "bailingmoe3",
+    "kimi-k3", "deepseek4", "minimax-01",
+})
+# SWA period when the GGUF has no sliding_window_pattern (src/models/*.cpp).
+DEFAULT_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2, "llama4": 4, "cohere2": 4}
+DEFAULT_N_SWA = {"gemma2": 4096}
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    arch: str
+    n_layer: int  # block_count, including MTP/nextn layers
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    n_head: tuple[int, ...]  # per layer
+    n_head_kv: tuple[int, ...]  # per layer; 0 = no attention (recurrent) in hybrid archs
+    head_k: int  # key_length (default n_embd / n_head)
+    head_v: int
+    head_k_swa: int | None = None
+    head_v_swa: int | None = None
+    n_ff: int = 0  # feed_forward_length (max over layers)
+    is_mla: bool = False  # key_length_mla and value_length_mla present: K only is stored
+    swa: tuple[bool, ...] = ()  # per layer; empty = no SWA
+    n_swa: int = 0  # sliding_window
+    recurrent: tuple[bool, ...] = ()  # per layer
+    n_embd_r: int = 0  # f32 per recurrent layer per sequence
+    n_embd_s: int = 0
+    encoder_only: bool = False
+    n_layer_kv_from_start: int | None = None  # shared-KV layers: only the first N have KV
+    n_nextn: int = 0  # nextn_predict_layers (MTP), counted in n_layer
+    layer_bytes: tuple[int, ...] = ()  # weight bytes per blk.N
+    expert_bytes: tuple[int, ...] = ()  # of which ffn_*_exps tensors, per layer
+    token_embd_bytes: int = 0
+    output_bytes: int = 0  # output.weight + output_norm (0 if tied to token_embd)
+    other_bytes: int = 0  # everything else (rope freqs, ...)
+    tensor_bytes: int = 0
+    layer_tensors: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+
+    def has_kv(self, il: int) -> bool:
+        """llama.cpp allocates K/V for this layer of the target context."""
+        if self.encoder_only or il >= self.n_layer - self.n_nextn:
+            return False
+        if self.recurrent and self.recurrent[il]:
+            return False
+        if self.n_layer_kv_from_start is not None and il >= self.n_layer_kv_from_start:
+            return False
+        return self.n_head_kv[il] > 0
+
+    def is_swa(self, il: int) -> bool:
+        return bool(self.swa) and self.swa[il]
+
+    def k_width(self, il: int) -> int:
+        head = self.head_k_swa if self.is_swa(il) and self.head_k_swa else self.head_k
+        return head * self.n_head_kv[il]
+
+    def v_width(self, il: int) -> int:
+        head = self.head_v_swa if self.is_swa(il) and self.head_v_swa else self.head_v
+        return head * self.n_head_kv[il]
+
+    @property
+    def n_recurrent_layers(self) -> int:
+        return sum(self.recurrent)
+
+
+def _per_layer(value: Any, n_layer: int, default: int) -> tuple[int, ...]:
+    if value is None:
+        return (default,) * n_layer
+    if isinstance(value, (tuple, list)):
+        items = [int(v) for v in value]
+        return tuple(items[:n_layer] + [items[-1] if items else default] * (n_layer - len(items)))
+    return (int(value),) * n_layer
+
+
+def swa_layers(arch: str, n_layer: int, pattern: Any, n_swa: int) -> tuple[bool, ...]:
+    """``is_swa(il) = il % P < P - 1`` for a period P, or a per-layer bool array
+    (llama_hparams::set_swa_pattern); gemma3 only when sliding_window > 0."""
+    if n_swa <= 0:
+        return ()
+    if isinstance(pattern, (tuple, list)):
+        flags = [bool(v) for v in pattern][:n_layer]
+        return tuple(flags + [False] * (n_layer - len(flags)))
+    period = int(pattern) if pattern else DEFAULT_SWA_PERIOD.get(arch, 0)
+    if period <= 1:
+        return ()
+    return tuple(il % period < period - 1 for il in range(n_layer))
+
+
+def recurrent_state(arch: str, get: Any, n_embd: int) -> tuple[int, int]:
+    """(n_embd_r, n_embd_s) floats per recurrent layer per sequence (llama_hparams)."""
+    if arch.startswith("rwkv") or arch == "arwkv7":
+        shift = int(get("token_shift_count", 2))
+        return shift * n_embd, n_embd * int(get("wkv.head_size", 64))
+    if arch.startswith("lfm2"):
+        return n_embd * (int(get("shortconv.l_cache", 3)) - 1), 0
+    conv = int(get("ssm.conv_kernel", 0) or 0)
+    inner = int(get("ssm.inner_size", 0) or 0)
+    state = int(get("ssm.state_size", 0) or 0)
+    groups = int(get("ssm.group_count", 0) or 0)
+    if conv and inner:
+        return (conv - 1) * (inner + 2 * groups * state), state * inner
+    return 0, 0
+
+
+def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int]
+                     ) -> tuple[bool, ...]:
+    if arch in RECURRENT:
+        return (True,) * n_layer
+    if arch not in HYBRID:
+        return ()
+    flags = get("attention.recurrent_layers")
+    if isinstance(flags, (tuple, list)):
+        return tuple(bool(v) for v in flags[:n_layer])
+    interval = get("full_attention_interval")
+    if interval:
+        return tuple((il + 1) % int(interval) != 0 for il in range(n_layer))
+    return tuple(h == 0 for h in n_head_kv)  # lfm2 / jamba / nemotron-h: 0 KV heads
+
+
+def shape_from_header(header: Any) -> ModelShape:
+    """Build the shape from a ``monitor.gguf.GgufHeader`` (duck-typed: ``arch_get``,
+    ``architecture``, ``n_vocab``, ``tensors``)."""
+    arch = header.architecture or "llama"
+
+    def get(suffix: str, default: Any = None) -> Any:
+        return header.arch_get(suffix, default)
+
+    n_layer = int(get("block_count", 0))
+    n_embd = int(get("embedding_length", 0))
+    n_head = _per_layer(get("attention.head_count"), n_layer, 1)
+    n_head_kv = _per_layer(get("attention.head_count_kv"), n_layer, n_head[0] if n_head else 1)
+    head0 = max(n_head) if n_head else 1
+    head_k = int(get("attention.key_length", n_embd // head0 if head0 else 0))
+    head_v = int(get("attention.value_length", head_k))
+    n_swa = int(get("attention.sliding_window", DEFAULT_N_SWA.get(arch, 0)) or 0)
+    swa = swa_layers(arch, n_layer, get("attention.sliding_window_pattern"), n_swa)
+    recurrent = recurrent_layers(arch, get, n_layer, n_head_kv)
+    n_embd_r, n_embd_s = recurrent_state(arch, get, n_embd) if recurrent else (0, 0)
+    shared = get("attention.shared_kv_layers")
+    n_ff = get("feed_forward_length", 0)
+    n_ff = max(n_ff) if isinstance(n_ff, (tuple, list)) and n_ff else int(n_ff or 0)
+    layer_bytes = [0] * n_layer
+    expert_bytes = [0] * n_layer
+    layer_tensors: dict[int, list[tuple[str, int]]] = {}
+    token_embd = output = other = 0
+    for t in header.tensors:
+        m = _LAYER.match(t.name)
+        if m and int(m.group(1)) < n_layer:
+            il = int(m.group(1))
+            layer_bytes[il] += t.n_bytes
+            if "_exps" in t.name:
+                expert_bytes[il] += t.n_bytes
+            layer_tensors.setdefault(il, []).append((t.name, t.n_bytes))
+        elif t.name.startswith("token_embd"):
+            token_embd += t.n_bytes
+        elif t.name.startswith("output"):
+            output += t.n_bytes
+        else:
+            other += t.n_bytes
+    return ModelShape(
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=int(header.n_vocab or get("vocab_size", 0) or 0),
+        n_ctx_train=int(get("context_length", 0) or 0),
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_k=head_k,
+        head_v=head_v,
+        head_k_swa=get("attention.key_length_swa"),
+        head_v_swa=get("attention.value_length_swa"),
+        n_ff=n_ff,
+        is_mla=get("attention.key_length_mla") is not None
+        and get("attention.value_length_mla") is not None,
+        swa=swa,
+        n_swa=n_swa if swa else 0,
+        recurrent=recurrent,
+        n_embd_r=n_embd_r,
+        n_embd_s=n_embd_s,
+        encoder_only=arch in ENCODER_ONLY,
+        n_layer_kv_from_start=(n_layer - int(shared)) if shared else (
+            20 if arch == "gemma3n" else None),
+        n_nextn=int(get("nextn_predict_layers", 0) or 0),
+        layer_bytes=tuple(layer_bytes),
+        expert_bytes=tuple(expert_bytes),
+        token_embd_bytes=token_embd,
+        output_bytes=output,
+        other_bytes=other,
+        tensor_bytes=header.tensor_bytes,
+        layer_tensors={k: tuple(v) for k, v in layer_tensors.items()},
+    )
