@@ -27,8 +27,9 @@ def _mib(n: int) -> str:
 
 
 def _host_residency(spec: LaunchSpec) -> Residency:
-    """mmap (the default) leaves CPU weights in the page cache; -lm none makes them anon."""
-    return "anon" if spec.load_mode in ("none", "dio") else "file"
+    """mmap (the default, and mmap+mlock) leaves CPU weights in the page cache; -lm none,
+    mlock (without mmap) and dio read them into anonymous memory."""
+    return "anon" if spec.load_mode in ("none", "dio", "mlock") else "file"
 
 
 def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str]) -> kv.Context:
@@ -113,6 +114,9 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
     if not spec.model_path:
         raise kv.EstimateError("no model path (-m) in the command line")
     notes: list[str] = []
+    if spec.devices is not None and tuple(d.lower() for d in spec.devices) == ("none",):
+        devices = ()  # -dev none: the CPU only
+        notes.append("-dev none: everything stays in host memory")
     shape = shape_from_header(read_header(spec.model_path))
     flash = spec.flash_attn != "off"
     if spec.flash_attn == "auto":

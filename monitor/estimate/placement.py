@@ -56,8 +56,8 @@ def _split(count: int, devices: Sequence[DeviceInfo], fractions: Sequence[float]
         acc += w / total
         bounds.append(acc)
     out = []
-    for i in range(count):
-        position = (i + 0.5) / count
+    for i in range(count):  # std::upper_bound(splits, float(il - i_gpu_start) / act_gpu_layers)
+        position = i / count
         index = next((k for k, b in enumerate(bounds) if position < b), len(devices) - 1)
         out.append(devices[index].device_id)
     return out

@@ -1,0 +1,337 @@
+"""Which engine and role each process is, and which process owns a worker's model.
+
+``parse_command`` turns one command line into a :class:`LaunchSpec` (or None when it is
+not a process that loads a model). ``recognise`` looks at the whole process table: vLLM
+and SGLang hold their GPU memory in renamed children (``VLLM::EngineCore``, truncated to
+``VLLM::EngineCor`` in ``comm``; ``VLLM::Worker_TP0``; ``sglang::scheduler``), ollama in
+a runner child of ``ollama serve``; those are tied to the ancestor that owns the model by
+walking ``ppid`` (research/estimation.md sections 3-5).
+
+Roles: ``server`` (llama-server, vLLM/SGLang API server, ``ollama serve``, generic torch),
+``runner`` (ollama's model process), ``worker`` (vLLM/SGLang engine and worker processes),
+``proxy`` (llama-swap; its llama-server children are servers that own themselves).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from collectors.base import ProcessInfo
+from collectors.tracking import engine_of, is_python
+from monitor.engines import ollama
+from monitor.engines.llamacpp import is_flag, parse_llamacpp
+from monitor.engines.spec import LaunchSpec
+from monitor.engines.vllm import parse_sglang, parse_vllm
+
+LLAMA_EXECUTABLES = frozenset({
+    "llama-server", "llama-cli", "llama-embedding", "llama-mtmd-cli", "llama-completion",
+    "llama-speculative", "llama-speculative-simple", "llama-lookup", "llama-parallel",
+    "llama-batched", "llama-perplexity", "llama-imatrix", "llama-bench", "llama-retrieval",
+})
+# Wrappers seen in llama-swap ``cmd`` lines: the real command follows them.
+_WRAPPERS = frozenset({"env", "nice", "numactl", "taskset", "ionice", "stdbuf", "chrt",
+                       "nohup", "setsid", "systemd-run", "exec"})
+_ENV_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+# A renamed process: "VLLM::EngineCore", "VLLM::Worker_TP0", "sglang::scheduler_TP0".
+_TITLE = re.compile(r"([A-Za-z0-9_.-]+)::(\S*)")
+MAX_DEPTH = 64
+# Engine CLIs whose serving forms are parsed above; anything else they run is a client.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
+_CLIENT_EXECUTABLES = frozenset({"ollama", "vllm", "sglang", "llama-swap", "llama"})
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMatch:
+    """One inference-related process: what it is, and who owns the model it serves."""
+
+    pid: int
+    engine: str
+    role: str
+    owner_pid: int
+    spec: LaunchSpec | None
+
+
+# --- one command line -------------------------------------------------------------------
+
+
+def _unwrap(argv: Sequence[str], env: Mapping[str, str] | None
+            ) -> tuple[list[str], dict[str, str]]:
+    """Strip ``env K=V``, ``nice -n 5``, ``numactl ...`` prefixes; collect ``K=V``."""
+    args = list(argv)
+    merged = dict(env or {})
+    while args and os.path.basename(args[0]) in _WRAPPERS:
+        rest = args[1:]
+        for i, word in enumerate(rest):
+            m = _ENV_ASSIGN.fullmatch(word)
+            if m and not word.startswith("-"):
+                merged[m.group(1)] = m.group(2)
+                continue
+            if _program(word) is not None:
+                args = rest[i:]
+                break
+        else:
+            return [], merged
+    return args, merged
+
+
+def _program(word: str) -> str | None:
+    base = os.path.basename(word)
+    if (base in LLAMA_EXECUTABLES or base in _WRAPPERS or base.startswith("python")
+            or base in ("llama", "llama-swap", "ollama", "ollama_llama_server", "vllm",
+                        "sglang")):
+        return base
+    return None
+
+
+def _python_target(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """For ``python [opts] -m mod args`` -> (mod, args); ``python script args`` ->
+    (basename(script), args); else (None, [])."""
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a == "-m" and i + 1 < len(args):
+            return args[i + 1], list(args[i + 2:])
+        if a.startswith("-m") and len(a) > 2:
+            return a[2:], list(args[i + 1:])
+        if a in ("-c",):
+            return None, []
+        if a in ("-W", "-X", "--check-hash-based-pycs"):
+            i += 2
+            continue
+        if is_flag(a):
+            i += 1
+            continue
+        return os.path.basename(a), list(args[i + 1:])
+    return None, []
+
+
+def _kind(argv: Sequence[str]) -> str | None:
+    """What a command line is: "llama.cpp", "ollama-runner", "ollama-server",
+    "llama-swap", "vllm", "sglang", "vllm-worker", "sglang-worker", or None."""
+    if not argv:
+        return None
+    title = _TITLE.fullmatch(argv[0].strip())
+    if title:
+        prefix = title.group(1)
+        if prefix == "VLLM":
+            return "vllm-worker"
+        if prefix.lower() == "sglang":
+            return "sglang-worker"
+        return None
+    exe = os.path.basename(argv[0])
+    if exe == "llama-swap":
+        return "llama-swap"
+    if ollama.is_server(argv):
+        return "ollama-server"
+    if ollama.is_runner(argv) or (
+            (exe in LLAMA_EXECUTABLES or exe == "ollama_llama_server")
+            and ollama.is_runner_binary(argv)):
+        return "ollama-runner"
+    if exe in LLAMA_EXECUTABLES or (exe == "llama" and len(argv) > 1
+                                    and argv[1] in ("serve", "server")):
+        return "llama.cpp"
+    if exe == "vllm":
+        return "vllm" if len(argv) > 1 and argv[1] == "serve" else None
+    if exe == "sglang":
+        return "sglang" if len(argv) > 1 and argv[1] == "serve" else None
+    if exe.startswith("python"):
+        target, rest = _python_target(argv)
+        if target is None:
+            return None
+        if target in ("vllm", "vllm.entrypoints.cli.main"):
+            return "vllm" if rest[:1] == ["serve"] else None
+        if target.startswith("vllm.entrypoints"):
+            return "vllm"
+        if target.startswith("sglang.launch_server") or (
+                target in ("sglang", "sglang.cli.main") and rest[:1] == ["serve"]):
+            return "sglang"
+    return None
+
+
+def _spec_for(kind: str, argv: Sequence[str], env: Mapping[str, str] | None,
+              comm: str = "") -> LaunchSpec | None:
+    if kind == "llama.cpp":
+        return parse_llamacpp(argv, env)
+    if kind == "ollama-runner":
+        return ollama.parse_runner(argv, env)
+    if kind == "vllm":
+        return parse_vllm(argv)
+    if kind == "sglang":
+        return parse_sglang(argv)
+    if kind == "vllm-worker":
+        return LaunchSpec(engine="vllm", role="worker")
+    if kind == "sglang-worker":
+        return LaunchSpec(engine="sglang", role="worker")
+    return None  # ollama serve, llama-swap: no model of their own
+
+
+def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
+                  *, _depth: int = 0) -> LaunchSpec | None:
+    """The launch spec of a model-serving command line, or None.
+
+    Handles llama-server / llama-cli / llama-embedding (and the other llama.cpp tools),
+    ``llama serve``, ollama's runner (its ``lib/ollama/llama-server``, ``ollama runner``,
+    ``ollama_llama_server``), ``vllm serve`` and ``python -m vllm.entrypoints...``,
+    ``python -m sglang.launch_server``, a ``VLLM::``/``sglang::`` worker title (a bare
+    worker spec), ``env K=V``/``nice``/``numactl`` prefixes (their ``LLAMA_ARG_*`` pairs
+    count as environment), ``sh -c "..."`` (as llama-swap ``cmd`` lines may be), and
+    other engines collectors/tracking.py knows (``torch``, ``tgi``, ``koboldcpp``: a spec
+    with nothing but the engine). ``ollama serve`` and
+    ``llama-swap`` load no model themselves: None (recognise() still reports them).
+    """
+    args, merged = _unwrap(argv, env)
+    if (len(args) >= 3 and os.path.basename(args[0]) in _SHELLS and args[1] == "-c"
+            and _depth < 3):
+        try:  # a llama-swap `cmd` may be `sh -c "exec llama-server ..."`
+            inner = shlex.split(args[2])
+        except ValueError:
+            return None
+        return parse_command(inner, merged, _depth=_depth + 1)
+    kind = _kind(args)
+    if kind is not None:
+        return _spec_for(kind, args, merged)
+    if not args:
+        return None
+    exe = os.path.basename(args[0])
+    if exe in _CLIENT_EXECUTABLES:
+        return None  # `ollama run`, `vllm bench`, `vllm chat`: clients, no model loaded
+    engine = engine_of(exe[:15], tuple(args))
+    if engine in (None, "llama-swap", "ollama"):
+        return None
+    return LaunchSpec(engine=engine)
+
+
+# --- the process table ------------------------------------------------------------------
+
+
+def _ancestors(pid: int, processes: Mapping[int, ProcessInfo]) -> list[int]:
+    """Parent, grandparent, ... of ``pid`` that are in ``processes`` (nearest first)."""
+    out: list[int] = []
+    seen = {pid}
+    info = processes.get(pid)
+    while info is not None and info.ppid is not None and len(out) < MAX_DEPTH:
+        ppid = info.ppid
+        if ppid in seen:
+            break
+        seen.add(ppid)
+        info = processes.get(ppid)
+        if info is None:
+            break
+        out.append(ppid)
+    return out
+
+
+def _title_of(info: ProcessInfo) -> re.Match[str] | None:
+    if info.argv:
+        m = _TITLE.fullmatch(info.argv[0].strip())
+        if m:
+            return m
+    return _TITLE.fullmatch(info.comm.strip())
+
+
+def recognise(processes: Mapping[int, ProcessInfo],
+              env_for: Callable[[int], Mapping[str, str]] | None = None
+              ) -> dict[int, EngineMatch]:
+    """Every inference-related process in ``processes`` -> its :class:`EngineMatch`.
+
+    ``env_for(pid)`` gives a process's allow-listed environment (environ.read_llama_env);
+    it is asked only for llama.cpp/ollama runners (``LLAMA_ARG_*``) and for renamed
+    processes with an unfamiliar ``X::`` prefix (``VLLM_PROCESS_NAME_PREFIX``).
+
+    - vLLM ``VLLM::EngineCore``/``VLLM::Worker_*`` (and SGLang ``sglang::*``) processes:
+      role "worker", owner = the nearest ancestor that is the API server; their spec is
+      the owner's with role "worker" (a bare worker spec when no owner is visible).
+    - a llama-server started by ``ollama serve`` (or any ollama runner form): engine
+      "ollama", role "runner", owner = the ``ollama serve`` ancestor.
+    - ``ollama serve``: role "server", spec None; llama-swap: role "proxy", spec None.
+    - a Python process the collectors saw on a GPU, or one tracking.py names (torch,
+      tgi, ...), that is none of the above: its engine, role "server", a bare spec.
+    """
+
+    def env(pid: int) -> Mapping[str, str]:
+        if env_for is None:
+            return {}
+        try:
+            return env_for(pid) or {}
+        except Exception:  # noqa: BLE001 - a vanished or unreadable process has no env
+            return {}
+
+    kinds: dict[int, str] = {}
+    for pid, info in processes.items():
+        kind = _kind(info.argv) if info.argv else None
+        if kind is None:
+            title = _title_of(info)
+            if title and title.group(1) == "VLLM":
+                kind = "vllm-worker"
+            elif title and title.group(1).lower() == "sglang":
+                kind = "sglang-worker"
+            elif title:
+                kind = "titled"  # decided by its ancestors or env below
+        if kind is not None:
+            kinds[pid] = kind
+
+    def nearest(pid: int, wanted: set[str]) -> int | None:
+        for anc in _ancestors(pid, processes):
+            if kinds.get(anc) in wanted:
+                return anc
+        return None
+
+    out: dict[int, EngineMatch] = {}
+    specs: dict[int, LaunchSpec | None] = {}
+    # Servers first, so workers can copy their owner's spec.
+    for pid, kind in kinds.items():
+        info = processes[pid]
+        if kind in ("llama.cpp", "ollama-runner"):
+            server = nearest(pid, {"ollama-server"})
+            if kind == "llama.cpp" and server is None:
+                spec = parse_llamacpp(info.argv, env(pid))
+                out[pid] = EngineMatch(pid, "llama.cpp", "server", pid, spec)
+            else:
+                spec = ollama.parse_runner(info.argv, env(pid))
+                out[pid] = EngineMatch(pid, "ollama", "runner",
+                                       server if server is not None else pid, spec)
+        elif kind in ("vllm", "sglang"):
+            spec = parse_vllm(info.argv) if kind == "vllm" else parse_sglang(info.argv)
+            out[pid] = EngineMatch(pid, kind, "server", pid, spec)
+        elif kind == "ollama-server":
+            out[pid] = EngineMatch(pid, "ollama", "server", pid, None)
+        elif kind == "llama-swap":
+            out[pid] = EngineMatch(pid, "llama-swap", "proxy", pid, None)
+        specs[pid] = out[pid].spec if pid in out else None
+
+    for pid, kind in kinds.items():
+        if kind not in ("vllm-worker", "sglang-worker", "titled"):
+            continue
+        engine = {"vllm-worker": "vllm", "sglang-worker": "sglang"}.get(kind)
+        if engine is None:  # a custom VLLM_PROCESS_NAME_PREFIX, or not an engine at all
+            title = _title_of(processes[pid])
+            prefix = title.group(1) if title else None
+            renamed = prefix is not None and env(pid).get("VLLM_PROCESS_NAME_PREFIX") == prefix
+            if not renamed and nearest(pid, {"vllm"}) is None:
+                continue
+            engine = "vllm"
+        owner = nearest(pid, {engine})
+        owner_spec = specs.get(owner) if owner is not None else None
+        spec = (dataclasses.replace(owner_spec, role="worker") if owner_spec is not None
+                else LaunchSpec(engine=engine, role="worker"))
+        out[pid] = EngineMatch(pid, engine, "worker", owner if owner is not None else pid,
+                               spec)
+
+    for pid, info in processes.items():
+        if pid in out or pid in kinds:
+            continue
+        engine = info.engine or engine_of(info.comm, info.argv)
+        if info.argv and os.path.basename(info.argv[0]) in _CLIENT_EXECUTABLES:
+            continue  # a client of an engine parsed above (`ollama run`, `vllm bench`)
+        if engine is None and "gpu" in info.reasons and is_python(info.comm, info.argv):
+            engine = "torch"  # a Python process holding GPU memory: torch in practice
+        if engine is None:
+            continue
+        out[pid] = EngineMatch(pid, engine, "server", pid, LaunchSpec(engine=engine))
+    return out
+
