@@ -1,0 +1,104 @@
+"""`vramscope estimate` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf_models as g
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1024**2
+
+
+def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
+                          text=True, timeout=60, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    md, tensors = g.qwen3_8b()
+    return g.write_model(tmp_path_factory.mktemp("m") / "qwen3-8b.gguf", "qwen3", md, tensors,
+                         vocab_size=151936)[0]
+
+
+def test_estimate_table_and_json(model: Path) -> None:
+    args = ["estimate", "--cpu-only", "--", "llama-server", "-m", str(model), "-c", "8192",
+            "-np", "24", "-fa", "on"]
+    text = vramscope(*args)
+    assert text.returncode == 0, text.stderr
+    assert "context: 12288 cells = 512 per stream x 24 stream(s)" in text.stdout
+    kv_line = next(line for line in text.stdout.splitlines() if line.startswith("kv "))
+    assert "1728.00" in kv_line and "llama-kv-cache.cpp" in kv_line
+    assert "total on host:" in text.stdout
+    doc = json.loads(vramscope(*args[:1], "--json", *args[1:]).stdout)
+    assert doc["schema"] == "vramscope.estimate/1"
+    assert doc["context"]["cells"] == 12288
+    kv = sum(c["bytes"] for c in doc["components"] if c["name"] == "kv")
+    assert kv == 1728 * MIB
+    assert doc["totals_with_growth"]["host"] - doc["totals_at_load"]["host"] == 8192 * MIB
+
+
+def test_estimate_pid_uses_the_real_arguments_and_llama_arg_env(model: Path,
+                                                                tmp_path: Path) -> None:
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)  # a real process whose executable is llama-server
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    env = {**os.environ, "LLAMA_ARG_N_PARALLEL": "16", "HF_TOKEN": "hf_secret"}
+    # Python runs `-c code`; the llama.cpp parser sees the later -c 8192 (the last wins).
+    child = subprocess.Popen([str(exe), "-c", code, "-m", str(model), "-c", "8192", "-kvu"],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        result = vramscope("estimate", "--json", "--cpu-only", "--pid", str(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["context"]["n_seq_max"] == 16  # from LLAMA_ARG_N_PARALLEL in its environment
+    assert (doc["context"]["kv_unified"], doc["context"]["cells"]) == (True, 8192)
+    assert "hf_secret" not in result.stdout + result.stderr
+
+
+def test_estimate_pid_of_something_else(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        result = vramscope("estimate", "--cpu-only", "--pid", str(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert result.returncode == 2 and "not an inference server command" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--", "llama-server", "-m", "/no/such/model.gguf"], "/no/such/model.gguf"),
+        (["--", "ls", "-l"], "not an inference server command"),
+        ([], "nothing to estimate"),
+        (["--pid", "999999999"], "cannot read the command line of pid 999999999"),
+    ],
+)
+def test_estimate_errors_are_one_line(args: list[str], message: str) -> None:
+    result = vramscope("estimate", "--cpu-only", *args)
+    assert result.returncode == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vramscope: error: ")
+    assert message in lines[0]
+
+
+def test_malformed_gguf_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + os.urandom(64))
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.startswith("vramscope: error: ") and str(bad) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
