@@ -30,10 +30,13 @@ def _default_reader(path: str) -> Any:
 
 
 def estimate(spec: LaunchSpec, devices: Sequence[DeviceInfo] = (),
-             read_header: Callable[[str], Any] | None = None) -> MemoryEstimate:
+             read_header: Callable[[str], Any] | None = None,
+             outputs: str = "server") -> MemoryEstimate:
+    """``outputs``: "server" (llama-server's logit reservation) or "batch" (llama.cpp's
+    library default, what llama-fit-params measures)."""
     reader = read_header or _default_reader
     if spec.engine in ("llama.cpp", "ollama") and spec.role != "proxy":
-        return estimate_llamacpp(spec, devices, reader)
+        return estimate_llamacpp(spec, devices, reader, outputs)
     if spec.engine in ("vllm", "sglang"):
         return estimate_vllm(spec, devices)
     raise EstimateError(f"no estimator for {spec.engine} ({spec.role})")
@@ -74,10 +77,11 @@ def estimate_vllm(spec: LaunchSpec, devices: Sequence[DeviceInfo]) -> MemoryEsti
 
 def estimate_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
                      devices: Sequence[DeviceInfo] = (),
-                     read_header: Callable[[str], Any] | None = None) -> MemoryEstimate:
+                     read_header: Callable[[str], Any] | None = None,
+                     outputs: str = "server") -> MemoryEstimate:
     from monitor.engines import parse_command
 
     spec = parse_command(list(argv), env)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(argv[:3])} ...")
-    return estimate(spec, devices, read_header)
+    return estimate(spec, devices, read_header, outputs)

@@ -1,16 +1,23 @@
-"""Compute and output buffers (estimation.md section 1c).
+"""Compute and output buffers (estimation.md section 1c, refined on a real llama-server).
 
 llama.cpp reserves the worst-case prompt graph (``n_tokens = min(n_ctx, n_ubatch)``); the
-allocator reuses memory, so the buffer is the peak live set, not a sum. The two regimes
-below were fitted to llama-fit-params on a Qwen3-8B shape (section 8) and reproduce every
-measured point to within 1 MiB:
+allocator reuses memory, so the buffer is the peak live set of the graph, the largest of:
 
-- flash attention on: the f32 logits plus two f32 embedding-wide activations,
-  ``4 * n_ub * (n_vocab + 2 * n_embd)`` (312 / 1251 / 5004 MiB at ub 512 / 2048 / 8192);
-- flash attention off: the f32 attention scores of one layer, a score-wide mask and the
-  FFN-wide intermediates, ``4 * n_ub * (n_kv * (n_head + 1) + n_ff + 2.5 * n_embd)``,
-  where ``n_kv`` is the cells of one stream; the larger of this and the FA-on figure
-  (572 / 2156 / 2288 / 9152 MiB; split streams fall back to the logits floor).
+- the layer body (flash attention on): the gated FFN's up, gate and activation plus the
+  residual stream, and the f16 attention mask,
+  ``4 ub (3 n_ff + 4 n_embd) + 2 ub n_kv + 20 ub`` — encoder-only (ungated) models:
+  ``4 ub (n_ff + 3 n_embd) + ...``;
+- attention without flash attention: the f32 scores of one layer and the f32 mask,
+  ``4 ub n_kv (n_head + 1) + 22 ub n_embd``;
+- the logits: ``4 n_outputs n_vocab + 8 ub n_embd``.
+
+``n_kv`` is the cells of one stream, ``ub = min(n_ubatch, n_ctx)``. ``n_outputs`` is what the
+context reserves logits for: ``n_batch`` by default (what llama-fit-params measures), but
+llama-server limits it to ``np x (1 + n_draft)`` (``server_output_limits``,
+tools/server/server-context.cpp; ``n_batch`` for embeddings). Fitted to llama-fit-params
+(estimation.md section 8: 312 / 1251 / 5004 MiB FA on, 572 / 2156 / 2288 / 9152 FA off, all
+to the MiB) and to the CPU llama-server built by scripts/build-llama-server (15 shapes and
+options, exact to 0.01 MiB for llama-architecture models; gemma3 within 3 %).
 """
 
 from __future__ import annotations
@@ -19,17 +26,19 @@ from monitor.estimate.kv import Context
 from monitor.estimate.shape import ModelShape
 
 
-def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool) -> int:
-    """Encoder-only embedders have no vocabulary logits and attend within the batch."""
-    n_ub = min(ctx.n_ubatch, ctx.n_ctx)
-    width = 0 if shape.encoder_only else shape.n_vocab
-    logits = 4 * n_ub * (width + 2 * shape.n_embd)
+def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: int) -> int:
+    ub = min(ctx.n_ubatch, ctx.n_ctx)
+    n_kv = ub if shape.encoder_only else ctx.n_ctx_seq
+    ffn = (shape.n_ff + 3 * shape.n_embd) if shape.encoder_only else (
+        3 * shape.n_ff + 4 * shape.n_embd)
+    body = 4 * ub * ffn + (2 if flash_attn else 4) * ub * n_kv + 20 * ub
+    vocab = 0 if shape.encoder_only else shape.n_vocab
+    logits = 4 * min(n_outputs, ub) * vocab + 8 * ub * shape.n_embd
     if flash_attn:
-        return logits
+        return max(body, logits)
     n_head = max(shape.n_head) if shape.n_head else 1
-    n_kv = n_ub if shape.encoder_only else ctx.n_ctx_seq
-    scores = 4 * n_ub * (n_kv * (n_head + 1) + shape.n_ff) + 10 * n_ub * shape.n_embd
-    return max(logits, scores)
+    scores = 4 * ub * n_kv * (n_head + 1) + 22 * ub * shape.n_embd
+    return max(body, logits, scores)
 
 
 def output_bytes(shape: ModelShape, ctx: Context, embeddings: bool) -> int:

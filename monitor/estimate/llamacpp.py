@@ -109,8 +109,21 @@ def _main_device(placement: Placement) -> str:
     return devices[-1] if devices else placement.output_device
 
 
+def server_outputs(spec: LaunchSpec, ctx: kv.Context) -> int:
+    """Logit rows llama-server reserves: ``min(n_batch, np x (1 + n_draft))``, or n_batch
+    for embeddings (server_output_limits, tools/server/server-context.cpp)."""
+    if spec.embedding or (spec.pooling not in (None, "none")):
+        return ctx.n_batch
+    speculative = bool(spec.draft_model) or (spec.spec_type or "").startswith("draft")
+    n_draft = (spec.spec_draft_n_max or 3) if speculative else 0
+    return max(1, min(ctx.n_batch, ctx.n_seq_max * (1 + n_draft)))
+
+
 def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
-                      read_header: Callable[[str], Any]) -> MemoryEstimate:
+                      read_header: Callable[[str], Any], outputs: str = "server"
+                      ) -> MemoryEstimate:
+    """``outputs="server"``: what llama-server reserves; ``"batch"``: llama.cpp's library
+    default (n_batch logit rows), which is what llama-fit-params measures."""
     if not spec.model_path:
         raise kv.EstimateError("no model path (-m) in the command line")
     notes: list[str] = []
@@ -144,13 +157,31 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
             f"{shape.n_recurrent_layers} recurrent layers x 4 B x (r {shape.n_embd_r} + s "
             f"{shape.n_embd_s}) x {ctx.n_seq_max} seqs x (1 + {n_rs_seq}) "
             "[llama-memory-recurrent.cpp]", "anon" if main == HOST else "device"))
-    comp = compute.compute_bytes(shape, ctx, flash)
+    n_out = server_outputs(spec, ctx) if outputs == "server" else ctx.n_batch
+    comp = compute.compute_bytes(shape, ctx, flash, n_out)
     parts.append(Component(
         "compute", main, comp,
-        ("FA on: 4 x ub x (n_vocab + 2 n_embd)" if flash else
-         "FA off: max(logits, 4 x ub x (n_kv (n_head+1) + n_ff) + 10 x ub x n_embd)")
-        + f", ub={min(ctx.n_ubatch, ctx.n_ctx)} [fit to llama-fit-params, estimation.md 8]",
-        "anon" if main == HOST else "device"))
+        "max(FFN body 4 ub (3 n_ff + 4 n_embd) + mask, logits 4 x "
+        f"{min(n_out, ctx.n_ubatch)} outputs x n_vocab"
+        + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1)")
+        + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq} "
+        "[monitor/estimate/compute.py]", "anon" if main == HOST else "device"))
+    if main == HOST and shape.encoder_only:
+        ub = min(ctx.n_ubatch, ctx.n_ctx)
+        n_head = max(shape.n_head) if shape.n_head else 1
+        parts.append(Component(
+            "attn_scores", HOST, 4 * ub * ub * n_head,
+            f"encoder attention scores at run time, 4 B x ub {ub}^2 x n_head {n_head}: "
+            "RssAnon of the CPU build grows by this with a full batch beyond the logged "
+            "compute buffer (measured: +13.5 MiB for 500 tokens of a 12-head BERT)", "anon"))
+    if main == HOST and not flash and not shape.encoder_only:
+        ub = min(ctx.n_ubatch, ctx.n_ctx)
+        n_head = max(shape.n_head) if shape.n_head else 1
+        parts.append(Component(
+            "cpu_work", HOST, 2 * ctx.n_ctx_seq * ub * n_head,
+            f"CPU backend work buffer without flash attention: an f16 copy of one layer's "
+            f"scores for KQ x V, n_kv {ctx.n_ctx_seq} x ub {ub} x n_head {n_head} x 2 B (not "
+            "in llama.cpp's logs; measured on the CPU build)", "anon"))
     parts.append(Component(
         "output", HOST, compute.output_bytes(shape, ctx, spec.embedding),
         f"(n_vocab{' + n_embd' if spec.embedding else ''}) x {ctx.n_seq_max} seqs x 4 B "
@@ -164,7 +195,7 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
                                "[common/speculative.cpp, ctx_type MTP]",
                                "anon" if main == HOST else "device"))
     if spec.draft_model:
-        parts += _draft(spec, devices, read_header, ctx, flash, notes)
+        parts += _draft(spec, devices, read_header, ctx, flash, notes, n_out)
     parts += _host_growth(spec, shape, ctx, flash)
     for dev in devices:
         if any(c.device == dev.device_id for c in parts) and dev.overhead_bytes:
@@ -182,7 +213,8 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
 
 
 def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callable[[str], Any],
-           target_ctx: kv.Context, flash: bool, notes: list[str]) -> list[Component]:
+           target_ctx: kv.Context, flash: bool, notes: list[str], n_outputs: int
+           ) -> list[Component]:
     """The draft context copies the target's n_ctx (the same total cells), n_seq_max,
     kv_unified and ubatch; its KV is f16 unless -ctkd/-ctvd (common/speculative.cpp)."""
     assert spec.draft_model is not None
@@ -194,7 +226,8 @@ def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callabl
     parts += _kv_components(shape, spec, ctx, flash, placement, "draft_",
                             spec.draft_cache_type_k, spec.draft_cache_type_v)
     main = _main_device(placement)
-    parts.append(Component("draft_compute", main, compute.compute_bytes(shape, ctx, flash),
+    parts.append(Component("draft_compute", main,
+                           compute.compute_bytes(shape, ctx, flash, n_outputs),
                            "the draft's own compute buffer, same formula as the target's",
                            "anon" if main == HOST else "device"))
     if spec.draft_cache_type_k == "f16" and spec.cache_type_k != "f16":

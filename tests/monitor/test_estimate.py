@@ -104,7 +104,8 @@ QWEN3_TABLE = [
 @pytest.mark.parametrize(("args", "context_mib", "compute_mib"), QWEN3_TABLE)
 def test_qwen3_8b_matches_llama_fit_params(models: dict[str, str], args: list[str],
                                            context_mib: int, compute_mib: int | None) -> None:
-    est = est_cmd(models, "qwen3", *args)
+    # llama-fit-params reserves logits for n_batch outputs (llama.cpp's library default)
+    est = est_cmd(models, "qwen3", *args, outputs="batch")
     assert kv_mib(est) == pytest.approx(context_mib, abs=0.01)
     if compute_mib is not None:
         assert est.total_bytes("compute") / MIB == pytest.approx(compute_mib, rel=0.10)
@@ -160,6 +161,16 @@ def test_bert_embedder_has_no_kv(models: dict[str, str]) -> None:
     assert kv_mib(est) == 0
     assert any("encoder-only" in n for n in est.notes)
     assert est.total_bytes("compute") > 0
+
+
+def test_llama_server_reserves_logits_only_for_its_slots(models: dict[str, str]) -> None:
+    """server_output_limits: np x (1 + n_draft) logit rows, not n_batch (the 4 x 151936 x
+    512 B of f32 logits fit-params reserves are not there in llama-server)."""
+    server = est_cmd(models, "qwen3", "-c", "8192", "-np", "1", "-fa", "on")
+    batch = est_cmd(models, "qwen3", "-c", "8192", "-np", "1", "-fa", "on", outputs="batch")
+    body = 4 * 512 * (3 * 12288 + 4 * 4096) + 2 * 512 * 8192 + 20 * 512
+    assert server.total_bytes("compute") == body
+    assert batch.total_bytes("compute") > 2.5 * body
 
 
 def test_draft_model_kv_has_the_targets_cells_in_f16(models: dict[str, str]) -> None:
