@@ -171,9 +171,12 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
 @click.option("--pid", type=int, help="Estimate a running server from its real arguments.")
 @click.option("--cpu-only", is_flag=True,
               help="Ignore this machine's GPUs: place everything in host memory.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False),
+              help="A llama-server log (-lv 4): show what llama.cpp reported beside each "
+                   "estimated component.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only: bool,
-             **kwargs: Any) -> None:
+             log_path: str | None, **kwargs: Any) -> None:
     """Estimate what a server will cost, per component and device, before it starts.
 
     \b
@@ -188,7 +191,7 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 
     cfg = load_config(**kwargs)
     try:
-        text = run_estimate(cfg, list(command), pid, as_json, cpu_only)
+        text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path)
     except (ValueError, GgufError) as exc:  # EstimateError, a bad model file, bad arguments
         raise UserError(str(exc)) from None
     click.echo(text)

@@ -11,7 +11,7 @@ from collectors.procfs import parse_cmdline
 from monitor.config import Config
 from monitor.estimate import EstimateError, estimate_command
 from monitor.estimate.model import DeviceInfo
-from monitor.estimate.render import render_text, to_json
+from monitor.estimate.render import compare_with_log, render_comparison, render_text, to_json
 
 
 def live_devices(cfg: Config) -> list[DeviceInfo]:
@@ -44,7 +44,7 @@ def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
 
 
 def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool,
-                 cpu_only: bool) -> str:
+                 cpu_only: bool, log_path: str | None = None) -> str:
     if pid is not None and command:
         raise EstimateError("give either --pid or a command after --, not both")
     env = None
@@ -54,7 +54,20 @@ def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool
         raise EstimateError("nothing to estimate: give a command after -- or --pid N")
     devices = [] if cpu_only else live_devices(cfg)
     est = estimate_command(command, env, devices)
+    rows = None
+    if log_path is not None:
+        from monitor.llamalog import parse_llama_log
+
+        try:
+            with open(log_path, encoding="utf-8", errors="replace") as handle:
+                rows = compare_with_log(est, parse_llama_log(handle))
+        except OSError as exc:
+            raise EstimateError(f"cannot read the log {log_path}: {exc.strerror}") from None
     if as_json:
-        return json.dumps(to_json(est), indent=2)
+        doc = to_json(est)
+        if rows is not None:
+            doc["reported_by_llama_cpp"] = rows
+        return json.dumps(doc, indent=2)
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    return render_text(est, width)
+    text = render_text(est, width)
+    return text + render_comparison(rows) if rows is not None else text

@@ -52,3 +52,34 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
     for note in est.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+# estimate component names -> (llama.cpp log context, buffer kind)
+_REPORTED = (
+    ("weights", "target", "model"), ("kv + kv_swa", "target", "KV"), ("rs", "target", "RS"),
+    ("compute", "target", "compute"), ("output", "target", "output"),
+    ("draft_weights", "draft", "model"), ("draft_kv", "draft", "KV"),
+    ("draft_compute", "draft", "compute"),
+)
+
+
+def compare_with_log(est: MemoryEstimate, report: Any) -> list[dict[str, Any]]:
+    """Estimated beside llama.cpp's own logged buffers (monitor/llamalog.py), per kind."""
+    rows = []
+    for names, context, kind in _REPORTED:
+        estimated = sum(est.total_bytes(n.strip()) for n in names.split("+")) / MIB
+        reported = report.total_mib(kind=kind, context=context)
+        if estimated or reported:
+            rows.append({"component": names, "estimated_mib": round(estimated, 2),
+                         "reported_mib": round(reported, 2),
+                         "delta_mib": round(estimated - reported, 2)})
+    return rows
+
+
+def render_comparison(rows: list[dict[str, Any]]) -> str:
+    lines = ["", "estimated vs reported by llama.cpp (its log):",
+             f"{'COMPONENT':<16}{'ESTIMATED':>12}{'REPORTED':>12}{'DELTA':>10}"]
+    for r in rows:
+        lines.append(f"{r['component']:<16}{r['estimated_mib']:>12.2f}{r['reported_mib']:>12.2f}"
+                     f"{r['delta_mib']:>+10.2f}")
+    return "\n".join(lines)

@@ -102,3 +102,25 @@ def test_malformed_gguf_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("vramscope: error: ") and str(bad) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_estimate_beside_what_llama_cpp_reported(tmp_path: Path) -> None:
+    """The real CPU llama-server log in the fixtures, and the same tiny model rebuilt: every
+    target component agrees with llama.cpp's own numbers."""
+    import tiny_models
+
+    model = tiny_models.write_llama(tmp_path / "tiny-llama.gguf", n_layer=4, n_embd=1024,
+                                    n_head=16, n_head_kv=4, n_ff=2816, n_vocab=2048)
+    log = ROOT / "tests" / "fixtures" / "llamalog" / "real-cpu-draft.log"
+    result = vramscope("estimate", "--json", "--cpu-only", "--log", str(log), "--",
+                       "llama-server", "-m", str(model.path), "-c", "2048", "-np", "1")
+    assert result.returncode == 0, result.stderr
+    rows = {r["component"]: r for r in json.loads(result.stdout)["reported_by_llama_cpp"]}
+    for name in ("weights", "kv + kv_swa", "compute", "output"):
+        assert abs(rows[name]["delta_mib"]) <= 0.01, rows[name]
+    text = vramscope("estimate", "--cpu-only", "--log", str(log), "--", "llama-server", "-m",
+                     str(model.path), "-c", "2048", "-np", "1").stdout
+    assert "estimated vs reported by llama.cpp" in text
+    missing = vramscope("estimate", "--cpu-only", "--log", str(tmp_path / "none.log"), "--",
+                        "llama-server", "-m", str(model.path))
+    assert missing.returncode == 2 and "cannot read the log" in missing.stderr
