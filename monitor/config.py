@@ -56,6 +56,7 @@ class Config:
     collectors: tuple[str, ...] | None = None  # None: each collector's default
     options: CollectorOptions = field(default_factory=CollectorOptions)
     retention: Retention = field(default_factory=Retention)
+    gpu_overhead_mib: int = 300  # per process per GPU: CUDA context etc. (estimation.md 1c)
     source: Path | None = None
 
 
@@ -81,6 +82,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "runs_hours": (_NUM, (0.1, 24 * 365)),
     },
     "paths": {"proc_root": (str, None), "sys_root": (str, None)},
+    "estimate": {"gpu_overhead_mib": (int, (0, 65536))},
 }
 
 
@@ -200,5 +202,6 @@ def load(
         collectors=tuple(enabled) if enabled is not None else None,
         options=options,
         retention=Retention(**ret),
+        gpu_overhead_mib=int(data.get("estimate", {}).get("gpu_overhead_mib", 300)),
         source=path,
     )

@@ -25,7 +25,8 @@ def live_devices(cfg: Config) -> list[DeviceInfo]:
         snap = sampler.sample()
     finally:
         sampler.close()
-    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind)
+    overhead = cfg.gpu_overhead_mib * 1024 * 1024
+    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead)
             for d in snap.devices if d.device_id != "host"]
 
 

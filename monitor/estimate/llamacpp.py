@@ -18,6 +18,7 @@ from monitor.estimate.placement import Placement, place
 from monitor.estimate.shape import ModelShape, shape_from_header
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 FIT_TARGET_MIB = 1024
 MTP_LIKE = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
@@ -32,7 +33,8 @@ def _host_residency(spec: LaunchSpec) -> Residency:
     return "anon" if spec.load_mode in ("none", "dio", "mlock") else "file"
 
 
-def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str]) -> kv.Context:
+def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str],
+             devices: Sequence[DeviceInfo] = ()) -> kv.Context:
     n_seq_max = spec.n_parallel if spec.n_parallel and spec.n_parallel > 0 else kv.DEFAULT_SLOTS
     unified = spec.kv_unified if spec.kv_unified is not None else (
         spec.n_parallel is None or spec.n_parallel <= 0)
@@ -49,10 +51,16 @@ def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str]) -> kv.Contex
             n_ctx = 4096
             notes.append("the model does not say its training context; assumed 4096")
         elif fit_on:
+            margin = (spec.fit_target_mib or (FIT_TARGET_MIB,))[0]
             notes.append(
                 f"no -c: llama-server's fit starts from n_ctx_train x streams = {n_ctx} cells "
-                f"and shrinks it only to leave {FIT_TARGET_MIB} MiB free per device, so it "
-                "takes memory up to free minus that margin; the figures below are that maximum")
+                f"and shrinks it only to leave {margin} MiB free per device, so it takes "
+                "memory up to free minus that margin; the figures below are that maximum")
+            for dev in devices:
+                if dev.free_bytes is not None:
+                    take = max(0, dev.free_bytes - margin * MIB)
+                    notes.append(f"on {dev.device_id}, with {dev.free_bytes / GIB:.1f} GiB free "
+                                 f"now, that is up to {take / GIB:.1f} GiB")
         else:
             notes.append(f"-c {spec.ctx_size}: the full training context ({n_ctx}) is used")
     return kv.context(n_ctx, n_seq_max, unified, n_ubatch, n_batch)
@@ -138,7 +146,7 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
     if spec.cache_type_v not in ("f16", "bf16", "f32") and not flash:
         raise kv.EstimateError(f"-ctv {spec.cache_type_v} needs flash attention; -fa off is "
                                "an error in llama.cpp")
-    ctx = _context(spec, shape, notes)
+    ctx = _context(spec, shape, notes, devices)
     placement = place(shape, devices, spec.n_gpu_layers, spec.tensor_split, spec.split_mode,
                       spec.main_gpu, spec.override_tensor, spec.cpu_moe, spec.n_cpu_moe)
     main = _main_device(placement)

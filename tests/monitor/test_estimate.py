@@ -248,3 +248,65 @@ def test_context_function_edge_cases() -> None:
     assert context(4096, 8, True, n_ubatch=4096, n_batch=2048).n_ubatch == 2048  # ub <= b
     c = context(2048, 3, False)
     assert (c.n_ctx_seq, c.n_ctx) == (768, 2304)  # 2048/3 = 682 -> 768 per stream
+
+
+def moe_model(path: str, n_layer: int = 4) -> str:
+    md = {f"qwen3moe.{k}": v for k, v in {
+        "block_count": n_layer, "context_length": 32768, "embedding_length": 2048,
+        "feed_forward_length": 6144, "expert_feed_forward_length": 768, "expert_count": 128,
+        "expert_used_count": 8, "attention.head_count": 32, "attention.head_count_kv": 4,
+        "attention.key_length": 128, "attention.value_length": 128}.items()}
+    tensors = g.dense_tensors(n_layer=n_layer, n_embd=2048, n_head=32, n_head_kv=4,
+                              head_dim=128, n_ff=256, n_vocab=151936, ggml_type=g.Q4_0)
+    for il in range(n_layer):
+        for part in ("gate", "up"):
+            tensors.append((f"blk.{il}.ffn_{part}_exps.weight", (2048, 768, 128), g.Q4_0))
+        tensors.append((f"blk.{il}.ffn_down_exps.weight", (768, 2048, 128), g.Q4_0))
+    return str(g.write_model(path, "qwen3moe", md, tensors, vocab_size=151936)[0])
+
+
+def test_cpu_moe_and_override_tensor_move_experts_but_not_kv(tmp_path) -> None:  # noqa: ANN001
+    model = moe_model(str(tmp_path / "moe.gguf"))
+    gpu = [DeviceInfo("gpu0", 24 * GIB, 20 * GIB)]
+    expert_bytes = 4 * 3 * g.tensor_nbytes((2048, 768, 128), g.Q4_0)
+    base = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1"],
+                            devices=gpu)
+    cmoe = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1", "-cmoe"],
+                            devices=gpu)
+    moved = cmoe.total_bytes("weights", "host") - base.total_bytes("weights", "host")
+    assert moved == expert_bytes
+    assert cmoe.total_bytes("kv", "gpu0") == base.total_bytes("kv", "gpu0") > 0
+    ncmoe = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1",
+                              "-ncmoe", "1"], devices=gpu)
+    assert (ncmoe.total_bytes("weights", "host") - base.total_bytes("weights", "host")
+            == expert_bytes // 4)
+    ot = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1", "-ot",
+                           r"blk\.[23]\.ffn_.*_exps=CPU"], devices=gpu)
+    assert ot.total_bytes("weights", "host") - base.total_bytes("weights", "host") == \
+        expert_bytes // 2
+    assert any("expert" in n for n in ot.notes)
+
+
+def test_no_ctx_note_gives_the_figure_for_free_memory(models: dict[str, str]) -> None:
+    gpu = [DeviceInfo("gpu0", 24 * GIB, 10 * GIB)]
+    est = est_cmd(models, "qwen3", "-np", "1", devices=gpu)
+    assert any("with 10.0 GiB free now, that is up to 9.0 GiB" in n for n in est.notes)
+
+
+def test_shared_kv_layers_and_mtp_layers(tmp_path) -> None:  # noqa: ANN001
+    md, tensors = g.qwen3_8b(n_layer=4)
+    md["qwen3.block_count"] = 4
+    md["qwen3.attention.shared_kv_layers"] = 1
+    path = str(g.write_model(tmp_path / "shared.gguf", "qwen3", md, tensors,
+                             vocab_size=151936)[0])
+    est = estimate_command(["llama-server", "-m", path, "-c", "4096", "-np", "1"])
+    assert est.total_bytes("kv") == 3 * 2 * 1024 * 2 * 4096  # the last layer reuses KV
+    md2, _ = g.qwen3_8b(n_layer=4)
+    md2["qwen3.block_count"] = 4
+    md2["qwen3.nextn_predict_layers"] = 1
+    path2 = str(g.write_model(tmp_path / "mtp.gguf", "qwen3", md2, tensors,
+                              vocab_size=151936)[0])
+    mtp = estimate_command(["llama-server", "-m", path2, "-c", "4096", "-np", "1",
+                            "--spec-type", "draft-mtp"])
+    assert mtp.total_bytes("kv") == 3 * 2 * 1024 * 2 * 4096  # nextn layer not in the target
+    assert mtp.total_bytes("mtp_kv") == 1 * 2 * 1024 * 2 * 4096  # its own MTP context
