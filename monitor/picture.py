@@ -1,0 +1,156 @@
+"""The memory picture of each device: capacity, who uses what, and what a new load can get.
+
+Built from a :class:`~collectors.base.Snapshot` (live, a recorded ``status --json`` file,
+or a moment in the database). Rules (sources.md sections 3-4, estimation.md section 1):
+
+- dedicated GPU: ceiling = total - reserved; a new load can get ``total - used - margin``;
+- AMD APU (unified, GTT): GPU buffers come from the GTT pool and from host RAM at once, so
+  a new load can get whichever binds first of ``gtt_ceiling - gtt_used`` (+ free VRAM
+  carve-out) and the host's ``MemAvailable``, minus the margin;
+- NVIDIA unified (GB10/Jetson): the pool is host RAM: ``MemAvailable - margin``;
+- host: ``MemAvailable - margin`` (page cache counts as available: it is reclaimable).
+
+``others_bytes`` is device use not attributed to any tracked process (other users'
+processes, driver and firmware reservations, the display).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+
+GIB = 1024**3
+DEFAULT_MARGIN_BYTES = GIB // 2
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUse:
+    pid: int
+    name: str  # comm, or engine + model file name when known
+    bytes: int
+    engine: str | None = None
+    argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePicture:
+    device_id: str
+    name: str | None
+    memory_kind: str
+    capacity_bytes: int | None
+    used_bytes: int | None
+    reserved_bytes: int | None
+    free_bytes: int | None
+    available_bytes: int | None  # what a new allocation can get now, before the margin
+    margin_bytes: int
+    processes: tuple[ProcessUse, ...] = ()
+    others_bytes: int | None = None
+    binding: str = ""  # which limit binds: "VRAM", "GTT", "MemAvailable"
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """What a new load may take: available minus the safety margin."""
+        if self.available_bytes is None:
+            return None
+        return self.available_bytes - self.margin_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    ts_ms: int
+    devices: dict[str, DevicePicture] = field(default_factory=dict)
+
+    def get(self, device_id: str) -> DevicePicture | None:
+        return self.devices.get(device_id)
+
+
+def _label(info: ProcessInfo | None, pid: int) -> tuple[str, str | None, tuple[str, ...]]:
+    if info is None:
+        return f"pid {pid}", None, ()
+    model = next((a for a in info.argv if a.endswith(".gguf")), None)
+    name = f"{info.comm} ({Path(model).name})" if model else info.comm
+    return name, info.engine, info.argv
+
+
+def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int, ProcessInfo],
+                    host: DeviceSample | None, margin: int) -> DevicePicture:
+    uses = []
+    for m in rows:
+        if d.memory_kind == "host":
+            held = (m.rss_anon_bytes or 0) + (m.rss_shmem_bytes or 0)
+        else:
+            held = (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        if held:
+            name, engine, argv = _label(infos.get(m.pid), m.pid)
+            uses.append(ProcessUse(m.pid, name, held, engine, argv))
+    uses.sort(key=lambda u: -u.bytes)
+    attributed = sum(u.bytes for u in uses)
+    used = d.used_bytes
+    others = None if used is None else max(0, used - attributed - (d.reserved_bytes or 0))
+    binding = ""
+    available: int | None = None
+    host_available = host.available_bytes if host is not None else None
+    if d.memory_kind == "host":
+        available, binding = d.available_bytes, "MemAvailable"
+    elif d.memory_kind == "unified" and d.gtt_total_bytes is not None:
+        ceiling = d.gtt_ceiling_bytes or d.gtt_total_bytes
+        gtt_room = max(0, ceiling - (d.gtt_used_bytes or 0))
+        vram_room = max(0, (d.vram_total_bytes or 0) - (d.vram_used_bytes or 0))
+        candidates = [(gtt_room + vram_room, "GTT")]
+        if host_available is not None:
+            candidates.append((host_available, "MemAvailable"))
+        available, binding = min(candidates)
+    elif d.memory_kind == "unified":
+        available, binding = host_available, "MemAvailable"
+    elif d.total_bytes is not None and used is not None:
+        available = d.total_bytes - used - (d.reserved_bytes or 0)
+        binding = "VRAM"
+    return DevicePicture(
+        device_id=d.device_id, name=d.name, memory_kind=d.memory_kind,
+        capacity_bytes=d.total_bytes, used_bytes=used, reserved_bytes=d.reserved_bytes,
+        free_bytes=d.free_bytes, available_bytes=available, margin_bytes=margin,
+        processes=tuple(uses), others_bytes=others, binding=binding)
+
+
+def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> Picture:
+    infos = {p.pid: p for p in snap.processes}
+    host = next((d for d in snap.devices if d.device_id == "host"), None)
+    by_device: dict[str, list[ProcessMemory]] = {}
+    for m in snap.memory:
+        by_device.setdefault(m.device_id, []).append(m)
+    devices = {
+        d.device_id: _device_picture(d, by_device.get(d.device_id, []), infos, host,
+                                     margin_bytes)
+        for d in snap.devices
+    }
+    return Picture(snap.ts_ms, devices)
+
+
+def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
+    """A recorded ``vramscope status --json`` document back into a Snapshot."""
+    if doc.get("schema") != "vramscope.status/1":
+        raise ValueError("not a vramscope status --json document (schema "
+                         f"{doc.get('schema')!r}, expected 'vramscope.status/1')")
+    device_fields = set(DeviceSample.__dataclass_fields__)
+    devices = tuple(DeviceSample(**{k: v for k, v in d.items() if k in device_fields})
+                    for d in doc["devices"])
+    infos, rows = [], []
+    for p in doc["processes"]:
+        infos.append(ProcessInfo(
+            pid=p["pid"], start_ticks=p["start_ticks"], started_at_ms=p.get("started_at_ms"),
+            ppid=p.get("ppid"), uid=p.get("uid"), comm=p["comm"], argv=tuple(p["argv"]),
+            engine=p.get("engine"), reasons=tuple(p.get("reasons", ()))))
+        for device_id, fields in p.get("memory", {}).items():
+            rows.append(ProcessMemory(pid=p["pid"], device_id=device_id, **fields))
+    return Snapshot(doc["ts_ms"], devices, tuple(infos), tuple(rows), (), (), ())
+
+
+def load_state(path: Path) -> Snapshot:
+    try:
+        return snapshot_from_status_json(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot read the state file {path}: {exc}") from None
