@@ -197,6 +197,60 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
     click.echo(text)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True})
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.predict/1).")
+@click.option("--state", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Judge against a recorded `vramscope status --json` file, not this box now.")
+@click.option("--at", "at_time", help="Judge against a moment in the database "
+              "('YYYY-MM-DD HH:MM', local time).")
+@click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="llama-swap config: predict a model by its id, counting what it unloads.")
+@click.option("--swap-url", help="llama-swap on loopback (http://127.0.0.1:PORT) for /running.")
+@click.option("--margin-gib", type=float, default=0.5, show_default=True,
+              help="Safety margin kept free on every device.")
+@click.option("--fit-ctx", "want_fit_ctx", is_flag=True,
+              help="Also find the largest -c that fits on this box state.")
+@click.option("--bw", "bandwidths", multiple=True, metavar="DEVICE=GB/s",
+              help="Memory bandwidth for the tokens/s ceiling, e.g. --bw gpu=272 --bw "
+                   "host=76.8 (gpu = every GPU).")
+@click.argument("target", nargs=-1, type=click.UNPROCESSED)
+def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time: str | None,
+            swap_config: Path | None, swap_url: str | None, margin_gib: float,
+            want_fit_ctx: bool, bandwidths: tuple[str, ...], **kwargs: Any) -> None:
+    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error.
+
+    \b
+      vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
+      vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
+      vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
+    Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
+    """
+    from monitor.gguf import GgufError
+    from monitor.predict_cli import PredictRequest, render_text, run_predict
+
+    cfg = load_config(**kwargs)
+    bw: dict[str, float] = {}
+    for item in bandwidths:
+        key, _, value = item.partition("=")
+        try:
+            bw[key] = float(value)
+        except ValueError:
+            raise UserError(f"--bw {item}: expected DEVICE=GB/s, e.g. gpu=272") from None
+    if swap_config is not None and len(target) == 1 and target[0] != "--":
+        req = PredictRequest([], model_id=target[0])
+    else:
+        req = PredictRequest(list(target))
+    req.state, req.at, req.swap_config, req.swap_url = state, at_time, swap_config, swap_url
+    req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
+    try:
+        doc, code = run_predict(cfg, req)
+    except (ValueError, GgufError, OSError) as exc:
+        raise UserError(str(exc)) from None
+    click.echo(doc if as_json else render_text(doc))
+    sys.exit(code)
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:

@@ -1,0 +1,66 @@
+"""Read a past moment back from the database as a Snapshot (``--at TIME``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
+from monitor.store import open_readonly
+
+_STATIC = ("collector", "vendor", "name", "memory_kind", "pci_bus_id", "vram_total_bytes",
+           "vis_vram_total_bytes", "gtt_total_bytes", "hugepages_total_bytes",
+           "swap_total_bytes", "mig_enabled")
+
+
+def parse_time(text: str) -> int:
+    """``YYYY-MM-DD HH:MM[:SS]`` (local time) or ISO 8601, or epoch ms -> epoch ms."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"cannot read the time {text!r}: use 'YYYY-MM-DD HH:MM'") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # local time, as a user types it
+    return int(moment.astimezone(UTC).timestamp() * 1000)
+
+
+def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
+    """The last tick at or before ``ts_ms`` (raw samples only: the recent window)."""
+    db = open_readonly(db_path)
+    try:
+        row = db.execute("SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?",
+                         (ts_ms,)).fetchone()
+        if row is None or row[0] is None:
+            raise ValueError(f"{db_path} has no full-resolution sample at or before that time")
+        at = int(row[0])
+        statics = {r[0]: r[1:] for r in db.execute(
+            f"SELECT id, {', '.join(_STATIC)} FROM devices")}
+        devices = []
+        for r in db.execute(f"SELECT device_id, {', '.join(DEVICE_SAMPLE_FIELDS)} "
+                            "FROM device_samples WHERE ts_ms = ?", (at,)):
+            fields = dict(zip(DEVICE_SAMPLE_FIELDS, r[1:], strict=True))
+            static = dict(zip(_STATIC, statics.get(r[0], (None,) * len(_STATIC)),
+                              strict=True))
+            static["mig_enabled"] = None if static["mig_enabled"] is None else bool(
+                static["mig_enabled"])
+            devices.append(DeviceSample(device_id=r[0], **static, **fields))
+        infos, rows = {}, []
+        sample_cols = ", ".join("s." + f for f in PROCESS_SAMPLE_FIELDS)
+        for r in db.execute(
+                "SELECT p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm, p.argv,"
+                f" p.engine, p.reasons, s.device_id, {sample_cols}"
+                " FROM process_samples s JOIN processes p ON p.id = s.process_id"
+                " WHERE s.ts_ms = ?", (at,)):
+            pid = r[0]
+            infos[pid] = ProcessInfo(pid, r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])),
+                                     r[7], tuple(x for x in (r[8] or "").split(",") if x))
+            rows.append(ProcessMemory(pid, r[9], **dict(zip(PROCESS_SAMPLE_FIELDS, r[10:],
+                                                            strict=True))))
+        return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), (), (), ())
+    finally:
+        db.close()

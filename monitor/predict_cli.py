@@ -1,0 +1,242 @@
+"""The work behind ``vramscope predict``: state in, verdict out (text or JSON, exit code)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from collectors.base import CollectorOptions, Snapshot
+from monitor.config import Config
+from monitor.engines import parse_command
+from monitor.engines.spec import LaunchSpec
+from monitor.estimate import EstimateError, estimate
+from monitor.estimate.model import DeviceInfo
+from monitor.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
+from monitor.predict import Prediction, _worst, fit_ctx, judge, predict
+
+EXIT_FITS, EXIT_OOM = 0, 1
+
+
+@dataclasses.dataclass
+class PredictRequest:
+    command: list[str]
+    model_id: str | None = None
+    state: Path | None = None
+    at: str | None = None
+    swap_config: Path | None = None
+    swap_url: str | None = None
+    margin_gib: float = 0.5
+    want_fit_ctx: bool = False
+    bandwidth_gbs: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def take_snapshot(cfg: Config, req: PredictRequest) -> Snapshot:
+    if req.state is not None:
+        return load_state(req.state)
+    if req.at is not None:
+        from monitor.history import parse_time, snapshot_at
+
+        return snapshot_at(cfg.db_path, parse_time(req.at))
+    from monitor.sampler import Sampler
+
+    sampler = Sampler(cfg.roots, CollectorOptions(pss_per_tick=0), cfg.collectors)
+    try:
+        return sampler.sample()
+    finally:
+        sampler.close()
+
+
+def gpu_devices(snap: Snapshot, cfg: Config) -> list[DeviceInfo]:
+    overhead = cfg.gpu_overhead_mib * 1024 * 1024
+    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead)
+            for d in snap.devices if d.device_id != "host"]
+
+
+def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
+    spec = parse_command(list(argv))
+    return spec.model_path if spec is not None else None
+
+
+def running_servers(picture: Picture) -> list[ProcessUse]:
+    seen: dict[int, ProcessUse] = {}
+    for pic in picture.devices.values():
+        for use in pic.processes:
+            if use.engine is not None and use.pid not in seen:
+                seen[use.pid] = use
+    return list(seen.values())
+
+
+def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[ProcessUse],
+                                                                 list[str]]:
+    """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``."""
+    from monitor import llamaswap
+
+    if req.swap_config is None:
+        raise EstimateError("predicting a llama-swap model needs --swap-config FILE")
+    config = llamaswap.load_config(req.swap_config)
+    target = llamaswap.resolve(config, req.model_id or "")
+    servers = running_servers(picture)
+    by_path = {_model_of(u.argv): u for u in servers}
+    running: dict[str, ProcessUse] = {}
+    notes = []
+    if req.swap_url:
+        states = llamaswap.fetch_running(req.swap_url)
+        ids = [m for m, state in states.items() if state in ("ready", "starting")]
+    else:
+        ids = [m.model_id for m in config.models.values() if _model_of(m.cmd) in by_path]
+        notes.append("running models matched by their -m path (give --swap-url for "
+                     "llama-swap's own /running)")
+    for model_id in ids:
+        model = config.models.get(model_id)
+        path = _model_of(model.cmd) if model else None
+        if path in by_path:
+            running[model_id] = by_path[path]
+    evict_ids = llamaswap.evictions(config, list(ids), target.model_id)
+    evicted = [running[m] for m in evict_ids if m in running]
+    if evict_ids:
+        notes.append(f"llama-swap unloads first: {', '.join(evict_ids)}")
+    return list(target.cmd), evicted, notes
+
+
+def run_predict(cfg: Config, req: PredictRequest) -> tuple[str, int]:
+    snap = take_snapshot(cfg, req)
+    picture = picture_from_snapshot(snap, int(req.margin_gib * GIB))
+    devices = gpu_devices(snap, cfg)
+    notes: list[str] = []
+    evicted: list[ProcessUse] = []
+    command = req.command
+    if req.model_id is not None:
+        command, evicted, notes = swap_target(req, picture)
+    if not command:
+        raise EstimateError("nothing to predict: give a command after -- or a llama-swap "
+                            "model id with --swap-config")
+    spec = parse_command(command)
+    if spec is None:
+        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
+    result = predict(spec, picture, devices, evicted, running)
+    best_ctx = None
+    if req.want_fit_ctx:
+        freed = {}
+        for e in evicted:
+            for pic in picture.devices.values():
+                for use in pic.processes:
+                    if use.pid == e.pid:
+                        freed[pic.device_id] = freed.get(pic.device_id, 0) + use.bytes
+        ceiling_cells = result.estimate.n_ctx or 0
+        shape_train = _train_ctx(spec, devices)
+        best_ctx = fit_ctx(spec, lambda s: estimate(s, devices), picture, freed,
+                           max(ceiling_cells, shape_train))
+    bandwidth = None
+    if req.bandwidth_gbs:
+        bandwidth = _bandwidth_report(spec, devices, picture, result, req.bandwidth_gbs)
+    code = EXIT_OOM if result.verdict == "oom" else EXIT_FITS
+    if req.want_fit_ctx and best_ctx is None:
+        code = EXIT_OOM
+    doc = to_json(result, picture, notes, best_ctx, req.want_fit_ctx, bandwidth)
+    return doc, code
+
+
+def _train_ctx(spec: LaunchSpec, devices: list[DeviceInfo]) -> int:
+    try:
+        est = estimate(replace(spec, ctx_size=0), devices)
+    except EstimateError:
+        return 0
+    return est.n_ctx or 0
+
+
+def _bandwidth_report(spec: LaunchSpec, devices: list[DeviceInfo], picture: Picture,
+                      result: Prediction, gbs: dict[str, float]) -> dict[str, Any]:
+    from monitor.bandwidth import ceiling
+
+    bw = {k: v * 1e9 for k, v in gbs.items()}
+    if "gpu" in bw:  # shorthand for every GPU
+        bw.update({d.device_id: bw["gpu"] for d in devices})
+    mine = ceiling(result.estimate, bw)
+    report: dict[str, Any] = {"tokens_per_s_ceiling": round(mine.tokens_per_s, 2),
+                              "with_all_drafts_accepted": round(mine.best_tokens_per_s, 2)}
+    if spec.draft_model:
+        baseline = _best_baseline(spec, devices, picture)
+        if baseline is not None:
+            ngl, est = baseline
+            base = ceiling(est, bw)
+            report["baseline"] = {"change": f"no draft, -ngl {ngl}",
+                                  "tokens_per_s_ceiling": round(base.tokens_per_s, 2)}
+            report["draft_must_accept_per_pass"] = round(mine.break_even_accepted(base), 2)
+    return report
+
+
+def _best_baseline(spec: LaunchSpec, devices: list[DeviceInfo], picture: Picture
+                   ) -> tuple[int, Any] | None:
+    """The most GPU layers that fit without the draft (the placement a draft displaces)."""
+    plain = replace(spec, draft_model=None)
+    for ngl in range(200, -1, -1):
+        try:
+            est = estimate(replace(plain, n_gpu_layers=ngl), devices)
+        except EstimateError:
+            return None
+        if _worst(judge(est, picture)) == "fits":
+            return ngl, est
+    return None
+
+
+def _gib(n: int) -> float:
+    return round(n / GIB, 2)
+
+
+def to_json(result: Prediction, picture: Picture, notes: list[str], best_ctx: int | None,
+            want_fit_ctx: bool, bandwidth: dict[str, Any] | None) -> str:
+    return json.dumps({
+        "schema": "vramscope.predict/1",
+        "verdict": result.verdict,
+        "engine": result.estimate.engine,
+        "model_path": result.estimate.model_path,
+        "devices": [{**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
+                    for d in result.devices],
+        "would_unload": list(result.evicted),
+        "fixes": [dataclasses.asdict(f) for f in result.fixes],
+        "fit_ctx": best_ctx if want_fit_ctx else None,
+        "bandwidth": bandwidth,
+        "estimate_by_device": result.estimate.by_device(),
+        "notes": notes + list(result.notes) + list(result.estimate.notes),
+    }, indent=2)
+
+
+def render_text(doc_json: str) -> str:
+    doc = json.loads(doc_json)
+    lines = [f"{doc['engine']}: {doc['model_path'] or '-'}"]
+    for d in doc["devices"]:
+        short = -d["slack_bytes"]
+        tail = (f"short by {_gib(short)} GiB" if d["verdict"] == "oom" else
+                f"{_gib(d['slack_bytes'])} GiB to spare after the margin")
+        freed = f" (+{_gib(d['freed_bytes'])} GiB freed by unloading)" if d["freed_bytes"] else ""
+        lines.append(
+            f"{d['device_id']}: needs {_gib(d['need_bytes'])} GiB, can get "
+            f"{_gib(d['room_bytes'])} GiB{freed} (binding: {d['binding'] or '-'}), margin "
+            f"{_gib(d['margin_bytes'])} GiB -> {d['verdict'].upper()}, {tail}")
+    if doc["would_unload"]:
+        lines.append(f"llama-swap would unload first: {', '.join(doc['would_unload'])}")
+    if doc["fixes"]:
+        lines.append("what would make it fit:")
+        for f in doc["fixes"]:
+            frees = ", ".join(f"{_gib(v)} GiB on {k}" for k, v in f["frees"].items())
+            lines.append(f"  {f['change']}: frees {frees} -> {f['verdict']}")
+    if doc["fit_ctx"] is not None:
+        lines.append(f"largest context that fits: -c {doc['fit_ctx']}")
+    if doc["bandwidth"]:
+        b = doc["bandwidth"]
+        lines.append(f"bandwidth ceiling: {b['tokens_per_s_ceiling']} tokens/s per pass"
+                     + (f", {b['with_all_drafts_accepted']} if every draft is accepted"
+                        if b["with_all_drafts_accepted"] != b["tokens_per_s_ceiling"] else ""))
+        if "baseline" in b:
+            lines.append(f"  baseline ({b['baseline']['change']}): "
+                         f"{b['baseline']['tokens_per_s_ceiling']} tokens/s; the draft must "
+                         f"get {b['draft_must_accept_per_pass']} tokens accepted per pass "
+                         "just to break even")
+    for note in doc["notes"]:
+        lines.append(f"note: {note}")
+    lines.append(f"verdict: {doc['verdict'].upper()}")
+    return "\n".join(lines)
