@@ -1,0 +1,214 @@
+"""`vramscope predict`: user stories with GGUF headers in realistic shapes and recorded box
+states (``status --json`` files built from the collector types)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf_models as g
+import pytest
+
+from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from monitor.status import to_json
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB, MIB = 1024**3, 1024**2
+
+
+def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=ROOT)
+
+
+def qwen(path: Path, n_layer: int, n_embd: int, n_head: int, n_kv: int, n_ff: int,
+         qtype: int, ctx: int = 32768) -> str:
+    md = {f"qwen3.{k}": v for k, v in {
+        "block_count": n_layer, "context_length": ctx, "embedding_length": n_embd,
+        "feed_forward_length": n_ff, "attention.head_count": n_head,
+        "attention.head_count_kv": n_kv, "attention.key_length": 128,
+        "attention.value_length": 128}.items()}
+    tensors = g.dense_tensors(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_kv,
+                              head_dim=128, n_ff=n_ff, n_vocab=151936, ggml_type=qtype)
+    return str(g.write_model(path, "qwen3", md, tensors, vocab_size=151936)[0])
+
+
+def write_state(path: Path, devices: list[DeviceSample], procs: list[tuple[ProcessInfo,
+                list[ProcessMemory]]]) -> Path:
+    snap = Snapshot(1_800_000_000_000, tuple(devices), tuple(p for p, _ in procs),
+                    tuple(m for _, rows in procs for m in rows), (), (), ())
+    path.write_text(json.dumps(to_json(snap)))
+    return path
+
+
+def host(available: int, total: int = 128 * GIB) -> DeviceSample:
+    return DeviceSample("host", "procfs", "host", "Host RAM", "host", total, total - available,
+                        available_bytes=available)
+
+
+# -- story 2: an 8 GB laptop GPU, a 27B dense model split with -ngl, drafts ----------------
+
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("laptop")
+    models = {
+        # 48 layers, Q4_K: 16.2 GiB of weights (a 27B dense model at ~4.8 bits)
+        "27b": qwen(d / "27b.gguf", 48, 5120, 40, 8, 32768, g.Q4_K),
+        "0.8b": qwen(d / "0.8b.gguf", 28, 1024, 16, 8, 3072, g.Q8_0),
+        "9b": qwen(d / "9b.gguf", 36, 4096, 32, 8, 12288, g.Q4_K),
+    }
+    gpu = DeviceSample("nvml:GPU-laptop", "nvml", "nvidia", "RTX 4060 Laptop", "dedicated",
+                       8 * GIB, 50 * MIB, free_bytes=8 * GIB - 50 * MIB)
+    models["state"] = str(write_state(d / "state.json", [gpu, host(40 * GIB)], []))
+    return models
+
+
+def predict_json(*args: str) -> tuple[int, dict]:
+    result = vramscope("predict", "--json", *args)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_laptop_small_draft_fits_and_big_draft_does_not(laptop: dict[str, str]) -> None:
+    base = ["--state", laptop["state"], "--margin-gib", "0.25", "--", "llama-server", "-m",
+            laptop["27b"], "-c", "2048", "-np", "1", "-fa", "on"]
+    code, doc = predict_json(*base[:5], *base[5:], "-ngl", "20", "-md", laptop["0.8b"],
+                             "-ngld", "99")
+    assert (code, doc["verdict"]) == (0, "fits")
+    gpu = doc["devices"][0] if doc["devices"][0]["device_id"] != "host" else doc["devices"][1]
+    assert 7.0 * GIB < gpu["need_bytes"] < gpu["room_bytes"] - gpu["margin_bytes"]
+    code, doc = predict_json(*base, "-ngl", "24", "-md", laptop["9b"], "-ngld", "99")
+    assert (code, doc["verdict"]) == (1, "oom")
+    fixes = {f["change"]: f for f in doc["fixes"]}
+    assert fixes["without the draft model (-md)"]["frees"]["nvml:GPU-laptop"] > 4 * GIB
+
+
+def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[str, str]
+                                                                   ) -> None:
+    common = ["--state", laptop["state"], "--margin-gib", "0.25", "--bw", "gpu=272",
+              "--bw", "host=76.8", "--", "llama-server", "-m", laptop["27b"], "-c", "2048",
+              "-np", "1", "-fa", "on"]
+    ceilings = []
+    for ngl in ("16", "18", "20"):
+        _, doc = predict_json(*common, "-ngl", ngl, "-md", laptop["0.8b"], "-ngld", "99")
+        bw = doc["bandwidth"]
+        ceilings.append(bw["tokens_per_s_ceiling"])
+        baseline = bw["baseline"]
+        assert baseline["change"].startswith("no draft, -ngl ")
+        assert int(baseline["change"].rsplit(" ", 1)[1]) >= 22
+        assert baseline["tokens_per_s_ceiling"] > bw["tokens_per_s_ceiling"]
+        assert bw["draft_must_accept_per_pass"] > 0
+    assert ceilings == sorted(ceilings)  # more GPU layers, faster passes
+
+
+def test_bandwidth_ceiling_formula() -> None:
+    """1 / (weight bytes on the GPU / 272 GB/s + weight bytes on the host / 76.8 GB/s)."""
+    from monitor.bandwidth import ceiling
+    from monitor.estimate.model import Component, MemoryEstimate
+
+    est = MemoryEstimate("llama.cpp", "m", (
+        Component("weights", "gpu0", 6_000_000_000, ""),
+        Component("weights", "host", 10_000_000_000, "", "anon"),
+        Component("draft_weights", "gpu0", 800_000_000, ""),
+        Component("kv", "gpu0", 1_000_000_000, "")))
+    c = ceiling(est, {"gpu0": 272e9, "host": 76.8e9}, n_draft=3)
+    t = 6e9 / 272e9 + 10e9 / 76.8e9
+    assert c.tokens_per_s == pytest.approx(1 / t)
+    assert c.best_tokens_per_s == pytest.approx(4 / (t + 3 * 0.8e9 / 272e9))
+
+
+# -- story 1: unified memory, an embedding server over budget, a MoE + draft to load -------
+
+def moe(path: Path, n_layer: int = 48) -> str:
+    """A 122B-A10B-like MoE at ~Q4_K_M: 256 experts of 768, 8 used."""
+    md = {f"qwen3moe.{k}": v for k, v in {
+        "block_count": n_layer, "context_length": 262144, "embedding_length": 3072,
+        "feed_forward_length": 12288, "expert_feed_forward_length": 1024,
+        "expert_count": 256, "expert_used_count": 8, "attention.head_count": 32,
+        "attention.head_count_kv": 4, "attention.key_length": 128,
+        "attention.value_length": 128}.items()}
+    tensors = g.dense_tensors(n_layer=n_layer, n_embd=3072, n_head=32, n_head_kv=4,
+                              head_dim=128, n_ff=256, n_vocab=151936, ggml_type=g.Q4_K)
+    for il in range(n_layer):
+        for part in ("gate", "up"):
+            tensors.append((f"blk.{il}.ffn_{part}_exps.weight", (3072, 1024, 256), g.Q4_K))
+        tensors.append((f"blk.{il}.ffn_down_exps.weight", (1024, 3072, 256), g.Q4_K))
+    return str(g.write_model(path, "qwen3moe", md, tensors, vocab_size=151936)[0])
+
+
+@pytest.fixture(scope="module")
+def strix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("strix")
+    models = {"moe": moe(d / "moe.gguf"),
+              "4b": qwen(d / "4b.gguf", 36, 2560, 32, 8, 9728, g.Q4_K),
+              "0.6b": qwen(d / "0.6b.gguf", 28, 1024, 16, 8, 3072, g.Q4_K)}
+    # 96.0 GiB for models in all; the embedding server holds 23.8 GiB of GTT already
+    embed = ProcessInfo(4242, 1000, None, 1, 1000, "llama-server",
+                        ("llama-server", "-m", "/models/qwen3-embedding-8b.gguf",
+                         "--embedding", "-c", "8192", "-np", "16", "-ub", "8192"),
+                        "llama.cpp", ("inference", "gpu"))
+    used = int(23.8 * GIB)
+    apu = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "Strix Halo", "unified",
+                       total_bytes=int(120.5 * GIB), used_bytes=used + 300 * MIB,
+                       vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
+                       gtt_total_bytes=120 * GIB, gtt_used_bytes=used,
+                       gtt_ceiling_bytes=120 * GIB)
+    models["state"] = str(write_state(
+        d / "state.json", [apu, host(int(72.2 * GIB))],
+        [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=used)])]))
+    return models
+
+
+def test_unified_box_predicts_oom_before_the_load_and_names_the_fixes(strix: dict[str, str]
+                                                                     ) -> None:
+    code, doc = predict_json("--state", strix["state"], "--margin-gib", "0.5", "--",
+                             "llama-server", "-m", strix["moe"], "-c", "32768", "-np", "1",
+                             "-fa", "on", "-md", strix["4b"])
+    assert (code, doc["verdict"]) == (1, "oom")
+    apu = next(d for d in doc["devices"] if d["device_id"] == "drm:0000:c5:00.0")
+    assert apu["binding"] == "MemAvailable" and apu["room_bytes"] == int(72.2 * GIB)
+    assert apu["need_bytes"] > apu["room_bytes"]
+    fixes = {f["change"]: f for f in doc["fixes"]}
+    stop = fixes["stop llama-server (qwen3-embedding-8b.gguf) (pid 4242)"]
+    assert stop["frees"]["drm:0000:c5:00.0"] == int(23.8 * GIB)
+    assert any(f["verdict"] == "fits" for f in doc["fixes"])
+    # the smaller draft alone: price it directly
+    code, small = predict_json("--state", strix["state"], "--", "llama-server", "-m",
+                               strix["moe"], "-c", "32768", "-np", "1", "-fa", "on", "-md",
+                               strix["0.6b"])
+    apu_small = next(d for d in small["devices"] if d["device_id"] == "drm:0000:c5:00.0")
+    assert apu_small["need_bytes"] < apu["need_bytes"] - GIB
+
+
+# -- story 3: fit-ctx falls as the KV type widens and the draft depth grows ----------------
+
+def test_fit_ctx_falls_with_wider_kv_types(laptop: dict[str, str], tmp_path: Path) -> None:
+    gpu = DeviceSample("nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB,
+                       0, free_bytes=16 * GIB)
+    state = write_state(tmp_path / "s.json", [gpu, host(60 * GIB)], [])
+    fits = []
+    for kv in ("q4_0", "q5_1", "q8_0", "f16"):
+        code, doc = predict_json("--state", str(state), "--fit-ctx", "--", "llama-server",
+                                 "-m", laptop["27b"], "-np", "1", "-fa", "on", "-ctk", kv,
+                                 "-ctv", kv)
+        assert doc["fit_ctx"] is not None and doc["fit_ctx"] % 256 == 0
+        fits.append(doc["fit_ctx"])
+    assert fits == sorted(fits, reverse=True) and fits[0] > fits[-1]
+    # bits per element 4.5 / 6 / 8.5 / 16: the KV share scales inversely with them
+    room_q8, room_f16 = fits[2] * 8.5, fits[3] * 16
+    assert abs(room_q8 - room_f16) / room_f16 < 0.02
+
+
+def test_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    result = vramscope("predict", "--", "ls")
+    assert result.returncode == 2 and "not an inference server command" in result.stderr
+    bad = tmp_path / "state.json"
+    bad.write_text("{}")
+    result = vramscope("predict", "--state", str(bad), "--", "llama-server", "-m", "x.gguf")
+    assert result.returncode == 2 and "not a vramscope status --json document" in result.stderr
+    result = vramscope("predict", "--bw", "gpu:272", "--", "llama-server", "-m", "x.gguf")
+    assert result.returncode == 2 and "DEVICE=GB/s" in result.stderr
