@@ -9,6 +9,7 @@ from writing the same database.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 from collectors.base import Snapshot, now_ms
 from monitor.config import Config
@@ -46,6 +47,7 @@ class DaemonContext:
     pending: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
     last_errors: dict[str, str | None] = field(default_factory=dict)
     failures: dict[int, int] = field(default_factory=dict)  # ts_ms -> failed writes
+    watch: Any = None  # monitor.watch.LoadWatch: judges new servers on the tick they appear
     ticks: int = 0
     dropped: int = 0
 
@@ -104,6 +106,14 @@ def tick(ctx: DaemonContext) -> Snapshot:
     snap = ctx.sampler.sample()
     ctx.ticks += 1
     _log_collector_changes(ctx, snap)
+    if ctx.watch is not None:
+        try:
+            found = ctx.watch.observe(snap)
+        except Exception as exc:  # the watch must never cost a sample
+            log.error("load watch failed: %r", exc)
+            found = []
+        if found:
+            snap = dataclasses.replace(snap, events=snap.events + tuple(found))
     if len(ctx.pending) == ctx.pending.maxlen:
         lost = ctx.pending.popleft()
         ctx.dropped += 1
@@ -168,7 +178,11 @@ def run(config: Config) -> int:
     lock = acquire_lock(config.db_path)
     store = Store.open(config.db_path)
     sampler = Sampler(config.roots, config.options, config.collectors)
+    from monitor.watch import LoadWatch
+
     ctx = DaemonContext(config, store, sampler)
+    ctx.watch = LoadWatch(config.roots.proc,
+                          gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024)
     store.add_event("daemon_started", "info", "daemon",
                     f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
                     {"pid": os.getpid(), "interval_s": config.interval_s,

@@ -213,3 +213,45 @@ def test_a_tick_that_cannot_be_written_is_set_aside_after_three_tries(tmp_path: 
     written = store.db.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
     assert written == 3  # every tick behind the bad one got through
     store.close()
+
+
+def test_load_watch_alerts_within_a_second_of_a_too_big_server(tmp_path: Path,
+                                                              stop_with_sigterm) -> None:
+    """A real process that looks like llama-server, with a model (a sparse GGUF) far bigger
+    than this machine's RAM: the daemon records oom_predicted within 1 s of it appearing."""
+    import shutil
+
+    import gguf_models as g
+
+    md, tensors = g.qwen3_8b(n_layer=36)
+    huge = [(n, (s[0], s[1] * 8) if len(s) == 2 and n.startswith("blk.") else s, t)
+            for n, s, t in tensors]  # ~70 GB of weights
+    model = g.write_model(tmp_path / "huge.gguf", "qwen3", md, huge, vocab_size=151936)[0]
+    db = tmp_path / "v.db"
+    daemon = start_daemon(db)
+    try:
+        wait_for_ticks(db, 2)
+        exe = tmp_path / "llama-server"
+        shutil.copy(sys.executable, exe)
+        server = subprocess.Popen([str(exe), "-c", "import time; time.sleep(30)", "-m",
+                                   str(model), "-c", "4096", "-lm", "none"])
+        appeared = time.time()
+        try:
+            found = None
+            while time.time() - appeared < 5 and found is None:
+                conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+                found = conn.execute(
+                    "SELECT ts_ms, message FROM events WHERE kind='oom_predicted'").fetchone()
+                conn.close()
+                time.sleep(0.05)
+        finally:
+            server.kill()
+            server.wait()
+    finally:
+        stop_with_sigterm(daemon)
+    assert found is not None, "no oom_predicted event"
+    assert found[0] / 1000 - appeared < 1.0
+    assert "will not fit on host" in found[1] and str(server.pid) in found[1]
+    conn = sqlite3.connect(db)
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+    assert "load_started" in kinds

@@ -1,0 +1,141 @@
+"""Live load watch: judge a new inference server on the tick it appears, before its
+allocations complete, and record when its load finishes.
+
+A process the collectors newly see with an inference engine is parsed (argv + allow-listed
+``LLAMA_ARG_*`` env), estimated for the devices of this tick, and judged against the
+picture of this tick with its own already-measured memory given back (it is mid-load).
+``oom_predicted`` (critical) is recorded at once when it will not fit; ``load_started``
+always. ``load_finished`` follows when its memory has been steady for ``steady_ticks``
+ticks (or after ``max_load_s``), with the load time and measured vs estimated per device.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.base import DeviceEvent, Snapshot
+from monitor.engines import parse_command, read_llama_env
+from monitor.estimate import estimate
+from monitor.estimate.model import DeviceInfo
+from monitor.gguf import GgufError
+from monitor.picture import GIB, picture_from_snapshot
+from monitor.predict import judge
+
+log = logging.getLogger(__name__)
+SERVER_ENGINES = frozenset({"llama.cpp", "ollama", "vllm", "sglang"})
+
+
+@dataclass
+class _Loading:
+    started_ms: int
+    estimated: dict[str, int]
+    last_total: int = -1
+    steady: int = 0
+
+
+@dataclass
+class LoadWatch:
+    proc_root: Path
+    margin_bytes: int = GIB // 2
+    gpu_overhead_bytes: int = 300 * 1024 * 1024
+    steady_ticks: int = 3
+    max_load_s: float = 600.0
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+    _loading: dict[tuple[int, int], _Loading] = field(default_factory=dict)
+    _primed: bool = False
+
+    def observe(self, snap: Snapshot) -> list[DeviceEvent]:
+        """Events for this tick. Processes present on the first tick are not 'new'."""
+        events: list[DeviceEvent] = []
+        current = {(p.pid, p.start_ticks): p for p in snap.processes}
+        if not self._primed:
+            self._seen.update(current)
+            self._primed = True
+            return events
+        for key, info in current.items():
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            if info.engine in SERVER_ENGINES:
+                events += self._on_new(snap, info)
+        events += self._progress(snap, current)
+        self._seen &= set(current) | set(self._loading)
+        return events
+
+    def _on_new(self, snap: Snapshot, info) -> list[DeviceEvent]:  # noqa: ANN001
+        spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid))
+        if spec is None or spec.role not in ("server", "runner"):
+            return []
+        devices = [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind,
+                              self.gpu_overhead_bytes)
+                   for d in snap.devices if d.device_id != "host"]
+        subject = f"{info.comm}[{info.pid}]"
+        try:
+            est = estimate(spec, devices)
+        except (ValueError, GgufError, OSError) as exc:
+            return [DeviceEvent(snap.ts_ms, "host", "load_started", "info",
+                                f"{subject} started loading; no estimate: {exc}",
+                                {"pid": info.pid})]
+        picture = picture_from_snapshot(snap, self.margin_bytes)
+        own = {m.device_id: (m.vram_bytes or 0) + (m.gtt_bytes or 0) + (
+            (m.rss_anon_bytes or 0) if m.device_id == "host" else 0)
+            for m in snap.memory if m.pid == info.pid}
+        verdicts = judge(est, picture, own)
+        model = Path(spec.model_path or spec.model_name or "?").name
+        data: dict[str, int | str | None] = {"pid": info.pid, "model": model,
+                                             "engine": spec.engine}
+        for device_id, need in est.by_device().items():
+            data[f"estimate_{device_id}"] = need
+        self._loading[(info.pid, info.start_ticks)] = _Loading(snap.ts_ms, est.by_device())
+        events = [DeviceEvent(snap.ts_ms, verdicts[0].device_id if verdicts else "host",
+                              "load_started", "info",
+                              f"{subject} started loading {model}: estimate "
+                              + ", ".join(f"{d} {n / GIB:.1f} GiB"
+                                          for d, n in sorted(est.by_device().items())),
+                              data)]
+        for v in verdicts:
+            if v.verdict == "oom":
+                events.append(DeviceEvent(
+                    snap.ts_ms, v.device_id, "oom_predicted", "critical",
+                    f"{subject} loading {model} will not fit on {v.device_id}: needs "
+                    f"{v.need_bytes / GIB:.1f} GiB, the device can give "
+                    f"{v.room_bytes / GIB:.1f} GiB ({v.binding})",
+                    {**data, "need_bytes": v.need_bytes, "room_bytes": v.room_bytes}))
+                log.warning("OOM predicted: %s", events[-1].message)
+        return events
+
+    def _progress(self, snap: Snapshot, current: dict) -> list[DeviceEvent]:  # noqa: ANN001
+        events = []
+        for key, state in list(self._loading.items()):
+            if key not in current:
+                del self._loading[key]  # gone mid-load: the exit is recorded elsewhere
+                continue
+            measured: dict[str, int] = {}
+            for m in snap.memory:
+                if m.pid == key[0]:
+                    held = (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+                    if m.device_id == "host":
+                        held = (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
+                    measured[m.device_id] = held
+            total = sum(measured.values())
+            state.steady = state.steady + 1 if total and abs(
+                total - state.last_total) <= 0.01 * total else 0
+            state.last_total = total
+            elapsed = (snap.ts_ms - state.started_ms) / 1000
+            if state.steady >= self.steady_ticks or elapsed >= self.max_load_s:
+                info = current[key]
+                data: dict[str, int | str | None] = {"pid": key[0], "load_time_ms":
+                                                     snap.ts_ms - state.started_ms}
+                for device_id, held in measured.items():
+                    data[f"measured_{device_id}"] = held
+                for device_id, need in state.estimated.items():
+                    data[f"estimate_{device_id}"] = need
+                events.append(DeviceEvent(
+                    snap.ts_ms, "host", "load_finished", "info",
+                    f"{info.comm}[{key[0]}] finished loading in {elapsed:.1f} s: measured "
+                    f"{total / GIB:.2f} GiB vs estimated "
+                    f"{sum(state.estimated.values()) / GIB:.2f} GiB", data))
+                del self._loading[key]
+        return events
