@@ -26,13 +26,15 @@ from monitor.estimate.kv import Context
 from monitor.estimate.shape import ModelShape
 
 
-def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: int) -> int:
+def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: int,
+                  embeddings: bool = False) -> int:
+    """``embeddings``: the graph ends in pooled embeddings, no vocabulary logits."""
     ub = min(ctx.n_ubatch, ctx.n_ctx)
     n_kv = ub if shape.encoder_only else ctx.n_ctx_seq
     ffn = (shape.n_ff + 3 * shape.n_embd) if shape.encoder_only else (
         3 * shape.n_ff + 4 * shape.n_embd)
     body = 4 * ub * ffn + (2 if flash_attn else 4) * ub * n_kv + 20 * ub
-    vocab = 0 if shape.encoder_only else shape.n_vocab
+    vocab = 0 if shape.encoder_only or embeddings else shape.n_vocab
     logits = 4 * min(n_outputs, ub) * vocab + 8 * ub * shape.n_embd
     if flash_attn:
         return max(body, logits)

@@ -166,7 +166,7 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
             f"{shape.n_embd_s}) x {ctx.n_seq_max} seqs x (1 + {n_rs_seq}) "
             "[llama-memory-recurrent.cpp]", "anon" if main == HOST else "device"))
     n_out = server_outputs(spec, ctx) if outputs == "server" else ctx.n_batch
-    comp = compute.compute_bytes(shape, ctx, flash, n_out)
+    comp = compute.compute_bytes(shape, ctx, flash, n_out, spec.embedding)
     parts.append(Component(
         "compute", main, comp,
         "max(FFN body 4 ub (3 n_ff + 4 n_embd) + mask, logits 4 x "
