@@ -251,6 +251,33 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     sys.exit(code)
 
 
+@cli.command()
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Diagnose a recorded `vramscope status --json` file instead of this box.")
+@click.option("--at", "at_time", help="Diagnose a moment in the database.")
+@click.option("--pid", type=int, help="Only this process.")
+def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | None,
+             **kwargs: Any) -> None:
+    """Explain why running models hold more memory than expected.
+
+    \b
+    For each llama.cpp / ollama server: measured vs estimated vs your budget
+    ([budgets] in the config: "model.gguf" = GiB), the difference split by component
+    (KV cells x bytes, SWA, compute from -ub or -fa off, the draft's KV, host buffers,
+    unaccounted), the cause in one sentence and the fixes with the GiB they free.
+    """
+    from monitor.diagnose_cli import render, run_diagnose
+
+    cfg = load_config(**kwargs)
+    try:
+        found = run_diagnose(cfg, state, at_time, pid)
+    except (ValueError, OSError) as exc:
+        raise UserError(str(exc)) from None
+    click.echo(render(found, as_json))
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:

@@ -57,6 +57,7 @@ class Config:
     options: CollectorOptions = field(default_factory=CollectorOptions)
     retention: Retention = field(default_factory=Retention)
     gpu_overhead_mib: int = 300  # per process per GPU: CUDA context etc. (estimation.md 1c)
+    budgets_gib: dict[str, float] = field(default_factory=dict)  # [budgets]: expected size
     source: Path | None = None
 
 
@@ -83,6 +84,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     },
     "paths": {"proc_root": (str, None), "sys_root": (str, None)},
     "estimate": {"gpu_overhead_mib": (int, (0, 65536))},
+    "budgets": {},  # model name, file name or path -> expected GiB (any key, a number)
 }
 
 
@@ -137,6 +139,10 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
 def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
     schema = _SCHEMA[section]
     where = _where(path, text, section, key)
+    if section == "budgets":
+        if isinstance(value, bool) or not isinstance(value, _NUM) or value <= 0:
+            raise ConfigError(f"{where}: [budgets] {key!r} must be a positive number of GiB")
+        return
     if key not in schema:
         raise ConfigError(
             f"{where}: unknown key '{key}' in [{section}] (known: {', '.join(schema)})"
@@ -203,5 +209,6 @@ def load(
         options=options,
         retention=Retention(**ret),
         gpu_overhead_mib=int(data.get("estimate", {}).get("gpu_overhead_mib", 300)),
+        budgets_gib={k: float(v) for k, v in data.get("budgets", {}).items()},
         source=path,
     )

@@ -1,0 +1,73 @@
+"""The work behind ``vramscope diagnose``: every running server, measured vs expected."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from monitor.config import Config
+from monitor.diagnose import GIB, Diagnosis, diagnose
+from monitor.engines import parse_command, read_llama_env
+from monitor.estimate import EstimateError, estimate
+from monitor.gguf import GgufError
+from monitor.predict_cli import PredictRequest, gpu_devices, take_snapshot
+
+
+def budget_for(cfg: Config, spec_model: str | None) -> int | None:
+    if not spec_model:
+        return None
+    for key in (spec_model, Path(spec_model).name, Path(spec_model).stem):
+        if key in cfg.budgets_gib:
+            return int(cfg.budgets_gib[key] * GIB)
+    return None
+
+
+def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | None
+                 ) -> list[Diagnosis]:
+    snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
+    devices = gpu_devices(snap, cfg)
+    live = state is None and at is None
+    out = []
+    for info in snap.processes:
+        if pid is not None and info.pid != pid:
+            continue
+        if info.engine not in ("llama.cpp", "ollama"):
+            continue
+        env = read_llama_env(cfg.roots.proc, info.pid) if live else {}
+        spec = parse_command(list(info.argv), env)
+        if spec is None or not spec.model_path:
+            continue
+        try:
+            est = estimate(spec, devices)
+        except (EstimateError, GgufError, OSError) as exc:
+            out.append(Diagnosis(info.pid, spec.model_path, 0, 0, None, (),
+                                 f"{Path(spec.model_path).name}: cannot estimate: {exc}"))
+            continue
+        measured = 0
+        for m in snap.memory:
+            if m.pid == info.pid:
+                if m.device_id == "host":
+                    measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
+                else:
+                    measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est, measured,
+                            lambda s: estimate(s, devices),
+                            budget_for(cfg, spec.model_path)))
+    return out
+
+
+def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
+    if as_json:
+        return json.dumps([{**dataclasses.asdict(d), "excess_bytes": d.excess_bytes}
+                           for d in diagnoses], indent=2)
+    if not diagnoses:
+        return "no running llama.cpp / ollama server found"
+    lines = []
+    for d in diagnoses:
+        lines.append(f"pid {d.pid}: {d.summary}")
+        for f in d.findings:
+            fix = f" -> {f.fix}" + (f" frees {f.frees_bytes / GIB:.1f} GiB" if f.frees_bytes
+                                    else "") if f.fix else ""
+            lines.append(f"  {f.component:<13} {f.bytes / GIB:6.1f} GiB  {f.cause}{fix}")
+    return "\n".join(lines)
