@@ -84,7 +84,7 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
     notes = []
     if req.swap_url:
         states = llamaswap.fetch_running(req.swap_url)
-        ids = [m for m, state in states.items() if state in ("ready", "starting")]
+        ids = [m for m, state in states.items() if state not in ("stopped", "shutdown")]
     else:
         ids = [m.model_id for m in config.models.values() if _model_of(m.cmd) in by_path]
         notes.append("running models matched by their -m path (give --swap-url for "

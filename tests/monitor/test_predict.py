@@ -212,3 +212,52 @@ def test_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "not a vramscope status --json document" in result.stderr
     result = vramscope("predict", "--bw", "gpu:272", "--", "llama-server", "-m", "x.gguf")
     assert result.returncode == 2 and "DEVICE=GB/s" in result.stderr
+
+
+# -- story 4: llama-swap groups decide what is unloaded first -------------------------------
+
+def test_swap_exclusive_group_counts_evictions_and_spares_the_persistent(tmp_path: Path
+                                                                        ) -> None:
+    big_a = qwen(tmp_path / "big-a.gguf", 48, 5120, 40, 8, 32768, g.Q4_K)  # 16.2 GiB
+    big_b = qwen(tmp_path / "big-b.gguf", 36, 4096, 32, 8, 12288, g.Q8_0)
+    embed = qwen(tmp_path / "embed.gguf", 12, 1024, 16, 8, 3072, g.Q8_0)
+    small = qwen(tmp_path / "small.gguf", 28, 1024, 16, 8, 3072, g.Q8_0)
+    config = tmp_path / "swap.yaml"
+    config.write_text(f"""
+models:
+  big-a: {{cmd: "llama-server --port ${{PORT}} -m {big_a} -c 4096 -np 1 -fa on"}}
+  big-b: {{cmd: "llama-server --port ${{PORT}} -m {big_b} -c 4096 -np 1"}}
+  embed: {{cmd: "llama-server --port ${{PORT}} -m {embed} --embedding"}}
+  small: {{cmd: "llama-server --port ${{PORT}} -m {small} -c 4096"}}
+routing:
+  router:
+    use: group
+    settings:
+      groups:
+        big: {{swap: true, exclusive: true, members: [big-a, big-b]}}
+        forever: {{persistent: true, swap: false, exclusive: false, members: [embed]}}
+        side: {{swap: false, exclusive: false, members: [small]}}
+""")
+    gpu_id = "nvml:GPU-24g"
+    uses = {"big-b": (101, big_b, 9 * GIB), "embed": (102, embed, 1 * GIB),
+            "small": (103, small, 2 * GIB)}
+    procs = []
+    for pid, path, held in uses.values():
+        info = ProcessInfo(pid, pid, None, 1, 1000, "llama-server",
+                           ("llama-server", "--port", "9000", "-m", path), "llama.cpp",
+                           ("inference", "gpu"))
+        procs.append((info, [ProcessMemory(pid, gpu_id, vram_bytes=held)]))
+    used = sum(h for _, _, h in uses.values())
+    gpu = DeviceSample(gpu_id, "nvml", "nvidia", "RTX 4090", "dedicated", 24 * GIB, used,
+                       free_bytes=24 * GIB - used)
+    state = write_state(tmp_path / "state.json", [gpu, host(60 * GIB)], procs)
+    code, doc = predict_json("--state", str(state), "--swap-config", str(config), "big-a")
+    assert doc["would_unload"] == ["llama-server (big-b.gguf)", "llama-server (small.gguf)"]
+    dev = next(d for d in doc["devices"] if d["device_id"] == gpu_id)
+    assert dev["freed_bytes"] == 11 * GIB  # big-b and small; embed is persistent
+    assert dev["room_bytes"] == 24 * GIB - used + 11 * GIB
+    assert (code, doc["verdict"]) == (0, "fits")
+    assert any("llama-swap unloads first: big-b, small" in n for n in doc["notes"])
+    # a model of the non-exclusive side group unloads nobody from other groups
+    code, side = predict_json("--state", str(state), "--swap-config", str(config), "small")
+    assert side["would_unload"] == []
