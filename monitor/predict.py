@@ -142,6 +142,28 @@ def fit_ctx(spec: LaunchSpec, estimator: Estimator, picture: Picture, freed: dic
     return low * step
 
 
+def _largest_ngl(spec: LaunchSpec, estimator: Estimator, picture: Picture,
+                 freed: dict[str, int]) -> int | None:
+    """The most GPU layers (-ngl) that fit: GPU need grows with -ngl, so bisect."""
+    def fits(ngl: int) -> bool:
+        try:
+            return _worst(judge(estimator(replace(spec, n_gpu_layers=ngl)), picture,
+                                freed)) == "fits"
+        except EstimateError:
+            return False
+
+    if not fits(0):
+        return None
+    low, high = 0, 256
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def _fix(label: str, base: MemoryEstimate, changed: MemoryEstimate, picture: Picture,
          freed: dict[str, int]) -> Fix | None:
     before, after = need_by_device(base, picture), need_by_device(changed, picture)
@@ -185,6 +207,13 @@ def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, pictur
         attempt("-fa on", replace(spec, flash_attn="on"))
     if (spec.n_ubatch or 512) > 512:
         attempt("-ub 512", replace(spec, n_ubatch=512))
+    gpu_ids = {c.device for c in base.components if c.device != HOST}
+    if gpu_ids and not any(picture.get(d) and picture.devices[d].memory_kind == "unified"
+                           for d in gpu_ids):
+        ngl = _largest_ngl(spec, estimator, picture, freed)
+        if ngl is not None:
+            attempt(f"-ngl {ngl} (the most layers that fit; the rest run from host RAM)",
+                    replace(spec, n_gpu_layers=ngl))
     if spec.draft_model:
         attempt("without the draft model (-md)", replace(spec, draft_model=None))
         if spec.draft_cache_type_k == "f16":

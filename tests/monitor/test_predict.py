@@ -85,6 +85,8 @@ def test_laptop_small_draft_fits_and_big_draft_does_not(laptop: dict[str, str]) 
     assert (code, doc["verdict"]) == (1, "oom")
     fixes = {f["change"]: f for f in doc["fixes"]}
     assert fixes["without the draft model (-md)"]["frees"]["nvml:GPU-laptop"] > 4 * GIB
+    ngl = next(f for f in doc["fixes"] if f["change"].startswith("-ngl "))
+    assert ngl["verdict"] == "fits" and int(ngl["change"].split()[1]) < 24
 
 
 def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[str, str]
@@ -261,3 +263,65 @@ routing:
     # a model of the non-exclusive side group unloads nobody from other groups
     code, side = predict_json("--state", str(state), "--swap-config", str(config), "small")
     assert side["would_unload"] == []
+
+
+def test_fit_ctx_falls_as_the_mtp_draft_depth_grows(tmp_path: Path) -> None:
+    """A hybrid model with an MTP layer: the recurrent state is kept x (1 + n_max) for
+    rollback, so each extra draft token costs context (estimation.md 1b, 1f)."""
+    md = {f"qwen3next.{k}": v for k, v in {
+        "block_count": 49, "context_length": 262144, "embedding_length": 2048,
+        "feed_forward_length": 5120, "attention.head_count": 16,
+        "attention.head_count_kv": 2, "attention.key_length": 256,
+        "attention.value_length": 256, "full_attention_interval": 4, "ssm.conv_kernel": 4,
+        "ssm.inner_size": 4096, "ssm.state_size": 128, "ssm.group_count": 16,
+        "ssm.time_step_rank": 32, "nextn_predict_layers": 1}.items()}
+    tensors = g.dense_tensors(n_layer=49, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256,
+                              n_ff=5120, n_vocab=151936, ggml_type=g.Q4_K)
+    model = str(g.write_model(tmp_path / "hybrid.gguf", "qwen3next", md, tensors,
+                              vocab_size=151936)[0])
+    gpu = DeviceSample("nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB,
+                       0, free_bytes=16 * GIB)
+    state = write_state(tmp_path / "s.json", [gpu, host(60 * GIB)], [])
+    fits = []
+    for depth in ("1", "3", "6"):
+        _, doc = predict_json("--state", str(state), "--fit-ctx", "--", "llama-server", "-m",
+                              model, "-np", "4", "-fa", "on", "--spec-type", "draft-mtp",
+                              "--spec-draft-n-max", depth)
+        fits.append(doc["fit_ctx"])
+    assert fits[0] > fits[1] > fits[2]
+
+
+def test_predict_at_a_moment_in_the_database(tmp_path: Path, laptop: dict[str, str]) -> None:
+    from datetime import datetime
+
+    from monitor.store import Store
+
+    used = 6 * GIB
+    gpu = DeviceSample("nvml:GPU-laptop", "nvml", "nvidia", "RTX 4060 Laptop", "dedicated",
+                       8 * GIB, used, free_bytes=8 * GIB - used)
+    other = ProcessInfo(55, 55, None, 1, 1000, "llama-server",
+                        ("llama-server", "-m", laptop["0.8b"]), "llama.cpp", ("gpu",))
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    t0 = 1_800_000_000_000
+    store.write(Snapshot(t0, (gpu, host(40 * GIB)), (other,),
+                         (ProcessMemory(55, "nvml:GPU-laptop", vram_bytes=used),), (), (), ()))
+    store.write(Snapshot(t0 + 60_000, (replace_used(gpu, 0), host(40 * GIB)), (), (), (), (),
+                         ()))
+    store.close()
+    at = datetime.fromtimestamp((t0 + 1000) / 1000).strftime("%Y-%m-%d %H:%M:%S")
+    cmd = ["--", "llama-server", "-m", laptop["27b"], "-c", "2048", "-np", "1", "-ngl", "20"]
+    code, then = predict_json("--db", str(db), "--at", at, *cmd)
+    assert (code, then["verdict"]) == (1, "oom")  # 6 GiB were taken then
+    assert any(f["change"] == "stop llama-server (0.8b.gguf) (pid 55)" for f in then["fixes"])
+    later = datetime.fromtimestamp((t0 + 61_000) / 1000).strftime("%Y-%m-%d %H:%M:%S")
+    code, now = predict_json("--db", str(db), "--at", later, *cmd)
+    assert now["verdict"] in ("fits", "tight")
+    result = vramscope("predict", "--db", str(db), "--at", "1999-01-01 00:00", *cmd)
+    assert result.returncode == 2 and "no full-resolution sample" in result.stderr
+
+
+def replace_used(d: DeviceSample, used: int) -> DeviceSample:
+    from dataclasses import replace
+
+    return replace(d, used_bytes=used, free_bytes=(d.total_bytes or 0) - used)
