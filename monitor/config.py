@@ -21,7 +21,7 @@ from typing import Any
 
 from collectors.base import CollectorOptions, Roots
 from collectors.registry import REGISTRY
-from monitor.store import Retention
+from monitor.retention import Retention
 
 DB_NAME = "vramscope.db"
 

@@ -17,7 +17,6 @@ import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ProcessInfo, Snapshot
 from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
+from monitor.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,6 @@ _DEVICE_STATIC = (
 
 class StoreError(Exception):
     """The database cannot be used (unwritable directory, locked by a writer, ...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How long rows are kept. Raw samples are rolled up per minute before they go."""
-
-    raw_hours: float = 6.0
-    minute_days: float = 30.0
-    runs_hours: float = 6.0
 
 
 def _create_private(path: Path) -> None:
