@@ -58,6 +58,8 @@ class Config:
     retention: Retention = field(default_factory=Retention)
     gpu_overhead_mib: int = 300  # per process per GPU: CUDA context etc. (estimation.md 1c)
     budgets_gib: dict[str, float] = field(default_factory=dict)  # [budgets]: expected size
+    swap_url: str | None = None  # [llama_swap] url: loopback only
+    swap_config: Path | None = None
     source: Path | None = None
 
 
@@ -85,6 +87,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "paths": {"proc_root": (str, None), "sys_root": (str, None)},
     "estimate": {"gpu_overhead_mib": (int, (0, 65536))},
     "budgets": {},  # model name, file name or path -> expected GiB (any key, a number)
+    "llama_swap": {"url": (str, None), "config": (str, None)},
 }
 
 
@@ -210,5 +213,8 @@ def load(
         retention=Retention(**ret),
         gpu_overhead_mib=int(data.get("estimate", {}).get("gpu_overhead_mib", 300)),
         budgets_gib={k: float(v) for k, v in data.get("budgets", {}).items()},
+        swap_url=data.get("llama_swap", {}).get("url"),
+        swap_config=Path(data["llama_swap"]["config"]) if data.get("llama_swap", {}).get(
+            "config") else None,
         source=path,
     )

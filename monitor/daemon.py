@@ -182,7 +182,8 @@ def run(config: Config) -> int:
 
     ctx = DaemonContext(config, store, sampler)
     ctx.watch = LoadWatch(config.roots.proc,
-                          gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024)
+                          gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
+                          swap_url=config.swap_url, swap_config=config.swap_config)
     store.add_event("daemon_started", "info", "daemon",
                     f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
                     {"pid": os.getpid(), "interval_s": config.interval_s,

@@ -42,6 +42,11 @@ class LoadWatch:
     gpu_overhead_bytes: int = 300 * 1024 * 1024
     steady_ticks: int = 3
     max_load_s: float = 600.0
+    swap_url: str | None = None  # llama-swap on loopback: /running is polled for "starting"
+    swap_config: Path | None = None
+    swap_poll_s: float = 1.0
+    _swap_states: dict[str, str] = field(default_factory=dict)
+    _swap_next_ms: int = 0
     _seen: set[tuple[int, int]] = field(default_factory=set)
     _loading: dict[tuple[int, int], _Loading] = field(default_factory=dict)
     _primed: bool = False
@@ -61,7 +66,65 @@ class LoadWatch:
             if info.engine in SERVER_ENGINES:
                 events += self._on_new(snap, info)
         events += self._progress(snap, current)
+        events += self._swap(snap)
         self._seen &= set(current) | set(self._loading)
+        return events
+
+    def _swap(self, snap: Snapshot) -> list[DeviceEvent]:
+        """A model llama-swap reports ``starting`` is judged before its server allocates;
+        only ``/running`` is read (``/upstream/...`` would load the model)."""
+        if not self.swap_url or not self.swap_config or snap.ts_ms < self._swap_next_ms:
+            return []
+        self._swap_next_ms = snap.ts_ms + int(self.swap_poll_s * 1000)
+        from monitor import llamaswap
+        from monitor.predict import freed_by
+
+        try:
+            states = llamaswap.fetch_running(self.swap_url, timeout=0.5)
+            config = llamaswap.load_config(self.swap_config)
+        except (OSError, ValueError) as exc:
+            log.debug("llama-swap watch: %s", exc)
+            return []
+        events: list[DeviceEvent] = []
+        for model_id, state in states.items():
+            before = self._swap_states.get(model_id)
+            self._swap_states[model_id] = state
+            if state != "starting" or before == "starting" or model_id not in config.models:
+                continue
+            spec = parse_command(list(config.models[model_id].cmd))
+            if spec is None:
+                continue
+            running = [m for m, st in states.items()
+                       if st not in ("stopped", "shutdown", "starting") and m in config.models]
+            try:
+                evict = llamaswap.evictions(config, running, model_id)
+                devices = [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes,
+                                      d.memory_kind, self.gpu_overhead_bytes)
+                           for d in snap.devices if d.device_id != "host"]
+                est = estimate(spec, devices)
+            except (ValueError, GgufError, OSError) as exc:
+                log.debug("llama-swap watch: %s: %s", model_id, exc)
+                continue
+            picture = picture_from_snapshot(snap, self.margin_bytes)
+            paths = set()
+            for m in evict:
+                evicted_spec = parse_command(list(config.models[m].cmd))
+                if evicted_spec is not None and evicted_spec.model_path:
+                    paths.add(evicted_spec.model_path)
+            gone = [u for pic in picture.devices.values() for u in pic.processes
+                    if any(a in paths for a in u.argv)]
+            for v in judge(est, picture, freed_by(gone, picture)):
+                if v.verdict == "oom":
+                    events.append(DeviceEvent(
+                        snap.ts_ms, v.device_id, "oom_predicted", "critical",
+                        f"llama-swap is starting {model_id}: it will not fit on {v.device_id}:"
+                        f" needs {v.need_bytes / GIB:.1f} GiB, can get {v.room_bytes / GIB:.1f}"
+                        f" GiB after unloading {', '.join(evict) or 'nothing'}",
+                        {"model": model_id, "need_bytes": v.need_bytes,
+                         "room_bytes": v.room_bytes, "source": "llama-swap"}))
+            events.append(DeviceEvent(snap.ts_ms, "host", "load_started", "info",
+                                      f"llama-swap is starting {model_id}",
+                                      {"model": model_id, "source": "llama-swap"}))
         return events
 
     def _on_new(self, snap: Snapshot, info) -> list[DeviceEvent]:  # noqa: ANN001

@@ -1,0 +1,107 @@
+"""The load watch, including llama-swap's `starting` state read from /running on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import gguf_models as g
+
+from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from monitor.watch import LoadWatch
+
+GIB = 1024**3
+
+
+class _Running(BaseHTTPRequestHandler):
+    states: dict[str, str] = {}
+    paths: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).paths.append(self.path)
+        body = json.dumps({"running": [{"model": m, "state": s, "cmd": "", "proxy": ""}
+                                       for m, s in type(self).states.items()]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_swap_starting_model_is_judged_before_it_allocates(tmp_path: Path) -> None:
+    md, tensors = g.qwen3_8b()
+    big = g.write_model(tmp_path / "big.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    small_md, small_t = g.qwen3_8b(n_layer=2)
+    small_md["qwen3.block_count"] = 2
+    small = g.write_model(tmp_path / "small.gguf", "qwen3", small_md, small_t,
+                          vocab_size=151936)[0]
+    config = tmp_path / "swap.yaml"
+    config.write_text(f"""
+models:
+  big: {{cmd: "llama-server --port ${{PORT}} -m {big} -c 4096 -lm none"}}
+  small: {{cmd: "llama-server --port ${{PORT}} -m {small} -c 4096 -lm none"}}
+""")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Running)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 16 * GIB, 10 * GIB,
+                            available_bytes=6 * GIB)
+        small_proc = ProcessInfo(9, 9, None, 1, 0, "llama-server",
+                                 ("llama-server", "-m", str(small)), "llama.cpp",
+                                 ("inference",))
+        snap = Snapshot(1000, (host,), (small_proc,),
+                        (ProcessMemory(9, "host", rss_anon_bytes=GIB),), (), (), ())
+        watch = LoadWatch(Path("/proc"), swap_url=url, swap_config=config)
+        _Running.states = {"small": "ready"}
+        assert watch.observe(snap) == []  # first tick primes
+        _Running.states = {"small": "ready", "big": "starting"}
+        events = watch.observe(replace(snap, ts_ms=3000))
+        kinds = [e.kind for e in events]
+        assert kinds == ["oom_predicted", "load_started"]
+        oom = events[0]
+        # 8.3 GiB of anonymous weights (-lm none) > 6 GiB available + 1 GiB from small
+        assert "llama-swap is starting big" in oom.message
+        assert "after unloading small" in oom.message
+        assert oom.data["room_bytes"] == 7 * GIB
+        again = watch.observe(replace(snap, ts_ms=5000))
+        assert again == []  # still starting: reported once
+        assert set(_Running.paths) == {"/running"}  # never /upstream/...: that would load it
+    finally:
+        server.shutdown()
+
+
+def test_load_started_then_finished_with_measured_vs_estimated(tmp_path: Path) -> None:
+    md, tensors = g.qwen3_8b(n_layer=2)
+    md["qwen3.block_count"] = 2
+    model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
+                        available_bytes=54 * GIB)
+    proc = ProcessInfo(4_000_000, 77, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", str(model), "-c", "4096"), "llama.cpp",
+                       ("inference",))
+    watch = LoadWatch(Path("/proc"), steady_ticks=3)
+    assert watch.observe(Snapshot(0, (host,), (), (), (), (), ())) == []
+
+    def tick(ts: int, anon: int) -> list:
+        return watch.observe(Snapshot(ts, (host,), (proc,),
+                                      (ProcessMemory(proc.pid, "host", rss_anon_bytes=anon,
+                                                     rss_file_bytes=0),), (), (), ()))
+
+    started = tick(1000, 100 * 2**20)
+    assert [e.kind for e in started] == ["load_started"]
+    assert "estimate host" in started[0].message
+    # growing, then steady for 3 ticks after reaching 2 GiB
+    grown = [tick(t, m) for t, m in ((2000, GIB), (3000, 2 * GIB), (4000, 2 * GIB),
+                                     (5000, 2 * GIB), (6000, 2 * GIB))]
+    assert grown[:4] == [[], [], [], []]
+    (done,) = grown[4]
+    assert done.kind == "load_finished" and done.data["load_time_ms"] == 5000
+    assert done.data["measured_host"] == 2 * GIB and done.data["estimate_host"] > 0
+    assert tick(7000, 2 * GIB) == []  # reported once
