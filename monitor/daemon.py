@@ -48,6 +48,8 @@ class DaemonContext:
     last_errors: dict[str, str | None] = field(default_factory=dict)
     failures: dict[int, int] = field(default_factory=dict)  # ts_ms -> failed writes
     watch: Any = None  # monitor.watch.LoadWatch: judges new servers on the tick they appear
+    slot_poller: Any = None  # monitor.usage.SlotPoller
+    last_snapshot: Snapshot | None = None
     ticks: int = 0
     dropped: int = 0
 
@@ -119,6 +121,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
         ctx.dropped += 1
         log.error("dropped the tick of %s: %d ticks waiting for the database already",
                   datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(), PENDING_MAX)
+    ctx.last_snapshot = snap
     ctx.pending.append(snap)
     while ctx.pending:
         head = ctx.pending[0]
@@ -155,6 +158,39 @@ def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
         if run.status == "nodata" and run.collector not in ctx.last_errors:
             log.debug("collector %s: no data (%s)", run.collector, run.error)
         ctx.last_errors[run.collector] = problem
+
+
+def poll_slots(ctx: DaemonContext) -> int:
+    """Poll /slots of the llama.cpp servers seen in the last tick (loopback only, each at
+    most every 10 s) and store the tokens in use; returns the servers answered."""
+    from monitor.engines import parse_command
+    from monitor.usage import SlotPoller
+
+    snap = ctx.last_snapshot
+    if snap is None:
+        return 0
+    if ctx.slot_poller is None:
+        ctx.slot_poller = SlotPoller(min_interval_s=10.0, timeout_s=1.0)
+    answered = 0
+    for info in snap.processes:
+        if info.engine not in ("llama.cpp", "ollama"):
+            continue
+        spec = parse_command(list(info.argv))
+        if spec is None or not spec.model_path or spec.role == "proxy":
+            continue
+        host = spec.host if spec.host not in (None, "0.0.0.0", "::", "") else "127.0.0.1"
+        url = f"http://{host}:{spec.port or 8080}"
+        try:
+            slots = ctx.slot_poller.poll(url, spec.model_path, snap.ts_ms / 1000)
+        except ValueError:  # not loopback: never polled
+            continue
+        if slots:
+            try:
+                ctx.store.add_slot_usage(snap.ts_ms, spec.model_path, slots)
+                answered += 1
+            except sqlite3.Error as exc:
+                log.error("cannot store slot usage: %s", exc)
+    return answered
 
 
 def prune(ctx: DaemonContext) -> None:
@@ -197,6 +233,8 @@ def run(config: Config) -> int:
     now = datetime.now(UTC)
     sched.add_job(tick, "interval", seconds=config.interval_s, id="sample",
                   next_run_time=now, args=(ctx,))
+    sched.add_job(poll_slots, "interval", seconds=10, id="slots", args=(ctx,),
+                  next_run_time=now + timedelta(seconds=5))
     sched.add_job(prune, "interval", seconds=config.prune_interval_s, id="prune",
                   next_run_time=now + timedelta(seconds=min(60.0, config.prune_interval_s)),
                   args=(ctx,))

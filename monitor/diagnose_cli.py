@@ -23,6 +23,34 @@ def budget_for(cfg: Config, spec_model: str | None) -> int | None:
     return None
 
 
+def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
+    """p99 tokens in use per busy slot over the daemon's recorded /slots polls, if any."""
+    from monitor.store import StoreError, open_readonly
+    from monitor.usage import SlotSample, UsageTracker
+
+    try:
+        db = open_readonly(cfg.db_path)
+    except StoreError:
+        return None
+    try:
+        rows = db.execute(
+            "SELECT ts_ms, slot_id, tokens, busy, n_ctx FROM slot_usage WHERE model = ?"
+            " AND ts_ms >= (SELECT max(ts_ms) FROM slot_usage) - ? ORDER BY ts_ms",
+            (model_path, int(days * 86400_000))).fetchall()
+    except Exception:  # an older database without the table
+        return None
+    finally:
+        db.close()
+    tracker = UsageTracker()
+    by_ts: dict[int, list[SlotSample]] = {}
+    for ts, slot, tokens, busy, n_ctx in rows:
+        by_ts.setdefault(ts, []).append(SlotSample(slot, n_ctx or 0, tokens, bool(busy)))
+    for ts, slots in by_ts.items():
+        tracker.add(model_path, slots, ts)
+    stats = tracker.stats(model_path)
+    return stats.p99 if stats is not None and stats.samples else None
+
+
 def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | None
                  ) -> list[Diagnosis]:
     snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
@@ -53,7 +81,8 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
                     measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
         out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est, measured,
                             lambda s: estimate(s, devices),
-                            budget_for(cfg, spec.model_path)))
+                            budget_for(cfg, spec.model_path),
+                            usage_p99(cfg, spec.model_path)))
     return out
 
 

@@ -109,6 +109,19 @@ def m002_device_mig_mode(db: Database) -> None:
     db["devices"].add_column("mig_enabled", int)
 
 
+@migrations()
+def m003_slot_usage(db: Database) -> None:
+    """Tokens in use per llama-server slot, polled from /slots on loopback (issue 5)."""
+    _run(db, """
+        CREATE TABLE slot_usage (
+            ts_ms INTEGER NOT NULL, model TEXT NOT NULL, slot_id INTEGER NOT NULL,
+            tokens INTEGER NOT NULL, busy INTEGER NOT NULL, n_ctx INTEGER,
+            PRIMARY KEY (ts_ms, model, slot_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX slot_usage_model ON slot_usage (model, ts_ms)
+    """)
+
+
 DEVICE_SAMPLE_FIELDS = tuple(
     line.split()[0]
     for chunk in _DEVICE_COLUMNS.split(",")

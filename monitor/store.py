@@ -302,6 +302,14 @@ class Store:
             (ts_ms, kind, severity, subject, message, json.dumps(data) if data else None),
         )
 
+    def add_slot_usage(self, ts_ms: int, model: str, slots: list[Any]) -> None:
+        """One /slots poll of one server (monitor/usage.py SlotSample rows)."""
+        with self.db.atomic():
+            self.db.conn.executemany(
+                "INSERT OR REPLACE INTO slot_usage VALUES (?, ?, ?, ?, ?, ?)",
+                [(ts_ms, model, s.slot_id, s.tokens, int(s.busy), s.n_ctx) for s in slots
+                 if s.exact])
+
     # -- retention ----------------------------------------------------------------
 
     def prune(self, now_ms: int, retention: Retention) -> dict[str, int]:
@@ -333,7 +341,7 @@ class Store:
             for table, cut in (
                 ("device_samples", raw_cut), ("process_samples", raw_cut),
                 ("device_minutes", minute_cut), ("process_minutes", minute_cut),
-                ("collector_runs", runs_cut),
+                ("collector_runs", runs_cut), ("slot_usage", minute_cut),
             ):
                 counts[f"deleted_{table}"] = conn.execute(
                     f"DELETE FROM {table} WHERE ts_ms < ?", (cut,)

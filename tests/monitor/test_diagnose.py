@@ -100,3 +100,77 @@ def test_bad_budget_is_a_config_error(tmp_path: Path) -> None:
     result = vramscope("diagnose", "--config", str(cfg))
     assert result.returncode == 2 and "[budgets] 'm.gguf' must be a positive number" in \
         result.stderr
+
+
+def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: Path) -> None:
+    """A real llama-server-named process, its /slots served on loopback: the daemon stores
+    the tokens in use and `diagnose` turns their p99 into a -c that covers it."""
+    import shutil
+    import threading
+    from dataclasses import replace
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from collectors.base import Roots
+    from monitor.config import Config
+    from monitor.daemon import DaemonContext, poll_slots, tick
+    from monitor.diagnose_cli import run_diagnose
+    from monitor.sampler import Sampler
+    from monitor.store import Store
+
+    use = iter([(1500, 900), (1700, 1200), (1600, 400), (1650, 1000)] * 10)
+
+    class Slots(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            if not self.path.startswith("/slots"):
+                self.send_response(404)
+                self.end_headers()
+                return
+            a, b = next(use)
+            body = json.dumps([
+                {"id": i, "n_ctx": 8192, "is_processing": t > 0, "n_prompt_tokens": t,
+                 "next_token": [{"has_next_token": True, "n_decoded": 10}]}
+                for i, t in enumerate((a, b, 0, 0))]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slots)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    md, tensors = g.qwen3_8b()
+    model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)
+    port = str(server.server_address[1])
+    child = subprocess.Popen([str(exe), "-c", "import time; time.sleep(60)", "-m", str(model),
+                              "--port", port, "-c", "32768", "-np", "4"])
+    try:
+        cfg = Config(db_path=tmp_path / "v.db")
+        store = Store.open(cfg.db_path)
+        ctx = DaemonContext(cfg, store, Sampler(Roots()))
+        import time
+
+        time.sleep(0.2)
+        snap = tick(ctx)
+        assert any(p.pid == child.pid for p in snap.processes)
+        answered = 0
+        for i in range(8):  # the poller allows one request per server per 10 s
+            ctx.last_snapshot = replace(snap, ts_ms=snap.ts_ms + i * 10_001)
+            answered += poll_slots(ctx)
+        assert answered == 8
+        stored = store.db.execute(
+            "SELECT count(*), sum(busy), max(tokens) FROM slot_usage").fetchone()
+        assert stored == (32, 16, 1700)  # 4 slots per poll, 2 of them busy
+        store.close()
+        (d,) = run_diagnose(cfg, None, None, child.pid)
+    finally:
+        child.kill()
+        child.wait()
+        server.shutdown()
+    kv = next(f for f in d.findings if f.component == "kv")
+    # p99 1700 x 1.25 -> 2304 per slot x 4 streams (non-unified) = 9216 cells
+    assert kv.fix == "-c 9216 covers the p99 of 1700 tokens in use"
+    assert kv.frees_bytes > 0
