@@ -162,6 +162,16 @@ def strix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     models["state"] = str(write_state(
         d / "state.json", [apu, host(int(72.2 * GIB))],
         [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=used)])]))
+    # the same box once the embedding server is fixed to its 16 GiB budget
+    fixed = 16 * GIB
+    apu_fixed = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "Strix Halo", "unified",
+                             total_bytes=int(120.5 * GIB), used_bytes=fixed + 300 * MIB,
+                             vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
+                             gtt_total_bytes=120 * GIB, gtt_used_bytes=fixed,
+                             gtt_ceiling_bytes=120 * GIB)
+    models["state_fixed"] = str(write_state(
+        d / "state-fixed.json", [apu_fixed, host(96 * GIB - fixed)],
+        [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=fixed)])]))
     return models
 
 
@@ -184,6 +194,15 @@ def test_unified_box_predicts_oom_before_the_load_and_names_the_fixes(strix: dic
                                strix["0.6b"])
     apu_small = next(d for d in small["devices"] if d["device_id"] == "drm:0000:c5:00.0")
     assert apu_small["need_bytes"] < apu["need_bytes"] - GIB
+    # both suggested changes: the 0.6B draft and the embedding server at its budget
+    code, after = predict_json("--state", strix["state_fixed"], "--", "llama-server", "-m",
+                               strix["moe"], "-c", "32768", "-np", "1", "-fa", "on", "-md",
+                               strix["0.6b"])
+    assert (code, after["verdict"]) == (0, "fits")
+    total_before = 23.8 * GIB + apu["need_bytes"]
+    total_after = 16 * GIB + next(d["need_bytes"] for d in after["devices"]
+                                  if d["device_id"] == "drm:0000:c5:00.0")
+    assert total_before > 96 * GIB > total_after  # the story: 97.6 -> 87.7 GiB of 96.0
 
 
 # -- story 3: fit-ctx falls as the KV type widens and the draft depth grows ----------------
