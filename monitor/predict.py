@@ -174,8 +174,41 @@ def _fix(label: str, base: MemoryEstimate, changed: MemoryEstimate, picture: Pic
     return Fix(label, frees, _worst(judge(changed, picture, freed)))
 
 
+def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
+                   limit: int = 4) -> list[str]:
+    """GGUF files in the draft's folder with the target's vocabulary (a valid -md) and
+    fewer weight bytes than the current draft, smallest last so the list reads down."""
+    if not spec.draft_model or not spec.model_path:
+        return []
+    if read_header is None:
+        from monitor.gguf import read_header as reader
+    else:
+        reader = read_header
+    from pathlib import Path
+
+    try:
+        target = reader(spec.model_path)
+        current = reader(spec.draft_model)
+    except Exception:  # unreadable files offer no candidates
+        return []
+    found = []
+    folder = Path(spec.draft_model).parent
+    for path in sorted(folder.glob("*.gguf"))[:64]:
+        if str(path) in (spec.draft_model, spec.model_path) or "-of-0" in path.name and \
+                "-00001-of-" not in path.name:
+            continue
+        try:
+            header = reader(str(path))
+        except Exception:
+            continue
+        if header.n_vocab == target.n_vocab and header.tensor_bytes < current.tensor_bytes:
+            found.append((header.tensor_bytes, str(path)))
+    return [p for _, p in sorted(found, reverse=True)[:limit]]
+
+
 def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, picture: Picture,
-            freed: dict[str, int], running: Sequence[ProcessUse] = ()) -> list[Fix]:
+            freed: dict[str, int], running: Sequence[ProcessUse] = (),
+            read_header: Callable[[str], Any] | None = None) -> list[Fix]:
     """What would make it fit, each priced in bytes per device."""
     fixes: list[Fix] = []
 
@@ -215,6 +248,9 @@ def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, pictur
             attempt(f"-ngl {ngl} (the most layers that fit; the rest run from host RAM)",
                     replace(spec, n_gpu_layers=ngl))
     if spec.draft_model:
+        for candidate in smaller_drafts(spec, read_header):
+            attempt(f"-md {candidate} (a smaller draft beside the current one)",
+                    replace(spec, draft_model=candidate))
         attempt("without the draft model (-md)", replace(spec, draft_model=None))
         if spec.draft_cache_type_k == "f16":
             attempt("-ctkd q8_0 -ctvd q8_0",
@@ -243,7 +279,7 @@ def predict(spec: LaunchSpec, picture: Picture, devices: Sequence[DeviceInfo],
     if with_fixes and _worst(verdicts) != "fits":
         evicted_pids = {p.pid for p in evicted}
         fixes = suggest(spec, base, estimator, picture, freed,
-                        [p for p in running if p.pid not in evicted_pids])
+                        [p for p in running if p.pid not in evicted_pids], read_header)
     notes = [] if verdicts else ["no device with a known free figure: nothing to judge"]
     return Prediction(base, verdicts, tuple(p.name for p in evicted), tuple(fixes),
                       tuple(notes))

@@ -188,6 +188,8 @@ def test_unified_box_predicts_oom_before_the_load_and_names_the_fixes(strix: dic
     stop = fixes["stop llama-server (qwen3-embedding-8b.gguf) (pid 4242)"]
     assert stop["frees"]["drm:0000:c5:00.0"] == int(23.8 * GIB)
     assert any(f["verdict"] == "fits" for f in doc["fixes"])
+    smaller = fixes[f"-md {strix['0.6b']} (a smaller draft beside the current one)"]
+    assert smaller["frees"]["drm:0000:c5:00.0"] > GIB
     # the smaller draft alone: price it directly
     code, small = predict_json("--state", strix["state"], "--", "llama-server", "-m",
                                strix["moe"], "-c", "32768", "-np", "1", "-fa", "on", "-md",
