@@ -13,7 +13,7 @@ from monitor.config import Config
 from monitor.engines import parse_command
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import EstimateError, estimate
-from monitor.estimate.model import DeviceInfo
+from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
 from monitor.predict import Prediction, _worst, fit_ctx, judge, predict
 
@@ -50,9 +50,7 @@ def take_snapshot(cfg: Config, req: PredictRequest) -> Snapshot:
 
 
 def gpu_devices(snap: Snapshot, cfg: Config) -> list[DeviceInfo]:
-    overhead = cfg.gpu_overhead_mib * 1024 * 1024
-    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead)
-            for d in snap.devices if d.device_id != "host"]
+    return devices_from_samples(snap.devices, cfg.gpu_overhead_mib * 1024 * 1024)
 
 
 def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from collectors.base import DeviceEvent, Snapshot
 from monitor.engines import parse_command, read_llama_env
 from monitor.estimate import estimate
-from monitor.estimate.model import DeviceInfo
+from monitor.estimate.model import devices_from_samples
 from monitor.gguf import GgufError
 from monitor.picture import GIB, picture_from_snapshot
 from monitor.predict import judge
@@ -98,9 +98,7 @@ class LoadWatch:
                        if st not in ("stopped", "shutdown", "starting") and m in config.models]
             try:
                 evict = llamaswap.evictions(config, running, model_id)
-                devices = [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes,
-                                      d.memory_kind, self.gpu_overhead_bytes)
-                           for d in snap.devices if d.device_id != "host"]
+                devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
                 est = estimate(spec, devices)
             except (ValueError, GgufError, OSError) as exc:
                 log.debug("llama-swap watch: %s: %s", model_id, exc)
@@ -131,9 +129,7 @@ class LoadWatch:
         spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid))
         if spec is None or spec.role not in ("server", "runner"):
             return []
-        devices = [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind,
-                              self.gpu_overhead_bytes)
-                   for d in snap.devices if d.device_id != "host"]
+        devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
         subject = f"{info.comm}[{info.pid}]"
         try:
             est = estimate(spec, devices)

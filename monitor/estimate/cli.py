@@ -10,7 +10,7 @@ from collectors.base import CollectorOptions
 from collectors.procfs import parse_cmdline
 from monitor.config import Config
 from monitor.estimate import EstimateError, estimate_command
-from monitor.estimate.model import DeviceInfo
+from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.estimate.render import compare_with_log, render_comparison, render_text, to_json
 
 
@@ -25,9 +25,7 @@ def live_devices(cfg: Config) -> list[DeviceInfo]:
         snap = sampler.sample()
     finally:
         sampler.close()
-    overhead = cfg.gpu_overhead_mib * 1024 * 1024
-    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead)
-            for d in snap.devices if d.device_id != "host"]
+    return devices_from_samples(snap.devices, cfg.gpu_overhead_mib * 1024 * 1024)
 
 
 def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:

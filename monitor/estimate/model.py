@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from collectors.base import DeviceSample
 
 HOST = "host"
 ESTIMATOR_VERSION = 1  # bump when a formula changes; stored with every estimate
@@ -70,3 +73,10 @@ class MemoryEstimate:
             if include_growth or c.when == "load":
                 out[c.device] = out.get(c.device, 0) + c.bytes
         return out
+
+
+def devices_from_samples(samples: Iterable[DeviceSample], overhead_bytes: int
+                         ) -> list[DeviceInfo]:
+    """The GPUs of a sample as placement targets (host RAM is implicit)."""
+    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead_bytes)
+            for d in samples if d.device_id != HOST]
