@@ -155,6 +155,7 @@ class ExitedProcess:
     pid: int
     start_ticks: int
     last_seen_ms: int
+    how: str | None = None  # set by the daemon: "killed by the kernel OOM killer", ...
 
 
 @dataclass(frozen=True, slots=True)

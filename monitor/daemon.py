@@ -50,6 +50,8 @@ class DaemonContext:
     watch: Any = None  # monitor.watch.LoadWatch: judges new servers on the tick they appear
     slot_poller: Any = None  # monitor.usage.SlotPoller
     last_snapshot: Snapshot | None = None
+    kmsg: Any = None  # monitor.kmsg.KmsgFollower
+    recent_kills: dict[int, int] = field(default_factory=dict)  # pid -> kill time (ms)
     ticks: int = 0
     dropped: int = 0
 
@@ -108,6 +110,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
     snap = ctx.sampler.sample()
     ctx.ticks += 1
     _log_collector_changes(ctx, snap)
+    snap = _kernel_and_exits(ctx, snap)
     if ctx.watch is not None:
         try:
             found = ctx.watch.observe(snap)
@@ -143,6 +146,38 @@ def tick(ctx: DaemonContext) -> Snapshot:
         ctx.pending.popleft()
         ctx.failures.pop(head.ts_ms, None)
     return snap
+
+
+def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
+    """Kernel log records of this tick as events, and how each tracked exit happened:
+    "killed by the kernel OOM killer" (a kill record for its pid), "exited during load"
+    (the load watch had not seen its memory settle), else "exited"."""
+    found = []
+    if ctx.kmsg is not None:
+        from monitor.kmsg import to_device_events
+
+        try:
+            found = to_device_events(ctx.kmsg.read(), snap.ts_ms)
+        except Exception as exc:  # the kernel log must never cost a sample
+            log.error("kernel log: %r", exc)
+    for ev in found:
+        pid = ev.data.get("pid")
+        if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
+            ctx.recent_kills[pid] = ev.ts_ms
+    ctx.recent_kills = {p: t for p, t in ctx.recent_kills.items()
+                        if snap.ts_ms - t < 120_000}
+    exited = []
+    for gone in snap.exited:
+        if gone.pid in ctx.recent_kills:
+            how = "killed by the kernel OOM killer"
+        elif ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks):
+            how = "exited during load"
+        else:
+            how = "exited"
+        exited.append(dataclasses.replace(gone, how=how))
+    if not found and not exited:
+        return snap
+    return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
 
 
 def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
@@ -214,9 +249,15 @@ def run(config: Config) -> int:
     lock = acquire_lock(config.db_path)
     store = Store.open(config.db_path)
     sampler = Sampler(config.roots, config.options, config.collectors)
+    from monitor.kmsg import KmsgFollower
     from monitor.watch import LoadWatch
 
     ctx = DaemonContext(config, store, sampler)
+    ctx.kmsg = KmsgFollower()
+    if not ctx.kmsg.open():
+        log.warning("kernel log not followed (%s): OOM kills will not be recorded; run as "
+                    "root or with CAP_SYSLOG", ctx.kmsg.error)
+        ctx.kmsg = None
     ctx.watch = LoadWatch(config.roots.proc,
                           gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
                           swap_url=config.swap_url, swap_config=config.swap_config)
@@ -273,5 +314,7 @@ def run(config: Config) -> int:
             log.error("could not record the stop: %s", exc)
         sampler.close()
         store.close()
+        if ctx.kmsg is not None:
+            ctx.kmsg.close()
         lock.close()
     return 0

@@ -197,7 +197,8 @@ class Store:
                 self._insert_event(conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id,
                                    ev.message, dict(ev.data))
             for gone in snap.exited:
-                self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks, gone.last_seen_ms)
+                self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks,
+                                  gone.last_seen_ms, gone.how)
             conn.executemany(
                 "INSERT OR REPLACE INTO collector_runs VALUES (?, ?, ?, ?, ?, ?)",
                 [(r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
@@ -264,7 +265,8 @@ class Store:
         return int(row[0])
 
     def _record_exit(
-        self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int, last_seen_ms: int
+        self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int,
+        last_seen_ms: int, how: str | None = None,
     ) -> None:
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
             del self._process_ids[key]
@@ -276,12 +278,16 @@ class Store:
         if row is None:
             return
         conn.execute("UPDATE processes SET exited_ms = ? WHERE id = ?", (ts_ms, row[0]))
+        how = how or "exited"
+        crashed = how != "exited"
+        data = {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
+                "engine": row[2], "last_seen_ms": last_seen_ms, "how": how}
         self._insert_event(
-            conn, ts_ms, "process_exit", "info", f"{row[1]}[{pid}]",
-            f"{row[1]} (pid {pid}) exited; last seen {ts_ms - last_seen_ms} ms before",
-            {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
-             "engine": row[2], "last_seen_ms": last_seen_ms},
-        )
+            conn, ts_ms, "process_exit", "warning" if crashed else "info", f"{row[1]}[{pid}]",
+            f"{row[1]} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before", data)
+        if crashed:  # a crash keeps the full-resolution samples around it (see prune)
+            self._insert_event(conn, last_seen_ms, "crash", "critical", f"{row[1]}[{pid}]",
+                               f"{row[1]} (pid {pid}) {how}", data)
 
     def add_event(
         self, kind: str, severity: str, subject: str | None, message: str,
@@ -343,12 +349,22 @@ class Store:
                 ("device_minutes", minute_cut), ("process_minutes", minute_cut),
                 ("collector_runs", runs_cut), ("slot_usage", minute_cut),
             ):
+                keep = _KEEP_AROUND_CRASHES.format(table=table) if table in (
+                    "device_samples", "process_samples") else ""
                 counts[f"deleted_{table}"] = conn.execute(
-                    f"DELETE FROM {table} WHERE ts_ms < ?", (cut,)
+                    f"DELETE FROM {table} WHERE ts_ms < ?{keep}", (cut,)
                 ).rowcount
         return counts
 
 
+# Full-resolution samples from 10 minutes before to 1 minute after a crash or OOM kill are
+# evidence for `vramscope postmortem`: raw retention never deletes them.
+KEEP_BEFORE_MS, KEEP_AFTER_MS = 600_000, 60_000
+_KEEP_AROUND_CRASHES = (
+    " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.kind IN ('crash', 'oom_kill', 'oomd_kill')"
+    " AND {table}.ts_ms BETWEEN e.ts_ms - " + str(KEEP_BEFORE_MS)
+    + " AND e.ts_ms + " + str(KEEP_AFTER_MS) + ")"
+)
 _DEVICE_SAMPLE_SQL = (
     f"INSERT OR REPLACE INTO device_samples (ts_ms, device_id, {', '.join(DEVICE_SAMPLE_FIELDS)})"
     f" VALUES ({', '.join('?' for _ in range(len(DEVICE_SAMPLE_FIELDS) + 2))})"

@@ -51,6 +51,9 @@ class LoadWatch:
     _loading: dict[tuple[int, int], _Loading] = field(default_factory=dict)
     _primed: bool = False
 
+    def is_loading(self, pid: int, start_ticks: int) -> bool:
+        return (pid, start_ticks) in self._loading
+
     def observe(self, snap: Snapshot) -> list[DeviceEvent]:
         """Events for this tick. Processes present on the first tick are not 'new'."""
         events: list[DeviceEvent] = []

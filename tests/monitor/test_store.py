@@ -246,3 +246,18 @@ def test_device_events_become_event_rows(store: Store) -> None:
     store.write(replace(snapshot(T0), events=(xid,)))
     row = store.db.execute("SELECT kind, severity, subject, message, data FROM events").fetchone()
     assert row == ("xid", "critical", "nvml:GPU-1", "NVIDIA Xid 79 on H100", '{"xid": 79}')
+
+
+def test_samples_around_a_crash_survive_raw_retention(store: Store) -> None:
+    crash_at = T0 + 30 * MINUTE_MS
+    for minute in range(0, 40):
+        store.write(snapshot(T0 + minute * MINUTE_MS))
+    store.add_event("crash", "critical", "llama-server[100]", "killed by the kernel OOM killer",
+                    {"pid": 100}, ts_ms=crash_at)
+    store.prune(T0 + 10 * 3600_000, Retention(raw_hours=0.1))
+    kept = [r[0] for r in store.db.execute(
+        "SELECT DISTINCT ts_ms FROM device_samples ORDER BY ts_ms")]
+    expected = [T0 + m * MINUTE_MS for m in range(20, 32)]  # 10 min before to 1 min after
+    assert kept == expected
+    rows = store.db.execute("SELECT count(*) FROM process_samples").fetchone()[0]
+    assert rows == 2 * len(expected)

@@ -1,0 +1,750 @@
+"""Render a ``vramscope.postmortem/1`` document (an OOM post-mortem) for people.
+
+``render_text`` gives a report that fits an 80-100 column terminal; ``render_html`` gives one
+self-contained HTML file (inline CSS, inline SVG chart of memory over time, no scripts, no
+external resources) that reads offline and prints.
+
+Every field of the document may be missing, null or of the wrong type; the renderers never
+raise on such a document, they print "?" or leave the part out. Every string taken from the
+document is treated as hostile: control characters (terminal escapes, NULs, lone surrogates)
+are shown as ``\\xNN`` escapes in both outputs, and the HTML escapes everything it prints.
+Stdlib only; this module must not import textual or rich.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import shutil
+import textwrap
+import unicodedata
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 40
+MAX_SVG_POINTS = 600  # per series, after downsampling
+
+# SVG geometry (user units of the viewBox).
+SVG_W = 960
+PLOT_LEFT = 78
+PLOT_RIGHT = SVG_W - 24
+PLOT_TOP = 28
+PLOT_BOTTOM = 358
+LEGEND_TOP = PLOT_BOTTOM + 52
+LEGEND_ROW = 18
+LEGEND_COLS = 2
+VICTIM_COLOR = "#d62728"
+PALETTE = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#843c39")
+
+
+# --------------------------------------------------------------------------- small helpers
+
+def _get(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]... or None when any level is missing or not a dict."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _dict(obj: Any) -> dict:
+    return obj if isinstance(obj, dict) else {}
+
+
+def _list(obj: Any) -> list:
+    return obj if isinstance(obj, list) else []
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _clean(x: Any) -> str:
+    """A string safe to print: control/format/surrogate characters become \\xNN escapes."""
+    s = x if isinstance(x, str) else str(x)
+    if all(unicodedata.category(ch)[0] != "C" for ch in s):
+        return s
+    out = []
+    for ch in s:
+        if unicodedata.category(ch)[0] == "C":
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000
+                       else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _str(x: Any, default: str = "?") -> str:
+    if x is None or (isinstance(x, str) and not x.strip()):
+        return default
+    return _clean(x)
+
+
+def _h(x: Any, default: str = "?") -> str:
+    """Cleaned and HTML-escaped."""
+    return escape(_str(x, default), quote=True)
+
+
+def fmt_bytes(n: Any) -> str:
+    v = _num(n)
+    if v is None:
+        return "?"
+    sign = "-" if v < 0 else ""
+    a = abs(v)
+    if a >= GIB:
+        return f"{sign}{a / GIB:.2f} GiB"
+    if a >= MIB:
+        return f"{sign}{a / MIB:.1f} MiB"
+    if a >= KIB:
+        return f"{sign}{a / KIB:.1f} KiB"
+    return f"{sign}{int(a)} B"
+
+
+def _dt(ms: Any) -> datetime | None:
+    v = _num(ms)
+    if v is None:
+        return None
+    try:
+        return datetime.fromtimestamp(v / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def fmt_ts(ms: Any) -> str:
+    d = _dt(ms)
+    return "?" if d is None else d.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_hms(ms: Any) -> str:
+    d = _dt(ms)
+    return "?" if d is None else d.strftime("%H:%M:%S")
+
+
+def fmt_dur(ms: Any) -> str:
+    v = _num(ms)
+    if v is None:
+        return "?"
+    sign = "-" if v < 0 else ""
+    s = abs(v) / 1000
+    if s < 60:
+        return f"{sign}{s:.1f}s" if s < 10 else f"{sign}{s:.0f}s"
+    m, s = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{sign}{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{sign}{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{sign}{d}d{h:02d}h"
+
+
+def _death_ms(doc: dict) -> float | None:
+    for v in (_get(doc, "event", "ts_ms"), _get(doc, "victim", "exited_ms")):
+        if _num(v) is not None:
+            return _num(v)
+    return None
+
+
+def _points(raw: Any) -> list[tuple[float, float]]:
+    """Valid (t_ms, bytes) pairs, sorted by time; negative values read as 0."""
+    out = []
+    for p in _list(raw):
+        if isinstance(p, list | tuple) and len(p) >= 2:
+            t, v = _num(p[0]), _num(p[1])
+            if t is not None and v is not None:
+                out.append((t, max(v, 0)))
+    out.sort(key=lambda tv: tv[0])
+    return out
+
+
+class _Series:
+    __slots__ = ("key", "label", "kind", "victim", "points", "total")
+
+    def __init__(self, key: str, label: str, kind: str, victim: bool,
+                 points: list[tuple[float, float]], total: float | None = None) -> None:
+        self.key, self.label, self.kind, self.victim = key, label, kind, victim
+        self.points, self.total = points, total
+
+
+def _series(doc: dict) -> list[_Series]:
+    """Processes first (the victim first among them), then devices."""
+    victim_pid = _num(_get(doc, "victim", "pid"))
+    timeline = _dict(_get(doc, "timeline"))
+    procs: list[_Series] = []
+    for i, p in enumerate(_list(timeline.get("processes"))):
+        p = _dict(p)
+        pid = _num(p.get("pid"))
+        is_victim = pid is not None and pid == victim_pid
+        dev = _str(p.get("device_id"))
+        label = (f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))} on {dev}"
+                 + (" (victim)" if is_victim else ""))
+        procs.append(_Series(f"proc-{i}", label, "process", is_victim, _points(p.get("points"))))
+    procs.sort(key=lambda s: not s.victim)  # stable
+    devs: list[_Series] = []
+    for i, d in enumerate(_list(timeline.get("devices"))):
+        d = _dict(d)
+        name = d.get("name")
+        label = f"device {_str(d.get('device_id'))}" + (f" ({_str(name)})" if name else "")
+        total = _num(d.get("total_bytes"))
+        devs.append(_Series(f"dev-{i}", label, "device", False, _points(d.get("points")), total))
+    return procs + devs
+
+
+def _x_range(doc: dict, series: list[_Series]) -> tuple[float, float] | None:
+    start, end = _num(_get(doc, "window", "start_ms")), _num(_get(doc, "window", "end_ms"))
+    ts = [t for s in series for t, _ in s.points]
+    if start is None:
+        start = min(ts) if ts else None
+    if end is None:
+        end = max(ts) if ts else None
+    death = _death_ms(doc)
+    if death is not None:
+        start = death if start is None else min(start, death)
+        end = death if end is None else max(end, death)
+    if start is None or end is None:
+        return None
+    if end <= start:
+        start, end = start - 30_000, end + 30_000
+    return start, end
+
+
+def _device_keys(doc: dict) -> list[str]:
+    keys: list[str] = []
+    for src in (_get(doc, "estimate", "by_device"), _get(doc, "estimate", "measured_at_death"),
+                _get(doc, "victim", "last_measured"), _get(doc, "victim", "peak"),
+                _get(doc, "ceiling")):
+        for k in _dict(src):
+            if k not in keys:
+                keys.append(k)
+    return keys
+
+
+def _memory_rows(doc: dict) -> list[tuple[str, list[str]]]:
+    est = _dict(_get(doc, "estimate", "by_device"))
+    meas = _dict(_get(doc, "estimate", "measured_at_death"))
+    last = _dict(_get(doc, "victim", "last_measured"))
+    peak = _dict(_get(doc, "victim", "peak"))
+    ceil = _dict(_get(doc, "ceiling"))
+    return [(_clean(k), [fmt_bytes(src.get(k)) if src.get(k) is not None else "-"
+                         for src in (est, meas, last, peak, ceil)])
+            for k in _device_keys(doc)]
+
+
+MEMORY_HEADS = ("estimate", "at death", "last seen", "peak", "ceiling")
+KERNEL_FIELDS = (("anon_rss_bytes", "anon RSS"), ("file_rss_bytes", "file RSS"),
+                 ("shmem_rss_bytes", "shmem RSS"))
+
+
+def _argv_text(argv: Any) -> str | None:
+    if isinstance(argv, list) and argv:
+        s = shlex.join(_clean(a) for a in argv)
+    elif isinstance(argv, str) and argv:
+        s = _clean(argv)
+    else:
+        return None
+    return s if len(s) <= 4000 else s[:4000] + " …"
+
+
+def _stats(points: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    if not points:
+        return None
+    vals = [v for _, v in points]
+    return min(vals), max(vals), points[-1][1]
+
+
+def sparkline(points: list[tuple[float, float]], start: float, end: float,
+              width: int = SPARK_WIDTH) -> str:
+    """Max per time column over [start, end], scaled 0..series max; empty columns are spaces."""
+    if width <= 0 or end <= start:
+        return ""
+    cols: list[float | None] = [None] * width
+    span = end - start
+    for t, v in points:
+        if t < start or t > end:
+            continue
+        i = min(int((t - start) / span * width), width - 1)
+        cols[i] = v if cols[i] is None else max(cols[i], v)
+    top = max((c for c in cols if c is not None), default=0)
+    out = []
+    for c in cols:
+        if c is None:
+            out.append(" ")
+        elif top <= 0:
+            out.append(SPARK_CHARS[0])
+        else:
+            out.append(SPARK_CHARS[min(int(c / top * (len(SPARK_CHARS) - 1) + 0.5),
+                                       len(SPARK_CHARS) - 1)])
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- text
+
+def _wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    rest = first if rest is None else rest
+    lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=True, break_on_hyphens=False) if text else []
+    return lines or [first.rstrip()]
+
+
+def _fit(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+def _labelled(label: str, value: str, width: int, pad: int = 10) -> list[str]:
+    return _wrap(value, width, f"  {label:<{pad}}", " " * (pad + 2))
+
+
+def render_text(doc: dict, width: int | None = None) -> str:
+    """The post-mortem as plain text; no line is longer than ``width`` columns (default: the
+    terminal width clamped to 80..100)."""
+    if width is None:
+        width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 100)
+    width = max(int(width), 40)
+    doc = _dict(doc)
+    victim = _dict(doc.get("victim"))
+    event = _dict(doc.get("event"))
+    death = _death_ms(doc)
+    out: list[str] = []
+
+    def section(title: str) -> None:
+        out.append("")
+        out.append(title)
+        out.append("-" * min(len(title), width))
+
+    pid = _num(victim.get("pid"))
+    comm = _str(victim.get("comm"))
+    title = f"OOM post-mortem: {comm} (pid {'?' if pid is None else int(pid)}) died"
+    out.extend(_wrap(title, width))
+    out.append("=" * min(max(len(x) for x in out), width))
+    out.extend(_labelled("when", fmt_ts(death), width))
+    if victim.get("how"):
+        out.extend(_labelled("how", _str(victim.get("how")), width))
+    if event:
+        kind = _str(event.get("kind"))
+        msg = _str(event.get("message"), "")
+        out.extend(_labelled("event", f"{kind}: {msg}" if msg else kind, width))
+        data = _dict(event.get("data"))
+        if data:
+            pairs = " ".join(f"{_clean(k)}={_clean(json.dumps(v, default=str))}"
+                             for k, v in data.items())
+            out.extend(_labelled("", pairs if len(pairs) <= 600 else pairs[:600] + " …", width))
+    engine = victim.get("engine")
+    if engine:
+        out.extend(_labelled("engine", _str(engine), width))
+    started, exited = _num(victim.get("started_at_ms")), _num(victim.get("exited_ms"))
+    if started is not None:
+        ran = f" (ran {fmt_dur(exited - started)})" if exited is not None else ""
+        out.extend(_labelled("started", fmt_ts(started) + ran, width))
+    argv = _argv_text(victim.get("argv"))
+    if argv:
+        out.extend(_labelled("command", argv, width))
+
+    kernel = _dict(victim.get("kernel"))
+    section("Kernel's record of the kill")
+    if kernel:
+        for key, label in KERNEL_FIELDS:
+            out.extend(_labelled(label, fmt_bytes(kernel.get(key)), width))
+        if kernel.get("constraint"):
+            out.extend(_labelled("constraint", _str(kernel.get("constraint")), width))
+        if kernel.get("memcg"):
+            out.extend(_labelled("memcg", _str(kernel.get("memcg")), width))
+    else:
+        out.append("  (no kernel OOM record)")
+
+    section("Memory at death (estimate vs measured)")
+    rows = _memory_rows(doc)
+    if rows:
+        colw = 11
+        devw = max(6, min(max(len(k) for k, _ in rows), width - 2 - colw * len(MEMORY_HEADS)))
+        head = "  " + "device".ljust(devw) + "".join(h.rjust(colw) for h in MEMORY_HEADS)
+        out.append(head)
+        for key, cells in rows:
+            name = _fit(key, devw).ljust(devw)
+            out.append("  " + name + "".join(c.rjust(colw) for c in cells))
+        out.extend(_wrap("at death: all processes as measured at death; last seen / peak: the "
+                         "victim's own last and highest samples.", width, "  "))
+    else:
+        out.append("  (no estimate, measurement or ceiling)")
+
+    section("Cause")
+    out.extend(_wrap(_str(doc.get("cause"), "(not determined)"), width, "  "))
+    section("Fix")
+    out.extend(_wrap(_str(doc.get("fix"), "(none suggested)"), width, "  "))
+
+    loading = [_dict(x) for x in _list(doc.get("loading"))]
+    if loading:
+        section("Loading at the time")
+        for item in loading:
+            lpid = _num(item.get("pid"))
+            st = _num(item.get("started_ms"))
+            when = ""
+            if st is not None:
+                when = f" since {fmt_hms(st)}"
+                if death is not None:
+                    when += f" ({fmt_dur(death - st)} before death)"
+            text = (f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
+                    f"loading {_str(item.get('model'))}{when}")
+            out.extend(_wrap(text, width, "  ", "    "))
+
+    series = _series(doc)
+    xr = _x_range(doc, series)
+    section("Timeline")
+    if xr is not None:
+        out.extend(_wrap(f"window {fmt_ts(xr[0])} .. {fmt_hms(xr[1])} ({fmt_dur(xr[1] - xr[0])});"
+                         f" death at {fmt_hms(death)}", width, "  "))
+    if not any(s.points for s in series):
+        out.append("  (no samples in the window)")
+    for s in series:
+        out.extend(_wrap(s.label + (f", total {fmt_bytes(s.total)}" if s.total else ""),
+                         width, "  ", "    "))
+        st = _stats(s.points)
+        if st is None or xr is None:
+            out.append("    (no samples)")
+            continue
+        stats = f"min {fmt_bytes(st[0])}  max {fmt_bytes(st[1])}  last {fmt_bytes(st[2])}"
+        sw = min(SPARK_WIDTH, width - 6)
+        spark = sparkline(s.points, xr[0], xr[1], sw)
+        line = f"    |{spark}|  {stats}"
+        if len(line) <= width:
+            out.append(line)
+        else:
+            out.append(f"    |{spark}|")
+            out.extend(_wrap(stats, width, "    "))
+
+    events = [_dict(e) for e in _list(doc.get("other_events"))]
+    section("Other events in the window")
+    if not events:
+        out.append("  (none)")
+    for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
+        ts = _num(e.get("ts_ms"))
+        rel = f" ({fmt_dur(ts - death)})" if ts is not None and death is not None else ""
+        head = f"  {fmt_hms(ts)}{rel} {_str(e.get('kind'))}: "
+        out.extend(_wrap(_str(e.get("message"), ""), width, head, "      "))
+
+    return "\n".join(_fit(line.rstrip(), width) for line in out) + "\n"
+
+
+# --------------------------------------------------------------------------- SVG chart
+
+def downsample(points: list[tuple[float, float]],
+               limit: int = MAX_SVG_POINTS) -> list[tuple[float, float]]:
+    """At most ``limit`` points: per bucket of consecutive points, its minimum and maximum in
+    time order, so peaks and troughs survive."""
+    if len(points) <= limit:
+        return list(points)
+    buckets = max(limit // 2, 1)
+    size = math.ceil(len(points) / buckets)
+    out: list[tuple[float, float]] = []
+    for i in range(0, len(points), size):
+        chunk = points[i:i + size]
+        lo = min(range(len(chunk)), key=lambda j: chunk[j][1])
+        hi = max(range(len(chunk)), key=lambda j: chunk[j][1])
+        for j in sorted({lo, hi}):
+            out.append(chunk[j])
+    return out
+
+
+def _nice_step(span: float, target: int) -> float:
+    raw = span / max(target, 1)
+    if raw <= 0:
+        return 1.0
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+TIME_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                43200, 86400)
+
+
+def _time_ticks(start: float, end: float, target: int = 8) -> list[float]:
+    span_s = (end - start) / 1000
+    step = next((s for s in TIME_STEPS_S if span_s / s <= target), None)
+    step_ms = (step or math.ceil(span_s / target / 86400) * 86400) * 1000
+    first = math.ceil(start / step_ms) * step_ms
+    ticks = []
+    t = first
+    while t <= end and len(ticks) < 100:
+        ticks.append(t)
+        t += step_ms
+    return ticks
+
+
+def _f(x: float) -> str:
+    s = f"{x:.1f}"
+    return s[:-2] if s.endswith(".0") else s
+
+
+def _legend_label(text: str, limit: int = 62) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_svg(doc: dict) -> str:
+    """The memory chart as one ``<svg>`` element (well-formed XML)."""
+    doc = _dict(doc)
+    series = _series(doc)
+    xr = _x_range(doc, series)
+    death = _death_ms(doc)
+    rows = max(math.ceil(len(series) / LEGEND_COLS), 1)
+    height = LEGEND_TOP + rows * LEGEND_ROW + 8
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {SVG_W} '
+             f'{height}" width="100%" role="img" aria-label="memory over time" '
+             f'font-family="sans-serif" font-size="12">',
+             "<title>Memory over time (GiB, UTC)</title>",
+             f'<rect class="plot-area" x="{PLOT_LEFT}" y="{PLOT_TOP}" '
+             f'width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
+             'fill="#fcfcfc" stroke="#999" stroke-width="1"/>']
+    plotted = [(s, [(t, v) for t, v in s.points if xr and xr[0] <= t <= xr[1]])
+               for s in series]
+    ymax = max((v for _, pts in plotted for _, v in pts), default=0)
+    if xr is None or not any(pts for _, pts in plotted):
+        parts.append(f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{(PLOT_TOP + PLOT_BOTTOM) / 2}"'
+                     ' text-anchor="middle" fill="#666">no samples in the window</text>')
+    if ymax <= 0:
+        ymax = GIB
+    x0, x1 = xr if xr else (0.0, 1.0)
+    pw, ph = PLOT_RIGHT - PLOT_LEFT, PLOT_BOTTOM - PLOT_TOP
+
+    def sx(t: float) -> float:
+        return PLOT_LEFT + (t - x0) / (x1 - x0) * pw
+
+    def sy(v: float) -> float:
+        return PLOT_BOTTOM - min(max(v / ymax, 0.0), 1.0) * ph
+
+    # y axis: GiB, nice steps from 0 up to the data maximum (which is the top of the axis)
+    step = _nice_step(ymax / GIB, 5)
+    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    parts.append('<g class="y-axis" fill="#333" stroke="none">')
+    k = 0
+    while k * step * GIB <= ymax * (1 + 1e-9) and k < 50:
+        v = k * step * GIB
+        y = sy(v)
+        parts.append(f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
+                     'stroke="#e3e3e3" stroke-width="1"/>')
+        parts.append(f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
+                     f'{k * step:.{decimals}f}</text>')
+        k += 1
+    parts.append(f'<text x="{PLOT_LEFT - 6}" y="{PLOT_TOP - 10}" text-anchor="end">'
+                 f'GiB (top {escape(fmt_bytes(ymax))})</text>' if xr else "")
+    parts.append("</g>")
+
+    # x axis: HH:MM:SS UTC
+    parts.append('<g class="x-axis" fill="#333" stroke="none">')
+    if xr is not None:
+        for t in _time_ticks(x0, x1):
+            x = sx(t)
+            parts.append(f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
+                         f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>')
+            parts.append(f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">'
+                         f"{fmt_hms(t)}</text>")
+        parts.append(f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
+                     f'text-anchor="middle">time (UTC, {escape(fmt_ts(x0)[:10])})</text>')
+    parts.append("</g>")
+
+    # series
+    colors: dict[str, str] = {}
+    ci = 0
+    for s in series:
+        if s.victim:
+            colors[s.key] = VICTIM_COLOR
+        else:
+            colors[s.key] = PALETTE[ci % len(PALETTE)]
+            ci += 1
+    parts.append('<g class="series-group" fill="none">')
+    for s, pts in plotted:
+        if not pts:
+            continue
+        pts = downsample(pts)
+        if len(pts) == 1:
+            pts = pts * 2
+        coords = " ".join(f"{_f(sx(t))},{_f(sy(v))}" for t, v in pts)
+        dash = ' stroke-dasharray="7 4"' if s.kind == "device" else ""
+        sw = "2.5" if s.victim else "1.5"
+        parts.append(f'<polyline class="series {s.kind}" data-series="{s.key}" '
+                     f'stroke="{colors[s.key]}" stroke-width="{sw}"{dash} '
+                     f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
+                     f"<title>{escape(s.label)}</title></polyline>")
+    parts.append("</g>")
+
+    # death marker
+    if death is not None and xr is not None:
+        x = _f(sx(death))
+        parts.append(f'<g class="death-marker"><line x1="{x}" y1="{PLOT_TOP}" x2="{x}" '
+                     f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
+                     'stroke-dasharray="3 3"/>'
+                     f'<text x="{x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
+                     f"died {fmt_hms(death)}</text></g>")
+
+    # legend
+    parts.append('<g class="legend">')
+    colw = (SVG_W - 2 * PLOT_LEFT // 2) / LEGEND_COLS
+    for i, s in enumerate(series):
+        r, c = divmod(i, LEGEND_COLS)
+        lx = PLOT_LEFT // 2 + c * colw
+        ly = LEGEND_TOP + r * LEGEND_ROW
+        dash = ' stroke-dasharray="7 4"' if s.kind == "device" else ""
+        note = "" if any(True for _ in s.points) else " (no samples)"
+        parts.append(f'<g class="legend-entry" data-series="{s.key}">'
+                     f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
+                     f'stroke="{colors[s.key]}" stroke-width="{2.5 if s.victim else 1.5}"{dash}/>'
+                     f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222">'
+                     f"{escape(_legend_label(s.label + note))}</text></g>")
+    parts.append("</g></svg>")
+    return "".join(p for p in parts if p)
+
+
+# --------------------------------------------------------------------------- HTML
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;
+max-width:1000px;padding:0 1em;color:#111;background:#fff;line-height:1.4}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.1em;border-bottom:1px solid #ccc;
+margin-top:1.4em;padding-bottom:.15em}
+table{border-collapse:collapse;margin:.4em 0}th,td{padding:.2em .7em;text-align:left;
+vertical-align:top;border-bottom:1px solid #eee}td.n,th.n{text-align:right;
+font-variant-numeric:tabular-nums}
+code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
+pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:.5em;margin:.3em 0}
+.meta th{color:#555;font-weight:normal}.cause,.fix{max-width:75ch}
+.fix{border-left:4px solid #2ca02c;padding-left:.7em}
+.chart{max-width:100%;height:auto;border:1px solid #ddd}
+.muted{color:#666}
+@media print{body{margin:0;max-width:none;font-size:10pt}section{break-inside:avoid}
+pre{background:none;border:1px solid #ccc}}
+"""
+
+
+def _table(heads: Iterable[str], rows: Iterable[Iterable[str]],
+           numeric_from: int = 1) -> str:
+    h = "".join(f'<th{" class=n" if i >= numeric_from else ""}>{x}</th>'
+                for i, x in enumerate(heads))
+    body = "".join("<tr>" + "".join(f'<td{" class=n" if i >= numeric_from else ""}>{x}</td>'
+                                     for i, x in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(doc: dict) -> str:
+    """The post-mortem as one self-contained HTML page (inline CSS and SVG, no scripts)."""
+    doc = _dict(doc)
+    victim = _dict(doc.get("victim"))
+    event = _dict(doc.get("event"))
+    death = _death_ms(doc)
+    pid = _num(victim.get("pid"))
+    pid_s = "?" if pid is None else str(int(pid))
+    comm = _h(victim.get("comm"))
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>OOM post-mortem: {comm} (pid {pid_s})</title>",
+           f"<style>{CSS}</style></head><body>",
+           f"<h1>OOM post-mortem: {comm} (pid {pid_s}) died</h1>"]
+
+    meta: list[tuple[str, str]] = [("when", escape(fmt_ts(death)))]
+    if victim.get("how"):
+        meta.append(("how", _h(victim.get("how"))))
+    if event:
+        msg = _str(event.get("message"), "")
+        meta.append(("event", f"<code>{_h(event.get('kind'))}</code>"
+                     + (f" {escape(msg)}" if msg else "")))
+    if victim.get("engine"):
+        meta.append(("engine", _h(victim.get("engine"))))
+    started, exited = _num(victim.get("started_at_ms")), _num(victim.get("exited_ms"))
+    if started is not None:
+        ran = f" (ran {fmt_dur(exited - started)})" if exited is not None else ""
+        meta.append(("started", escape(fmt_ts(started) + ran)))
+    argv = _argv_text(victim.get("argv"))
+    if argv:
+        meta.append(("command", f"<pre>{escape(argv)}</pre>"))
+    out.append('<section><table class="meta"><tbody>'
+               + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
+               + "</tbody></table>")
+    data = _dict(event.get("data"))
+    if data:
+        js = _clean(json.dumps(data, indent=1, default=str, ensure_ascii=False))
+        js = js if len(js) <= 6000 else js[:6000] + "\n…"
+        out.append(f"<p class=muted>event data</p><pre>{escape(js)}</pre>")
+    out.append("</section>")
+
+    out.append("<section><h2>Cause</h2>"
+               f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
+               "<h2>Fix</h2>"
+               f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>')
+
+    out.append("<section><h2>Memory over time</h2>" + render_svg(doc))
+    series = _series(doc)
+    srows = []
+    for s in series:
+        st = _stats(s.points)
+        cells = [escape(s.label)] + ([escape(fmt_bytes(x)) for x in st] if st else ["-"] * 3)
+        cells.append(escape(fmt_bytes(s.total)) if s.total else "-")
+        srows.append(cells)
+    if srows:
+        out.append(_table(("series", "min", "max", "last", "total"), srows))
+    out.append("</section>")
+
+    out.append("<section><h2>Kernel's record of the kill</h2>")
+    kernel = _dict(victim.get("kernel"))
+    if kernel:
+        krows = [(lbl, escape(fmt_bytes(kernel.get(key)))) for key, lbl in KERNEL_FIELDS]
+        krows += [(k, _h(kernel.get(k))) for k in ("constraint", "memcg") if kernel.get(k)]
+        out.append(_table(("field", "value"), krows))
+    else:
+        out.append('<p class="muted">No kernel OOM record.</p>')
+    out.append("</section>")
+
+    out.append("<section><h2>Memory at death (estimate vs measured)</h2>")
+    rows = _memory_rows(doc)
+    if rows:
+        out.append(_table(("device",) + MEMORY_HEADS,
+                          [[escape(k)] + [escape(c) for c in cells] for k, cells in rows]))
+        out.append('<p class="muted">at death: all processes as measured at death; last seen / '
+                   "peak: the victim's own last and highest samples.</p>")
+    else:
+        out.append('<p class="muted">No estimate, measurement or ceiling.</p>')
+    out.append("</section>")
+
+    loading = [_dict(x) for x in _list(doc.get("loading"))]
+    if loading:
+        lrows = []
+        for item in loading:
+            lp, st = _num(item.get("pid")), _num(item.get("started_ms"))
+            before = fmt_dur(death - st) if st is not None and death is not None else "?"
+            lrows.append(["?" if lp is None else str(int(lp)), _h(item.get("comm")),
+                          _h(item.get("model")), escape(fmt_hms(st)), escape(before)])
+        out.append("<section><h2>Loading at the time</h2>"
+                   + _table(("pid", "process", "model", "since (UTC)", "before death"), lrows,
+                            numeric_from=3) + "</section>")
+
+    events = [_dict(e) for e in _list(doc.get("other_events"))]
+    out.append("<section><h2>Other events in the window</h2>")
+    if events:
+        erows = []
+        for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
+            ts = _num(e.get("ts_ms"))
+            rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
+            erows.append([escape(fmt_hms(ts)), escape(rel), f"<code>{_h(e.get('kind'))}</code>",
+                          _h(e.get("message"), "")])
+        out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
+    else:
+        out.append('<p class="muted">None.</p>')
+    out.append("</section>")
+    schema = _h(doc.get("schema"))
+    out.append(f'<p class="muted">vramscope post-mortem, schema <code>{schema}</code>.</p>')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
