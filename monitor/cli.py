@@ -278,6 +278,86 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
     click.echo(render(found, as_json))
 
 
+@cli.command()
+@common_options
+@click.option("--last", "last", is_flag=True, help="The most recent crash (the default).")
+@click.option("--pid", type=int, help="The crash of this process.")
+@click.option("--at", "at_time", help="The crash nearest this time ('YYYY-MM-DD HH:MM').")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (vramscope.postmortem/1).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write one self-contained HTML report (inline SVG chart) here.")
+def postmortem(last: bool, pid: int | None, at_time: str | None, as_json: bool,
+               html_path: Path | None, **kwargs: Any) -> None:
+    """What died, when and how: the evidence around an OOM kill or a crashed load.
+
+    \b
+    Reads the daemon's database: the kernel's record, every tracked process's and
+    device's memory from 10 minutes before to 1 minute after, what was loading, the
+    estimate vs what was measured at death, the ceiling, the likely cause and the fix.
+      vramscope postmortem --last --html crash.html
+    """
+    from monitor.history import parse_time
+    from monitor.postmortem import build
+    from monitor.postmortem_render import render_html, render_text
+    from monitor.store import StoreError
+
+    cfg = load_config(**kwargs)
+    try:
+        doc = build(cfg.db_path, pid, parse_time(at_time) if at_time else None)
+    except (ValueError, OSError, StoreError) as exc:
+        raise UserError(str(exc)) from None
+    if html_path is not None:
+        try:
+            html_path.write_text(render_html(doc), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {html_path}: {exc.strerror}") from None
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100
+    click.echo(json.dumps(doc, indent=2) if as_json else render_text(doc, width))
+
+
+def _since(text: str) -> int:
+    import re
+    import time as time_mod
+
+    from monitor.history import parse_time
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text.strip())
+    if m:
+        scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+        return int((time_mod.time() - float(m.group(1)) * scale) * 1000)
+    return parse_time(text)
+
+
+@cli.command()
+@common_options
+@click.option("--since", default="24h", show_default=True,
+              help="How far back: 30m, 6h, 2d, or a time 'YYYY-MM-DD HH:MM'.")
+@click.option("--kind", "kinds", multiple=True,
+              help="Only these kinds (repeatable): oom_kill, crash, process_exit, "
+                   "oom_predicted, load_started, load_finished, xid, ...")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
+    """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
+    from datetime import datetime
+
+    from monitor.postmortem import list_events
+    from monitor.store import StoreError
+
+    cfg = load_config(**kwargs)
+    try:
+        rows = list_events(cfg.db_path, _since(since), kinds)
+    except (ValueError, OSError, StoreError) as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
+        click.echo(f"{when}  {r['severity']:<8} {r['kind']:<14} {r['message']}")
+    if not rows:
+        click.echo("no events in that period")
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:

@@ -305,7 +305,7 @@ def _fit(line: str, width: int) -> str:
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
-def _labelled(label: str, value: str, width: int, pad: int = 10) -> list[str]:
+def _labelled(label: str, value: str, width: int, pad: int = 11) -> list[str]:
     return _wrap(value, width, f"  {label:<{pad}}", " " * (pad + 2))
 
 
@@ -376,8 +376,9 @@ def render_text(doc: dict, width: int | None = None) -> str:
         for key, cells in rows:
             name = _fit(key, devw).ljust(devw)
             out.append("  " + name + "".join(c.rjust(colw) for c in cells))
-        out.extend(_wrap("at death: all processes as measured at death; last seen / peak: the "
-                         "victim's own last and highest samples.", width, "  "))
+        out.extend(_wrap("estimate: what the launch should need; at death: the victim as "
+                         "measured at death; last seen / peak: its last and highest samples; "
+                         "ceiling: the limit it ran under.", width, "  "))
     else:
         out.append("  (no estimate, measurement or ceiling)")
 
@@ -541,7 +542,7 @@ def render_svg(doc: dict) -> str:
         parts.append(f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
                      f'{k * step:.{decimals}f}</text>')
         k += 1
-    parts.append(f'<text x="{PLOT_LEFT - 6}" y="{PLOT_TOP - 10}" text-anchor="end">'
+    parts.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">'
                  f'GiB (top {escape(fmt_bytes(ymax))})</text>' if xr else "")
     parts.append("</g>")
 
@@ -713,8 +714,9 @@ def render_html(doc: dict) -> str:
     if rows:
         out.append(_table(("device",) + MEMORY_HEADS,
                           [[escape(k)] + [escape(c) for c in cells] for k, cells in rows]))
-        out.append('<p class="muted">at death: all processes as measured at death; last seen / '
-                   "peak: the victim's own last and highest samples.</p>")
+        out.append('<p class="muted">estimate: what the launch should need; at death: the '
+                   "victim as measured at death; last seen / peak: its last and highest "
+                   "samples; ceiling: the limit it ran under.</p>")
     else:
         out.append('<p class="muted">No estimate, measurement or ceiling.</p>')
     out.append("</section>")

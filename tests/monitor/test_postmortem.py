@@ -1,0 +1,125 @@
+"""Post-mortems of real OOM kills: a memory cgroup with a small limit, a process that grows
+until the kernel kills it, the daemon watching; then `vramscope postmortem`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1024**2
+V1 = Path("/sys/fs/cgroup/memory")
+V2 = Path("/sys/fs/cgroup/unified")
+
+GROW = """
+import os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))   # join the memory cgroup first
+print("ready", flush=True)
+chunks = []
+while True:   # 2 MiB every 0.1 s: the daemon (0.2 s ticks) sees it within ~4 MiB of death
+    block = bytearray(2 * 1024 * 1024)
+    block[::4096] = b"\\x01" * (len(block) // 4096)
+    chunks.append(block)
+    time.sleep(0.1)
+"""
+
+
+def make_cgroup(limit_bytes: int) -> tuple[Path, Path]:
+    """(cgroup dir, its procs file); skips when this machine does not allow it."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a memory cgroup needs root")
+    name = f"vramscope-test-{uuid.uuid4().hex[:8]}"
+    if (V1 / "memory.limit_in_bytes").exists():
+        group = V1 / name
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        return group, group / "cgroup.procs"
+    if V2.exists() and "memory" in (V2 / "cgroup.controllers").read_text():
+        group = V2 / name
+        group.mkdir()
+        (group / "memory.max").write_text(str(limit_bytes))
+        return group, group / "cgroup.procs"
+    pytest.skip("no memory cgroup controller here")
+
+
+def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=ROOT)
+
+
+def test_a_real_oom_kill_is_explained(tmp_path: Path) -> None:
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    group, procs = make_cgroup(96 * MIB)
+    db = tmp_path / "v.db"
+    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
+                               "--interval", "0.2"], stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)  # looks like an inference server: tracked at once
+    try:
+        time.sleep(1.5)
+        victim = subprocess.Popen([str(exe), "-c", GROW, str(procs), "-m",
+                                   "/models/none.gguf"], stdout=subprocess.PIPE, text=True)
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "ready"
+        victim.wait(timeout=60)
+        died = time.time()
+        assert victim.returncode == -signal.SIGKILL
+        time.sleep(1.5)  # a few ticks to see the exit
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)
+        group.rmdir()
+    result = vramscope("postmortem", "--last", "--json", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    v = doc["victim"]
+    assert (v["pid"], v["comm"]) == (victim.pid, "llama-server")
+    assert v["how"] == "killed by the kernel OOM killer"
+    kernel = v["kernel"]
+    assert abs(kernel["ts_ms"] / 1000 - died) < 2.0  # the kill time, within 2 s
+    assert kernel["constraint"] == "CONSTRAINT_MEMCG"
+    killed_rss = kernel["anon_rss_bytes"] + kernel["file_rss_bytes"] + kernel["shmem_rss_bytes"]
+    assert abs(v["peak"]["host"] - killed_rss) <= 0.10 * killed_rss  # within 10 %
+    assert "memory cgroup" in doc["cause"] and "MemoryMax" in doc["fix"]
+    series = [p for p in doc["timeline"]["processes"] if p["pid"] == victim.pid]
+    assert series and len(series[0]["points"]) >= 5
+    # the HTML report: one file, its chart well-formed with a series for the victim
+    html = tmp_path / "crash.html"
+    assert vramscope("postmortem", "--last", "--db", str(db), "--html", str(html)
+                     ).returncode == 0
+    text = html.read_text()
+    svg = text[text.index("<svg"): text.index("</svg>") + len("</svg>")]
+    ElementTree.fromstring(svg)
+    assert "llama-server" in svg
+    # the events command lists it
+    listed = json.loads(vramscope("events", "--since", "1h", "--kind", "oom_kill", "--json",
+                                  "--db", str(db)).stdout)
+    assert [e["data"]["pid"] for e in listed] == [victim.pid]
+    conn = sqlite3.connect(db)
+    kinds = {r[0] for r in conn.execute("SELECT kind FROM events")}
+    assert {"oom_kill", "crash", "process_exit"} <= kinds
+
+
+def test_postmortem_without_a_crash_is_one_line(tmp_path: Path) -> None:
+    from monitor.store import Store
+
+    Store.open(tmp_path / "v.db").close()
+    result = vramscope("postmortem", "--last", "--db", str(tmp_path / "v.db"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"vramscope: error: no crash or OOM kill recorded in "
+                                     f"{tmp_path / 'v.db'}")
+    missing = vramscope("postmortem", "--db", str(tmp_path / "none.db"))
+    assert missing.returncode == 2 and "no database" in missing.stderr

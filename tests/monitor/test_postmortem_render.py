@@ -1,0 +1,297 @@
+"""Post-mortem rendering: text for a terminal, one self-contained HTML file with an SVG chart."""
+
+from __future__ import annotations
+
+import copy
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from monitor.postmortem_render import downsample, render_html, render_svg, render_text
+
+SVG = "{http://www.w3.org/2000/svg}"
+MIB = 1024**2
+GIB = 1024**3
+T0 = 1_760_000_000_000  # epoch ms
+DEATH = T0 + 600_000
+
+
+def series(fn, step_ms: int = 1000, n: int = 601) -> list[list[int]]:
+    return [[T0 + i * step_ms, int(fn(i))] for i in range(n)]
+
+
+@pytest.fixture
+def doc() -> dict:
+    victim_pts = series(lambda i: 4 * MIB + i * (60 * MIB) / 600)  # grows to 64 MiB
+    return {
+        "schema": "vramscope.postmortem/1",
+        "event": {"ts_ms": DEATH, "kind": "oom_kill",
+                  "message": "Out of memory: Killed process 7125 (llama-server)",
+                  "data": {"constraint": "CONSTRAINT_MEMCG"}},
+        "victim": {
+            "pid": 7125, "comm": "llama-server",
+            "argv": ["llama-server", "-m", "/models/qwen3-8b-q4_k_m.gguf", "-c", "32768",
+                     "--alias", "a&b"],
+            "engine": "llama.cpp", "started_at_ms": T0 - 3_600_000, "exited_ms": DEATH,
+            "how": "killed by the kernel OOM killer",
+            "last_measured": {"host": 64 * MIB, "drm:0000:c5:00.0": 5 * GIB},
+            "peak": {"host": 64 * MIB},
+            "kernel": {"anon_rss_bytes": 60 * MIB, "file_rss_bytes": 3 * MIB,
+                       "shmem_rss_bytes": 1 * MIB, "constraint": "CONSTRAINT_MEMCG",
+                       "memcg": "/vstest"},
+        },
+        "window": {"start_ms": T0, "end_ms": DEATH},
+        "timeline": {
+            "devices": [
+                {"device_id": "host", "name": "Host RAM", "total_bytes": 64 * GIB,
+                 "points": series(lambda i: 20 * MIB + i * 100 * MIB / 600)},
+                {"device_id": "drm:0000:c5:00.0", "name": "Radeon 8060S",
+                 "total_bytes": 96 * GIB, "points": series(lambda i: 5 * GIB, 5000, 121)},
+            ],
+            "processes": [
+                {"pid": 7125, "comm": "llama-server", "device_id": "host",
+                 "points": victim_pts},
+                {"pid": 4242, "comm": "ollama", "device_id": "host",
+                 "points": series(lambda i: 10 * MIB)},
+                {"pid": 5151, "comm": "python3", "device_id": "drm:0000:c5:00.0",
+                 "points": series(lambda i: 2 * GIB + (i % 7) * MIB, 2000, 301)},
+            ],
+        },
+        "loading": [{"pid": 7125, "comm": "llama-server", "model": "qwen3-8b-q4_k_m.gguf",
+                     "started_ms": DEATH - 20_000}],
+        "estimate": {"by_device": {"host": 48 * MIB}, "measured_at_death": {"host": 74 * MIB}},
+        "ceiling": {"host": 80 * MIB},
+        "cause": ("The victim's resident memory grew steadily while it loaded the model until "
+                  "the memory cgroup /vstest reached its 80 MiB limit; the kernel killed it "
+                  "because it was the largest task in that cgroup. The estimate of 48 MiB "
+                  "left out the mmap'd weights that count against the cgroup."),
+        "fix": "Raise MemoryMax of the vstest slice to at least 96 MiB or pass --no-mmap.",
+        "other_events": [{"ts_ms": DEATH - 5000, "kind": "xid",
+                          "message": "NVRM: Xid (PCI:0000:c5:00): 31, pid=5151"}],
+    }
+
+
+def svg_of(html: str) -> ET.Element:
+    m = re.search(r"<svg\b.*?</svg>", html, re.S)
+    assert m, "no <svg> element"
+    return ET.fromstring(m.group(0))
+
+
+def viewbox(svg: ET.Element) -> tuple[float, float, float, float]:
+    x, y, w, h = (float(v) for v in svg.get("viewBox").split())
+    return x, y, w, h
+
+
+def polyline_points(el: ET.Element) -> list[tuple[float, float]]:
+    return [tuple(float(c) for c in p.split(",")) for p in el.get("points").split()]
+
+
+def legend_texts(svg: ET.Element) -> list[str]:
+    legend = next(g for g in svg.iter(f"{SVG}g") if g.get("class") == "legend")
+    return ["".join(t.itertext()) for t in legend.iter(f"{SVG}text")]
+
+
+def test_html_chart_one_line_per_series_with_legend(doc: dict) -> None:
+    html = render_html(doc)
+    svg = svg_of(html)
+    lines = [p for p in svg.iter(f"{SVG}polyline") if "series" in p.get("class", "")]
+    assert len(lines) == 5  # 3 processes + 2 devices
+    assert len({p.get("data-series") for p in lines}) == 5
+    assert sum("device" in p.get("class") for p in lines) == 2
+    legend = legend_texts(svg)
+    assert len(legend) == 5
+    for want in ("pid 7125 llama-server", "pid 4242 ollama", "pid 5151 python3",
+                 "device host (Host RAM)", "device drm:0000:c5:00.0 (Radeon 8060S)"):
+        assert sum(want in t for t in legend) == 1, want
+    # the victim's line is the distinct one and named as such
+    assert any("(victim)" in t and "7125" in t for t in legend)
+
+
+def test_html_death_marker_and_axes(doc: dict) -> None:
+    svg = svg_of(render_html(doc))
+    markers = [g for g in svg.iter(f"{SVG}g") if g.get("class") == "death-marker"]
+    assert len(markers) == 1
+    line = markers[0].find(f"{SVG}line")
+    plot = next(r for r in svg.iter(f"{SVG}rect") if r.get("class") == "plot-area")
+    right = float(plot.get("x")) + float(plot.get("width"))
+    assert float(line.get("x1")) == pytest.approx(right)  # death is at the window's end
+    x_labels = ["".join(t.itertext()) for g in svg.iter(f"{SVG}g")
+                if g.get("class") == "x-axis" for t in g.iter(f"{SVG}text")]
+    assert sum(bool(re.fullmatch(r"\d\d:\d\d:\d\d", s)) for s in x_labels) >= 3
+    assert any("UTC" in s for s in x_labels)
+    y_labels = ["".join(t.itertext()) for g in svg.iter(f"{SVG}g")
+                if g.get("class") == "y-axis" for t in g.iter(f"{SVG}text")]
+    assert any("GiB" in s for s in y_labels)
+    assert sum(bool(re.fullmatch(r"\d+(\.\d+)?", s)) for s in y_labels) >= 3
+
+
+def test_every_point_inside_viewbox(doc: dict) -> None:
+    doc["timeline"]["processes"][1]["points"].append([DEATH + 3_600_000, 99 * GIB])  # outside
+    doc["timeline"]["processes"][1]["points"].append([T0 + 1000, -5])  # negative
+    svg = svg_of(render_html(doc))
+    x0, y0, w, h = viewbox(svg)
+    n = 0
+    for el in svg.iter():
+        if el.tag == f"{SVG}polyline":
+            for x, y in polyline_points(el):
+                assert x0 <= x <= x0 + w and y0 <= y <= y0 + h
+                n += 1
+        for a, b in (("x1", "y1"), ("x2", "y2"), ("x", "y")):
+            if el.get(a) is not None and el.get(b) is not None:
+                assert x0 <= float(el.get(a)) <= x0 + w, (el.tag, el.attrib)
+                assert y0 <= float(el.get(b)) <= y0 + h, (el.tag, el.attrib)
+    assert n > 1000
+
+
+def test_hostile_strings_are_escaped(doc: dict) -> None:
+    doc["victim"]["comm"] = "<script>alert(1)</script>"
+    doc["victim"]["argv"] = ["<script>alert(1)</script>", "--x", "a&b", '"q"', "\x1b[2J"]
+    doc["timeline"]["processes"][0]["comm"] = "<script>alert(1)</script>"
+    doc["cause"] = "cause with <b>markup</b> & ampersand"
+    doc["other_events"][0]["message"] = "</svg><script>x</script>"
+    html = render_html(doc)
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "a&amp;b" in html and "a&b" not in html
+    assert "<b>markup</b>" not in html
+    assert "\x1b" not in html
+    assert html.count("<svg") == 1 and html.count("</svg>") == 1
+    svg = svg_of(html)  # still well-formed with the hostile comm in a <title> and the legend
+    assert any("<script>alert(1)</script>" in t for t in legend_texts(svg))
+    text = render_text(doc, width=100)
+    assert "\x1b" not in text
+
+
+def test_long_series_downsampled_keeps_peak_at_top(doc: dict) -> None:
+    pts = [[T0 + i * 1000 // 6, 1 * GIB + (i % 50) * MIB] for i in range(3600)]
+    pts[1777][1] = 30 * GIB  # one sharp spike, the highest value in the chart
+    doc["timeline"]["processes"][2]["points"] = pts
+    svg = svg_of(render_html(doc))
+    plot = next(r for r in svg.iter(f"{SVG}rect") if r.get("class") == "plot-area")
+    top = float(plot.get("y"))
+    bottom = top + float(plot.get("height"))
+    lines = {p.get("data-series"): p for p in svg.iter(f"{SVG}polyline")}
+    spiky = next(p for p in lines.values() if "5151" in "".join(p.itertext()))
+    got = polyline_points(spiky)
+    assert 100 < len(got) <= 600
+    assert min(y for _, y in got) == pytest.approx(top)
+    # the others are scaled to the same axis: nothing is above the top or below the bottom
+    for p in lines.values():
+        assert all(top - 1e-6 <= y <= bottom + 1e-6 for _, y in polyline_points(p))
+    # times stay ordered after downsampling
+    xs = [x for x, _ in got]
+    assert xs == sorted(xs)
+
+
+def test_downsample_keeps_min_and_max() -> None:
+    pts = [(float(i), float((i * 37) % 101)) for i in range(3600)]
+    pts[10] = (10.0, 1000.0)
+    pts[3000] = (3000.0, -1.0)
+    out = downsample(pts, 600)
+    assert len(out) <= 600
+    assert max(v for _, v in out) == 1000.0 and min(v for _, v in out) == -1.0
+    assert downsample(pts[:5], 600) == pts[:5]
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_text_fits_width_and_has_the_essentials(doc: dict, width: int) -> None:
+    doc["victim"]["argv"].append("/very/long/" + "x" * 300)
+    text = render_text(doc, width=width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert "7125" in text and "llama-server" in text
+    flat = " ".join(text.split())
+    assert doc["cause"] in flat
+    assert doc["fix"] in flat
+    assert "CONSTRAINT_MEMCG" in text and "/vstest" in text and "60.0 MiB" in text
+    assert "qwen3-8b-q4_k_m.gguf" in text  # what was loading
+    assert "xid" in text and "Xid" in text  # other events
+    assert "80.0 MiB" in text and "48.0 MiB" in text and "74.0 MiB" in text  # ceiling, est
+    # one sparkline per series, ending high for the growing victim
+    sparks = re.findall(r"\|([ ▁▂▃▄▅▆▇█]+)\|", text)
+    assert len(sparks) == 5
+    assert all(len(s) <= 40 for s in sparks)
+    assert sparks[0].rstrip()[-1] == "█" and sparks[0][0] in "▁▂"
+    assert "min 4.0 MiB" in text and "max 64.0 MiB" in text
+
+
+def test_text_default_width_is_terminal_sized(doc: dict, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    assert max(len(line) for line in render_text(doc).splitlines()) <= 100
+    monkeypatch.setenv("COLUMNS", "20")
+    assert max(len(line) for line in render_text(doc).splitlines()) <= 80
+
+
+def _strip(doc: dict) -> list[dict]:
+    docs = []
+    d = copy.deepcopy(doc)
+    del d["estimate"]
+    d["victim"]["kernel"] = None
+    d["timeline"] = {"devices": [], "processes": []}
+    docs.append(d)
+    d = copy.deepcopy(doc)
+    for key in ("estimate", "ceiling", "cause", "fix", "loading", "other_events", "window"):
+        d[key] = None
+    d["victim"] = {"pid": None, "comm": None, "argv": None, "kernel": {}, "peak": None}
+    d["event"] = None
+    docs.append(d)
+    d = copy.deepcopy(doc)
+    d["timeline"]["processes"][0]["points"] = [[None, 1], [T0, None], "junk", [T0, 5]]
+    d["timeline"]["devices"][0] = {"device_id": None, "points": None}
+    d["timeline"]["devices"][1]["points"] = [[T0 + 1000, 0], [T0 + 2000, 0]]
+    d["window"] = {"start_ms": DEATH, "end_ms": DEATH}
+    d["victim"]["started_at_ms"] = 1e30
+    docs.append(d)
+    docs.append({})
+    docs.append({"schema": "vramscope.postmortem/1", "timeline": None, "victim": "x"})
+    return docs
+
+
+def test_missing_and_null_fields_render(doc: dict) -> None:
+    for d in _strip(doc):
+        text = render_text(d, width=80)
+        assert max(len(line) for line in text.splitlines()) <= 80
+        html = render_html(d)
+        svg = svg_of(html)
+        x0, y0, w, h = viewbox(svg)
+        for el in svg.iter(f"{SVG}polyline"):
+            assert all(x0 <= x <= x0 + w and y0 <= y <= y0 + h for x, y in polyline_points(el))
+        ET.fromstring(render_svg(d))
+
+
+def test_empty_timeline_says_so(doc: dict) -> None:
+    doc["timeline"] = {"devices": [], "processes": []}
+    text = render_text(doc, width=90)
+    assert "no samples" in text
+    svg = svg_of(render_html(doc))
+    assert not list(svg.iter(f"{SVG}polyline"))
+    assert any("no samples" in "".join(t.itertext()) for t in svg.iter(f"{SVG}text"))
+    # the death marker still shows where the death falls
+    assert any(g.get("class") == "death-marker" for g in svg.iter(f"{SVG}g"))
+
+
+def test_html_is_self_contained(doc: dict) -> None:
+    html = render_html(doc)
+    assert html.startswith("<!DOCTYPE html>")
+    assert "<style>" in html and "@media print" in html
+    low = html.lower()
+    for bad in ("<script", "<link", "src=", "@import", "url(", "http://", "https://"):
+        if bad == "http://":
+            low = low.replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert bad not in low, bad
+    assert "Raise MemoryMax" in html and "mmap&#x27;d weights" in html
+
+
+def test_monitor_module_imports_no_ui() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, monitor.postmortem_render;"
+            "print(','.join(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in {'textual', 'rich', 'tui'})))")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=root, check=True)
+    assert out.stdout.strip() == ""
