@@ -60,6 +60,8 @@ class Config:
     budgets_gib: dict[str, float] = field(default_factory=dict)  # [budgets]: expected size
     swap_url: str | None = None  # [llama_swap] url: loopback only
     swap_config: Path | None = None
+    log_files: tuple[str, ...] = ()  # [logs] files: engine logs to tail for OOM lines
+    journal_units: tuple[str, ...] = ()  # [logs] journal_units
     source: Path | None = None
 
 
@@ -88,6 +90,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "estimate": {"gpu_overhead_mib": (int, (0, 65536))},
     "budgets": {},  # model name, file name or path -> expected GiB (any key, a number)
     "llama_swap": {"url": (str, None), "config": (str, None)},
+    "logs": {"files": (list, None), "journal_units": (list, None)},
 }
 
 
@@ -216,5 +219,7 @@ def load(
         swap_url=data.get("llama_swap", {}).get("url"),
         swap_config=Path(data["llama_swap"]["config"]) if data.get("llama_swap", {}).get(
             "config") else None,
+        log_files=tuple(str(x) for x in data.get("logs", {}).get("files", ())),
+        journal_units=tuple(str(x) for x in data.get("logs", {}).get("journal_units", ())),
         source=path,
     )

@@ -51,6 +51,7 @@ class DaemonContext:
     slot_poller: Any = None  # monitor.usage.SlotPoller
     last_snapshot: Snapshot | None = None
     kmsg: Any = None  # monitor.kmsg.KmsgFollower
+    tails: list[Any] = field(default_factory=list)  # monitor.logtail: engine logs
     recent_kills: dict[int, int] = field(default_factory=dict)  # pid -> kill time (ms)
     ticks: int = 0
     dropped: int = 0
@@ -153,13 +154,16 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     "killed by the kernel OOM killer" (a kill record for its pid), "exited during load"
     (the load watch had not seen its memory settle), else "exited"."""
     found = []
-    if ctx.kmsg is not None:
+    if ctx.kmsg is not None or ctx.tails:
         from monitor.kmsg import to_device_events
 
         try:
-            found = to_device_events(ctx.kmsg.read(), snap.ts_ms)
-        except Exception as exc:  # the kernel log must never cost a sample
-            log.error("kernel log: %r", exc)
+            raw = ctx.kmsg.read() if ctx.kmsg is not None else []
+            for tail in ctx.tails:
+                raw += tail.read()
+            found = to_device_events(raw, snap.ts_ms)
+        except Exception as exc:  # the logs must never cost a sample
+            log.error("kernel or engine log: %r", exc)
     for ev in found:
         pid = ev.data.get("pid")
         if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
@@ -258,6 +262,9 @@ def run(config: Config) -> int:
         log.warning("kernel log not followed (%s): OOM kills will not be recorded; run as "
                     "root or with CAP_SYSLOG", ctx.kmsg.error)
         ctx.kmsg = None
+    from monitor.logtail import open_tails
+
+    ctx.tails = open_tails(list(config.log_files), list(config.journal_units))
     ctx.watch = LoadWatch(config.roots.proc,
                           gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
                           swap_url=config.swap_url, swap_config=config.swap_config)
@@ -316,5 +323,7 @@ def run(config: Config) -> int:
         store.close()
         if ctx.kmsg is not None:
             ctx.kmsg.close()
+        for tail in ctx.tails:
+            tail.close()
         lock.close()
     return 0
