@@ -152,7 +152,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
 def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     """Kernel log records of this tick as events, and how each tracked exit happened:
     "killed by the kernel OOM killer" (a kill record for its pid), "exited during load"
-    (the load watch had not seen its memory settle), else "exited"."""
+    (the load watch had not seen its memory settle), else "vanished"."""
     found = []
     if ctx.kmsg is not None or ctx.tails:
         from monitor.kmsg import to_device_events
@@ -177,7 +177,7 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
         elif ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks):
             how = "exited during load"
         else:
-            how = "exited"
+            how = "vanished"  # gone with no kernel record: its exit status is its parent's
         exited.append(dataclasses.replace(gone, how=how))
     if not found and not exited:
         return snap

@@ -276,7 +276,7 @@ class Store:
             return
         conn.execute("UPDATE processes SET exited_ms = ? WHERE id = ?", (ts_ms, row[0]))
         how = how or "exited"
-        crashed = how != "exited"
+        crashed = how not in ("exited", "vanished")
         data = {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
                 "engine": row[2], "last_seen_ms": last_seen_ms, "how": how}
         self._insert_event(
