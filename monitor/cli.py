@@ -358,6 +358,39 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
         click.echo("no events in that period")
 
 
+@cli.group()
+def service() -> None:
+    """Install vramscope as a systemd service (system-wide, or --user)."""
+
+
+@service.command("install")
+@click.option("--user", "user", is_flag=True, help="Your user's systemd (no root needed).")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default="/",
+              hidden=True, help="Write under this directory instead of / (for packaging).")
+def service_install(user: bool, root: Path) -> None:
+    """Write the unit and an example config, then print the next steps."""
+    from monitor.service.install import InstallError, install
+
+    try:
+        click.echo("\n".join(install(user, root)))
+    except InstallError as exc:
+        raise UserError(str(exc)) from None
+
+
+@service.command("uninstall")
+@click.option("--user", "user", is_flag=True, help="The --user unit.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default="/",
+              hidden=True)
+def service_uninstall(user: bool, root: Path) -> None:
+    """Remove the unit (the config and the data stay)."""
+    from monitor.service.install import InstallError, uninstall
+
+    try:
+        click.echo("\n".join(uninstall(user, root)))
+    except InstallError as exc:
+        raise UserError(str(exc)) from None
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:

@@ -51,8 +51,12 @@ class DaemonContext:
     slot_poller: Any = None  # monitor.usage.SlotPoller
     last_snapshot: Snapshot | None = None
     kmsg: Any = None  # monitor.kmsg.KmsgFollower
+    notify: Any = None  # monitor.service.notify.Notifier (systemd)
+    reload_requested: bool = False  # set by SIGHUP, acted on by the next tick
+    scheduler: Any = None
     tails: list[Any] = field(default_factory=list)  # monitor.logtail: engine logs
     recent_kills: dict[int, int] = field(default_factory=dict)  # pid -> kill time (ms)
+    alerts: Any = None  # monitor.alerts engine (rules + delivery)
     ticks: int = 0
     dropped: int = 0
 
@@ -108,6 +112,9 @@ def tick(ctx: DaemonContext) -> Snapshot:
     other reason ``POISON_TRIES`` times is logged and set aside, so one bad row can never
     block the ticks behind it.
     """
+    if ctx.reload_requested:
+        ctx.reload_requested = False
+        reload_config(ctx)
     snap = ctx.sampler.sample()
     ctx.ticks += 1
     _log_collector_changes(ctx, snap)
@@ -127,6 +134,15 @@ def tick(ctx: DaemonContext) -> Snapshot:
                   datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(), PENDING_MAX)
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
+    _write_pending(ctx)
+    if ctx.notify is not None:
+        if ctx.ticks == 1:
+            ctx.notify.ready(f"sampling every {ctx.config.interval_s} s")
+        ctx.notify.watchdog()
+    return snap
+
+
+def _write_pending(ctx: DaemonContext) -> None:
     while ctx.pending:
         head = ctx.pending[0]
         try:
@@ -146,7 +162,35 @@ def tick(ctx: DaemonContext) -> Snapshot:
             ctx.dropped += 1
         ctx.pending.popleft()
         ctx.failures.pop(head.ts_ms, None)
-    return snap
+
+
+def reload_config(ctx: DaemonContext) -> bool:
+    """SIGHUP: re-read the config between two ticks; a broken file keeps the old one."""
+    from monitor import config as config_mod
+
+    old = ctx.config
+    try:
+        new = config_mod.load(old.source, db=old.db_path, interval_s=None,
+                              proc_root=old.roots.proc, sys_root=old.roots.sys)
+    except config_mod.ConfigError as exc:
+        log.error("reload failed, keeping the running configuration: %s", exc)
+        return False
+    if new.db_path != old.db_path:
+        log.warning("reload: the database path cannot change while running; keeping %s",
+                    old.db_path)
+        new = dataclasses.replace(new, db_path=old.db_path)
+    if (new.roots, new.options, new.collectors) != (old.roots, old.options, old.collectors):
+        ctx.sampler.close()
+        ctx.sampler = Sampler(new.roots, new.options, new.collectors)
+    if new.interval_s != old.interval_s and ctx.scheduler is not None:
+        ctx.scheduler.reschedule_job("sample", trigger="interval", seconds=new.interval_s)
+    ctx.config = new
+    if ctx.alerts is not None:
+        ctx.alerts.reconfigure(new)
+    log.info("configuration reloaded from %s", new.source or "defaults")
+    if ctx.notify is not None:
+        ctx.notify.ready(f"reloaded; sampling every {new.interval_s} s")
+    return True
 
 
 def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
@@ -295,17 +339,28 @@ def run(config: Config) -> int:
                         event.job_id)
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+    ctx.scheduler = sched
+    from monitor.service.notify import Notifier
+
+    ctx.notify = Notifier()
 
     stopping: list[int] = []
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s; finishing the tick in flight", signal.Signals(signum).name)
         stopping.append(signum)
+        if ctx.notify is not None:
+            ctx.notify.stopping()
         if sched.running:
             sched.shutdown(wait=True)
 
+    def hangup(_signum: int, _frame: FrameType | None) -> None:
+        log.info("received SIGHUP: the configuration is reloaded before the next tick")
+        ctx.reload_requested = True
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hangup)
     log.info("sampling every %s s into %s (collectors: %s)", config.interval_s,
              config.db_path, ", ".join(c.name for c in sampler.collectors))
     try:
