@@ -33,7 +33,12 @@ class PredictRequest:
     bandwidth_gbs: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def take_snapshot(cfg: Config, req: PredictRequest) -> Snapshot:
+def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
+                  ) -> Snapshot:
+    """The box state to judge against: ``snapshot`` when given (the daemon's latest, for
+    the HTTP API), else ``req.state``, ``req.at`` or a live sample."""
+    if snapshot is not None:
+        return snapshot
     if req.state is not None:
         return load_state(req.state)
     if req.at is not None:
@@ -99,8 +104,9 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
     return list(target.cmd), evicted, notes
 
 
-def run_predict(cfg: Config, req: PredictRequest) -> tuple[str, int]:
-    snap = take_snapshot(cfg, req)
+def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
+                ) -> tuple[str, int]:
+    snap = take_snapshot(cfg, req, snapshot)
     picture = picture_from_snapshot(snap, int(req.margin_gib * GIB))
     devices = gpu_devices(snap, cfg)
     notes: list[str] = []

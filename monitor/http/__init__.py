@@ -1,0 +1,10 @@
+"""The daemon's HTTP API: health, Prometheus metrics, snapshot, events, predictions.
+
+Public API: :class:`HttpServer`, :class:`HttpConfigError`, :func:`parse_listen`,
+:func:`is_loopback` (monitor/http/server.py); the metrics are listed in
+monitor/http/metrics.py.
+"""
+
+from monitor.http.server import HttpConfigError, HttpServer, is_loopback, parse_listen
+
+__all__ = ["HttpConfigError", "HttpServer", "is_loopback", "parse_listen"]

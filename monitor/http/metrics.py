@@ -1,0 +1,209 @@
+"""Prometheus metrics built from the daemon's latest snapshot at scrape time.
+
+A custom collector on its own :class:`CollectorRegistry` (no module-level metrics, no
+process/platform collectors): every scrape re-reads the latest :class:`Snapshot`, so the
+series of a process that exited vanish on the next scrape. All values are gauges; sizes
+are bytes, durations seconds, timestamps epoch seconds. A value the collectors did not
+know (``None``) is left out, never exported as 0.
+
+Metrics and labels:
+
+- ``vramscope_device_memory_total_bytes{device,name,kind}``: what the device can address
+  (``kind`` = ``dedicated`` / ``unified`` / ``host``; ``device`` = the device id, e.g.
+  ``nvml:GPU-...``, ``drm:0000:c3:00.0``, ``host``);
+- ``vramscope_device_memory_used_bytes{device,name,kind}``;
+- ``vramscope_device_memory_free_bytes{device,name,kind}``;
+- ``vramscope_device_memory_gtt_used_bytes{device,name,kind}``: GTT in use (AMD; for an
+  APU part of ``used``, never to be added to it);
+- ``vramscope_host_memory_available_bytes``: MemAvailable of the host;
+- ``vramscope_process_memory_bytes{pid,comm,engine,model,device,kind}``: one tracked
+  process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
+  ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
+  (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
+  never a label. Only tracked processes (bounded by ``[collectors] max_tracked``);
+- ``vramscope_process_estimate_bytes{pid,model,device}``: what the estimator expects the
+  process to hold on the device (only for tracked processes, when the daemon gives
+  estimates);
+- ``vramscope_collector_up{collector}``: 1 when the collector's last run succeeded, 0 when
+  it failed; a collector whose hardware is absent here (status ``nodata``) has no series;
+- ``vramscope_collector_duration_seconds{collector}``: wall time of its last run;
+- ``vramscope_last_tick_timestamp_seconds``: when the latest snapshot was taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from collectors.base import ProcessInfo, Snapshot
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CONTENT_TYPE_LATEST", "SnapshotCollector", "build_registry", "model_label",
+           "render"]
+
+Estimates = Callable[[], dict[int, dict[str, int]]]
+_DEVICE_LABELS = ["device", "name", "kind"]
+_PROCESS_KINDS = (("vram", "vram_bytes"), ("gtt", "gtt_bytes"),
+                  ("rss_anon", "rss_anon_bytes"), ("rss_file", "rss_file_bytes"))
+_MAX_LABEL = 200
+
+
+def _label(value: object) -> str:
+    text = "" if value is None else str(value)
+    return text[:_MAX_LABEL]
+
+
+def model_label(argv: tuple[str, ...]) -> str:
+    """The model a command serves, as a short label: the GGUF file name or the model id."""
+    from monitor.engines import parse_command
+
+    try:
+        spec = parse_command(list(argv))
+    except Exception:  # a label is never worth failing a scrape for
+        return ""
+    if spec is None:
+        return ""
+    if spec.model_path:
+        return _label(os.path.basename(spec.model_path.rstrip("/")))
+    return _label(spec.model_name)
+
+
+class SnapshotCollector:
+    """Builds every family from ``latest()`` when the registry is scraped."""
+
+    def __init__(self, latest: Callable[[], Snapshot | None],
+                 estimates: Estimates | None = None) -> None:
+        self._latest = latest
+        self._estimates = estimates
+        # (pid, start_ticks) -> model label; pruned to the processes present at each scrape
+        self._models: dict[tuple[int, int], str] = {}
+        self._lock = threading.Lock()  # scrapes run in the server's request threads
+
+    def describe(self) -> list[Metric]:
+        return []  # no fixed description: the families depend on the snapshot
+
+    def _model(self, p: ProcessInfo) -> str:
+        key = (p.pid, p.start_ticks)
+        if key not in self._models:
+            self._models[key] = model_label(p.argv) if p.engine or p.argv else ""
+        return self._models[key]
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            return iter(list(self._collect()))
+
+    def _collect(self) -> Iterator[Metric]:
+        snap = self._latest()
+        if snap is None:
+            return
+        yield from self._devices(snap)
+        infos = {p.pid: p for p in snap.processes}
+        self._models = {k: v for k, v in self._models.items()
+                        if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]}
+        yield from self._processes(snap, infos)
+        yield from self._collectors(snap)
+        tick = GaugeMetricFamily("vramscope_last_tick_timestamp_seconds",
+                                 "When the latest snapshot was taken (epoch seconds).")
+        tick.add_metric([], snap.ts_ms / 1000)
+        yield tick
+
+    def _devices(self, snap: Snapshot) -> Iterator[Metric]:
+        helps = {
+            "total_bytes": "Memory the device can address.",
+            "used_bytes": "Memory in use on the device.",
+            "free_bytes": "Free memory on the device.",
+            "gtt_used_bytes": "GTT (GPU-mapped system memory) in use on the device.",
+        }
+        for field, help_text in helps.items():
+            family = GaugeMetricFamily(f"vramscope_device_memory_{field}", help_text,
+                                       labels=_DEVICE_LABELS)
+            for d in snap.devices:
+                value = getattr(d, field)
+                if value is not None:
+                    family.add_metric([_label(d.device_id), _label(d.name), d.memory_kind],
+                                      value)
+            yield family
+        available = GaugeMetricFamily("vramscope_host_memory_available_bytes",
+                                      "Host memory available for new allocations "
+                                      "(MemAvailable).")
+        host = next((d for d in snap.devices if d.memory_kind == "host"), None)
+        if host is not None and host.available_bytes is not None:
+            available.add_metric([], host.available_bytes)
+        yield available
+
+    def _processes(self, snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
+        memory = GaugeMetricFamily(
+            "vramscope_process_memory_bytes",
+            "Memory a tracked process holds on a device, by kind (vram, gtt, rss_anon, "
+            "rss_file).", labels=["pid", "comm", "engine", "model", "device", "kind"])
+        seen: set[tuple[str, ...]] = set()
+        for m in snap.memory:
+            p = infos.get(m.pid)
+            if p is None:
+                continue
+            for kind, field in _PROCESS_KINDS:
+                value = getattr(m, field)
+                labels = (str(m.pid), _label(p.comm), _label(p.engine), self._model(p),
+                          _label(m.device_id), kind)
+                if value is None or labels in seen:
+                    continue
+                seen.add(labels)
+                memory.add_metric(list(labels), value)
+        yield memory
+        estimate = GaugeMetricFamily(
+            "vramscope_process_estimate_bytes",
+            "What the estimator expects a tracked process to hold on a device.",
+            labels=["pid", "model", "device"])
+        for pid, by_device in sorted(self._estimate_rows().items()):
+            p = infos.get(pid)
+            if p is None:
+                continue
+            for device_id, value in sorted(by_device.items()):
+                if value is not None:
+                    estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
+        yield estimate
+
+    def _estimate_rows(self) -> dict[int, dict[str, Any]]:
+        if self._estimates is None:
+            return {}
+        try:
+            return dict(self._estimates() or {})
+        except Exception:  # the estimates are extra: a failure there keeps the rest
+            log.exception("the estimates for /metrics failed")
+            return {}
+
+    @staticmethod
+    def _collectors(snap: Snapshot) -> Iterator[Metric]:
+        up = GaugeMetricFamily("vramscope_collector_up",
+                               "1 when the collector's last run succeeded, 0 when it failed.",
+                               labels=["collector"])
+        duration = GaugeMetricFamily("vramscope_collector_duration_seconds",
+                                     "Wall time of the collector's last run.",
+                                     labels=["collector"])
+        for run in snap.runs:
+            if run.status != "nodata":
+                up.add_metric([run.collector], 1 if run.status == "ok" else 0)
+            duration.add_metric([run.collector], run.duration_s)
+        yield up
+        yield duration
+
+
+def build_registry(latest: Callable[[], Snapshot | None],
+                   estimates: Estimates | None = None) -> CollectorRegistry:
+    """A fresh registry holding only the snapshot collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(latest, estimates))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The text exposition format (``CONTENT_TYPE_LATEST``)."""
+    return generate_latest(registry)

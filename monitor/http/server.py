@@ -1,0 +1,494 @@
+"""The daemon's HTTP endpoint: health, Prometheus metrics, the latest snapshot, events, and
+predictions against the live box.
+
+Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
+
+- ``GET /healthz``: ``200 ok: last tick N s ago`` (text), ``503`` before the first tick or
+  when the latest tick is older than ``max(5 x interval_s, 30 s)``;
+- ``GET /metrics``: Prometheus text format (monitor/http/metrics.py lists the metrics);
+- ``GET /api/v1/snapshot``: the latest snapshot as ``vramscope.status/1``
+  (monitor/status.py), 503 before the first tick;
+- ``GET /api/v1/events?since_ms=MS&kind=K[&kind=K2|,K2]&limit=N``: events from the
+  database in time order (default: the last 24 hours, at most 1000; ``truncated`` says
+  when more matched - ask again from the last ``ts_ms``);
+- ``POST /api/v1/predict`` (``Content-Type: application/json``, body at most 64 KiB):
+  ``{"command": ["llama-server", "-m", "/models/x.gguf", ...], "margin_gib": 0.5}`` ->
+  the ``vramscope.predict/1`` document judged against the latest snapshot, status 200
+  whatever the verdict; 400 for a bad request or a command that cannot be estimated.
+
+Security: no files are served. With a token, every request needs
+``Authorization: Bearer TOKEN`` (compared in constant time) or gets 401, on loopback too;
+listening anywhere but loopback without a token is refused (:class:`HttpConfigError`).
+Without a token (loopback only) a request whose ``Host`` is a name other than
+``localhost`` is refused (DNS rebinding), and the predict POST needs a JSON content type
+(a browser cannot send one cross-site without a preflight, which gets 501).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from collectors.base import Snapshot
+from monitor.http.metrics import CONTENT_TYPE_LATEST, Estimates, build_registry, render
+
+if TYPE_CHECKING:
+    from monitor.config import Config
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_DRAIN_BYTES = 1024 * 1024  # an oversized body up to this is read and dropped
+MAX_COMMAND_ARGS = 512
+MAX_ARG_CHARS = 4096
+MAX_PREDICTS = 2  # predictions running at once; more get 503
+EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
+EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT = 1000, 10000
+REQUEST_TIMEOUT_S = 10.0
+DEFAULT_PORT = 9835
+
+_JSON = "application/json"
+# GGUF problems that say nothing about the bytes of the file (the rest may quote them:
+# "not a GGUF file (magic b'root')" would read 4 bytes of any file the daemon can read).
+_SAFE_GGUF_PROBLEMS = ("no such file", "split ", "cannot stat", "not a regular file",
+                       "cannot read", "unsupported GGUF version")
+
+
+class HttpConfigError(ValueError):
+    """The [http] settings cannot work (one line, for the user)."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``127.0.0.1:9835``, ``[::1]:9835``, ``localhost:9835`` or ``:9835`` (all IPv4
+    addresses) -> (host, port). The host must be an IP address or ``localhost``."""
+    raw = text.strip()
+    if raw.startswith("["):
+        host, sep, port_text = raw[1:].partition("]:")
+        if not sep:
+            raise HttpConfigError(f"listen {text!r}: expected [IPV6]:PORT, e.g. [::1]:9835")
+    else:
+        host, sep, port_text = raw.rpartition(":")
+        if not sep:
+            raise HttpConfigError(f"listen {text!r}: expected HOST:PORT, e.g. "
+                                  f"127.0.0.1:{DEFAULT_PORT}")
+        if ":" in host:
+            raise HttpConfigError(f"listen {text!r}: write an IPv6 address in brackets, "
+                                  f"e.g. [::1]:{DEFAULT_PORT}")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise HttpConfigError(f"listen {text!r}: the port must be a number from 0 to 65535")
+    if host == "":
+        host = "0.0.0.0"
+    elif host.lower() == "localhost":
+        host = "127.0.0.1"
+    else:
+        try:
+            host = str(ipaddress.ip_address(host))
+        except ValueError:
+            raise HttpConfigError(f"listen {text!r}: the host must be an IP address or "
+                                  "localhost") from None
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1, ::ffff:127.x)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped.is_loopback
+    return addr.is_loopback
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _RequestError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 16
+
+    def __init__(self, address: tuple[str, int], app: HttpServer) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.app = app
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn (a DNS lookup) for server_name
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
+
+
+class HttpServer:
+    """Serves the daemon's latest snapshot. ``latest`` and ``estimates`` are called from
+    request threads: they must be safe to call from any thread (returning the reference
+    to an immutable Snapshot the sampling thread swaps in is)."""
+
+    def __init__(self, listen: str, token: str | None, latest: Callable[[], Snapshot | None],
+                 db_path: Path, config: Config, estimates: Estimates | None = None) -> None:
+        host, port = parse_listen(listen)
+        if token is not None:
+            token = token.strip()
+            if not token:
+                raise HttpConfigError("[http] token is empty: set a long random string "
+                                      "(e.g. from `openssl rand -hex 32`) or remove it")
+            if not all(33 <= ord(c) <= 126 for c in token):
+                raise HttpConfigError("[http] token must be printable ASCII without spaces")
+        if token is None and not is_loopback(host):
+            raise HttpConfigError(
+                f"binding {_host_port(host, port)} needs [http] token: anyone who can reach "
+                "the port could read the process table and run predictions; set a token or "
+                f"listen on 127.0.0.1:{port}")
+        self._host, self._port = host, port
+        self._token = token.encode() if token is not None else None
+        self.latest = latest
+        self.db_path = Path(db_path)
+        self.config = config
+        self.registry = build_registry(latest, estimates)
+        self.stale_after_s = max(5 * float(config.interval_s), 30.0)
+        self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port) once started (port 0 -> the real port)."""
+        if self._server is not None:
+            host, port = self._server.server_address[:2]
+            return str(host), int(port)
+        return self._host, self._port
+
+    @property
+    def token_required(self) -> bool:
+        return self._token is not None
+
+    def start(self) -> None:
+        """Bind and serve in a daemon thread; returns at once. A bind failure (port in use,
+        address not on this host) raises :class:`HttpConfigError`."""
+        if self._server is not None:
+            return
+        try:
+            server = _Server((self._host, self._port), self)
+        except OSError as exc:
+            raise HttpConfigError(f"cannot listen on {_host_port(self._host, self._port)}: "
+                                  f"{exc.strerror or exc}") from None
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={
+            "poll_interval": 0.2}, name="vramscope-http", daemon=True)
+        self._thread.start()
+        log.info("HTTP API on http://%s/ (token %s)", _host_port(*self.address),
+                 "required" if self._token else "off: loopback only")
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; safe to call twice or before start."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._server = self._thread = None
+
+    # -- request handling (called from the handler, one thread per request) -------
+
+    def authorized(self, header: str | None) -> bool:
+        if self._token is None:
+            return True
+        scheme, _, given = (header or "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode("utf-8", "replace"), self._token)
+
+    def healthz(self) -> tuple[int, str, bytes]:
+        snap = self.latest()
+        if snap is None:
+            return 503, "text/plain; charset=utf-8", b"starting: no tick yet\n"
+        age = time.time() - snap.ts_ms / 1000
+        if age > self.stale_after_s:
+            return 503, "text/plain; charset=utf-8", (
+                f"stale: last tick {age:.1f} s ago (limit {self.stale_after_s:.0f} s)\n"
+            ).encode()
+        return 200, "text/plain; charset=utf-8", f"ok: last tick {max(age, 0):.1f} s ago\n"\
+            .encode()
+
+    def metrics(self) -> tuple[int, str, bytes]:
+        return 200, CONTENT_TYPE_LATEST, render(self.registry)
+
+    def snapshot(self) -> tuple[int, str, bytes]:
+        from monitor.status import to_json
+
+        snap = self._need_snapshot()
+        return 200, _JSON, _dump(to_json(snap))
+
+    def events(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
+        from monitor.postmortem import list_events
+        from monitor.store import StoreError
+
+        now = int(time.time() * 1000)
+        since_ms = _int_param(query, "since_ms", now - EVENTS_DEFAULT_WINDOW_MS, 0)
+        limit = _int_param(query, "limit", EVENTS_DEFAULT_LIMIT, 1, EVENTS_MAX_LIMIT)
+        kinds = tuple(k for value in query.get("kind", []) for k in value.split(",") if k)
+        if len(kinds) > 32 or any(len(k) > 64 for k in kinds):
+            raise _RequestError(400, "kind: at most 32 kinds of at most 64 characters")
+        unknown = set(query) - {"since_ms", "kind", "limit"}
+        if unknown:
+            raise _RequestError(400, f"unknown parameter {sorted(unknown)[0]!r}; expected "
+                                     "since_ms, kind, limit")
+        try:
+            rows = list_events(self.db_path, since_ms, kinds)
+        except StoreError as exc:
+            raise _RequestError(503, str(exc)) from None
+        return 200, _JSON, _dump({"since_ms": since_ms, "kinds": list(kinds),
+                                  "truncated": len(rows) > limit, "events": rows[:limit]})
+
+    def predict(self, body: bytes) -> tuple[int, str, bytes]:
+        request = _predict_request(body)
+        snap = self._need_snapshot()
+        if not self.predict_slots.acquire(blocking=False):
+            raise _RequestError(503, f"busy: {MAX_PREDICTS} predictions are running",
+                                {"Retry-After": "1"})
+        try:
+            from monitor.gguf import GgufError
+            from monitor.predict_cli import PredictRequest, run_predict
+
+            req = PredictRequest(request["command"], margin_gib=request["margin_gib"])
+            try:
+                doc, _code = run_predict(self.config, req, snapshot=snap)
+            except GgufError as exc:
+                raise _RequestError(400, _gguf_message(exc)) from None
+            except (ValueError, OSError) as exc:  # EstimateError, not a server command
+                raise _RequestError(400, _one_line(str(exc))) from None
+        finally:
+            self.predict_slots.release()
+        return 200, _JSON, doc.encode() + b"\n"
+
+    def _need_snapshot(self) -> Snapshot:
+        snap = self.latest()
+        if snap is None:
+            raise _RequestError(503, "no snapshot yet: the daemon has not finished a tick",
+                                {"Retry-After": "1"})
+        return snap
+
+
+def _dump(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _gguf_message(exc: Any) -> str:
+    problem = str(getattr(exc, "problem", ""))
+    if problem.startswith(_SAFE_GGUF_PROBLEMS):
+        return _one_line(str(exc))
+    return _one_line(f"{getattr(exc, 'path', '?')}: not a readable GGUF model file")
+
+
+def _int_param(query: dict[str, list[str]], name: str, default: int, low: int,
+               high: int | None = None) -> int:
+    values = query.get(name)
+    if not values:
+        return default
+    text = values[-1].strip()
+    if not text.lstrip("-").isdigit() or len(text) > 20:
+        raise _RequestError(400, f"{name}: expected an integer, got {text[:40]!r}")
+    value = int(text)
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise _RequestError(400, f"{name}: must be {bound}")
+    return value
+
+
+def _predict_request(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _RequestError(400, f"the body is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise _RequestError(400, 'expected a JSON object: {"command": ["llama-server", ...]}')
+    unknown = set(doc) - {"command", "margin_gib"}
+    if unknown:
+        raise _RequestError(400, f"unknown field {sorted(unknown)[0]!r}; expected command, "
+                                 "margin_gib")
+    command = doc.get("command")
+    if (not isinstance(command, list) or not command
+            or not all(isinstance(a, str) for a in command)):
+        raise _RequestError(400, 'command: expected a non-empty list of strings, e.g. '
+                                 '["llama-server", "-m", "/models/m.gguf"]')
+    if len(command) > MAX_COMMAND_ARGS or any(len(a) > MAX_ARG_CHARS or "\0" in a
+                                              for a in command):
+        raise _RequestError(400, f"command: at most {MAX_COMMAND_ARGS} arguments of at most "
+                                 f"{MAX_ARG_CHARS} characters, no NUL")
+    margin = doc.get("margin_gib", 0.5)
+    if (isinstance(margin, bool) or not isinstance(margin, int | float)
+            or not 0 <= margin <= 1024):
+        raise _RequestError(400, "margin_gib: expected a number from 0 to 1024")
+    return {"command": list(command), "margin_gib": float(margin)}
+
+
+def _dns_safe_host(header: str | None) -> bool:
+    """The Host header names this box by address or ``localhost`` (not a DNS name that
+    a web page could point at 127.0.0.1)."""
+    if not header:
+        return True  # HTTP/1.0 clients send none; browsers always do
+    host = header.strip()
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "vramscope"
+    sys_version = ""
+    timeout = REQUEST_TIMEOUT_S
+    protocol_version = "HTTP/1.0"
+
+    # -- plumbing -------------------------------------------------------------
+
+    def version_string(self) -> str:
+        return self.server_version  # no Python version in the Server header
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        # the base sends HTML; malformed request lines and unknown methods end up here
+        self.close_connection = True
+        reason = message or self.responses.get(code, ("error",))[0]
+        with contextlib.suppress(OSError):
+            self._send(code, _JSON, _dump({"error": _one_line(str(reason))}))
+
+    def _send(self, status: int, content_type: str, body: bytes,
+              headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            raise _RequestError(411, "send the body with a Content-Length (no chunked "
+                                     "transfer encoding)")
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            raise _RequestError(411, "a Content-Length is required")
+        if not length_text.strip().isdigit():
+            raise _RequestError(400, "bad Content-Length")
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            if length <= MAX_DRAIN_BYTES:  # read it, so that closing sends no RST that
+                _drain(self.rfile, length)  # could cost the client the 413 itself
+            raise _RequestError(413, f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
+        body = self.rfile.read(length)
+        if len(body) != length:
+            raise _RequestError(400, "the body ended early")
+        return body
+
+    # -- dispatch ---------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        app = self.server.app
+        try:
+            if not app.authorized(self.headers.get("Authorization")):
+                raise _RequestError(401, "missing or wrong bearer token",
+                                    {"WWW-Authenticate": 'Bearer realm="vramscope"'})
+            if not app.token_required and not _dns_safe_host(self.headers.get("Host")):
+                raise _RequestError(403, "the Host header must be an IP address or localhost")
+            url = urlsplit(self.path)
+            routes: dict[str, tuple[str, Callable[[], tuple[int, str, bytes]]]] = {
+                "/healthz": ("GET", app.healthz),
+                "/metrics": ("GET", app.metrics),
+                "/api/v1/snapshot": ("GET", app.snapshot),
+                "/api/v1/events": ("GET", lambda: app.events(_query(url.query))),
+                "/api/v1/predict": ("POST", self._predict),
+            }
+            route = routes.get(url.path)
+            if route is None:
+                raise _RequestError(404, f"no such endpoint; try {', '.join(routes)}")
+            if route[0] != method:
+                raise _RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
+            status, content_type, body = route[1]()
+            self._send(status, content_type, body)
+        except _RequestError as exc:
+            if exc.status >= 400 and exc.status != 503:
+                log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.status,
+                          exc.message)
+            self._send(exc.status, _JSON, _dump({"error": _one_line(exc.message)}),
+                       exc.headers)
+        except Exception:
+            log.exception("HTTP %s %s failed", method, self.path[:200])
+            self._send(500, _JSON, _dump({"error": "internal error (see the daemon's log)"}))
+
+    def _predict(self) -> tuple[int, str, bytes]:
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type != _JSON:
+            raise _RequestError(415, "send the body as Content-Type: application/json")
+        return self.server.app.predict(self._read_body())
+
+
+def _drain(stream: Any, length: int) -> None:
+    try:
+        while length > 0:
+            chunk = stream.read(min(length, 65536))
+            if not chunk:
+                return
+            length -= len(chunk)
+    except OSError:
+        return
+
+
+def _query(text: str) -> dict[str, list[str]]:
+    try:
+        return parse_qs(text, max_num_fields=64)
+    except ValueError as exc:
+        raise _RequestError(400, f"bad query string: {exc}") from None
