@@ -60,6 +60,8 @@ class Config:
     budgets_gib: dict[str, float] = field(default_factory=dict)  # [budgets]: expected size
     swap_url: str | None = None  # [llama_swap] url: loopback only
     swap_config: Path | None = None
+    http_listen: str | None = "127.0.0.1:9835"  # [http]; None: no HTTP server
+    http_token: str | None = None
     log_files: tuple[str, ...] = ()  # [logs] files: engine logs to tail for OOM lines
     journal_units: tuple[str, ...] = ()  # [logs] journal_units
     source: Path | None = None
@@ -91,6 +93,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "budgets": {},  # model name, file name or path -> expected GiB (any key, a number)
     "llama_swap": {"url": (str, None), "config": (str, None)},
     "logs": {"files": (list, None), "journal_units": (list, None)},
+    "http": {"enabled": (bool, None), "listen": (str, None), "token": (str, None)},
 }
 
 
@@ -154,7 +157,7 @@ def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
             f"{where}: unknown key '{key}' in [{section}] (known: {', '.join(schema)})"
         )
     kind, rule = schema[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         names = "number" if kind is _NUM else kind.__name__
         raise ConfigError(f"{where}: [{section}] {key} must be a {names}, not {value!r}")
     if isinstance(rule, tuple) and len(rule) == 2 and all(isinstance(r, _NUM) for r in rule):
@@ -219,6 +222,9 @@ def load(
         swap_url=data.get("llama_swap", {}).get("url"),
         swap_config=Path(data["llama_swap"]["config"]) if data.get("llama_swap", {}).get(
             "config") else None,
+        http_listen=None if data.get("http", {}).get("enabled") is False
+        else data.get("http", {}).get("listen", "127.0.0.1:9835"),
+        http_token=data.get("http", {}).get("token"),
         log_files=tuple(str(x) for x in data.get("logs", {}).get("files", ())),
         journal_units=tuple(str(x) for x in data.get("logs", {}).get("journal_units", ())),
         source=path,

@@ -288,6 +288,20 @@ def prune(ctx: DaemonContext) -> None:
         log.error("prune failed: %s", exc)
 
 
+def _http_server(config: Config, latest: Any) -> Any:
+    """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
+    error (off loopback without a token) stops the daemon before anything is written."""
+    if not config.http_listen:
+        return None
+    from monitor.http import HttpConfigError, HttpServer
+
+    try:
+        return HttpServer(config.http_listen, config.http_token, latest, config.db_path,
+                          config)
+    except HttpConfigError as exc:
+        raise StoreError(str(exc)) from None
+
+
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT; return the exit code."""
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
@@ -295,6 +309,8 @@ def run(config: Config) -> int:
     from apscheduler.schedulers.blocking import BlockingScheduler
 
     lock = acquire_lock(config.db_path)
+    holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
+    http = _http_server(config, lambda: holder[0].last_snapshot if holder else None)
     store = Store.open(config.db_path)
     sampler = Sampler(config.roots, config.options, config.collectors)
     from monitor.kmsg import KmsgFollower
@@ -343,6 +359,14 @@ def run(config: Config) -> int:
     from monitor.service.notify import Notifier
 
     ctx.notify = Notifier()
+    holder.append(ctx)
+    if http is not None:
+        try:
+            http.start()
+            log.info("HTTP on http://%s:%d (/metrics, /api/v1/...)", *http.address[:2])
+        except ValueError as exc:  # port taken: keep sampling, say why
+            log.warning("HTTP server not started: %s", exc)
+            http = None
 
     stopping: list[int] = []
 
@@ -376,6 +400,8 @@ def run(config: Config) -> int:
             log.error("could not record the stop: %s", exc)
         sampler.close()
         store.close()
+        if http is not None:
+            http.stop()
         if ctx.kmsg is not None:
             ctx.kmsg.close()
         for tail in ctx.tails:

@@ -428,3 +428,58 @@ def test_unknown_paths_and_methods_answer_json(server: HttpServer) -> None:
     assert status == 501 and "error" in json.loads(body)
     assert request(server, "POST", "/metrics", b"", {"Content-Type": "application/json"}
                    )[0] == 405
+
+
+def test_the_daemon_serves_metrics_and_refuses_open_binds_without_token(tmp_path) -> None:  # noqa: ANN001
+    """End to end: `vramscope daemon` with [http] on a free loopback port."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    root = Path(__file__).resolve().parents[2]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\ntoken = "s3cret-token"\n')
+    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db",
+                               str(tmp_path / "v.db"), "--interval", "0.2", "--config",
+                               str(cfg)], cwd=root, stderr=subprocess.PIPE, text=True)
+    try:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": "Bearer s3cret-token"})
+        body = None
+        for _ in range(100):
+            try:
+                body = opener.open(req, timeout=2).read().decode()
+                if "vramscope_host_memory_available_bytes" in body:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        assert body is not None
+        names = {f.name for f in text_string_to_metric_families(body)}
+        assert "vramscope_host_memory_available_bytes" in names
+        try:
+            opener.open(f"http://127.0.0.1:{port}/metrics", timeout=2)
+            raise AssertionError("no token: expected 401")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=20)
+    open_cfg = tmp_path / "open.toml"
+    open_cfg.write_text('[http]\nlisten = "0.0.0.0:0"\n')
+    refused = subprocess.run([sys.executable, "-m", "monitor", "daemon", "--db",
+                              str(tmp_path / "w.db"), "--config", str(open_cfg)], cwd=root,
+                             capture_output=True, text=True, timeout=30,
+                             env={**os.environ})
+    assert refused.returncode == 2 and "needs [http] token" in refused.stderr
+    assert not (tmp_path / "w.db").exists()
