@@ -391,6 +391,31 @@ def service_uninstall(user: bool, root: Path) -> None:
         raise UserError(str(exc)) from None
 
 
+@cli.group()
+def alerts() -> None:
+    """Alert channels: apprise URLs and a command hook ([alerts] in the config)."""
+
+
+@alerts.command("test")
+@common_options
+def alerts_test(**kwargs: Any) -> None:
+    """Send a test notification to every configured channel; exit 1 if any failed."""
+    from monitor.alerts import Notifier
+
+    cfg = load_config(**kwargs)
+    if not cfg.alert_urls and not cfg.alert_command:
+        raise UserError("no alert channels: add [alerts] urls = [...] or command = \"...\" "
+                        "to the config")
+    notifier = Notifier(list(cfg.alert_urls), cfg.alert_command, cfg.alert_cooldown_s)
+    try:
+        results = notifier.send_test()
+    finally:
+        notifier.close()
+    for channel, outcome in results.items():
+        click.echo(f"{channel}: {outcome}")
+    sys.exit(0 if all(v == "ok" for v in results.values()) else 1)
+
+
 def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:

@@ -60,6 +60,10 @@ class Config:
     budgets_gib: dict[str, float] = field(default_factory=dict)  # [budgets]: expected size
     swap_url: str | None = None  # [llama_swap] url: loopback only
     swap_config: Path | None = None
+    alert_urls: tuple[str, ...] = ()  # [alerts]
+    alert_command: str | None = None
+    alert_cooldown_s: float = 600.0
+    alert_settings: dict[str, float] = field(default_factory=dict)  # thresholds, holds
     http_listen: str | None = "127.0.0.1:9835"  # [http]; None: no HTTP server
     http_token: str | None = None
     log_files: tuple[str, ...] = ()  # [logs] files: engine logs to tail for OOM lines
@@ -94,6 +98,17 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "llama_swap": {"url": (str, None), "config": (str, None)},
     "logs": {"files": (list, None), "journal_units": (list, None)},
     "http": {"enabled": (bool, None), "listen": (str, None), "token": (str, None)},
+    "alerts": {
+        "urls": (list, None),  # apprise URLs: ntfy://, slack://, discord://, mailto://, json://
+        "command": (str, None),  # run with the alert as JSON on stdin
+        "cooldown_s": (_NUM, (0, 86400 * 7)),
+        "pressure_warning_pct": (_NUM, (0.1, 100)),
+        "pressure_critical_pct": (_NUM, (0.1, 100)),
+        "clear_drop_pct": (_NUM, (0, 50)),
+        "hold_s": (_NUM, (0, 86400)),
+        "collector_hold_s": (_NUM, (0, 86400)),
+        "surprise_pct": (_NUM, (0, 1000)),
+    },
 }
 
 
@@ -222,6 +237,11 @@ def load(
         swap_url=data.get("llama_swap", {}).get("url"),
         swap_config=Path(data["llama_swap"]["config"]) if data.get("llama_swap", {}).get(
             "config") else None,
+        alert_urls=tuple(str(u) for u in data.get("alerts", {}).get("urls", ())),
+        alert_command=data.get("alerts", {}).get("command"),
+        alert_cooldown_s=float(data.get("alerts", {}).get("cooldown_s", 600)),
+        alert_settings={k: float(v) for k, v in data.get("alerts", {}).items()
+                        if k not in ("urls", "command", "cooldown_s")},
         http_listen=None if data.get("http", {}).get("enabled") is False
         else data.get("http", {}).get("listen", "127.0.0.1:9835"),
         http_token=data.get("http", {}).get("token"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from collectors.base import Snapshot, now_ms
+from collectors.base import DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
 from monitor.sampler import Sampler
 from monitor.store import Store, StoreError
@@ -56,7 +56,8 @@ class DaemonContext:
     scheduler: Any = None
     tails: list[Any] = field(default_factory=list)  # monitor.logtail: engine logs
     recent_kills: dict[int, int] = field(default_factory=dict)  # pid -> kill time (ms)
-    alerts: Any = None  # monitor.alerts engine (rules + delivery)
+    alerts: Any = None  # monitor.alerts.engine.AlertEngine (rules + delivery)
+    startup_events: list[DeviceEvent] = field(default_factory=list)  # for the first tick
     ticks: int = 0
     dropped: int = 0
 
@@ -127,6 +128,13 @@ def tick(ctx: DaemonContext) -> Snapshot:
             found = []
         if found:
             snap = dataclasses.replace(snap, events=snap.events + tuple(found))
+    if ctx.startup_events:
+        snap = dataclasses.replace(snap, events=tuple(ctx.startup_events) + snap.events)
+        ctx.startup_events = []
+    if ctx.alerts is not None:
+        alerted = ctx.alerts.on_tick(snap)
+        if alerted:
+            snap = dataclasses.replace(snap, events=snap.events + tuple(alerted))
     if len(ctx.pending) == ctx.pending.maxlen:
         lost = ctx.pending.popleft()
         ctx.dropped += 1
@@ -288,6 +296,14 @@ def prune(ctx: DaemonContext) -> None:
         log.error("prune failed: %s", exc)
 
 
+def _previous_run_unclean(store: Store) -> bool:
+    """The last daemon_started has no daemon_stopped after it: killed or crashed."""
+    rows = store.db.execute(
+        "SELECT kind FROM events WHERE kind IN ('daemon_started', 'daemon_stopped')"
+        " AND subject = 'daemon' ORDER BY id DESC LIMIT 1").fetchall()
+    return bool(rows) and rows[0][0] == "daemon_started"
+
+
 def _http_server(config: Config, latest: Any) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
@@ -328,6 +344,15 @@ def run(config: Config) -> int:
     ctx.watch = LoadWatch(config.roots.proc,
                           gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
                           swap_url=config.swap_url, swap_config=config.swap_config)
+    from monitor.alerts.engine import AlertEngine
+
+    unclean = _previous_run_unclean(store)
+    ctx.alerts = AlertEngine(config)
+    if unclean:
+        ctx.startup_events.append(DeviceEvent(
+            now_ms(), "host", "daemon_started", "warning",
+            "vramscope restarted after an unclean stop (no daemon_stopped was recorded)",
+            {"unclean": True, "pid": os.getpid()}))
     store.add_event("daemon_started", "info", "daemon",
                     f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
                     {"pid": os.getpid(), "interval_s": config.interval_s,
@@ -402,6 +427,8 @@ def run(config: Config) -> int:
         store.close()
         if http is not None:
             http.stop()
+        if ctx.alerts is not None:
+            ctx.alerts.close()
         if ctx.kmsg is not None:
             ctx.kmsg.close()
         for tail in ctx.tails:
