@@ -12,7 +12,13 @@ into a recorded :class:`CollectorRun`, so one failing collector never stops the 
 
 from __future__ import annotations
 
+import dataclasses
+import queue
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -251,7 +257,7 @@ def run_collector(collector: Collector, tick: Tick) -> tuple[Reading, CollectorR
     error: str | None = None
     reading = Reading()
     try:
-        reading = collector.collect(tick)
+        reading = _checked(collector.collect(tick))
     except NoData as exc:
         status, error = "nodata", str(exc) or None
     except CollectorError as exc:
@@ -267,3 +273,131 @@ def run_collector(collector: Collector, tick: Tick) -> tuple[Reading, CollectorR
         error=error,
     )
     return reading, run
+
+
+_READING_TYPES = {
+    "devices": DeviceSample, "processes": ProcessInfo, "memory": ProcessMemory,
+    "hidden": HiddenProcess, "exited": ExitedProcess, "events": DeviceEvent,
+}  # fmt: skip
+_NUMERIC = (DeviceSample, ProcessMemory)
+
+
+def _checked(reading: object) -> Reading:
+    """``reading`` if it is a well-formed Reading; else TypeError (garbage never reaches the
+    merge or the database, where it would cost the other collectors' rows too)."""
+    if not isinstance(reading, Reading):
+        raise TypeError(f"collect() returned {type(reading).__name__}, not a Reading")
+    for name, kind in _READING_TYPES.items():
+        items = getattr(reading, name)
+        if not isinstance(items, tuple | list):
+            raise TypeError(f"Reading.{name} is {type(items).__name__}, not a tuple")
+        for item in items:
+            if type(item) is not kind:
+                raise TypeError(f"Reading.{name} holds a {type(item).__name__}")
+            if isinstance(item, _NUMERIC):
+                for f in dataclasses.fields(item):
+                    value = getattr(item, f.name)
+                    if value is not None and not isinstance(value, int | float | str):
+                        raise TypeError(
+                            f"{kind.__name__}.{f.name} is {type(value).__name__}")
+    return reading
+
+
+# A collector call that has not returned after this long is abandoned for the tick (it
+# keeps running in its own thread) and skipped, with exponential backoff, until it does.
+COLLECTOR_TIMEOUT_S = 2.0
+FIRST_TIMEOUT_S = 10.0  # the first call may load a library (nvmlInit) or scan everything
+MAX_BACKOFF_S = 300.0
+
+
+class _Worker:
+    """One daemon thread that runs one collector's calls in order. A daemon thread, so a
+    call that never returns cannot keep the process from exiting."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[object], Callable[[], object]] | None] = (
+            queue.SimpleQueue())
+        self._thread = threading.Thread(target=self._loop, name=f"collector-{name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], object]) -> Future[object]:
+        future: Future[object] = Future()
+        self._jobs.put((future, fn))
+        return future
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+
+class GuardedCollector:
+    """A collector run in its own worker thread with a per-call timeout.
+
+    A call that times out is recorded as an error ("timed out after N s"); while it has
+    not returned the collector is skipped (recorded with the same error), and it is tried
+    again after a backoff that doubles from ``timeout_s`` up to ``MAX_BACKOFF_S``. The
+    other collectors never wait for it beyond the timeout. ``timeout_s`` None or <= 0
+    runs the collector inline, as :func:`run_collector` does.
+    """
+
+    def __init__(self, collector: Collector, timeout_s: float | None = COLLECTOR_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.collector = collector
+        self.name = collector.name
+        self.timeout_s = timeout_s if timeout_s and timeout_s > 0 else None
+        self._clock = clock
+        self._worker: _Worker | None = None
+        self._stuck: Future[object] | None = None
+        self._calls = 0
+        self.timeouts = 0  # consecutive timeouts: the backoff exponent
+        self.retry_at = 0.0
+
+    def run(self, tick: Tick) -> tuple[Reading, CollectorRun]:
+        if self.timeout_s is None:
+            return run_collector(self.collector, tick)
+        if self._stuck is not None:
+            if self._clock() >= self.retry_at and not self._stuck.done():
+                self._back_off()  # due, but the last call is still running
+            if self._clock() < self.retry_at:
+                return Reading(), CollectorRun(
+                    self.name, tick.now_ms, 0.0, 0.0, "error",
+                    f"timed out after {self.timeout_s:g} s; skipped until it returns")
+            self._stuck = None  # the late call returned: its stale reading is dropped
+        if self._worker is None:
+            self._worker = _Worker(self.name)
+        limit = self.timeout_s if self._calls else max(self.timeout_s, FIRST_TIMEOUT_S)
+        self._calls += 1
+        wall0 = time.perf_counter()
+        future = self._worker.submit(lambda: run_collector(self.collector, tick))
+        try:
+            result = future.result(timeout=limit)
+        except FutureTimeout:
+            self._stuck = future
+            self._back_off()
+            return Reading(), CollectorRun(self.name, tick.now_ms,
+                                           time.perf_counter() - wall0, 0.0, "error",
+                                           f"timed out after {limit:g} s")
+        self.timeouts = 0
+        return result  # type: ignore[return-value]
+
+    def _back_off(self) -> None:
+        assert self.timeout_s is not None
+        self.timeouts += 1
+        delay = min(MAX_BACKOFF_S, self.timeout_s * 2 ** (self.timeouts - 1))
+        self.retry_at = self._clock() + delay
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        if self._stuck is None or self._stuck.done():
+            self.collector.close()

@@ -168,14 +168,14 @@ def parse_size(value: bytes | str) -> int | None:
         return None
     number = parts[0]
     unit = parts[1].lower() if len(parts) == 2 else b""
-    if not number.isdigit() or unit not in _UNITS:
+    if not number.isdigit() or len(number) > 20 or unit not in _UNITS:  # u64: 20 digits
         return None
     return int(number) * _UNITS[unit]
 
 
 def _parse_uint(value: bytes) -> int | None:
     value = value.strip()
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isdigit() and len(value) <= 20 else None  # u64: 20 digits
 
 
 def region_field(driver: str | None, region: str) -> str | None:
@@ -262,7 +262,7 @@ def parse_kfd_properties(data: bytes) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in data.decode("ascii", "replace").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
+        if len(parts) == 2 and parts[1].isdigit() and len(parts[1]) <= 20:
             out[parts[0]] = int(parts[1])
     return out
 

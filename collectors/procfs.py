@@ -123,7 +123,8 @@ def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
     """``/proc/PID/status`` -> the host memory row and the real uid."""
     f = _fs.parse_kv(data)
     uid_field = f.get("Uid", b"").split()
-    uid = int(uid_field[0]) if uid_field and uid_field[0].isdigit() else None
+    uid_raw = uid_field[0] if uid_field else b""
+    uid = int(uid_raw) if uid_raw.isdigit() and len(uid_raw) <= 10 else None  # u32
     row = ProcessMemory(
         pid=pid,
         device_id="host",

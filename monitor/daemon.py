@@ -60,6 +60,7 @@ class DaemonContext:
     startup_events: list[DeviceEvent] = field(default_factory=list)  # for the first tick
     ticks: int = 0
     dropped: int = 0
+    db_error: str | None = None  # why the database refuses writes now (locked, disk full)
 
 
 def acquire_lock(db_path: Path) -> IO[str]:
@@ -156,8 +157,14 @@ def _write_pending(ctx: DaemonContext) -> None:
         try:
             ctx.store.write(head)
         except sqlite3.OperationalError as exc:  # busy, locked, full: wait and retry
-            log.error("cannot write to %s (%s); %d tick(s) kept in memory",
-                      ctx.config.db_path, exc, len(ctx.pending))
+            if ctx.db_error is None:  # said once; the event is stored with the tick
+                ctx.db_error = str(exc)
+                log.error("cannot write to %s (%s); ticks are kept in memory until it "
+                          "accepts writes again", ctx.config.db_path, exc)
+                ctx.pending[0] = dataclasses.replace(head, events=(*head.events, DeviceEvent(
+                    head.ts_ms, "database", "database_unwritable", "critical",
+                    f"cannot write to the database {ctx.config.db_path} ({exc}); "
+                    "ticks are kept in memory", {"error": str(exc)})))
             break
         except Exception as exc:
             failures = ctx.failures.get(head.ts_ms, 0) + 1
@@ -168,8 +175,23 @@ def _write_pending(ctx: DaemonContext) -> None:
             log.error("set aside the tick of %d after %d failed writes: %r",
                       head.ts_ms, failures, exc)
             ctx.dropped += 1
+        else:
+            if ctx.db_error is not None:
+                _database_writable(ctx)
         ctx.pending.popleft()
         ctx.failures.pop(head.ts_ms, None)
+
+
+def _database_writable(ctx: DaemonContext) -> None:
+    log.info("%s accepts writes again; writing the %d tick(s) kept in memory",
+             ctx.config.db_path, len(ctx.pending) - 1)
+    try:
+        ctx.store.add_event("database_writable", "info", "database",
+                            f"the database accepts writes again (it refused: {ctx.db_error})",
+                            {"error": ctx.db_error, "queued_ticks": len(ctx.pending) - 1})
+    except sqlite3.Error as exc:
+        log.error("could not record that the database recovered: %s", exc)
+    ctx.db_error = None
 
 
 def reload_config(ctx: DaemonContext) -> bool:

@@ -15,12 +15,14 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from collectors.base import (
+    COLLECTOR_TIMEOUT_S,
     Collector,
     CollectorOptions,
     CollectorRun,
     DeviceEvent,
     DeviceSample,
     ExitedProcess,
+    GuardedCollector,
     HiddenProcess,
     ProcessInfo,
     ProcessMemory,
@@ -28,7 +30,6 @@ from collectors.base import (
     Snapshot,
     Tick,
     now_ms,
-    run_collector,
 )
 from collectors.registry import REGISTRY
 
@@ -41,6 +42,7 @@ class Sampler:
         roots: Roots,
         options: CollectorOptions | None = None,
         enabled: Iterable[str] | None = None,
+        timeout_s: float | None = COLLECTOR_TIMEOUT_S,
     ) -> None:
         wanted = None if enabled is None else set(enabled)
         self.roots = roots
@@ -49,6 +51,8 @@ class Sampler:
             for spec in REGISTRY
             if (spec.default_enabled if wanted is None else spec.name in wanted)
         ]
+        # Each collector runs in its own worker thread with a timeout (collectors/base.py).
+        self.guards = [GuardedCollector(c, timeout_s) for c in self.collectors]
 
     def sample(self, ts_ms: int | None = None) -> Snapshot:
         tick = Tick(self.roots, ts_ms if ts_ms is not None else now_ms())
@@ -59,8 +63,8 @@ class Sampler:
         exited: list[ExitedProcess] = []
         events: list[DeviceEvent] = []
         runs: list[CollectorRun] = []
-        for collector in self.collectors:
-            reading, run = run_collector(collector, tick)
+        for guard in self.guards:
+            reading, run = guard.run(tick)
             runs.append(run)
             for device in reading.devices:
                 devices[device.device_id] = fill(devices.get(device.device_id), device)
@@ -85,8 +89,8 @@ class Sampler:
         )
 
     def close(self) -> None:
-        for collector in self.collectors:
-            collector.close()
+        for guard in self.guards:
+            guard.close()
 
 
 T = TypeVar("T", DeviceSample, ProcessMemory)
