@@ -151,6 +151,9 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
         cfg = Config(db_path=tmp_path / "v.db")
         store = Store.open(cfg.db_path)
         ctx = DaemonContext(cfg, store, Sampler(Roots()))
+        from monitor.usage import SlotPoller
+
+        ctx.slot_poller = SlotPoller(min_interval_s=10.0, timeout_s=5.0)  # a busy CI box
         import time
 
         time.sleep(0.2)
