@@ -3,7 +3,8 @@
 Method (results in bench/RESULTS.md): real sleeping processes are spawned until the box has
 about N; the Sampler (all default collectors, real /proc and /sys) runs ``--ticks`` ticks on
 a simulated 1 s clock (so the 10 s rescan lands on every 10th tick, as in the daemon); the
-CPU per tick (``time.process_time``: every thread of the process, as collectors run in worker threads with a timeout) is reported as median, rescan-tick median and mean, and
+CPU per tick (``time.process_time``: every thread,
+  as collectors run in worker threads) is reported as median, rescan-tick median and mean, and
 the same machine state is read by ``psutil.process_iter(['memory_info', 'cmdline'])`` — the
 floor a Python monitor that looks at every process pays — for the ratio.
 

@@ -4,7 +4,8 @@ Method (results in bench/RESULTS.md):
 - Spawn N real sleeping processes (``sleep``) so the machine has about ``--procs`` in all.
 - Run the Sampler with the default collectors on the real ``/proc`` and ``/sys`` for
   ``--ticks`` ticks with a simulated 1 s clock (so the 10 s rescan falls on every 10th tick,
-  as in the daemon), measuring each tick's thread CPU time (``time.process_time``: every thread of the process, as collectors run in worker threads with a timeout).
+  as in the daemon), measuring each tick's thread CPU time (``time.process_time``: every thread,
+  as collectors run in worker threads).
 - The DRM collector finds no GPU on a machine without one; its process path is measured
   separately on a generated tree: N processes with 4 fds each, 20 of them DRM clients.
 - Floor for comparison: ``psutil.process_iter(['memory_info', 'cmdline'])`` over the same

@@ -1,0 +1,218 @@
+"""Behaviour of the TUI on a FakeSource, driven with Pilot."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import pytest
+from fake_source import EVENTS, T0, FakeSource, discrete_three, full_gpu, no_gpu
+
+from tui.app import VramscopeApp
+from tui.screens.main import MainScreen
+from tui.screens.whatif import WhatIfScreen
+from tui.source import SourceError
+from tui.widgets.breakdown import Breakdown
+from tui.widgets.device_panel import DevicePanel
+from tui.widgets.models_table import ModelsTable
+from tui.widgets.time_cursor import TimeCursor
+
+SIZE = (160, 48)
+
+
+def sync(test):  # noqa: ANN001, ANN201
+    """Run an async test with asyncio.run (no pytest async plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+async def settle(pilot) -> None:  # noqa: ANN001
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def main_screen(app: VramscopeApp) -> MainScreen:
+    screen = app.screen_stack[1] if len(app.screen_stack) > 1 else app.screen
+    assert isinstance(screen, MainScreen)
+    return screen
+
+
+@sync
+async def test_refresh_moves_to_the_next_tick_off_the_event_loop(models) -> None:
+    source = FakeSource(discrete_three(models, ticks=3), EVENTS)
+    app = VramscopeApp(source, refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = main_screen(app)
+        assert screen.frame is not None and screen.frame.ts_ms == T0
+        assert len(app.screen.query(DevicePanel)) == 2  # the GPU and host RAM
+        await pilot.press("r")
+        await settle(pilot)
+        assert screen.frame.ts_ms == T0 + 1000
+        main = threading.main_thread().name
+        assert source.calls and all(not c.endswith(":" + main) for c in source.calls)
+
+
+@sync
+async def test_timer_refresh_polls_again(models) -> None:
+    source = FakeSource(discrete_three(models, ticks=3))
+    app = VramscopeApp(source, refresh_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if source.index >= 3:
+                break
+        await settle(pilot)
+        assert source.index >= 3
+        assert main_screen(app).frame.ts_ms == T0 + 2000
+
+
+@sync
+async def test_selecting_a_row_shows_its_breakdown_and_diagnosis(models) -> None:
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ModelsTable)
+        assert table.row_count == 3
+        first = app.screen.query_one(Breakdown).row
+        assert first is not None and first.pid == 4103  # largest first
+        table.focus()
+        await pilot.press("down", "down")
+        await pilot.pause()
+        row = app.screen.query_one(Breakdown).row
+        assert row is not None and row.pid == 4102
+        assert "draft KV in f16" in row.flags
+        text = str(app.screen.query_one(Breakdown).render())
+        assert "draft_kv" in text and "-ctkd q8_0 -ctvd q8_0" in text
+        assert row.diagnosis is not None
+        await pilot.press("z")  # zoom the breakdown (80x24 terminals), and back
+        await pilot.pause()
+        assert app.screen.maximized is app.screen.query_one("#breakdown-box")
+        await pilot.press("z")
+        await pilot.pause()
+        assert app.screen.maximized is None
+
+
+@sync
+async def test_whatif_dialog_gives_a_verdict_for_a_pasted_command(models) -> None:
+    app = VramscopeApp(FakeSource(full_gpu(models)), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("w")
+        await pilot.pause()
+        assert isinstance(app.screen, WhatIfScreen)
+        q8 = models["qwen3-8b-q8_0.gguf"]
+        app.screen.query_one("#command").value = f"llama-server -m {q8} -c 32768 -np 4"
+        await pilot.press("enter")
+        await settle(pilot)
+        dialog = app.screen
+        assert dialog.prediction is not None
+        assert dialog.prediction.verdict == "oom"
+        assert "OOM" in str(dialog.query_one("#verdict").render())
+        assert dialog.prediction.fixes
+        assert dialog.query(DevicePanel)  # the projected bar
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+
+
+@sync
+async def test_whatif_rejects_a_command_that_loads_no_model(models) -> None:
+    app = VramscopeApp(FakeSource(full_gpu(models)), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("w")
+        app.screen.query_one("#command").value = "ls -l"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "cannot predict" in str(app.screen.query_one("#verdict").render())
+
+
+@sync
+async def test_replay_scrubbing_changes_the_shown_tick(models) -> None:
+    source = FakeSource(discrete_three(models, ticks=5), EVENTS, live=False)
+    app = VramscopeApp(source, refresh_s=None, at_ms=T0 + 2500)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = main_screen(app)
+        assert screen.frame.ts_ms == T0 + 2000
+        cursor = app.screen.query_one(TimeCursor)
+        assert cursor.display and cursor.position == T0 + 2000
+        await pilot.press("left_square_bracket")
+        await settle(pilot)
+        assert screen.frame.ts_ms == T0 + 1000
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        await settle(pilot)
+        await pilot.press("right_square_bracket")
+        await settle(pilot)
+        assert screen.frame.ts_ms == T0 + 4000
+        await pilot.press("l")  # back to live
+        await settle(pilot)
+        assert screen.replay_ts is None and not cursor.display
+
+
+@sync
+async def test_opening_an_event_replays_its_moment(models) -> None:
+    source = FakeSource(discrete_three(models, ticks=3), EVENTS)
+    app = VramscopeApp(source, refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        events = app.screen.query_one("#events")
+        events.focus()
+        await pilot.press("enter")  # the newest event
+        await settle(pilot)
+        screen = main_screen(app)
+        assert screen.replay_ts == EVENTS[-1].ts_ms
+        assert screen.frame.ts_ms == T0  # the first tick stands for earlier moments
+
+
+@pytest.mark.parametrize("scenario", ["discrete", "none"])
+@sync
+async def test_resize_between_80x24_and_160x48(models, scenario: str) -> None:
+    snaps = discrete_three(models) if scenario == "discrete" else no_gpu()
+    app = VramscopeApp(FakeSource(snaps, EVENTS), refresh_s=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for size in [(160, 48), (80, 24), (160, 48)]:
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            assert app.screen.size.width == size[0]
+        await pilot.press("h")
+        await settle(pilot)
+        await pilot.resize_terminal(80, 24)
+        await pilot.press("2")
+        await settle(pilot)
+        assert app.screen.query(".series-line")
+
+
+class BrokenSource(FakeSource):
+    def latest(self):  # noqa: ANN201
+        raise SourceError("no database at /nowhere/vramscope.db")
+
+
+@sync
+async def test_an_unreachable_database_is_a_message_not_a_traceback() -> None:
+    app = VramscopeApp(BrokenSource(no_gpu()), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        status = str(app.screen.query_one("#status").render())
+        assert "no database at /nowhere/vramscope.db" in status
+    assert app.return_code in (None, 0)
+
+
+@sync
+async def test_quit_closes_the_source(models) -> None:
+    source = FakeSource(no_gpu())
+    app = VramscopeApp(source, refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    assert source.closed

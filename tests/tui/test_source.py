@@ -1,0 +1,110 @@
+"""StoreSource over a real database written by the daemon's Store, and LiveSource's
+bookkeeping; both are blocking and are exercised here without the app."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from fake_source import T0, discrete_three
+
+from monitor.store import Store
+from tui.app import VramscopeApp, open_source
+from tui.source import SourceError, StoreSource, downsample
+
+
+@pytest.fixture
+def db(tmp_path: Path, models: dict[str, str]) -> Path:
+    path = tmp_path / "vramscope.db"
+    store = Store.open(path)
+    for snap in discrete_three(models, ticks=5):
+        store.write(snap)
+    store.add_event("crash", "critical", "llama-server[4099]", "killed by the OOM killer",
+                    ts_ms=T0 + 1500)
+    store.close()
+    return path
+
+
+def test_store_source_reads_the_latest_tick_with_models(db: Path) -> None:
+    source = StoreSource(db)
+    frame = source.latest()
+    assert frame.ts_ms == T0 + 4000 and not frame.live
+    assert {r.pid for r in frame.models} == {4101, 4102, 4103}
+    assert any("draft KV in f16" in r.flags for r in frame.models)
+    assert [e.kind for e in frame.events] == ["crash"]
+    source.close()
+
+
+def test_store_source_replays_ticks_and_history(db: Path) -> None:
+    source = StoreSource(db)
+    assert source.ticks(T0, T0 + 10_000) == [T0 + i * 1000 for i in range(5)]
+    assert source.at(T0 + 2500).ts_ms == T0 + 2000
+    series = source.history(None, T0 - 1, T0 + 10_000)
+    assert len(series["device:nvml:GPU-0"]) == 5
+    models = [k for k in series if k.startswith("model:")]
+    assert len(models) == 3
+    assert [e.message for e in source.events(T0)] == ["killed by the OOM killer"]
+
+
+def test_a_missing_database_is_a_source_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no database"):
+        StoreSource(tmp_path / "nope.db").latest()
+    with pytest.raises(SourceError, match="no database"):
+        open_source(tmp_path / "nope.db", None)
+
+
+def test_not_a_database_is_a_message_in_the_app(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_text("not sqlite at all " * 100)
+    app = VramscopeApp(StoreSource(bad), refresh_s=None)
+
+    async def run() -> str:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return str(app.screen.query_one("#status").render())
+
+    assert "not a readable vramscope database" in asyncio.run(run())
+
+
+def test_downsample_keeps_peaks() -> None:
+    points = [(i, i % 100) for i in range(10_000)]
+    out = downsample(points, 50)
+    assert len(out) <= 51 and max(v for _, v in out) == 99
+
+
+def test_main_reports_an_unopenable_source_in_one_line(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from tui.app import main
+
+    assert main(tmp_path / "nope.db") == 2
+    assert main(None, "2026-01-01 10:00") == 2
+    assert main(None, "not a time") == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("vramscope: error: ") for line in lines)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_without_a_daemon_the_tui_samples_live(tmp_path: Path) -> None:
+    from tui.source import LiveSource
+
+    source, at_ms = open_source(None, None, default_db=tmp_path / "absent.db")
+    assert isinstance(source, LiveSource) and at_ms is None
+
+
+def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) -> None:  # noqa: ANN001
+    from monitor.usage import SlotSample
+
+    path = tmp_path / "usage.db"
+    store = Store.open(path)
+    snaps = discrete_three(models, ticks=2)
+    for snap in snaps:
+        store.write(snap)
+    q4 = models["qwen3-8b-q4_k.gguf"]
+    for i in range(200):
+        store.add_slot_usage(T0 - 200_000 + i * 1000, q4,
+                             [SlotSample(0, 8192, 800 + i % 200, True)])
+    store.close()
+    rows = {r.pid: r for r in StoreSource(path).latest().models}
+    assert any(f.startswith("KV ") and "× the p99 context in use" in f
+               for f in rows[4101].flags), rows[4101].flags

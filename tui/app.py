@@ -1,0 +1,125 @@
+"""The vramscope TUI: ``VramscopeApp(source)``, and :func:`main` for ``vramscope tui``.
+
+The app renders a :class:`~tui.source.SampleSource` (live sampling or the daemon's
+database); it never calls a collector or NVML on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from textual.app import App
+from textual.binding import Binding
+
+from collectors.base import Roots
+from tui.screens.main import MainScreen
+from tui.source import (
+    FrameBuilder,
+    LiveSource,
+    SampleSource,
+    SourceError,
+    StoreSource,
+    being_written,
+)
+
+
+class VramscopeApp(App[None]):
+    """GPU / unified memory of a local LLM box: who holds what, vs what they should."""
+
+    CSS_PATH = Path(__file__).with_name("vramscope.tcss")  # absolute: subclasses elsewhere
+    TITLE = "vramscope"
+    BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True)]
+
+    def __init__(self, source: SampleSource, refresh_s: float | None = 1.0,
+                 clock: Callable[[], int] | None = None, at_ms: int | None = None,
+                 swap_config: Path | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.at_ms = at_ms
+        self.swap_config = swap_config
+        self._swap_models: list[str] | None = None
+
+    def now_ms(self) -> int:
+        return self.clock() if self.clock is not None else time.time_ns() // 1_000_000
+
+    def swap_models(self) -> list[str]:
+        """Model ids of the llama-swap config (read once; small YAML)."""
+        if self._swap_models is None:
+            self._swap_models = []
+            if self.swap_config is not None:
+                from monitor.llamaswap import load_config
+
+                try:
+                    self._swap_models = sorted(load_config(self.swap_config).models)
+                except Exception as exc:
+                    self.notify(f"cannot read {self.swap_config}: {exc}", severity="error")
+        return self._swap_models
+
+    def on_mount(self) -> None:
+        self.sub_title = "live" if self.source.live else "database"
+        self.push_screen(MainScreen())
+
+    def on_unmount(self) -> None:
+        # Closing a sampler may shut NVML down: off the event loop, bounded.
+        closer = threading.Thread(target=self._close_source, daemon=True)
+        closer.start()
+        closer.join(timeout=2.0)
+
+    def _close_source(self) -> None:
+        with contextlib.suppress(Exception):
+            self.source.close()
+
+
+def open_source(db: Path | None, at: str | None, *, default_db: Path | None = None,
+                roots: Roots | None = None, enabled: Iterable[str] | None = None,
+                builder: FrameBuilder | None = None) -> tuple[SampleSource, int | None]:
+    """``db`` when given; else ``default_db`` when asked for (``--at``) or being written
+    by a daemon now; else live sampling. Raises SourceError/ValueError with a message."""
+    at_ms = None
+    if at is not None:
+        from monitor.history import parse_time
+
+        at_ms = parse_time(at)
+    if db is None and default_db is not None and (
+            at is not None or (default_db.exists() and being_written(default_db))):
+        db = default_db
+    if db is None:
+        if at is not None:
+            raise SourceError("--at replays a database: give --db FILE")
+        return LiveSource(roots, enabled, builder), at_ms
+    if not Path(db).exists():
+        raise SourceError(f"no database at {db} (is the vramscope daemon running? "
+                          "`vramscope tui` without --db samples live)")
+    return StoreSource(Path(db), builder), at_ms
+
+
+def main(db: Path | None = None, at: str | None = None, swap_config: Path | None = None,
+         refresh_s: float = 1.0, *, default_db: Path | None = None,
+         roots: Roots | None = None, enabled: Iterable[str] | None = None,
+         margin_bytes: int | None = None, overhead_bytes: int | None = None) -> int:
+    """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
+    kwargs = {}
+    if margin_bytes is not None:
+        kwargs["margin_bytes"] = margin_bytes
+    if overhead_bytes is not None:
+        kwargs["overhead_bytes"] = overhead_bytes
+    try:
+        source, at_ms = open_source(db, at, default_db=default_db, roots=roots,
+                                    enabled=enabled, builder=FrameBuilder(**kwargs) if kwargs
+                                    else None)
+    except (SourceError, ValueError) as exc:
+        print(f"vramscope: error: {exc}", file=sys.stderr)
+        return 2
+    VramscopeApp(source, refresh_s, at_ms=at_ms, swap_config=swap_config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Memory over time per device and per model: 5 min / 1 h / 24 h / 7 d, from the source
+(the database's raw samples for short windows, its per-minute rollups for long ones)."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Label, Sparkline, Static
+from textual.worker import get_current_worker
+
+from tui.format import size
+from tui.messages import HistoryReady, SourceFailed
+from tui.source import Frame, Series
+
+WINDOWS = {"5m": 300_000, "1h": 3600_000, "24h": 86400_000, "7d": 7 * 86400_000}
+
+
+class HistoryScreen(Screen):
+    """Sparklines of used memory, one per device and one per model."""
+
+    BINDINGS = [
+        Binding("1", "window('5m')", "5 min"),
+        Binding("2", "window('1h')", "1 h"),
+        Binding("3", "window('24h')", "24 h"),
+        Binding("4", "window('7d')", "7 d"),
+        Binding("escape,h", "app.pop_screen", "Back"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    window: reactive[str] = reactive("5m", init=False)
+    """The time window shown."""
+
+    def __init__(self, frame: Frame | None) -> None:
+        super().__init__()
+        self.frame = frame
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="history-title")
+        yield VerticalScroll(id="series")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load(self.window)
+
+    def watch_window(self, window: str) -> None:
+        self.load(window)
+
+    def action_window(self, window: str) -> None:
+        self.window = window
+
+    def _now(self) -> int:
+        if self.frame is not None:
+            return self.frame.ts_ms
+        return self.app.now_ms()  # type: ignore[attr-defined]
+
+    def load(self, window: str) -> None:
+        self.query_one("#history-title", Static).update(f"[b]memory used, last {window}[/b] "
+                                                        "[$text-muted](loading…)[/]")
+        self.fetch(window, self._now())
+
+    @work(thread=True, exclusive=True, group="history")
+    def fetch(self, window: str, now: int) -> None:
+        worker = get_current_worker()
+        try:
+            series = self.app.source.history(None, now - WINDOWS[window], now)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self.post_message(SourceFailed(str(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(HistoryReady(window, series))
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self.query_one("#history-title", Static).update(f"[b $error]⚠ {message.error}[/]")
+
+    def on_history_ready(self, message: HistoryReady) -> None:
+        if message.window != self.window:
+            return
+        self.query_one("#history-title", Static).update(
+            f"[b]memory used, last {message.window}[/b] [$text-muted]1-4 to change the "
+            "window[/]")
+        self.show(message.series)
+
+    def show(self, series: Series) -> None:
+        box = self.query_one("#series", VerticalScroll)
+        box.remove_children()
+        if not series:
+            box.mount(Label("no samples in this window"))
+            return
+        widgets = []
+        for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
+            points = series[label]
+            values = [v for _, v in points]
+            peak = max(values) if values else 0
+            last = values[-1] if values else 0
+            widgets.append(Label(f"{label.split(':', 1)[1]}  now {size(last)}  peak {size(peak)}",
+                                 classes="series-label"))
+            widgets.append(Sparkline([float(v) for v in values] or [0.0],
+                                     classes="series-line"))
+        box.mount_all(widgets)

@@ -1,0 +1,293 @@
+"""The main screen: device panels, the models table, the breakdown and the events.
+
+The same screen does replay: with ``replay_ts`` set it stops polling and shows recorded
+ticks, with a time cursor and keys to step back and forth. Every source call runs in a
+thread worker; results come back as replaceable messages.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Static
+from textual.worker import get_current_worker
+
+from tui.format import clock
+from tui.messages import FrameReady, SourceFailed, TicksReady
+from tui.source import Frame
+from tui.widgets.breakdown import Breakdown
+from tui.widgets.device_panel import DevicePanel, panels_from_frame
+from tui.widgets.events_pane import EventsPane
+from tui.widgets.models_table import ModelsTable
+from tui.widgets.time_cursor import TimeCursor
+
+REPLAY_WINDOW_MS = 3600_000
+
+
+class StatusLine(Widget):
+    """One line: mode, time of the shown tick, counts; or the source's error."""
+
+    DEFAULT_CSS = "StatusLine { height: 1; }"
+
+    text: reactive[str] = reactive("")
+    """Content markup to show."""
+
+    def render(self) -> Content:
+        return Content.from_markup(self.text)
+
+
+class MainScreen(Screen):
+    """Live (or replayed) memory map of the box."""
+
+    BINDINGS = [
+        Binding("r", "refresh", "Refresh"),
+        Binding("h", "history", "History"),
+        Binding("w", "whatif", "What-if"),
+        Binding("p", "replay", "Replay"),
+        Binding("left_square_bracket", "step(-1)", "◀ Tick", key_display="["),
+        Binding("right_square_bracket", "step(1)", "Tick ▶", key_display="]"),
+        Binding("left_curly_bracket", "step(-60)", "◀ 60", key_display="{", show=False),
+        Binding("right_curly_bracket", "step(60)", "60 ▶", key_display="}", show=False),
+        Binding("l", "live", "Live"),
+        Binding("z", "zoom", "Zoom"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    frame: reactive[Frame | None] = reactive(None, always_update=True, init=False)
+    """The frame on screen."""
+    replay_ts: reactive[int | None] = reactive(None, init=False)
+    """The recorded tick asked for; None when live."""
+    error: reactive[str] = reactive("")
+    """Why the source could not be read (shown instead of a traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._busy = False
+        self._frozen = False
+        self._ticks: list[int] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield StatusLine(id="status")
+        with VerticalScroll(id="devices"):
+            yield Static("waiting for the first sample…", id="placeholder")
+        with Vertical(id="lower"):
+            yield ModelsTable(id="models")
+            with Horizontal(id="details"):
+                with VerticalScroll(id="breakdown-box"):
+                    yield Breakdown(id="breakdown")
+                yield EventsPane(id="events")
+        yield TimeCursor(id="cursor")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.app
+        self.query_one("#breakdown-box").border_title = "breakdown"
+        self.query_one("#events").border_title = "events"
+        self.query_one("#models").border_title = "models"
+        at_ms = getattr(app, "at_ms", None)
+        if at_ms is not None:
+            self.replay_ts = at_ms
+        else:
+            self.poll()
+        refresh_s = getattr(app, "refresh_s", None)
+        if refresh_s:
+            self.set_interval(refresh_s, self.poll, name="poll")
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < 120 or self.size.height < 32, "-narrow")
+
+    # ------------------------------------------------------------------ workers
+
+    def poll(self) -> None:
+        if self.replay_ts is not None or self._busy:
+            return
+        self._busy = True
+        self.fetch_latest()
+
+    @work(thread=True, exclusive=True, group="poll")
+    def fetch_latest(self) -> None:
+        worker = get_current_worker()
+        try:
+            frame = self.app.source.latest()  # type: ignore[attr-defined]
+        except Exception as exc:  # any failure is a message on screen
+            self.post_message(SourceFailed(str(exc) or type(exc).__name__))
+            return
+        if not worker.is_cancelled:
+            self.post_message(FrameReady(frame))
+
+    @work(thread=True, exclusive=True, group="replay")
+    def fetch_at(self, ts_ms: int, want_ticks: bool) -> None:
+        worker = get_current_worker()
+        source = self.app.source  # type: ignore[attr-defined]
+        try:
+            frame = source.at(ts_ms)
+            ticks = (source.ticks(frame.ts_ms - REPLAY_WINDOW_MS, frame.ts_ms + REPLAY_WINDOW_MS)
+                     if want_ticks else None)
+        except Exception as exc:
+            self.post_message(SourceFailed(str(exc) or type(exc).__name__))
+            return
+        if worker.is_cancelled:
+            return
+        if ticks is not None:
+            self.post_message(TicksReady(ticks))
+        self.post_message(FrameReady(frame, replay=True))
+
+    # ------------------------------------------------------------------ messages
+
+    def on_frame_ready(self, message: FrameReady) -> None:
+        if not message.replay:
+            self._busy = False
+        if message.replay != (self.replay_ts is not None):
+            return  # a late answer for the other mode
+        self.error = ""
+        self.frame = message.frame
+        if not self._frozen:
+            # Startup objects (CSS, widgets, imports) never die: keep them out of the
+            # collector's scans, so a full collection does not stall a refresh.
+            self._frozen = True
+            self.call_after_refresh(gc.freeze)
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self._busy = False
+        self.error = message.error
+
+    def on_ticks_ready(self, message: TicksReady) -> None:
+        self._ticks = list(message.ticks)
+        self.query_one(TimeCursor).ticks = tuple(self._ticks)
+
+    def watch_error(self, error: str) -> None:
+        self._show_status()
+
+    def watch_replay_ts(self, ts: int | None) -> None:
+        cursor = self.query_one(TimeCursor)
+        cursor.display = ts is not None
+        self.set_class(ts is not None, "-replay")
+        self.refresh_bindings()
+        if ts is not None:
+            cursor.position = ts
+            want = not self._ticks or not (self._ticks[0] < ts < self._ticks[-1])
+            self.fetch_at(ts, want)
+        else:
+            self._ticks = []
+            self.poll()
+        self._show_status()
+
+    def watch_frame(self, frame: Frame | None) -> None:
+        if frame is None:
+            return
+        self._show_devices(frame)
+        table = self.query_one(ModelsTable)
+        table.show(frame.models)
+        self.query_one(EventsPane).show(frame.events)
+        if self.replay_ts is not None:
+            self.query_one(TimeCursor).position = frame.ts_ms
+        self._show_status()
+
+    @on(ModelsTable.Selected)
+    def show_breakdown(self, message: ModelsTable.Selected) -> None:
+        self.query_one(Breakdown).row = message.row
+
+    @on(EventsPane.Opened)
+    def replay_event(self, message: EventsPane.Opened) -> None:
+        self._ticks = []
+        self.replay_ts = message.event.ts_ms
+
+    # ------------------------------------------------------------------ drawing
+
+    def _show_devices(self, frame: Frame) -> None:
+        box = self.query_one("#devices", VerticalScroll)
+        panels = list(box.query(DevicePanel))
+        datas = panels_from_frame(frame)
+        for placeholder in box.query("#placeholder"):
+            placeholder.remove()
+        if len(panels) != len(datas):
+            for p in panels:
+                p.remove()
+            box.mount_all([DevicePanel(d) for d in datas])
+            if not datas:
+                box.mount(Static("no devices sampled", id="placeholder"))
+        else:
+            for panel, data in zip(panels, datas, strict=True):
+                panel.data = data
+
+    def _show_status(self) -> None:
+        status = self.query_one("#status", StatusLine)
+        if self.error:
+            status.text = f"[b $error]⚠ {self.error.replace('[', chr(92) + '[')}[/]"
+            return
+        frame = self.frame
+        if frame is None:
+            status.text = "[$text-muted]waiting for the first sample…[/]"
+            return
+        mode = "replay" if self.replay_ts is not None else ("live" if frame.live else "database")
+        gpus = sum(1 for d in frame.picture.devices if d != "host")
+        status.text = (f"[$text-muted]{mode} · {clock(frame.ts_ms, with_date=True)} · "
+                      f"{gpus} GPU{'s' if gpus != 1 else ''} · {len(frame.models)} "
+                      f"model{'s' if len(frame.models) != 1 else ''}[/]")
+
+    # ------------------------------------------------------------------ actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "step":
+            return self.replay_ts is not None
+        if action == "live":
+            return self.replay_ts is not None
+        if action == "replay":
+            return self.replay_ts is None
+        return True
+
+    def action_zoom(self) -> None:
+        """The breakdown full-screen (small terminals), or the focused pane; again: back."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        focused = self.focused
+        target = focused if isinstance(focused, EventsPane) else self.query_one("#breakdown-box")
+        self.maximized = target  # containers refuse maximize(); the screen takes any
+
+    def action_refresh(self) -> None:
+        if self.replay_ts is None:
+            self._busy = False
+            self.poll()
+
+    def action_history(self) -> None:
+        from tui.screens.history import HistoryScreen
+
+        self.app.push_screen(HistoryScreen(self.frame))
+
+    def action_whatif(self) -> None:
+        from tui.screens.whatif import WhatIfScreen
+
+        self.app.push_screen(WhatIfScreen(self.frame))
+
+    def action_replay(self) -> None:
+        if self.frame is not None:
+            self._ticks = []
+            self.replay_ts = self.frame.ts_ms
+
+    def action_live(self) -> None:
+        self.replay_ts = None
+
+    def action_step(self, n: int) -> None:
+        if self.replay_ts is None or not self._ticks:
+            return
+        current = self.frame.ts_ms if self.frame is not None else self.replay_ts
+        import bisect
+
+        i = bisect.bisect_left(self._ticks, current)
+        if i >= len(self._ticks) or self._ticks[i] != current:
+            i = max(0, i - (1 if n < 0 else 0))
+        j = max(0, min(len(self._ticks) - 1, i + n))
+        if j == i and self._ticks[j] == current:
+            self.notify("no recorded tick further that way", severity="warning", timeout=2)
+            return
+        self.replay_ts = self._ticks[j]

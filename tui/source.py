@@ -1,0 +1,475 @@
+"""Where the TUI's data comes from: a live sampler or the daemon's database, as Frames.
+
+A :class:`Frame` is everything one screen refresh shows: the snapshot, its memory picture
+and one :class:`ModelRow` per inference server (measured vs estimated, KV size, flags and
+the diagnosis). Frames are built by :func:`build_frame`, which reads GGUF headers: every
+``SampleSource`` method is blocking and is only ever called from worker threads.
+
+- :class:`LiveSource` samples in-process (a :class:`~monitor.sampler.Sampler`);
+- :class:`StoreSource` reads the daemon's WAL database read-only (the daemon keeps
+  writing while we read);
+- ``tests/tui/fake_source.py`` replays synthetic snapshots.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from collectors.base import CollectorOptions, Roots, Snapshot
+from monitor.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
+
+if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
+    from monitor.diagnose import Diagnosis
+    from monitor.engines.spec import LaunchSpec
+    from monitor.estimate import MemoryEstimate
+    from monitor.estimate.model import DeviceInfo
+
+HOST = "host"
+
+GIB = 1024**3
+MINUTE_MS = 60_000
+
+Series = dict[str, list[tuple[int, int]]]
+"""label -> [(ts_ms, bytes)]; labels are ``device:<id>`` and ``model:<name> (pid N)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    ts_ms: int
+    kind: str
+    severity: str
+    subject: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    """One inference server as the models table shows it."""
+
+    pid: int
+    engine: str
+    model: str
+    ctx_slots: str
+    cache_types: str
+    measured_bytes: int
+    estimate_bytes: int | None
+    kv_bytes: int | None
+    flags: tuple[str, ...] = ()
+    spec: LaunchSpec | None = None
+    estimate: MemoryEstimate | None = None
+    diagnosis: Diagnosis | None = None
+    need_by_device: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def delta_bytes(self) -> int | None:
+        if self.estimate_bytes is None:
+            return None
+        return self.measured_bytes - self.estimate_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    snapshot: Snapshot
+    picture: Picture
+    models: tuple[ModelRow, ...] = ()
+    events: tuple[EventRow, ...] = ()
+    live: bool = True
+
+    @property
+    def ts_ms(self) -> int:
+        return self.snapshot.ts_ms
+
+
+class SourceError(Exception):
+    """The source cannot be read (no database, not a vramscope database, ...)."""
+
+
+class SampleSource(Protocol):
+    """What the TUI renders. Every method may block: call them from worker threads."""
+
+    live: bool
+
+    def latest(self) -> Frame: ...
+
+    def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series: ...
+
+    def events(self, since_ms: int) -> list[EventRow]: ...
+
+    def at(self, ts_ms: int) -> Frame: ...
+
+    def ticks(self, since_ms: int, until_ms: int) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- frame building
+
+
+HeaderReader = Callable[[str], Any]
+
+
+class FrameBuilder:
+    """Snapshot -> Frame, with per-process estimates and diagnoses cached (a process's argv
+    never changes, and GGUF headers are read once per file)."""
+
+    def __init__(self, margin_bytes: int = DEFAULT_MARGIN_BYTES,
+                 overhead_bytes: int = 300 * 1024 * 1024,
+                 read_header: HeaderReader | None = None,
+                 p99_tokens: Callable[[str], int | None] | None = None) -> None:
+        self.margin_bytes = margin_bytes
+        self.overhead_bytes = overhead_bytes
+        self.p99_tokens = p99_tokens or (lambda _path: None)
+        self.has_usage = p99_tokens is not None
+        self._headers: dict[str, Any] = {}
+        self._reader = read_header
+        self._lock = threading.Lock()
+        self._estimates: dict[tuple[int, int, tuple[str, ...]], tuple[Any, ...]] = {}
+        self._diag: dict[tuple[int, int, int], Diagnosis] = {}
+
+    def read_header(self, path: str) -> Any:
+        with self._lock:
+            if path in self._headers:
+                cached = self._headers[path]
+                if isinstance(cached, Exception):
+                    raise cached
+                return cached
+        reader = self._reader
+        if reader is None:
+            from monitor.gguf import read_header as reader
+        try:
+            header = reader(path)
+        except Exception as exc:  # unreadable file: remembered, so not re-read each tick
+            with self._lock:
+                self._headers[path] = exc
+            raise
+        with self._lock:
+            self._headers[path] = header
+        return header
+
+    def devices(self, snap: Snapshot) -> list[DeviceInfo]:
+        from monitor.estimate.model import devices_from_samples
+
+        return devices_from_samples(snap.devices, self.overhead_bytes)
+
+    def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True
+              ) -> Frame:
+        picture = picture_from_snapshot(snap, self.margin_bytes)
+        devices = self.devices(snap)
+        rows = [self._row(snap, picture, devices, info) for info in snap.processes
+                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")]
+        rows = [r for r in rows if r is not None]
+        rows.sort(key=lambda r: -r.measured_bytes)
+        return Frame(snap, picture, tuple(rows), tuple(events), live)
+
+    def _estimate(self, info: Any, devices: list[DeviceInfo]
+                  ) -> tuple[LaunchSpec | None, MemoryEstimate | None, str | None]:
+        key = (info.pid, info.start_ticks, tuple(info.argv))
+        if key in self._estimates:
+            return self._estimates[key]  # type: ignore[return-value]
+        from monitor.engines import parse_command
+        from monitor.estimate import EstimateError, estimate
+
+        spec = parse_command(list(info.argv))
+        est, error = None, None
+        if spec is None or spec.role in ("proxy", "worker"):
+            result: tuple[Any, ...] = (None, None, None)
+        else:
+            try:
+                est = estimate(spec, devices, self.read_header)
+            except (EstimateError, OSError, ValueError) as exc:
+                error = str(exc) or type(exc).__name__
+            except Exception as exc:  # a GGUF we cannot parse is an unknown model
+                error = f"{type(exc).__name__}: {exc}"
+            result = (spec, est, error)
+        if len(self._estimates) > 512:
+            self._estimates.clear()
+        self._estimates[key] = result
+        return result  # type: ignore[return-value]
+
+    def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any
+             ) -> ModelRow | None:
+        spec, est, error = self._estimate(info, devices)
+        if spec is None:
+            return None
+        from monitor.diagnose import diagnose
+        from monitor.estimate import estimate
+        from monitor.predict import need_by_device
+
+        measured = 0
+        for m in snap.memory:
+            if m.pid != info.pid:
+                continue
+            if m.device_id == HOST:
+                measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
+            else:
+                measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        model = Path(spec.model_path).name if spec.model_path else (spec.model_name or "?")
+        flags: list[str] = []
+        p99 = self.p99_tokens(spec.model_path) if spec.model_path else None
+        if est is not None and p99 and est.n_ctx_seq:
+            ratio = est.n_ctx_seq / max(1, p99)
+            if ratio >= 2:
+                flags.append(f"KV {ratio:.0f}× the p99 context in use")
+        if spec.draft_model and spec.draft_cache_type_k == "f16":
+            flags.append("draft KV in f16")
+        if spec.engine == "llama.cpp" and spec.ctx_size is None:
+            flags.append("no -c: fit will grow the context")
+        if est is None and spec.engine in ("llama.cpp", "ollama"):
+            flags.append("unknown model")
+        slots = spec.n_parallel or (est.n_seq_max if est else None)
+        ctx = (est.n_ctx if est and est.n_ctx else spec.ctx_size or spec.max_model_len)
+        ctx_slots = f"{ctx or '?'}×{slots or '?'}"
+        caches = f"{spec.cache_type_k}/{spec.cache_type_v}"
+        kv = est.total_bytes("kv") + est.total_bytes("kv_swa") if est else None
+        diag = None
+        if est is not None and spec.engine in ("llama.cpp", "ollama"):
+            key = (info.pid, info.start_ticks, measured // (64 * 1024 * 1024))
+            diag = self._diag.get(key)
+            if diag is None:
+                try:
+                    diag = diagnose(info.pid, model, spec, est, measured,
+                                    lambda s: estimate(s, devices, self.read_header),
+                                    None, p99)
+                except Exception:  # a diagnosis is a bonus; never break the frame
+                    diag = None
+                if len(self._diag) > 512:
+                    self._diag.clear()
+                if diag is not None:
+                    self._diag[key] = diag
+        return ModelRow(
+            pid=info.pid, engine=spec.engine, model=model, ctx_slots=ctx_slots,
+            cache_types=caches, measured_bytes=measured,
+            estimate_bytes=est.total_bytes() if est else None, kv_bytes=kv or None,
+            flags=tuple(flags), spec=spec, estimate=est, diagnosis=diag,
+            need_by_device=need_by_device(est, picture) if est else {}, error=error)
+
+
+def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
+    """What one live tick reports: device events and process exits."""
+    out = [EventRow(e.ts_ms, e.kind, e.severity, e.device_id, e.message) for e in snap.events]
+    for x in snap.exited:
+        out.append(EventRow(snap.ts_ms, "exit", "warning" if x.how else "info", f"pid {x.pid}",
+                            f"pid {x.pid} exited" + (f": {x.how}" if x.how else "")))
+    return out
+
+
+def downsample(points: list[tuple[int, int]], buckets: int = 240) -> list[tuple[int, int]]:
+    """At most ``buckets`` points, keeping each bucket's maximum (peaks matter here)."""
+    if len(points) <= buckets:
+        return points
+    t0, t1 = points[0][0], points[-1][0]
+    width = max(1, (t1 - t0) // buckets + 1)
+    out: dict[int, tuple[int, int]] = {}
+    for ts, value in points:
+        b = (ts - t0) // width
+        if b not in out or value > out[b][1]:
+            out[b] = (ts, value)
+    return [out[b] for b in sorted(out)]
+
+
+# --------------------------------------------------------------------------- live
+
+
+class LiveSource:
+    """Samples in-process. ``latest`` is only called from the poll worker thread."""
+
+    live = True
+
+    def __init__(self, roots: Roots | None = None, enabled: Iterable[str] | None = None,
+                 builder: FrameBuilder | None = None, keep: int = 3600) -> None:
+        self.roots = roots or Roots()
+        self.enabled = enabled
+        self.builder = builder or FrameBuilder()
+        self._sampler: Any = None
+        self._lock = threading.Lock()
+        self._frames: deque[Frame] = deque(maxlen=keep)
+        self._events: deque[EventRow] = deque(maxlen=500)
+
+    def latest(self) -> Frame:
+        with self._lock:
+            if self._sampler is None:
+                from monitor.sampler import Sampler
+
+                self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0),
+                                        self.enabled)
+            snap = self._sampler.sample()
+            self._events.extend(events_from_snapshot(snap))
+            frame = self.builder.build(snap, list(self._events)[-100:], live=True)
+            self._frames.append(frame)
+            return frame
+
+    def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
+        with self._lock:
+            frames = [f for f in self._frames if since_ms <= f.ts_ms <= until_ms]
+        out: Series = {}
+        for f in frames:
+            for pic in f.picture.devices.values():
+                if (device_id is None or pic.device_id == device_id) and \
+                        pic.used_bytes is not None:
+                    out.setdefault(f"device:{pic.device_id}", []).append(
+                        (f.ts_ms, pic.used_bytes))
+            for row in f.models:
+                out.setdefault(f"model:{row.model} (pid {row.pid})", []).append(
+                    (f.ts_ms, row.measured_bytes))
+        return out
+
+    def events(self, since_ms: int) -> list[EventRow]:
+        with self._lock:
+            return [e for e in self._events if e.ts_ms >= since_ms]
+
+    def at(self, ts_ms: int) -> Frame:
+        with self._lock:
+            before = [f for f in self._frames if f.ts_ms <= ts_ms]
+            if not before:
+                if not self._frames:
+                    raise SourceError("nothing sampled yet")
+                return self._frames[0]
+            return before[-1]
+
+    def ticks(self, since_ms: int, until_ms: int) -> list[int]:
+        with self._lock:
+            return [f.ts_ms for f in self._frames if since_ms <= f.ts_ms <= until_ms]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sampler is not None:
+                self._sampler.close()
+                self._sampler = None
+
+
+# --------------------------------------------------------------------------- database
+
+
+class StoreSource:
+    """Reads the daemon's database read-only; every call opens nothing new after the
+    first (one read-only connection, used from worker threads under a lock)."""
+
+    live = False
+
+    def __init__(self, db_path: Path, builder: FrameBuilder | None = None) -> None:
+        self.db_path = Path(db_path)
+        self.builder = builder or FrameBuilder()
+        if not self.builder.has_usage:  # p99 tokens in use, from the daemon's /slots polls
+            self.builder.p99_tokens = self._p99
+            self.builder.has_usage = True
+        self._db: Any = None
+        self._lock = threading.RLock()
+        self._p99_cache: dict[str, tuple[float, int | None]] = {}
+
+    def _conn(self) -> Any:
+        if self._db is None:
+            from monitor.store import StoreError, open_readonly
+
+            try:
+                self._db = open_readonly(self.db_path)
+            except StoreError as exc:
+                raise SourceError(str(exc)) from None
+        return self._db
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        import sqlite3
+
+        with self._lock:
+            try:
+                return self._conn().execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise SourceError(f"cannot read {self.db_path}: {exc}") from None
+
+    def _p99(self, model_path: str) -> int | None:
+        now = time.monotonic()
+        cached = self._p99_cache.get(model_path)
+        if cached and now - cached[0] < 60:
+            return cached[1]
+        from types import SimpleNamespace
+
+        from monitor.diagnose_cli import usage_p99
+
+        value = usage_p99(SimpleNamespace(db_path=self.db_path), model_path)  # type: ignore[arg-type]
+        self._p99_cache[model_path] = (now, value)
+        return value
+
+    def latest(self) -> Frame:
+        row = self._query("SELECT max(ts_ms) FROM device_samples")
+        if not row or row[0][0] is None:
+            raise SourceError(f"{self.db_path} holds no samples yet (is the daemon running?)")
+        return self.at(int(row[0][0]))
+
+    def at(self, ts_ms: int) -> Frame:
+        from monitor.history import snapshot_at
+        from monitor.store import StoreError
+
+        try:
+            snap = snapshot_at(self.db_path, ts_ms)
+        except (ValueError, StoreError) as exc:
+            raise SourceError(str(exc)) from None
+        events = self.events(snap.ts_ms - 24 * 3600_000, until_ms=snap.ts_ms)
+        return self.builder.build(snap, events[-100:], live=False)
+
+    def ticks(self, since_ms: int, until_ms: int) -> list[int]:
+        rows = self._query("SELECT DISTINCT ts_ms FROM device_samples WHERE ts_ms BETWEEN ? "
+                           "AND ? ORDER BY ts_ms", (since_ms, until_ms))
+        return [int(r[0]) for r in rows]
+
+    def events(self, since_ms: int, until_ms: int | None = None) -> list[EventRow]:
+        rows = self._query("SELECT ts_ms, kind, severity, subject, message FROM events "
+                           "WHERE ts_ms >= ? AND ts_ms <= ? ORDER BY ts_ms",
+                           (since_ms, until_ms if until_ms is not None else 2**62))
+        return [EventRow(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+
+    def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
+        minutes = until_ms - since_ms > 2 * 3600_000
+        out: Series = {}
+        where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
+        if device_id is not None:
+            where += " AND device_id = ?"
+            args.append(device_id)
+        if minutes:
+            dev_sql = f"SELECT ts_ms, device_id, used_max_bytes FROM device_minutes WHERE {where}"
+        else:
+            dev_sql = f"SELECT ts_ms, device_id, used_bytes FROM device_samples WHERE {where}"
+        for ts, dev, used in self._query(dev_sql + " ORDER BY ts_ms", tuple(args)):
+            if used is not None:
+                out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
+        pwhere = "s.ts_ms BETWEEN ? AND ?" + (" AND s.device_id = ?" if device_id else "")
+        if minutes:
+            psql = ("SELECT s.ts_ms, p.pid, p.argv, p.comm, sum(coalesce(s.vram_max_bytes, 0) + "
+                    "coalesce(s.gtt_max_bytes, 0)) FROM process_minutes s")
+        else:
+            psql = ("SELECT s.ts_ms, p.pid, p.argv, p.comm, sum(coalesce(s.vram_bytes, 0) + "
+                    "coalesce(s.gtt_bytes, 0)) FROM process_samples s")
+        psql += (" JOIN processes p ON p.id = s.process_id WHERE p.engine IS NOT NULL AND "
+                 f"{pwhere} AND s.device_id != 'host' GROUP BY s.ts_ms, s.process_id "
+                 "ORDER BY s.ts_ms")
+        import json
+
+        names: dict[str, str] = {}
+        for ts, pid, argv, comm, used in self._query(psql, tuple(args)):
+            if argv not in names:
+                model = next((a for a in json.loads(argv) if a.endswith(".gguf")), None)
+                names[argv] = Path(model).name if model else comm
+            out.setdefault(f"model:{names[argv]} (pid {pid})", []).append((int(ts), int(used)))
+        return {k: downsample(v) for k, v in out.items()}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+def being_written(db_path: Path, within_s: float = 30.0) -> bool:
+    """Is a daemon writing this database now? (its WAL file changed recently)"""
+    for candidate in (Path(f"{db_path}-wal"), db_path):
+        try:
+            if time.time() - candidate.stat().st_mtime < within_s:
+                return True
+        except OSError:
+            continue
+    return False

@@ -1,0 +1,220 @@
+"""One device: a stacked memory bar with a segment per model (measured), a marker per
+model's estimate, others, reserved, free and the safety margin. Unified pools add a line
+with the VRAM carve-out, GTT and host RAM parts (never summed away)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from textual.content import Content, Span
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from collectors.base import DeviceSample
+from monitor.picture import DevicePicture
+from tui.format import size
+
+PALETTE = ("$primary", "$accent", "$secondary", "$success", "$primary-lighten-2",
+           "$accent-lighten-2", "$secondary-lighten-2", "$success-lighten-2")
+OTHERS, RESERVED, FREE, MARGIN = "$foreground-muted", "$text-disabled", "$success-muted", \
+    "$warning"
+PROJECTED, OVER = "$warning", "$error"
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    label: str
+    bytes: int
+    estimate_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PanelData:
+    picture: DevicePicture
+    sample: DeviceSample | None
+    models: tuple[Segment, ...] = ()
+    host_available_bytes: int | None = None
+    projected_bytes: int | None = None
+    projected_label: str = "projected"
+    verdict: str | None = None
+
+
+def _esc(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+class DevicePanel(Widget):
+    """A device's memory map; redraws when ``data`` changes."""
+
+    DEFAULT_CSS = """
+    DevicePanel {
+        height: auto;
+        padding: 0 1;
+        border-left: tall $primary-muted;
+        margin-bottom: 1;
+    }
+    .-narrow DevicePanel { margin-bottom: 0; }
+    DevicePanel.-oom { border-left: tall $error; }
+    """
+
+    data: reactive[PanelData | None] = reactive(None)
+    """What to draw; None draws nothing (a new height only when the line count changes)."""
+
+    def __init__(self, data: PanelData | None = None, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.set_reactive(DevicePanel.data, data)
+
+    def watch_data(self, old: PanelData | None, data: PanelData | None) -> None:
+        self.set_class(bool(data and data.verdict == "oom"), "-oom")
+        if self._lines_for(old) != self._lines_for(data):
+            self.refresh(layout=True)
+
+    @staticmethod
+    def _lines_for(data: PanelData | None) -> int:
+        if data is None:
+            return 0
+        return 5 if data.picture.memory_kind == "unified" else 4
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+        return self._lines_for(self.data)
+
+    def render(self) -> Content:
+        data = self.data
+        if data is None:
+            return Content("")
+        width = max(10, self.content_region.width or self.size.width or 60)
+        return Content("\n").join(self._lines(data, width))
+
+    # ------------------------------------------------------------------ drawing
+
+    def _lines(self, data: PanelData, width: int) -> list[Content]:
+        pic = data.picture
+        used = pic.used_bytes
+        cap = pic.capacity_bytes or ((used or 0) + (pic.available_bytes or 0)) or 1
+        title = f"{pic.device_id}  {pic.name or ''}".rstrip()
+        kind = pic.memory_kind
+        used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
+        room = pic.headroom_bytes
+        room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
+        head = (Content.styled(title, "bold") + Content(" ") + Content.styled(kind, "$text-muted")
+                + Content(f" {used_text} · "))
+        head += (Content.styled(room_text, "$error") if room is not None and room < 0
+                 else Content(room_text))
+        if data.verdict:
+            style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
+            head += Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
+        if cell_len(head.plain) > width:
+            head = head[: width - 1] + Content("…")
+        # segments: (bytes, style, char)
+        segs: list[tuple[int, str, str]] = []
+        for i, m in enumerate(data.models):
+            segs.append((m.bytes, PALETTE[i % len(PALETTE)], "█"))
+        if pic.others_bytes:
+            segs.append((pic.others_bytes, OTHERS, "▓"))
+        if pic.reserved_bytes:
+            segs.append((pic.reserved_bytes, RESERVED, "▒"))
+        taken = sum(s[0] for s in segs)
+        if data.projected_bytes:
+            segs.append((data.projected_bytes, PROJECTED, "▞"))
+        free = max(0, cap - taken - (data.projected_bytes or 0))
+        margin = min(pic.margin_bytes, free)
+        segs.append((free - margin, FREE, "░"))
+        segs.append((margin, MARGIN, "╳"))
+        text: list[str] = []
+        spans: list[Span] = []
+        cum, col = 0, 0
+        for value, style, char in segs:
+            cum += max(0, value)
+            end = min(width, round(cum / cap * width))
+            if end > col:
+                text.append(char * (end - col))
+                spans.append(Span(col, end, style))
+                col = end
+        if col < width:
+            text.append("░" * (width - col))
+            spans.append(Span(col, width, FREE))
+        over = taken + (data.projected_bytes or 0) - cap
+        bar = Content("".join(text), spans)
+        if over > 0:
+            bar = bar[: width - 1] + Content.styled("!", f"bold {OVER}")
+        # estimate markers, above the bar: where each model's segment would end
+        marks = [" "] * width
+        mark_spans: list[Span] = []
+        start = 0
+        for i, m in enumerate(data.models):
+            if m.estimate_bytes is not None:
+                pos = min(width - 1, max(0, round((start + m.estimate_bytes) / cap * width) - 1))
+                marks[pos] = "▼"
+                mark_spans.append(Span(pos, pos + 1, PALETTE[i % len(PALETTE)]))
+            start += m.bytes
+        marker = Content("".join(marks), mark_spans)
+        legend = self._legend(data, free, margin, width)
+        lines = [head, marker, bar, legend]
+        if pic.memory_kind == "unified":
+            lines.append(self._unified(data))
+        return lines
+
+    def _legend(self, data: PanelData, free: int, margin: int, width: int) -> Content:
+        pic = data.picture
+        parts: list[Content] = []
+        for i, m in enumerate(data.models):
+            est = f" est {size(m.estimate_bytes)}" if m.estimate_bytes is not None else ""
+            parts.append(Content.styled("■ ", PALETTE[i % len(PALETTE)])
+                         + Content(f"{m.label} {size(m.bytes)}{est}"))
+        if pic.others_bytes:
+            parts.append(Content.styled("▓ ", OTHERS) + Content(f"others {size(pic.others_bytes)}"))
+        if pic.reserved_bytes:
+            parts.append(Content.styled("▒ ", RESERVED)
+                         + Content(f"reserved {size(pic.reserved_bytes)}"))
+        if data.projected_bytes:
+            parts.append(Content.styled("▞ ", PROJECTED)
+                         + Content(f"{data.projected_label} {size(data.projected_bytes)}"))
+        parts.append(Content.styled("░ ", FREE) + Content(f"free {size(free - margin)}"))
+        parts.append(Content.styled("╳ ", MARGIN) + Content(f"margin {size(pic.margin_bytes)}"))
+        line = Content("")
+        for part in parts:
+            if line and cell_len(line.plain) + 2 + cell_len(part.plain) > width:
+                line += Content(" …")
+                break
+            line += (Content("  ") if line else Content("")) + part
+        return line
+
+    def _unified(self, data: PanelData) -> Content:
+        s = data.sample
+        bits = []
+        if s is not None and s.vram_total_bytes is not None:
+            bits.append(f"VRAM carve-out {size(s.vram_used_bytes)}/{size(s.vram_total_bytes)}")
+        if s is not None and s.gtt_total_bytes is not None:
+            ceiling = s.gtt_ceiling_bytes or s.gtt_total_bytes
+            bits.append(f"GTT {size(s.gtt_used_bytes)}/{size(ceiling)}")
+        if data.host_available_bytes is not None:
+            bits.append(f"host RAM available {size(data.host_available_bytes)}")
+        if not bits:
+            bits.append("one pool shared with the host (MemAvailable binds)")
+        return Content.styled(" · ".join(bits), "$text-muted")
+
+
+def panels_from_frame(frame, projected: dict[str, int] | None = None,  # noqa: ANN001
+                      verdicts: dict[str, str] | None = None,
+                      projected_label: str = "projected") -> list[PanelData]:
+    """One PanelData per device of a Frame (host RAM last), models labelled by file name."""
+    rows = {r.pid: r for r in frame.models}
+    samples = {d.device_id: d for d in frame.snapshot.devices}
+    host = samples.get("host")
+    out = []
+    pics = sorted(frame.picture.devices.values(), key=lambda p: (p.device_id == "host",
+                                                                 p.device_id))
+    for pic in pics:
+        segs = []
+        for use in pic.processes:
+            row = rows.get(use.pid)
+            label = row.model if row is not None else use.name
+            est = row.need_by_device.get(pic.device_id) if row is not None else None
+            segs.append(Segment(label, use.bytes, est))
+        out.append(PanelData(
+            pic, samples.get(pic.device_id), tuple(segs),
+            host.available_bytes if host is not None and pic.device_id != "host" else None,
+            (projected or {}).get(pic.device_id), projected_label,
+            (verdicts or {}).get(pic.device_id)))
+    return out
