@@ -70,10 +70,13 @@ def cli(ctx: click.Context) -> None:
       vramscope daemon        sample every second into SQLite (Ctrl-C to stop)
       vramscope doctor        what can and cannot be seen here, and how to fix it
 
-    With no command, vramscope prints `status`.
+    With no command, vramscope opens the TUI in a terminal (`vramscope tui`), else prints
+    `status`.
     """
     if ctx.invoked_subcommand is None:
-        ctx.invoke(status)
+        interactive = sys.stdout.isatty() and sys.stdin.isatty()
+        ctx.invoke(cli.commands.get("tui") if interactive and "tui" in cli.commands
+                   else status)
 
 
 @cli.command()

@@ -1,0 +1,47 @@
+"""The ``vramscope`` console script: the daemon-side CLI plus the ``tui`` command.
+
+The arrows of DESIGN.md point one way (tui -> monitor), so the command that opens the TUI
+is added here, to monitor's click group, rather than in monitor/cli.py; textual is
+imported only when the TUI really opens. ``python -m monitor`` is the same CLI without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from monitor.cli import UserError, cli, common_options, load_config
+from monitor.cli import main as cli_main
+
+
+@cli.command()
+@common_options
+@click.option("--at", metavar="TIME",
+              help="Replay the database at this moment ('YYYY-MM-DD HH:MM', local time).")
+@click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="llama-swap config.yaml: its models are offered in the what-if dialog.")
+@click.option("--refresh", type=float, default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+def tui(at: str | None, swap_config: Path | None, refresh: float, **kwargs: Any) -> None:
+    """Open the terminal UI: live, or the daemon's database while it is being written.
+
+    \b
+    Keys are listed in the footer: r refresh, h history, w what-if, [ ] step in replay.
+    Example: vramscope tui --at "2026-01-01 14:05" --db /var/lib/vramscope/vramscope.db
+    """
+    db_given = kwargs.get("db") is not None
+    cfg = load_config(**kwargs)
+    try:
+        from tui.app import main as tui_main
+    except ImportError as exc:
+        raise UserError(f"the TUI needs textual: {exc}") from None
+    sys.exit(tui_main(cfg.db_path if db_given else None, at, swap_config, refresh,
+                      default_db=cfg.db_path, roots=cfg.roots, enabled=cfg.collectors,
+                      overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024))
+
+
+def main() -> None:
+    cli_main()
