@@ -98,7 +98,7 @@ class DevicePanel(Widget):
         room = pic.headroom_bytes
         room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
         head = (Content.styled(title, "bold") + Content(" ") + Content.styled(kind, "$text-muted")
-                + Content(f" {used_text} · "))
+                + Content(" ") + Content(f"{used_text} · "))
         head += (Content.styled(room_text, "$error") if room is not None and room < 0
                  else Content(room_text))
         if data.verdict:
