@@ -103,13 +103,25 @@ def open_source(db: Path | None, at: str | None, *, default_db: Path | None = No
 def main(db: Path | None = None, at: str | None = None, swap_config: Path | None = None,
          refresh_s: float = 1.0, *, default_db: Path | None = None,
          roots: Roots | None = None, enabled: Iterable[str] | None = None,
-         margin_bytes: int | None = None, overhead_bytes: int | None = None) -> int:
+         margin_bytes: int | None = None, overhead_bytes: int | None = None,
+         remote: str | None = None, token: str | None = None) -> int:
     """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
     kwargs = {}
     if margin_bytes is not None:
         kwargs["margin_bytes"] = margin_bytes
     if overhead_bytes is not None:
         kwargs["overhead_bytes"] = overhead_bytes
+    if remote is not None:
+        from tui.source import RemoteSource
+
+        source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
+        try:
+            source.latest()  # fail fast with a message, not a blank screen
+        except SourceError as exc:
+            print(f"vramscope: error: {exc}", file=sys.stderr)
+            return 2
+        VramscopeApp(source, refresh_s, swap_config=swap_config).run()
+        return 0
     try:
         source, at_ms = open_source(db, at, default_db=default_db, roots=roots,
                                     enabled=enabled, builder=FrameBuilder(**kwargs) if kwargs

@@ -25,7 +25,12 @@ from monitor.cli import main as cli_main
               help="llama-swap config.yaml: its models are offered in the what-if dialog.")
 @click.option("--refresh", type=float, default=1.0, show_default=True,
               help="Seconds between refreshes.")
-def tui(at: str | None, swap_config: Path | None, refresh: float, **kwargs: Any) -> None:
+@click.option("--remote", metavar="URL",
+              help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).")
+@click.option("--token", envvar="VRAMSCOPE_TOKEN",
+              help="The daemon's [http] token (or $VRAMSCOPE_TOKEN).")
+def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | None,
+        token: str | None, **kwargs: Any) -> None:
     """Open the terminal UI: live, or the daemon's database while it is being written.
 
     \b
@@ -40,7 +45,8 @@ def tui(at: str | None, swap_config: Path | None, refresh: float, **kwargs: Any)
         raise UserError(f"the TUI needs textual: {exc}") from None
     sys.exit(tui_main(cfg.db_path if db_given else None, at, swap_config, refresh,
                       default_db=cfg.db_path, roots=cfg.roots, enabled=cfg.collectors,
-                      overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024))
+                      overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
+                      remote=remote, token=token))
 
 
 def main() -> None:

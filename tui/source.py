@@ -473,3 +473,51 @@ def being_written(db_path: Path, within_s: float = 30.0) -> bool:
         except OSError:
             continue
     return False
+
+
+class RemoteSource(LiveSource):
+    """A daemon's HTTP API (``--remote http://box:9835``): its latest tick and events;
+    history and replay cover what this TUI has seen since it started. No proxies are used;
+    a token (``--token`` or ``$VRAMSCOPE_TOKEN``) is sent as a bearer token."""
+
+    def __init__(self, url: str, token: str | None = None,
+                 builder: FrameBuilder | None = None, timeout_s: float = 5.0) -> None:
+        super().__init__(builder=builder)
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self._since_ms = 0
+
+    def _get(self, path: str) -> Any:
+        import json
+        import urllib.error
+        import urllib.request
+
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(urllib.request.Request(self.url + path, headers=headers),
+                             timeout=self.timeout_s) as response:
+                return json.loads(response.read(32 << 20))
+        except urllib.error.HTTPError as exc:
+            hint = " (give --token)" if exc.code == 401 else ""
+            raise SourceError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"cannot reach the vramscope daemon at {self.url}: {exc}"
+                              ) from None
+
+    def latest(self) -> Frame:
+        from monitor.picture import snapshot_from_status_json
+
+        snap = snapshot_from_status_json(self._get("/api/v1/snapshot"))
+        found = self._get(f"/api/v1/events?since_ms={self._since_ms}").get("events", [])
+        with self._lock:
+            for e in found:
+                self._events.append(EventRow(e["ts_ms"], e["kind"], e["severity"],
+                                             e.get("subject"), e["message"]))
+                self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
+            frame = self.builder.build(snap, list(self._events)[-100:], live=True)
+            self._frames.append(frame)
+            return frame
