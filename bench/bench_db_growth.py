@@ -38,7 +38,7 @@ DAY_S = 86_400
 GPU = "drm:0000:c5:00.0"
 
 
-def make_snapshot(ts_ms: int, procs: int, rng: random.Random) -> Snapshot:
+def make_snapshot(ts_ms: int, procs: int, rng: random.Random, gpus: int = 1) -> Snapshot:
     jitter = rng.randrange(1 << 20)
     infos = tuple(
         ProcessInfo(1000 + i, 5000 + i, None, 1, 1000, f"proc{i}",
@@ -55,7 +55,12 @@ def make_snapshot(ts_ms: int, procs: int, rng: random.Random) -> Snapshot:
         if i < 5:
             memory.append(ProcessMemory(pid, GPU, vram_bytes=jitter, gtt_bytes=10 * GIB + jitter,
                                         cpu_bytes=0))
-    devices = (
+    extra = tuple(
+        DeviceSample(f"nvml:GPU-bench-{g}", "nvml", "nvidia", "H100", "dedicated", 80 * GIB,
+                     40 * GIB + jitter, free_bytes=40 * GIB - jitter, reserved_bytes=GIB // 2,
+                     util_pct=rng.random() * 100, temp_c=60.0, power_w=300.0)
+        for g in range(gpus - 1))
+    devices = extra + (
         DeviceSample(GPU, "drm", "amd", "Strix Halo", "unified", 96 * GIB, 50 * GIB + jitter,
                      free_bytes=46 * GIB - jitter, vram_total_bytes=GIB // 2,
                      vram_used_bytes=jitter, gtt_total_bytes=96 * GIB,
@@ -76,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--procs", type=int, default=20)
+    parser.add_argument("--gpus", type=int, default=1, help="GPU devices (plus the host)")
     args = parser.parse_args()
     rng = random.Random(42)
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,7 +93,7 @@ def main() -> None:
         wall0 = time.monotonic()
         for second in range(args.days * DAY_S):
             ts = t0 + second * 1000
-            snap = make_snapshot(ts, args.procs, rng)
+            snap = make_snapshot(ts, args.procs, rng, args.gpus)
             cpu0 = time.thread_time()
             store.write(snap)
             if second % 97 == 0:
@@ -104,7 +110,8 @@ def main() -> None:
                             "process_minutes", "collector_runs")}
         store.close()
     growth = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
-    print(f"\n{args.procs} processes, 1 GPU + host, 1 s interval, default retention")
+    print(f"\n{args.procs} processes, {args.gpus} GPU(s) + host, 1 s interval, "
+          "default retention")
     print(f"size at end of each day (MiB): {[round(s / 2**20, 1) for s in sizes]}")
     print(f"growth per day after day 1 (MiB): {[round(g / 2**20, 2) for g in growth]}")
     print(f"rows at the end: {counts}")
