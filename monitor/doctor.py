@@ -111,6 +111,18 @@ def hidepid_check(roots: Roots) -> list[Check]:
     return []
 
 
+def kernel_log_check(path: Path = Path("/dev/kmsg")) -> list[Check]:
+    """OOM kills are read from the kernel log (monitor/kmsg.py)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.close(fd)
+    except OSError as exc:
+        return [Check("kernel log", "warn",
+                      f"cannot read {path} ({exc.strerror}): OOM kills will not be recorded",
+                      "run the daemon as root or with CAP_SYSLOG (the systemd unit grants it)")]
+    return [Check("kernel log", "ok", f"{path} is readable: OOM kills are recorded")]
+
+
 def collector_checks(snap: Snapshot) -> list[Check]:
     checks = []
     for run in snap.runs:
@@ -157,6 +169,7 @@ def run_checks(config: Config) -> list[Check]:
         *kernel_checks(os.uname().release),
         *privilege_checks(config.roots),
         *hidepid_check(config.roots),
+        *kernel_log_check(),
         *collector_checks(snap),
         *database_checks(config),
     ]
