@@ -7,13 +7,19 @@ to warm the header cache, then ``--runs`` times, for a load that fits (no fixes 
 and one that does not (every fix priced, which re-runs the estimator ~20 times), and with
 ``--fit-ctx`` (a bisection over -c). Median and max wall time.
 
+Then the whole command as a user types it: ``vramscope predict -- llama-server -m <header>
+-c 8192`` as a fresh process, ``--cli-runs`` times (Python start-up, imports, an uncached
+header parse in each new process, one live sample, the verdict), median and max wall time.
+
 Run: .venv/bin/python bench/bench_predict.py [--runs 15]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +37,7 @@ from monitor.predict_cli import PredictRequest, run_predict  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--cli-runs", type=int, default=9)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         md, tensors = g.qwen3_8b()
@@ -53,6 +60,16 @@ def main() -> None:
                 run_predict(cfg, req)
                 times.append((time.perf_counter() - t0) * 1000)
             print(f"| {label} | {statistics.median(times):.1f} | {max(times):.1f} |")
+        exe = Path(sys.executable).with_name("vramscope")
+        argv = [str(exe), "predict", "--", "llama-server", "-m", model, "-c", "8192"]
+        times = []
+        for _ in range(args.cli_runs):
+            t0 = time.perf_counter()
+            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "XDG_STATE_HOME": tmp})
+            times.append((time.perf_counter() - t0) * 1000)
+        print(f"| whole command, fresh process, header not cached | "
+              f"{statistics.median(times):.0f} | {max(times):.0f} |")
 
 
 if __name__ == "__main__":

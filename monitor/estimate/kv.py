@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import gguf
-
 from monitor.estimate.shape import ModelShape
+from monitor.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 PAD = 256  # GGML_PAD(n_ctx, 256): PR #17046
 DEFAULT_SLOTS = 4  # -np auto -> 4 slots, unified KV (PR #16736)
@@ -28,12 +27,12 @@ def pad(n: int, to: int = PAD) -> int:
 def row_bytes(cache_type: str, n: int) -> int:
     """``ggml_row_size``: n elements of a type, from gguf's GGML_QUANT_SIZES table."""
     try:
-        qtype = gguf.GGMLQuantizationType[cache_type.upper()]
+        qtype = GGMLQuantizationType[cache_type.upper()]
     except KeyError:
         raise EstimateError(
             f"unknown KV cache type {cache_type!r} (one of {', '.join(CACHE_TYPES)})"
         ) from None
-    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    block, size = GGML_QUANT_SIZES[qtype]
     return n // block * size
 
 
