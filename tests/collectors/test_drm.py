@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from unprivileged import DROP_DAC_CAPS, NOBODY, reachable_by_nobody
 
 from collectors import drm
 from collectors.base import CollectorOptions, NoData, Reading, Roots, Tick
@@ -34,9 +34,6 @@ from collectors.drm import (
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drm"
 NOW_MS = 1_750_000_000_000
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
-NOBODY = 65534
-
-
 def as_json(reading: Reading) -> dict[str, object]:
     return json.loads(json.dumps(dataclasses.asdict(reading)))
 
@@ -120,24 +117,6 @@ def test_old_fdinfo_meaning() -> None:
 # Permission denied: a real EACCES on a copy of the tree
 
 
-_DROP_DAC_CAPS = """
-import ctypes, sys
-libc = ctypes.CDLL(None, use_errno=True)
-class Header(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-class Data(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3
-if libc.capget(ctypes.byref(header), data) != 0:
-    sys.exit("capget failed")
-mask = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-data[0].effective &= mask
-data[0].permitted &= mask
-if libc.capset(ctypes.byref(header), data) != 0:
-    sys.exit("capset failed")
-"""
-
 _CHILD = """
 import dataclasses, json, os, sys
 from pathlib import Path
@@ -184,14 +163,6 @@ def denied_tree() -> Iterator[Path]:
         shutil.rmtree(top)
 
 
-def _readable_by_nobody(path: Path) -> bool:
-    for part in [path, *path.parents]:
-        mode = part.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            return False
-    return True
-
-
 def _run_child(tree: Path, prelude: str, **kwargs: object) -> dict[str, object] | str:
     """Run the collector in a child process; its parsed output, or why it did not run."""
     proc = subprocess.run(
@@ -220,13 +191,13 @@ def test_permission_denied(denied_tree: Path, update_golden: bool) -> None:
         out: dict[str, object] | str = "not tried"
         checkout = Path(drm.__file__).resolve().parents[1]
         python = Path(sys.executable).resolve()
-        if _readable_by_nobody(checkout) and _readable_by_nobody(python.parent):
+        if reachable_by_nobody(checkout) and reachable_by_nobody(python.parent):
             out = _run_child(denied_tree, "", user=NOBODY, group=NOBODY, extra_groups=[])
         else:
             reasons.append(f"uid {NOBODY} cannot reach {python}")
         if isinstance(out, str):
             reasons.append(out)
-            out = _run_child(denied_tree, _DROP_DAC_CAPS)
+            out = _run_child(denied_tree, DROP_DAC_CAPS)
         if isinstance(out, str):
             pytest.skip("no way to produce a real EACCES here: " + "; ".join([*reasons, out]))
         got = json.loads(json.dumps(out["reading"]))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -14,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from unprivileged import DROP_DAC_CAPS, NOBODY, reachable_by_nobody
 
 import collectors
 
-NOBODY = 65534
 PIDS = (201, 202, 203, 204, 205)
 
 
@@ -92,29 +91,6 @@ print(json.dumps({"effective": effective,
                      (("first", first), ("second", second), ("third", third))}}))
 """
 
-DROP_DAC_CAPS = """
-import ctypes, sys
-libc = ctypes.CDLL(None, use_errno=True)
-class Header(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-class Data(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-header, data = Header(0x20080522, 0), (Data * 2)()
-if libc.capget(ctypes.byref(header), data) != 0:
-    sys.exit("capget failed")
-mask = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-data[0].effective &= mask
-data[0].permitted &= mask
-if libc.capset(ctypes.byref(header), data) != 0:
-    sys.exit("capset failed")
-"""
-
-
-def _reachable_by_nobody(path: Path) -> bool:
-    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
-
-
 def _run(tree: Path, prelude: str, **kwargs: object) -> dict | str:
     checkout = Path(collectors.__file__).resolve().parents[1]
     done = subprocess.run(
@@ -134,7 +110,7 @@ def test_exit_and_unreadable_entries_between_listing_and_reading(tree: Path) -> 
         out: dict | str = "not tried"
         python = Path(sys.executable).resolve()
         checkout = Path(collectors.__file__).resolve().parents[1]
-        if _reachable_by_nobody(checkout) and _reachable_by_nobody(python.parent):
+        if reachable_by_nobody(checkout) and reachable_by_nobody(python.parent):
             out = _run(tree, "", user=NOBODY, group=NOBODY, extra_groups=[])
         if isinstance(out, str):
             for dirpath, _dirs, files in os.walk(tree):  # back to root: the caps way
