@@ -235,7 +235,7 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
             raw = ctx.kmsg.read() if ctx.kmsg is not None else []
             for tail in ctx.tails:
                 raw += tail.read()
-            found = to_device_events(raw, snap.ts_ms)
+            found = to_device_events(raw, snap.ts_ms, snap.devices)
         except Exception as exc:  # the logs must never cost a sample
             log.error("kernel or engine log: %r", exc)
     for ev in found:

@@ -15,10 +15,11 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.base import DeviceEvent
+from collectors.base import DeviceEvent, DeviceSample
 from monitor.kernlog import KernelEvent, KernelLogParser, parse_kmsg_record
 
 log = logging.getLogger(__name__)
@@ -83,9 +84,32 @@ class KmsgFollower:
         return events
 
 
-def to_device_events(events: list[KernelEvent], now_ms: int) -> list[DeviceEvent]:
-    """Kernel events as stored events; kernel timestamps become epoch ms."""
+def device_for_pci(pci: str, devices: Iterable[DeviceSample]) -> str | None:
+    """The sampled device at a kernel message's PCI address, by its normalised bus id.
+
+    NVRM's Xid lines give ``domain:bus:device`` without the function (``PCI:0000:01:00``,
+    ``nv_report_error``); amdgpu's give ``domain:bus:device.function``. Collectors store
+    ``0000:01:00.0`` (lower case, 4-digit domain: nvml.py, drm.py).
+    """
+    want = pci.strip().lower()
+    if want.count(":") == 1:
+        want = "0000:" + want  # an address printed without its domain
+    for dev in devices:
+        bus = (dev.pci_bus_id or "").lower()
+        if bus and (bus == want or ("." not in want and bus.rsplit(".", 1)[0] == want)):
+            return dev.device_id
+    return None
+
+
+def to_device_events(events: list[KernelEvent], now_ms: int,
+                     devices: Iterable[DeviceSample] = ()) -> list[DeviceEvent]:
+    """Kernel events as stored events; kernel timestamps become epoch ms. A GPU driver's
+    event is filed under the device id its collector uses (``nvml:GPU-…``, ``drm:…``) when
+    that device is sampled, else under its PCI address. amdgpu messages that name no
+    address (``[drm:amdgpu_job_timedout] ring ... timeout``) go to the only AMD GPU when
+    there is one, else to ``host``."""
     offset = boot_offset_ms()
+    devices = tuple(devices)
     out = []
     for e in events:
         ts = now_ms
@@ -96,7 +120,13 @@ def to_device_events(events: list[KernelEvent], now_ms: int) -> list[DeviceEvent
         data = {k: v for k, v in e.data.items() if isinstance(v, int | str | float) or v is None}
         data["pid"] = e.pid
         data["comm"] = e.comm
-        device = str(e.data.get("device") or e.data.get("pci") or "host")
+        pci = e.data.get("pci")
+        device = str(e.data.get("device") or pci or "host")
+        if isinstance(pci, str) and not e.data.get("device"):
+            device = device_for_pci(pci, devices) or device
+        elif e.kind == "amdgpu_error" and device == "host":
+            amd = [d.device_id for d in devices if d.vendor == "amd" and d.pci_bus_id]
+            device = amd[0] if len(amd) == 1 else device
         out.append(DeviceEvent(ts, device, e.kind, SEVERITY.get(e.kind, "warning"), e.message,
                                data))  # type: ignore[arg-type]
     return out

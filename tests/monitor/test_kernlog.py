@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collectors.base import DeviceSample
 from monitor.kernlog import (
     PENDING_RECORDS,
     KernelEvent,
@@ -19,6 +20,7 @@ from monitor.kernlog import (
     parse_kmsg_record,
     parse_lines,
 )
+from monitor.kmsg import device_for_pci, to_device_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernlog"
 
@@ -287,3 +289,39 @@ def test_state_is_bounded() -> None:
                     f"task_memcg=/,task=t,pid={pid},uid=0")
     assert len(parser._summaries) <= 8
     assert len(parser.flush()) <= 8
+
+
+# --- filing GPU driver events under the sampled device ----------------------------------
+
+
+def _gpu(device_id: str, bus: str | None, vendor: str = "nvidia") -> DeviceSample:
+    return DeviceSample(device_id, "test", vendor, None, "dedicated", None, None,
+                        pci_bus_id=bus)
+
+
+def test_driver_events_are_filed_under_the_sampled_device() -> None:
+    events = parse_lines(fixture_lines("xid.txt")) + parse_lines(fixture_lines("amdgpu.txt"))
+    devices = [_gpu("nvml:GPU-ca", "0000:CA:00.0"), _gpu("nvml:GPU-08", "0000:08:00.0"),
+               _gpu("nvml:GPU-01", "0000:01:00.0"),
+               _gpu("drm:0000:03:00.0", "0000:03:00.0", "amd"), _gpu("host", None, "host")]
+    stored = to_device_events(events, 0, devices)
+    assert [(e.kind, e.device_id) for e in stored] == [
+        ("xid", "nvml:GPU-08"), ("xid", "nvml:GPU-ca"),
+        ("xid", "0000:10:1c"),  # not sampled here: its PCI address stays the subject
+        ("xid", "nvml:GPU-01"),
+    ] + [("amdgpu_error", "drm:0000:03:00.0")] * 6
+    assert [e.data["pci"] for e in stored[:2]] == ["0000:08:00", "0000:ca:00"]  # kept
+    # With two AMD GPUs, a message naming none cannot be placed: it stays with the host.
+    two = [*devices, _gpu("drm:0000:04:00.0", "0000:04:00.0", "amd")]
+    subjects = [e.device_id for e in to_device_events(events, 0, two)][4:]
+    assert subjects.count("host") == 2 and subjects.count("drm:0000:03:00.0") == 4
+
+
+def test_device_for_pci_forms() -> None:
+    devices = [_gpu("nvml:a", "0000:01:00.0"), _gpu("drm:b", "0000:c5:00.0"),
+               _gpu("host", None)]
+    assert device_for_pci("0000:01:00", devices) == "nvml:a"  # NVRM: no function
+    assert device_for_pci("01:00", devices) == "nvml:a"  # no domain either
+    assert device_for_pci("0000:C5:00.0", devices) == "drm:b"  # amdgpu: full address
+    assert device_for_pci("0000:c5:00.1", devices) is None  # another function
+    assert device_for_pci("0000:02:00", devices) is None
