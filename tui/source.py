@@ -260,7 +260,11 @@ def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
     return out
 
 
-def downsample(points: list[tuple[int, int]], buckets: int = 240) -> list[tuple[int, int]]:
+HISTORY_POINTS = 240  # a sparkline's worth: wider than any terminal
+
+
+def downsample(points: list[tuple[int, int]], buckets: int = HISTORY_POINTS,
+               ) -> list[tuple[int, int]]:
     """At most ``buckets`` points, keeping each bucket's maximum (peaks matter here)."""
     if len(points) <= buckets:
         return points
@@ -318,7 +322,7 @@ class LiveSource:
             for row in f.models:
                 out.setdefault(f"model:{row.model} (pid {row.pid})", []).append(
                     (f.ts_ms, row.measured_bytes))
-        return out
+        return {k: downsample(v) for k, v in out.items()}
 
     def events(self, since_ms: int) -> list[EventRow]:
         with self._lock:
@@ -424,38 +428,45 @@ class StoreSource:
         return [EventRow(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
+        """Used memory per device and per model (its GPU memory), at most ``HISTORY_POINTS``
+        points each: the window is cut into that many buckets and each keeps its peak, in
+        SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
+        rule), so 30 days of rollups never reach Python row by row. Raw samples up to 2 h,
+        per-minute rollups beyond."""
+        import json
+
         minutes = until_ms - since_ms > 2 * 3600_000
-        out: Series = {}
+        width = max(1, (until_ms - since_ms) // HISTORY_POINTS + 1)
         where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
         if device_id is not None:
             where += " AND device_id = ?"
             args.append(device_id)
-        if minutes:
-            dev_sql = f"SELECT ts_ms, device_id, used_max_bytes FROM device_minutes WHERE {where}"
-        else:
-            dev_sql = f"SELECT ts_ms, device_id, used_bytes FROM device_samples WHERE {where}"
-        for ts, dev, used in self._query(dev_sql + " ORDER BY ts_ms", tuple(args)):
-            if used is not None:
-                out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
-        pwhere = "s.ts_ms BETWEEN ? AND ?" + (" AND s.device_id = ?" if device_id else "")
-        if minutes:
-            psql = ("SELECT s.ts_ms, p.pid, p.argv, p.comm, sum(coalesce(s.vram_max_bytes, 0) + "
-                    "coalesce(s.gtt_max_bytes, 0)) FROM process_minutes s")
-        else:
-            psql = ("SELECT s.ts_ms, p.pid, p.argv, p.comm, sum(coalesce(s.vram_bytes, 0) + "
-                    "coalesce(s.gtt_bytes, 0)) FROM process_samples s")
-        psql += (" JOIN processes p ON p.id = s.process_id WHERE p.engine IS NOT NULL AND "
-                 f"{pwhere} AND s.device_id != 'host' GROUP BY s.ts_ms, s.process_id "
-                 "ORDER BY s.ts_ms")
-        import json
-
+        table, col = (("device_minutes", "used_max_bytes") if minutes
+                      else ("device_samples", "used_bytes"))
+        out: Series = {}
+        for dev, used, ts in self._query(
+                f"SELECT device_id, max({col}), ts_ms FROM {table} WHERE {where} AND {col} IS "
+                "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
+                (*args, since_ms, width)):
+            out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
+        vram, gtt = ("vram_max_bytes", "gtt_max_bytes") if minutes else ("vram_bytes", "gtt_bytes")
+        table = "process_minutes" if minutes else "process_samples"
+        rows = self._query(
+            "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
+            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0))"
+            f" AS used FROM {table}"
+            f" WHERE {where} AND device_id != 'host'"
+            "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
+            " GROUP BY ts_ms, process_id"
+            ") t JOIN processes p ON p.id = t.process_id"
+            " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts", (*args, since_ms, width))
         names: dict[str, str] = {}
-        for ts, pid, argv, comm, used in self._query(psql, tuple(args)):
+        for peak, ts, pid, argv, comm in rows:
             if argv not in names:
                 model = next((a for a in json.loads(argv) if a.endswith(".gguf")), None)
                 names[argv] = Path(model).name if model else comm
-            out.setdefault(f"model:{names[argv]} (pid {pid})", []).append((int(ts), int(used)))
-        return {k: downsample(v) for k, v in out.items()}
+            out.setdefault(f"model:{names[argv]} (pid {pid})", []).append((int(ts), int(peak)))
+        return out
 
     def close(self) -> None:
         with self._lock:
