@@ -108,3 +108,37 @@ def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) 
     rows = {r.pid: r for r in StoreSource(path).latest().models}
     assert any(f.startswith("KV ") and "× the p99 context in use" in f
                for f in rows[4101].flags), rows[4101].flags
+
+
+def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> None:
+    """3 h of raw samples and 3 days of rollups with one spike each: the spike survives the
+    bucketing, no series exceeds HISTORY_POINTS, and points stay in time order."""
+    import sqlite3
+
+    from tui.source import HISTORY_POINTS
+
+    path = tmp_path / "v.db"
+    Store.open(path).close()
+    gib = 2**30
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("INSERT INTO devices (id, collector, vendor, name, memory_kind, "
+                    "first_seen_ms, last_seen_ms) VALUES ('gpu', 't', 'amd', 'g', 'dedicated',"
+                    " 0, 0)")
+        raw = [(T0 + i * 1000, "gpu", 7 * gib if i == 4321 else gib) for i in range(3 * 3600)]
+        con.executemany("INSERT INTO device_samples (ts_ms, device_id, used_bytes) "
+                        "VALUES (?,?,?)", raw)
+        mins = [(T0 + i * 60_000, "gpu", 60, 9 * gib if i == 2000 else 2 * gib)
+                for i in range(3 * 1440)]
+        con.executemany("INSERT INTO device_minutes (ts_ms, device_id, samples, "
+                        "used_max_bytes) VALUES (?,?,?,?)", mins)
+    con.close()
+    source = StoreSource(path)
+    short = source.history(None, T0 + 3600_000, T0 + 7200_000)["device:gpu"]  # raw, 1 h
+    long = source.history(None, T0, T0 + 3 * 86400_000)["device:gpu"]  # rollups, 3 days
+    source.close()
+    for series, spike in ((short, (T0 + 4321_000, 7 * gib)), (long, (T0 + 2000 * 60_000,
+                                                                      9 * gib))):
+        assert 200 <= len(series) <= HISTORY_POINTS
+        assert spike in series
+        assert [t for t, _ in series] == sorted(t for t, _ in series)
