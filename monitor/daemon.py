@@ -362,7 +362,7 @@ def run(config: Config) -> int:
         ctx.kmsg = None
     from monitor.logtail import open_tails
 
-    ctx.tails = open_tails(list(config.log_files), list(config.journal_units))
+    ctx.tails = open_tails(list(config.log_files), list(config.journal_units), config.swap_url)
     ctx.watch = LoadWatch(config.roots.proc,
                           gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
                           swap_url=config.swap_url, swap_config=config.swap_config)

@@ -1,7 +1,9 @@
 """Engine logs the daemon can reach: files it tails and journald units it follows.
 
 Configured in ``[logs]``: ``files`` (a llama-server ``--log-file``, llama-swap's log) and
-``journal_units`` (``llama-server@x.service``, ``ollama.service``, ``systemd-oomd.service``).
+``journal_units`` (``llama-server@x.service``, ``ollama.service``, ``systemd-oomd.service``);
+and, when ``[llama_swap] url`` is set, llama-swap's upstream log stream (the output of every
+model it runs, which goes nowhere else by default: :class:`SwapLogTail`).
 Each tick drains what arrived, without blocking: lines go through the kernel-log parser,
 which recognises engine out-of-memory lines (``cudaMalloc failed: out of memory``,
 ``failed to allocate ... buffer``, PyTorch's ``CUDA out of memory. Tried to allocate``) and
@@ -10,9 +12,14 @@ systemd-oomd kills. A rotated or truncated file is reopened from its start.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import logging
 import os
+import socket
 import subprocess
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,12 +125,122 @@ class JournalTail:
             self._proc = None
 
 
-def open_tails(files: list[str], units: list[str]) -> list[FileTail | JournalTail]:
-    tails: list[FileTail | JournalTail] = [FileTail(Path(f)) for f in files]
+class SwapLogTail:
+    """llama-swap's upstream log stream, ``GET {url}/logs/stream/upstream?no-history``.
+
+    llama-swap keeps its models' stdout/stderr in its upstream ``LogMonitor`` and discards it
+    by default (``logToStdout: proxy``), so this stream is often the only place a model's
+    ``cudaMalloc failed: out of memory`` can be read (``proxy/proxymanager_loghandlers.go``:
+    chunked ``text/plain``, ``no-history`` skips what was logged before we connected).
+    A thread holds the connection (loopback only, no proxy, via ``http.client``) and queues
+    complete lines, at most ``max_lines`` (the oldest are dropped and counted); ``read()``
+    drains them through the parser without blocking. A refused or closed connection is
+    retried every ``retry_s``: llama-swap restarts; a model's lines logged meanwhile are
+    not seen.
+    """
+
+    def __init__(self, base_url: str, *, retry_s: float = 10.0, max_lines: int = 10_000,
+                 connect_timeout_s: float = 2.0) -> None:
+        from monitor.llamaswap import _check_loopback
+
+        parts = _check_loopback(base_url)  # ValueError for anything but loopback
+        self.base_url = base_url
+        self._host, self._port = parts.hostname or "localhost", parts.port
+        self._https = parts.scheme == "https"
+        self._path = parts.path.rstrip("/") + "/logs/stream/upstream?no-history"
+        self.retry_s, self.connect_timeout_s = retry_s, connect_timeout_s
+        self.parser = KernelLogParser()
+        self.error: str | None = None
+        self.connected = False
+        self.dropped = 0
+        self._lines: deque[str] = deque(maxlen=max_lines)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._conn: http.client.HTTPConnection | None = None
+        self._thread = threading.Thread(target=self._run, name="llama-swap-logs", daemon=True)
+
+    def start(self) -> bool:
+        self._thread.start()
+        return True
+
+    def _connect(self) -> http.client.HTTPResponse:
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=self.connect_timeout_s)
+        self._conn = conn
+        conn.request("GET", self._path, headers={"Accept": "text/plain"})
+        response = conn.getresponse()
+        if response.status != 200:
+            raise OSError(f"HTTP {response.status} {response.reason} from {self._path}")
+        assert conn.sock is not None
+        conn.sock.settimeout(None)  # a quiet stream is normal; close() unblocks the read
+        return response
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                response = self._connect()
+                if self.error is not None:
+                    log.info("llama-swap log stream followed again (%s)", self.base_url)
+                self.connected, self.error = True, None
+                pending = b""
+                while not self._stop.is_set():
+                    chunk = response.read1(65536)
+                    if not chunk:
+                        break  # llama-swap closed the stream (shutdown, restart)
+                    lines = (pending + chunk).split(b"\n")
+                    pending = lines.pop()[-65536:]
+                    with self._lock:
+                        room = self._lines.maxlen - len(self._lines)  # type: ignore[operator]
+                        self.dropped += max(0, len(lines) - room)
+                        self._lines.extend(x.decode("utf-8", "replace") for x in lines)
+                self.error = "the stream ended"
+            except (OSError, http.client.HTTPException) as exc:
+                if not self._stop.is_set():
+                    message = f"{self.base_url}: {exc}"
+                    if message != self.error:  # once per change, not every retry
+                        log.warning("llama-swap log stream: %s (retrying every %g s)",
+                                    message, self.retry_s)
+                    self.error = message
+            finally:
+                self.connected = False
+                if self._conn is not None:
+                    self._conn.close()
+            self._stop.wait(self.retry_s)
+
+    def read(self) -> list[KernelEvent]:
+        with self._lock:
+            lines = list(self._lines)
+            self._lines.clear()
+        events: list[KernelEvent] = []
+        for line in lines:
+            events += self.parser.feed(line)
+        return events
+
+    def close(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
+def open_tails(files: list[str], units: list[str], swap_url: str | None = None,
+               ) -> list[FileTail | JournalTail | SwapLogTail]:
+    tails: list[FileTail | JournalTail | SwapLogTail] = [FileTail(Path(f)) for f in files]
     for unit in units:
         tail = JournalTail(unit)
         if tail.start():
             tails.append(tail)
         else:
             log.warning("journal unit %s not followed: %s", unit, tail.error)
+    if swap_url:
+        try:
+            swap = SwapLogTail(swap_url)
+        except ValueError as exc:
+            log.warning("llama-swap log stream not followed: %s", exc)
+        else:
+            swap.start()
+            tails.append(swap)
     return tails

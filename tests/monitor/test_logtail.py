@@ -84,3 +84,153 @@ def test_daemon_records_engine_oom_lines_as_events(tmp_path: Path) -> None:
     assert rows[-1][:2] == ("app_oom", "critical") and "cudaMalloc" in rows[-1][2]
     store.close()
     os.remove(log)
+
+
+# --- llama-swap's upstream log stream, served by a real loopback HTTP server ------------
+
+
+class _SwapLogs:
+    """A llama-swap stand-in: ``/logs/stream/upstream`` as chunked text/plain, fed from a
+    queue per connection (``None`` ends the stream), like ``streamLogsHandler``."""
+
+    def __init__(self, status: int = 200) -> None:
+        import http.server
+        import queue
+        import threading
+
+        self.paths: list[str] = []
+        self.feeds: queue.Queue[queue.Queue[bytes | None]] = queue.Queue()
+        self.opened: list[queue.Queue[bytes | None]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                outer.paths.append(self.path)
+                if status != 200:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                feed: queue.Queue[bytes | None] = queue.Queue()
+                outer.feeds.put(feed)
+                outer.opened.append(feed)
+                try:
+                    while (data := feed.get()) is not None:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass  # the tail went away first
+                self.close_connection = True
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def next_feed(self):  # noqa: ANN201
+        return self.feeds.get(timeout=5)
+
+    def close(self) -> None:
+        for feed in self.opened:
+            feed.put(None)
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _drain(tail, want: int, timeout_s: float = 5.0) -> list:  # noqa: ANN001
+    events: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(events) < want and time.monotonic() < deadline:
+        events += tail.read()
+        time.sleep(0.02)
+    return events
+
+
+def test_swap_log_stream_lines_across_chunks_and_reconnects() -> None:
+    from monitor.logtail import SwapLogTail
+
+    swap = _SwapLogs()
+    tail = SwapLogTail(swap.url, retry_s=0.1)
+    tail.start()
+    try:
+        feed = swap.next_feed()
+        assert swap.paths == ["/logs/stream/upstream?no-history"]  # never the history
+        feed.put(b"srv  load_model: loading model\n" + OOM.encode()[:50])
+        feed.put(OOM.encode()[50:] + b"\nsrv  update_slots: all slots are idle\n")
+        (oom,) = _drain(tail, 1)
+        assert oom.kind == "app_oom" and "cudaMalloc failed: out of memory" in oom.message
+        feed.put(None)  # llama-swap restarts: the stream ends, the tail connects again
+        feed = swap.next_feed()
+        assert len(swap.paths) == 2
+        feed.put(f"{TORCH}\n".encode())
+        (torch,) = _drain(tail, 1)
+        assert "Tried to allocate 2.00 GiB" in torch.message
+        t0 = time.monotonic()
+    finally:
+        tail.close()  # the stream is open and quiet: close() must not wait for it
+    assert time.monotonic() - t0 < 2 and not tail._thread.is_alive()
+    swap.close()
+
+
+def test_swap_log_stream_is_bounded_and_says_why_it_is_not_followed() -> None:
+    import pytest
+
+    from monitor.logtail import SwapLogTail
+
+    swap = _SwapLogs()
+    tail = SwapLogTail(swap.url, max_lines=5)
+    tail.start()
+    feed = swap.next_feed()
+    feed.put(b"".join(b"line %d\n" % i for i in range(20)))
+    deadline = time.monotonic() + 5
+    while tail.dropped < 15 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tail.dropped == 15 and len(tail._lines) == 5
+    tail.close()
+    swap.close()
+    denied = _SwapLogs(status=401)  # llama-swap with apiKeys set
+    tail = SwapLogTail(denied.url, retry_s=30)
+    tail.start()
+    deadline = time.monotonic() + 5
+    while tail.error is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "HTTP 401" in (tail.error or "")
+    tail.close()
+    denied.close()
+    with pytest.raises(ValueError, match="non-loopback"):
+        SwapLogTail("http://192.0.2.1:8080")
+
+
+def test_daemon_records_oom_lines_from_the_swap_stream(tmp_path: Path) -> None:
+    from monitor.logtail import SwapLogTail, open_tails
+
+    swap = _SwapLogs()
+    store = Store.open(tmp_path / "v.db")
+    ctx = DaemonContext(Config(db_path=tmp_path / "v.db"), store, Sampler(Roots()))
+    ctx.tails = open_tails([], [], swap.url)
+    assert [type(t) for t in ctx.tails] == [SwapLogTail]
+    try:
+        swap.next_feed().put(f"{OOM}\n".encode())
+        deadline = time.monotonic() + 5
+        rows: list = []
+        while not rows and time.monotonic() < deadline:
+            time.sleep(0.05)
+            tick(ctx)
+            rows = store.db.execute("SELECT kind, message FROM events WHERE kind = 'app_oom'"
+                                    ).fetchall()
+        assert rows and "cudaMalloc" in rows[0][1]
+    finally:
+        for tail in ctx.tails:
+            tail.close()
+        store.close()
+        swap.close()
