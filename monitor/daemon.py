@@ -214,6 +214,15 @@ def reload_config(ctx: DaemonContext) -> bool:
         ctx.sampler = Sampler(new.roots, new.options, new.collectors)
     if new.interval_s != old.interval_s and ctx.scheduler is not None:
         ctx.scheduler.reschedule_job("sample", trigger="interval", seconds=new.interval_s)
+    logs = (new.log_files, new.journal_units, new.swap_url)
+    if logs != (old.log_files, old.journal_units, old.swap_url):
+        from monitor.logtail import open_tails
+
+        for tail in ctx.tails:
+            tail.close()
+        ctx.tails = open_tails(list(new.log_files), list(new.journal_units), new.swap_url)
+    if ctx.watch is not None:
+        ctx.watch.swap_url, ctx.watch.swap_config = new.swap_url, new.swap_config
     ctx.config = new
     if ctx.alerts is not None:
         ctx.alerts.reconfigure(new)

@@ -234,3 +234,42 @@ def test_daemon_records_oom_lines_from_the_swap_stream(tmp_path: Path) -> None:
             tail.close()
         store.close()
         swap.close()
+
+
+def test_reload_follows_the_new_log_sources(tmp_path: Path) -> None:
+    """SIGHUP with a changed [logs] / [llama_swap] section: old tails closed, new ones read."""
+    from monitor import config as config_mod
+    from monitor.daemon import reload_config
+    from monitor.logtail import SwapLogTail, open_tails
+
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text("")
+    second.write_text("")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[logs]\nfiles = ["{first}"]\n')
+    config = config_mod.load(cfg, db=tmp_path / "v.db")
+    store = Store.open(config.db_path)
+    ctx = DaemonContext(config, store, Sampler(Roots()))
+    ctx.tails = open_tails(list(config.log_files), [], config.swap_url)
+    old = ctx.tails[0]
+    swap = _SwapLogs()
+    try:
+        cfg.write_text(f'[logs]\nfiles = ["{second}"]\n[llama_swap]\nurl = "{swap.url}"\n')
+        assert reload_config(ctx)
+        assert old._fd is None  # closed
+        assert [type(t).__name__ for t in ctx.tails] == ["FileTail", "SwapLogTail"]
+        assert ctx.tails[0].path == second
+        ctx.tails[0].read()  # positions at the end
+        with second.open("a") as f:
+            f.write(f"{OOM}\n")
+        assert [e.kind for e in ctx.tails[0].read()] == ["app_oom"]
+        swap.next_feed()  # the stream was opened
+        assert isinstance(ctx.tails[1], SwapLogTail)
+        tails = ctx.tails
+        assert reload_config(ctx)  # unchanged: the same tails go on
+        assert ctx.tails is tails
+    finally:
+        for tail in ctx.tails:
+            tail.close()
+        store.close()
+        swap.close()
