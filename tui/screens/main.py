@@ -61,8 +61,10 @@ class MainScreen(Screen):
         Binding("q", "app.quit", "Quit"),
     ]
 
-    frame: reactive[Frame | None] = reactive(None, always_update=True, init=False)
-    """The frame on screen."""
+    frame: reactive[Frame | None] = reactive(None, always_update=True, init=False,
+                                             repaint=False)
+    """The frame on screen (its widgets redraw themselves; repainting the screen would
+    redraw every widget: a full compositor update per refresh)."""
     replay_ts: reactive[int | None] = reactive(None, init=False)
     """The recorded tick asked for; None when live."""
     error: reactive[str] = reactive("")
@@ -187,6 +189,9 @@ class MainScreen(Screen):
         self._show_devices(frame)
         table = self.query_one(ModelsTable)
         table.show(frame.models)
+        # Now rather than on the table's Selected message: the breakdown is drawn with the
+        # rest of this frame, not in a second screen update.
+        self.query_one(Breakdown).row = table.selected_row()
         self.query_one(EventsPane).show(frame.events)
         if self.replay_ts is not None:
             self.query_one(TimeCursor).position = frame.ts_ms

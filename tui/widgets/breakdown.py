@@ -27,8 +27,9 @@ class Breakdown(Static):
     Breakdown { height: auto; padding: 0 1; }
     """
 
-    row: reactive[ModelRow | None] = reactive(None)
-    """The model whose breakdown is shown."""
+    row: reactive[ModelRow | None] = reactive(None, repaint=False)
+    """The model whose breakdown is shown (``_show`` repaints only when the text changes:
+    a new frame brings a new row each time)."""
 
     _shown: str | None = None
 

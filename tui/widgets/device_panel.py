@@ -58,17 +58,30 @@ class DevicePanel(Widget):
     DevicePanel.-oom { border-left: tall $error; }
     """
 
-    data: reactive[PanelData | None] = reactive(None)
-    """What to draw; None draws nothing (a new height only when the line count changes)."""
+    data: reactive[PanelData | None] = reactive(None, repaint=False)
+    """What to draw; None draws nothing (a new height only when the line count changes,
+    a repaint only when the drawn text or its styles change: new samples often move
+    bytes that the panel rounds away)."""
 
     def __init__(self, data: PanelData | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.set_reactive(DevicePanel.data, data)
+        self._drawn: tuple[PanelData | None, int, Content] | None = None
+        """(data, width, content) of the last ``render``."""
 
     def watch_data(self, old: PanelData | None, data: PanelData | None) -> None:
         self.set_class(bool(data and data.verdict == "oom"), "-oom")
         if self._lines_for(old) != self._lines_for(data):
             self.refresh(layout=True)
+            return
+        drawn = self._drawn
+        if drawn is None or drawn[1] != self._width():
+            self.refresh()
+            return
+        content = self._content(data, drawn[1])
+        if content.plain != drawn[2].plain or content.spans != drawn[2].spans:
+            self._drawn = (data, drawn[1], content)  # render() takes it as it is
+            self.refresh()
 
     @staticmethod
     def _lines_for(data: PanelData | None) -> int:
@@ -79,12 +92,21 @@ class DevicePanel(Widget):
     def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
         return self._lines_for(self.data)
 
-    def render(self) -> Content:
-        data = self.data
+    def _width(self) -> int:
+        return max(10, self.content_region.width or self.size.width or 60)
+
+    def _content(self, data: PanelData | None, width: int) -> Content:
         if data is None:
             return Content("")
-        width = max(10, self.content_region.width or self.size.width or 60)
         return Content("\n").join(self._lines(data, width))
+
+    def render(self) -> Content:
+        data, width, drawn = self.data, self._width(), self._drawn
+        if drawn is not None and drawn[0] is data and drawn[1] == width:
+            return drawn[2]
+        content = self._content(data, width)
+        self._drawn = (data, width, content)
+        return content
 
     # ------------------------------------------------------------------ drawing
 

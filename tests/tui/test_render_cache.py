@@ -1,0 +1,167 @@
+"""The refresh shortcuts draw exactly what a full redraw would.
+
+The models table keeps rendered cells and lines keyed by their values (DataTable alone
+re-renders every visible cell when one changes); the screen does not repaint itself for a
+new frame; the breakdown repaints only when its text changes. Each test compares what is
+on screen with a redraw from empty caches, or with the new values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+
+from fake_source import EVENTS, FakeSource, discrete_three
+from textual.widgets import DataTable
+
+from tui.app import VramscopeApp
+from tui.format import size
+from tui.widgets.breakdown import Breakdown
+from tui.widgets.models_table import ModelsTable
+
+SIZE = (160, 48)
+GIB = 1024**3
+
+
+def sync(test):  # noqa: ANN001, ANN201
+    @functools.wraps(test)
+    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+async def settle(pilot) -> None:  # noqa: ANN001
+    for _ in range(2):
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+def drawn(table: ModelsTable) -> list[list[tuple[str, object]]]:
+    """The table's content lines as (text, style) segments."""
+    return [[(seg.text, seg.style) for seg in table.render_line(y)]
+            for y in range(table.size.height)]
+
+
+def fresh(table: ModelsTable) -> list[list[tuple[str, object]]]:
+    """The same lines rendered from empty caches."""
+    table._clear_caches()
+    return drawn(table)
+
+
+@sync
+async def test_models_table_draws_what_a_full_redraw_draws(models) -> None:  # noqa: ANN001
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ModelsTable)
+        rows = list(app.screen.frame.models)
+        assert len(rows) == 3
+        table.focus()
+        await pilot.pause()
+        assert drawn(table) == fresh(table)
+        steps = [(0, 1 * GIB, None), (1, 2 * GIB, "down"), (0, 1 * GIB, None),
+                 (2, -GIB // 2, "down"), (0, 0, "up"), (1, 0, None)]
+        for i, (index, extra, key) in enumerate(steps):
+            before = drawn(table)
+            row = rows[index]
+            rows[index] = dataclasses.replace(row, measured_bytes=row.measured_bytes + extra)
+            table.show(tuple(rows))
+            if key:
+                await pilot.press(key)
+            await pilot.pause()
+            now = drawn(table)
+            assert now == fresh(table), f"step {i}: cached lines differ from a full redraw"
+            text = "".join(t for line in now for t, _ in line)
+            assert size(rows[index].measured_bytes) in text
+            if extra and not key:
+                assert now != before
+        # back to values seen before (cache hits), then unfocused: same as a redraw
+        table.show(tuple(app.screen.frame.models))
+        app.screen.set_focus(None)
+        await pilot.pause()
+        assert drawn(table) == fresh(table)
+
+
+@sync
+async def test_one_changed_cell_renders_one_cell(models, monkeypatch) -> None:  # noqa: ANN001
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ModelsTable)
+        drawn(table)
+        rendered: list[tuple[int, int]] = []
+        original = DataTable._render_cell
+
+        def counting(self, row_index, column_index, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            rendered.append((row_index, column_index))
+            return original(self, row_index, column_index, *args, **kwargs)
+
+        monkeypatch.setattr(DataTable, "_render_cell", counting)
+        rows = list(app.screen.frame.models)
+        rows[1] = dataclasses.replace(rows[1], measured_bytes=rows[1].measured_bytes + GIB)
+        table.show(tuple(rows))
+        drawn(table)
+        # measured and Δ of the second row (row 1; columns 4 and 6), nothing else
+        assert sorted(set(rendered)) == [(1, 4), (1, 6)]
+
+
+@sync
+async def test_breakdown_follows_new_values_of_the_selected_row(models) -> None:  # noqa: ANN001
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ModelsTable)
+        breakdown = app.screen.query_one(Breakdown)
+        rows = list(app.screen.frame.models)
+        selected = breakdown.row
+        assert selected is not None and selected.pid == rows[0].pid
+        new = rows[0].measured_bytes + 3 * GIB
+        rows[0] = dataclasses.replace(rows[0], measured_bytes=new)
+        table.show(tuple(rows))
+        await pilot.pause()
+        assert f"measured {size(new)}" in str(breakdown.render())
+        lines = breakdown.render_lines(breakdown.region.reset_offset)
+        assert any(f"measured {size(new)}" in strip.text for strip in lines)
+
+
+@sync
+async def test_device_panel_repaints_only_for_a_visible_change(models) -> None:  # noqa: ANN001
+    from tui.widgets.device_panel import DevicePanel
+
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel = app.screen.query(DevicePanel).first()
+        data = panel.data
+        assert data is not None and data.picture.device_id == "nvml:GPU-0"
+        width = panel._width()
+
+        def shown() -> str:
+            return "\n".join(s.text for s in panel.render_lines(panel.region.reset_offset))
+
+        def with_used(used: int):  # noqa: ANN202
+            pic = dataclasses.replace(data.picture, used_bytes=used)
+            return dataclasses.replace(data, picture=pic)
+
+        repaints: list[bool] = []
+        original = panel.refresh
+
+        def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            repaints.append(True)
+            return original(*args, **kwargs)
+
+        panel.refresh = counting  # type: ignore[method-assign]
+        used = data.picture.used_bytes
+        panel.data = with_used(used + 1)  # rounds to the same text: nothing to redraw
+        await pilot.pause()
+        assert not repaints
+        assert size(used) in shown()
+        panel.data = with_used(used + 2 * GIB)
+        await pilot.pause()
+        assert repaints
+        assert size(used + 2 * GIB) in shown() and size(used) not in shown()
+        fresh_content = panel._content(panel.data, width)
+        drawn = panel.render()
+        assert (drawn.plain, drawn.spans) == (fresh_content.plain, fresh_content.spans)
