@@ -27,6 +27,7 @@ class FakeSource:
         self.builder = builder or FrameBuilder()
         self.index = 0
         self.calls: list[str] = []  # the thread each call ran on
+        self.windows: list[int] = []  # the width of each history request, ms
         self.closed = False
 
     def _seen(self, what: str) -> None:
@@ -55,6 +56,7 @@ class FakeSource:
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
         self._seen("history")
+        self.windows.append(until_ms - since_ms)
         out: Series = {}
         for snap in self.snapshots:
             if not since_ms <= snap.ts_ms <= until_ms:

@@ -192,6 +192,23 @@ async def test_resize_between_80x24_and_160x48(models, scenario: str) -> None:
         assert app.screen.query(".series-line")
 
 
+@sync
+async def test_history_windows_up_to_30_days(models) -> None:
+    source = FakeSource(discrete_three(models), EVENTS)
+    app = VramscopeApp(source, refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        for key in "12345":
+            await pilot.press(key)
+            await settle(pilot)
+        title = str(app.screen.query_one("#history-title").render())
+    day = 86_400_000
+    assert source.windows == [300_000, 3600_000, 86_400_000, 7 * day, 30 * day]
+    assert "last 30d" in title and "1-5" in title
+
+
 class BrokenSource(FakeSource):
     def latest(self):  # noqa: ANN201
         raise SourceError("no database at /nowhere/vramscope.db")

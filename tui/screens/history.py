@@ -1,5 +1,6 @@
-"""Memory over time per device and per model: 5 min / 1 h / 24 h / 7 d, from the source
-(the database's raw samples for short windows, its per-minute rollups for long ones)."""
+"""Memory over time per device and per model: 5 min / 1 h / 24 h / 7 d / 30 d (all the
+rollups the default retention keeps), from the source (the database's raw samples for short
+windows, its per-minute rollups for long ones)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tui.format import size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
 
-WINDOWS = {"5m": 300_000, "1h": 3600_000, "24h": 86400_000, "7d": 7 * 86400_000}
+WINDOWS = {"5m": 300_000, "1h": 3600_000, "24h": 86400_000, "7d": 7 * 86400_000,
+           "30d": 30 * 86400_000}
 
 
 class HistoryScreen(Screen):
@@ -27,6 +29,7 @@ class HistoryScreen(Screen):
         Binding("2", "window('1h')", "1 h"),
         Binding("3", "window('24h')", "24 h"),
         Binding("4", "window('7d')", "7 d"),
+        Binding("5", "window('30d')", "30 d"),
         Binding("escape,h", "app.pop_screen", "Back"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -81,7 +84,7 @@ class HistoryScreen(Screen):
         if message.window != self.window:
             return
         self.query_one("#history-title", Static).update(
-            f"[b]memory used, last {message.window}[/b] [$text-muted]1-4 to change the "
+            f"[b]memory used, last {message.window}[/b] [$text-muted]1-5 to change the "
             "window[/]")
         self.show(message.series)
 
