@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import threading
 
 import pytest
 from fake_source import EVENTS, T0, FakeSource, discrete_three, full_gpu, no_gpu
+from pilot_helpers import settle, sync
 
 from tui.app import VramscopeApp
 from tui.screens.main import MainScreen
@@ -19,23 +18,6 @@ from tui.widgets.models_table import ModelsTable
 from tui.widgets.time_cursor import TimeCursor
 
 SIZE = (160, 48)
-
-
-def sync(test):  # noqa: ANN001, ANN201
-    """Run an async test with asyncio.run (no pytest async plugin needed)."""
-
-    @functools.wraps(test)
-    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        return asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-async def settle(pilot) -> None:  # noqa: ANN001
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def main_screen(app: VramscopeApp) -> MainScreen:

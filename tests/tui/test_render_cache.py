@@ -8,11 +8,10 @@ on screen with a redraw from empty caches, or with the new values.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 
 from fake_source import EVENTS, FakeSource, discrete_three
+from pilot_helpers import settle, sync
 from textual.widgets import DataTable
 
 from tui.app import VramscopeApp
@@ -22,20 +21,6 @@ from tui.widgets.models_table import ModelsTable
 
 SIZE = (160, 48)
 GIB = 1024**3
-
-
-def sync(test):  # noqa: ANN001, ANN201
-    @functools.wraps(test)
-    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        return asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-async def settle(pilot) -> None:  # noqa: ANN001
-    for _ in range(2):
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause()
 
 
 def drawn(table: ModelsTable) -> list[list[tuple[str, object]]]:
