@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench_postmortem import DAY_MS, GIB, populate  # noqa: E402
+from bench_postmortem import DAY_MS, GIB, month_database  # noqa: E402
 
 from tui.source import StoreSource  # noqa: E402
 
@@ -65,13 +65,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "month.db"
-        now = int(time.time() * 1000)
-        t0 = time.perf_counter()
-        populate(db, now)
-        add_gpu_rows(db, now)
-        print(f"database: {db.stat().st_size / 2**20:.0f} MiB, written in "
-              f"{time.perf_counter() - t0:.0f} s")
+        db, now = month_database(tmp, add_gpu_rows)
         print("| query | median ms | max ms | series x points |")
         print("|---|---|---|---|")
 

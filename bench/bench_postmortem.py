@@ -75,17 +75,25 @@ def populate(path: Path, now: int, procs: int = 20) -> None:
     store.close()
 
 
+def month_database(folder: str, *extra) -> tuple[Path, int]:  # noqa: ANN002
+    """``populate`` (then each ``extra(path, now)``) into ``folder``/month.db; says its size."""
+    db = Path(folder) / "month.db"
+    now = int(time.time() * 1000)
+    t0 = time.perf_counter()
+    populate(db, now)
+    for add in extra:
+        add(db, now)
+    print(f"database: {db.stat().st_size / 2**20:.0f} MiB, written in "
+          f"{time.perf_counter() - t0:.0f} s")
+    return db, now
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "month.db"
-        now = int(time.time() * 1000)
-        t0 = time.perf_counter()
-        populate(db, now)
-        print(f"database: {db.stat().st_size / 2**20:.0f} MiB, written in "
-              f"{time.perf_counter() - t0:.0f} s")
+        db, now = month_database(tmp)
         build_ms, render_ms = [], []
         for _ in range(args.runs):
             t0 = time.perf_counter()
