@@ -1,31 +1,106 @@
-"""The one place that reads small files from ``/proc`` and ``/sys``.
+"""The one place that reads ``/proc`` and ``/sys``: small files, listings, links.
 
 procfs and sysfs files are generated on read; one ``os.read`` of 64 KiB returns the whole
 of every file we read except a long command line, for which we loop. Functions named
 ``try_*`` return ``None`` for a file that is missing, unreadable or whose process is gone.
+
+Because every read passes here, :func:`recording` can capture exactly what the collectors
+read (``vramscope capture``, monitor/capture.py): each file's bytes, each listing, each
+link, and each failure, in the order they happened.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 _CHUNK = 65536
 GONE = (FileNotFoundError, ProcessLookupError, NotADirectoryError)
 
+Recorder = Callable[[str, str, object], None]
+"""(kind: "file" | "dir" | "link" | "exists", path, bytes / names / target / bool / OSError)"""
+_recorder: Recorder | None = None
+_recorder_lock = threading.Lock()
+
+
+@contextmanager
+def recording(recorder: Recorder) -> Iterator[None]:
+    """Call ``recorder`` for every read while the block runs (one recorder at a time;
+    collectors run in worker threads, so it is called under a lock)."""
+    global _recorder
+
+    def locked(kind: str, path: str, result: object) -> None:
+        with _recorder_lock:
+            recorder(kind, path, result)
+
+    if _recorder is not None:
+        raise RuntimeError("a recording is already running")
+    _recorder = locked
+    try:
+        yield
+    finally:
+        _recorder = None
+
+
+def _note(kind: str, path: str | os.PathLike[str], result: object) -> None:
+    recorder = _recorder
+    if recorder is not None:
+        recorder(kind, os.fspath(path), result)
+
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The whole file; raises OSError (FileNotFoundError, PermissionError, ...)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        data = os.read(fd, _CHUNK)
-        if len(data) < _CHUNK:
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, _CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, _CHUNK)
+            if len(data) >= _CHUNK:
+                chunks = [data]
+                while chunk := os.read(fd, _CHUNK):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        _note("file", path, exc)
+        raise
+    _note("file", path, data)
+    return data
+
+
+def listdir(path: str | os.PathLike[str]) -> list[str]:
+    """``os.listdir``; raises OSError."""
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        _note("dir", path, exc)
+        raise
+    _note("dir", path, names)
+    return names
+
+
+def readlink(path: str | os.PathLike[str]) -> str:
+    """``os.readlink``; raises OSError."""
+    try:
+        target = os.readlink(path)
+    except OSError as exc:
+        _note("link", path, exc)
+        raise
+    _note("link", path, target)
+    return target
+
+
+def exists(path: str | os.PathLike[str]) -> bool:
+    found = os.path.exists(path)
+    _note("exists", path, found)
+    return found
+
+
+def note_listing(path: str | os.PathLike[str], names: list[str]) -> None:
+    """A listing read another way (``os.scandir`` for its inode numbers: proctable.py)."""
+    _note("dir", path, names)
 
 
 def try_read_bytes(path: str | os.PathLike[str]) -> bytes | None:

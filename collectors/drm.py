@@ -64,13 +64,21 @@ tick (or whose ``/proc/PID`` inode changed) and pids first seen less than 30 s a
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from collectors import tracking
-from collectors._fs import GONE, read_bytes, try_read_bytes, try_read_int, try_read_text
+from collectors._fs import (
+    GONE,
+    exists,
+    read_bytes,
+    readlink,
+    try_read_bytes,
+    try_read_int,
+    try_read_text,
+)
+from collectors._fs import listdir as _fs_listdir
 from collectors.base import (
     CollectorOptions,
     DeviceSample,
@@ -343,7 +351,7 @@ class DrmDevice:
 
 def _listdir(path: Path) -> list[str]:
     try:
-        return os.listdir(path)
+        return _fs_listdir(path)
     except OSError:
         return []
 
@@ -386,7 +394,7 @@ def _is_amd_apu(
                 return True
         except ValueError:
             pass
-    return hwmon is not None and os.path.exists(hwmon / "in1_input")
+    return hwmon is not None and exists(hwmon / "in1_input")
 
 
 def _discover(roots: Roots) -> list[DrmDevice]:
@@ -510,7 +518,7 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
 
 def _list_fds(fd_dir: str) -> list[str]:
     """Names in ``proc/PID/fd``; raises PermissionError and the ``GONE`` errors."""
-    return os.listdir(fd_dir)
+    return _fs_listdir(fd_dir)
 
 
 def _is_drm_link(target: str) -> bool:
@@ -641,7 +649,7 @@ class DrmCollector:
             if not name.isdigit():
                 continue
             try:
-                target = os.readlink(f"{base}/fd/{name}")
+                target = readlink(f"{base}/fd/{name}")
             except PermissionError:
                 return _PidScan(denied=True)
             except OSError:  # fd closed meanwhile, or the process exited

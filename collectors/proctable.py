@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from collectors._fs import note_listing
+
 
 def list_pids(proc: Path) -> dict[int, int]:
     """PID -> inode of ``proc/PID`` for every process directory. Missing root: empty."""
@@ -23,4 +25,5 @@ def list_pids(proc: Path) -> dict[int, int]:
                     pids[int(name)] = entry.inode()
     except FileNotFoundError:
         return {}
+    note_listing(proc, [str(p) for p in pids])
     return pids
