@@ -168,6 +168,51 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
     sys.exit(1 if any(c.level == "fail" for c in checks) else 0)
 
 
+@cli.command()
+@common_options
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--archive", is_flag=True, help="Also pack the folder as FOLDER.tar.gz.")
+@click.option("--no-nvml", is_flag=True, help="Leave out the NVIDIA driver's answers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json: bool = False,
+            **kwargs: Any) -> None:
+    """Record what vramscope reads on this machine into FOLDER, for a bug report or a test.
+
+    One sample is taken with every read recorded: the /proc and /sys files, listings and
+    links the collectors use, in a tree that `--proc-root FOLDER/proc --sys-root FOLDER/sys`
+    samples again on any machine; with an NVIDIA driver, its answers go to nvml.json.
+    Secrets on command lines are redacted, /proc/PID/environ is never read, and file
+    descriptors that are not GPU nodes keep no target. Look before you send it.
+
+    \b
+    Examples:
+      vramscope capture ./my-box --archive      # then attach my-box.tar.gz
+      vramscope status --proc-root ./my-box/proc --sys-root ./my-box/sys
+    """
+    from monitor.capture import CaptureError
+    from monitor.capture import capture as capture_tree
+
+    cfg = load_config(**kwargs)
+    try:
+        result = capture_tree(cfg.roots, folder, enabled=cfg.collectors, nvml=not no_nvml,
+                              archive=archive)
+    except CaptureError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    runs = ", ".join(f"{name} {status}" for name, status in result.collectors.items())
+    click.echo(f"captured {result.files} files ({result.bytes / 1024:.0f} KiB), "
+               f"{result.links} links into {result.out}")
+    click.echo(f"collectors: {runs}; NVIDIA: {result.nvml}")
+    click.echo(f"redacted command lines: {result.redacted_cmdlines}; left out: "
+               f"{result.dropped}; unreadable here: {len(result.denied)}")
+    if result.archive is not None:
+        click.echo(f"archive: {result.archive}")
+    click.echo(f"replay: vramscope status --proc-root {result.out}/proc "
+               f"--sys-root {result.out}/sys")
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.estimate/1).")

@@ -1,0 +1,141 @@
+"""`vramscope capture`: the tree holds what the collectors read, replays to the same
+reading, and keeps secrets, environ and foreign file targets off it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.base import Roots
+from monitor.capture import OMITTED_LINK, CaptureError, capture
+from monitor.sampler import Sampler
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drm"
+SECRET = "sk-capture-secret-1234"
+
+
+def reading(roots: Roots) -> dict[str, object]:
+    """One sample, without the time-dependent parts."""
+    sampler = Sampler(roots)
+    try:
+        snap = sampler.sample(ts_ms=1_700_000_000_000)
+    finally:
+        sampler.close()
+    return {
+        "devices": sorted(json.dumps(dataclasses.asdict(d), sort_keys=True)
+                          for d in snap.devices),
+        "processes": sorted(json.dumps(dataclasses.asdict(p), sort_keys=True)
+                            for p in snap.processes),
+        "memory": sorted(json.dumps(dataclasses.asdict(m), sort_keys=True)
+                         for m in snap.memory),
+        "hidden": sorted(json.dumps(dataclasses.asdict(h), sort_keys=True)
+                         for h in snap.hidden),
+    }
+
+
+@pytest.mark.parametrize("name", ["strix-halo", "rx7900xtx", "intel-xe", "old-fdinfo"])
+def test_a_capture_of_a_tree_replays_to_the_same_reading(tmp_path: Path, name: str) -> None:
+    source = Roots(proc=FIXTURES / name / "proc", sys=FIXTURES / name / "sys")
+    result = capture(source, tmp_path / "cap", nvml=False)
+    assert result.files >= 3 and result.collectors["drm"] == "ok"
+    replay = Roots(proc=tmp_path / "cap" / "proc", sys=tmp_path / "cap" / "sys")
+    assert reading(replay) == reading(source)
+    targets = {os.readlink(x) for x in (tmp_path / "cap").rglob("*") if x.is_symlink()}
+    assert any(t.startswith("/dev/dri/") for t in targets)
+    assert targets - {OMITTED_LINK} == {t for t in targets if t.startswith("/dev/dri/")}
+    if name == "strix-halo":  # its terminals and eventfds are read, and not kept
+        assert OMITTED_LINK in targets and result.dropped > 0
+    manifest = json.loads((tmp_path / "cap" / "capture.json").read_text())
+    assert manifest["schema"] == "vramscope.capture/1" and manifest["files"] == result.files
+
+
+def test_a_capture_of_this_machine_keeps_secrets_off(tmp_path: Path) -> None:
+    """A real process that looks like llama-server, with a secret on its command line and
+    in its environment, and a file descriptor open on a private file."""
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)
+    private = tmp_path / "private-notes.txt"
+    private.write_text("x")
+    code = "import os, time; f = open(os.environ['NOTES']); time.sleep(60)"
+    child = subprocess.Popen([str(exe), "-c", code, "--api-key", SECRET, "-m", "/m/x.gguf"],
+                             env={**os.environ, "HF_TOKEN": SECRET, "NOTES": str(private)})
+    try:
+        time.sleep(0.5)
+        result = capture(Roots(), tmp_path / "cap", nvml=False)
+    finally:
+        child.kill()
+        child.wait()
+    cap = tmp_path / "cap"
+    assert result.redacted_cmdlines >= 1 and result.collectors["procfs"] == "ok"
+    cmdline = (cap / "proc" / str(child.pid) / "cmdline").read_bytes()
+    assert b"<redacted>" in cmdline and b"--api-key" in cmdline
+    for path in cap.rglob("*"):
+        assert path.name != "environ"
+        if path.is_symlink():
+            target = os.readlink(path)
+            assert target == OMITTED_LINK or target.startswith("/dev/dri/")
+        elif path.is_file() and os.access(path, os.R_OK):
+            data = path.read_bytes()
+            assert SECRET.encode() not in data, path
+            assert b"private-notes" not in data, path
+    # The capture samples like the machine did: the same host total, the server tracked.
+    replay = Roots(proc=cap / "proc", sys=cap / "sys")
+    sampler = Sampler(replay)
+    snap = sampler.sample()
+    sampler.close()
+    live_total = next(d.total_bytes for d in reading_devices(Roots()) if d.device_id == "host")
+    assert next(d.total_bytes for d in snap.devices if d.device_id == "host") == live_total
+    server = next(p for p in snap.processes if p.pid == child.pid)
+    assert server.engine == "llama.cpp" and SECRET not in " ".join(server.argv)
+
+
+def reading_devices(roots: Roots):  # noqa: ANN201
+    sampler = Sampler(roots)
+    try:
+        return sampler.sample().devices
+    finally:
+        sampler.close()
+
+
+def test_capture_refuses_a_used_folder_and_archives(tmp_path: Path) -> None:
+    source = Roots(proc=FIXTURES / "strix-halo" / "proc", sys=FIXTURES / "strix-halo" / "sys")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    with pytest.raises(CaptureError, match="not empty"):
+        capture(source, used, nvml=False)
+    assert (used / "keep.txt").read_text() == "mine"  # nothing lost
+    result = capture(source, tmp_path / "box", nvml=False, archive=True)
+    assert result.archive == tmp_path / "box.tar.gz"
+    with tarfile.open(result.archive) as tar:
+        names = tar.getnames()
+    assert "box/proc/meminfo" in names and "box/capture.json" in names
+
+
+def test_capture_command(tmp_path: Path) -> None:
+    fixture = FIXTURES / "strix-halo"
+    roots = ["--proc-root", str(fixture / "proc"), "--sys-root", str(fixture / "sys")]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "monitor", "capture", *args, *roots],
+                              capture_output=True, text=True, timeout=60)
+
+    done = run(str(tmp_path / "c"), "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["files"] > 10 and doc["collectors"]["drm"] == "ok"
+    again = run(str(tmp_path / "c"))
+    assert again.returncode == 2
+    assert again.stderr.strip().startswith("vramscope: error:") and "not empty" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+    human = run(str(tmp_path / "d"))
+    assert human.returncode == 0 and "vramscope status --proc-root" in human.stdout
