@@ -9,6 +9,11 @@ pynvml raises its real ``FunctionNotFound``. pynvml's own wrapper code therefore
 unchanged; only the driver is fake.
 
 Scenarios are JSON (tests/fixtures/nvml/*.json); each states its source in ``_source``.
+A device field the driver cannot answer is ``"not_supported"`` (or absent), or
+``{"error": N}`` for another ``nvmlReturn_t`` (``vramscope capture`` records NO_PERMISSION
+and the like that way); ``memory_v2`` (optional, a failure only) makes
+``nvmlDeviceGetMemoryInfo_v2`` fail while the v1 call still answers ``memory``. Keys
+starting with ``_`` are notes for the reader (``_processes`` in a recording included).
 The process lists write records of the *driver's* struct size (``process_struct_bytes``)
 into the caller's buffer, whatever struct the caller allocated: that is how the R535
 "legacy v3" misalignment happens on real drivers (nvitop #75).
@@ -16,9 +21,12 @@ into the caller's buffer, whatever struct the caller allocated: that is how the 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import struct
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +60,22 @@ def load(name: str) -> dict[str, Any]:
 def _obj(ref: Any) -> Any:
     """The object behind a ``byref(...)`` argument."""
     return ref._obj
+
+
+def _failure(value: Any) -> int | None:
+    """The ``nvmlReturn_t`` a scenario value stands for when it is a failure, else None."""
+    if value is None or value == "not_supported":
+        return NOT_SUPPORTED
+    if isinstance(value, dict) and set(value) == {"error"}:
+        return int(value["error"])
+    return None
+
+
+class _Failed:
+    """A field the driver answers with an error code."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
 
 
 class FakeNvmlLib:
@@ -89,8 +113,10 @@ class FakeNvmlLib:
         raise AssertionError("unknown device handle")
 
     def _field(self, handle: Any, key: str) -> Any:
+        """The scenario's value; a failure (see ``_failure``) comes back as ``_Failed``."""
         value = self._dev(handle).get(key)
-        return NOT_SUPPORTED if value in (None, "not_supported") else value
+        code = _failure(value)
+        return value if code is None else _Failed(code)
 
     # -- library ------------------------------------------------------------------
 
@@ -120,8 +146,8 @@ class FakeNvmlLib:
 
     def _string(self, handle: Any, buf: Any, key: str) -> int:
         value = self._field(handle, key)
-        if value == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(value, _Failed):
+            return value.code
         buf.value = value.encode()
         return SUCCESS
 
@@ -133,8 +159,8 @@ class FakeNvmlLib:
 
     def _nvmlDeviceGetPciInfo_v3(self, handle: Any, info_ref: Any) -> int:
         bus_id = self._field(handle, "bus_id")
-        if bus_id == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(bus_id, _Failed):
+            return bus_id.code
         _obj(info_ref).busId = bus_id.encode()
         return SUCCESS
 
@@ -143,8 +169,8 @@ class FakeNvmlLib:
 
     def _nvmlDeviceGetMemoryInfo(self, handle: Any, mem_ref: Any) -> int:
         mem = self._memory(handle)
-        if mem == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(mem, _Failed):
+            return mem.code
         out = _obj(mem_ref)
         # v1 semantics: used includes the reserved memory (sources.md 1.4)
         out.total, out.free = mem["total"], mem["free"]
@@ -155,24 +181,28 @@ class FakeNvmlLib:
         out = _obj(mem_ref)
         if out.version != MEMORY_V2:
             return ARG_VERSION_MISMATCH
+        if "memory_v2" in self._dev(handle):
+            v2_code = _failure(self._dev(handle)["memory_v2"])
+            assert v2_code is not None, "memory_v2 can only be a failure"
+            return v2_code
         mem = self._memory(handle)
-        if mem == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(mem, _Failed):
+            return mem.code
         out.total, out.free, out.used = mem["total"], mem["free"], mem["used"]
         out.reserved = mem.get("reserved", 0)
         return SUCCESS
 
     def _nvmlDeviceGetUtilizationRates(self, handle: Any, util_ref: Any) -> int:
         util = self._field(handle, "util")
-        if util == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(util, _Failed):
+            return util.code
         _obj(util_ref).gpu, _obj(util_ref).memory = util["gpu"], util["memory"]
         return SUCCESS
 
     def _scalar(self, handle: Any, ref: Any, key: str) -> int:
         value = self._field(handle, key)
-        if value == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(value, _Failed):
+            return value.code
         _obj(ref).value = value
         return SUCCESS
 
@@ -184,8 +214,8 @@ class FakeNvmlLib:
 
     def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
         mig = self._field(handle, "mig")
-        if mig == NOT_SUPPORTED:
-            return NOT_SUPPORTED
+        if isinstance(mig, _Failed):
+            return mig.code
         _obj(current).value, _obj(pending).value = mig
         return SUCCESS
 
@@ -284,3 +314,55 @@ def install(scenario: dict[str, Any] | str, pids: dict[str, int] | None = None) 
     pynvml.nvmlLib = lib
     pynvml._nvmlGetFunctionPointer_cache.clear()
     return lib
+
+
+# -- recordings (``vramscope capture``'s nvml.json, monitor/capture_nvml.py) -------------
+
+
+def _pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 4194304  # the kernel's ceiling (PID_MAX_LIMIT on 64-bit)
+
+
+@contextlib.contextmanager
+def stand_ins(recording: dict[str, Any]) -> Iterator[dict[str, int]]:
+    """Pids for a recording's process names on this machine: a sleeping process for each
+    one that was visible where it was recorded, and for each hidden one (another PID
+    namespace) a pid above ``pid_max``, which no process here can have."""
+    children: list[subprocess.Popen[bytes]] = []
+    pids: dict[str, int] = {}
+    first_free = _pid_max() + 1
+    try:
+        for name, info in sorted(recording.get("_processes", {}).items()):
+            if info.get("visible"):
+                child = subprocess.Popen(["sleep", "600"])
+                children.append(child)
+                pids[name] = child.pid
+            else:
+                pids[name] = first_free
+                first_free += 1
+        yield pids
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def recorded_pids(recording: dict[str, Any]) -> dict[str, int]:
+    """The original pids, for replaying next to the /proc tree captured with the recording
+    (``vramscope capture`` writes both; pass ``Roots(proc=DIR/proc)`` to the collector)."""
+    return {name: int(info["pid"]) for name, info in recording.get("_processes", {}).items()}
+
+
+@contextlib.contextmanager
+def replay(recording: dict[str, Any] | str | Path) -> Iterator[tuple[FakeNvmlLib, dict[str, int]]]:
+    """Install a recording (a dict, a fixture name, or a path to its JSON) with stand-in
+    processes; yields the fake library and the name -> pid map it was installed with."""
+    if isinstance(recording, Path):
+        recording = json.loads(recording.read_text())
+    elif isinstance(recording, str):
+        recording = load(recording)
+    with stand_ins(recording) as pids:
+        yield install(recording, pids), pids
