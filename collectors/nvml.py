@@ -324,11 +324,7 @@ class NvmlCollector:
         assert api is not None
         try:
             if api.kind == "detail":
-                mode = pynvml.NVML_PROCESS_MODE_GRAPHICS if graphics else \
-                    pynvml.NVML_PROCESS_MODE_COMPUTE
-                rows = pynvml.nvmlDeviceGetRunningProcessDetailList(
-                    dev.handle, pynvml.nvmlProcessDetailList_v1, mode)
-                return [(r.pid, r.usedGpuMemory) for r in rows]
+                return detail_list(dev.handle, graphics)
             assert api.struct is not None
             return _two_call_list(pynvml._nvmlGetFunctionPointer(api.symbol(graphics)),
                                   dev.handle, api.struct)
@@ -364,6 +360,34 @@ class NvmlCollector:
                       "compute_instance_id": int(data.computeInstanceId)},
             ))
         return events
+
+
+def detail_list(handle: Any, graphics: bool) -> list[tuple[int, int | None]]:
+    """``nvmlDeviceGetRunningProcessDetailList`` read with our own loop: pynvml's wrapper
+    assigns ``None`` to a ctypes field when a process's memory is NVML_VALUE_NOT_AVAILABLE,
+    a TypeError that would lose the whole device (found by monitor/capture_nvml.py's tests;
+    the figure is not available for every process in containers and under MIG)."""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetRunningProcessDetailList")
+    plist = pynvml.c_nvmlProcessDetailList_t()
+    plist.version = pynvml.nvmlProcessDetailList_v1
+    plist.mode = pynvml.NVML_PROCESS_MODE_GRAPHICS if graphics else \
+        pynvml.NVML_PROCESS_MODE_COMPUTE
+    ret = fn(handle, ctypes.byref(plist))
+    if ret == pynvml.NVML_SUCCESS:
+        return []
+    for _ in range(3):  # processes may start between the calls
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        size = plist.numProcArrayEntries * 2 + 5
+        buf = (pynvml.c_nvmlProcessDetail_v1_t * size)()
+        plist.numProcArrayEntries = size
+        plist.procArray = ctypes.cast(buf, ctypes.POINTER(pynvml.c_nvmlProcessDetail_v1_t))
+        ret = fn(handle, ctypes.byref(plist))
+        if ret == pynvml.NVML_SUCCESS:
+            rows = buf[: min(plist.numProcArrayEntries, size)]
+            return [(int(r.pid), None if r.usedGpuMemory == NOT_AVAILABLE
+                     else int(r.usedGpuMemory)) for r in rows]
+    raise pynvml.NVMLError(ret)
 
 
 def _two_call_list(fn: Any, handle: Any, struct: type[ctypes.Structure]

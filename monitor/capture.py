@@ -163,10 +163,8 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
     result.collectors = {run.collector: run.status for run in snap.runs}
     try:
         _write(_Tree(roots, out), recorded, result)
-        if nvml and result.collectors.get("nvml") == "ok":
+        if nvml:  # also when the collector failed: that is when a recording helps most
             result.nvml = _record_nvml(out)
-        elif nvml:
-            result.nvml = "no NVIDIA driver here"
         _write_manifest(out, result)
         if archive:
             result.archive = _archive(out)

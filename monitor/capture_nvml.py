@@ -44,13 +44,13 @@ from typing import Any
 import pynvml
 
 from collectors.nvml import (
-    NOT_AVAILABLE,
     ProcessApi,
     _has,
     _init_reason,
     _text,
     _two_call_list,
     choose_process_api,
+    detail_list,
 )
 
 # The symbols the fake driver can export (tests/fakes/nvml_fake.py ALL_SYMBOLS; a test keeps
@@ -216,36 +216,10 @@ def process_rows(api: ProcessApi, handle: Any, graphics: bool) -> list[tuple[int
     """(pid, bytes or None) as the driver lists them, read with the struct the collector
     chose (``_two_call_list`` is the collector's own reader)."""
     if api.kind == "detail":
-        return _detail_rows(handle, graphics)
+        return detail_list(handle, graphics)
     assert api.struct is not None
     return _two_call_list(pynvml._nvmlGetFunctionPointer(api.symbol(graphics)), handle,
                           api.struct)
-
-
-def _detail_rows(handle: Any, graphics: bool) -> list[tuple[int, int | None]]:
-    """``nvmlDeviceGetRunningProcessDetailList`` read raw: pynvml's wrapper assigns None to
-    a ctypes field for NVML_VALUE_NOT_AVAILABLE, a TypeError, so it cannot be used here."""
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetRunningProcessDetailList")
-    plist = pynvml.c_nvmlProcessDetailList_t()
-    plist.version = pynvml.nvmlProcessDetailList_v1
-    plist.mode = pynvml.NVML_PROCESS_MODE_GRAPHICS if graphics else \
-        pynvml.NVML_PROCESS_MODE_COMPUTE
-    ret = fn(handle, ctypes.byref(plist))
-    if ret == pynvml.NVML_SUCCESS:
-        return []
-    for _ in range(3):  # processes may start between the calls
-        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-            raise pynvml.NVMLError(ret)
-        size = plist.numProcArrayEntries * 2 + 5
-        buf = (pynvml.c_nvmlProcessDetail_v1_t * size)()
-        plist.numProcArrayEntries = size
-        plist.procArray = ctypes.cast(buf, ctypes.POINTER(pynvml.c_nvmlProcessDetail_v1_t))
-        ret = fn(handle, ctypes.byref(plist))
-        if ret == pynvml.NVML_SUCCESS:
-            rows = buf[: min(plist.numProcArrayEntries, size)]
-            return [(int(r.pid), None if r.usedGpuMemory == NOT_AVAILABLE
-                     else int(r.usedGpuMemory)) for r in rows]
-    raise pynvml.NVMLError(ret)
 
 
 def argv0_basename(cmdline: bytes) -> str | None:

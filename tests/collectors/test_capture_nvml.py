@@ -204,9 +204,6 @@ def test_detail_list_unknown_figure_is_recorded_as_unknown(procs: dict[str, int]
     assert [r["used"] for r in rows] == [6012534784, None]
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="collectors/nvml.py reads the detail list through pynvml, whose "
-                          "wrapper assigns None to a ctypes field for NOT_AVAILABLE")
 def test_collector_reads_a_detail_list_with_an_unknown_figure(procs: dict[str, int],
                                                               roots: Roots) -> None:
     scenario = nvml_fake.load("rtx4060")
@@ -306,3 +303,19 @@ def test_committed_recording_replays(name: str, roots: Roots) -> None:
     back = {pid: name for name, pid in pids.items()}
     second_to_first = {n: back[info["pid"]] for n, info in again["_processes"].items()}
     assert renamed(again, second_to_first) == recording["devices"]
+
+
+def test_vramscope_capture_writes_the_drivers_answers(procs: dict[str, int],
+                                                      tmp_path: Path) -> None:
+    """`capture()` end to end on the fake driver: the collector read it, and nvml.json is a
+    recording that replays to the same devices."""
+    from monitor.capture import capture
+
+    nvml_fake.install(nvml_fake.load("rtx4060"), procs)
+    result = capture(Roots(), tmp_path / "box", enabled=["nvml", "procfs"])
+    assert result.collectors["nvml"] == "ok" and result.nvml == "nvml.json"
+    recording = json.loads((tmp_path / "box" / "nvml.json").read_text())
+    assert recording["_recorded"] is True
+    assert [d["uuid"] for d in recording["devices"]] == [
+        d["uuid"] for d in nvml_fake.load("rtx4060")["devices"]]
+    assert json.loads((tmp_path / "box" / "capture.json").read_text())["nvml"] == "nvml.json"
