@@ -53,8 +53,8 @@ from collectors.nvml import (
     detail_list,
 )
 
-# The symbols the fake driver can export (tests/fakes/nvml_fake.py ALL_SYMBOLS; a test keeps
-# the two equal): the recording lists those the real library lacks.
+# Every symbol vramscope may call (the fake driver, tests/fakes/nvml_fake.py, exports these):
+# the recording lists those the real library lacks.
 PROBED_SYMBOLS = (
     "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
     "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName",

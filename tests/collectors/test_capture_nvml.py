@@ -12,18 +12,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nvml_fake
-import pynvml
 import pytest
 
 from collectors.base import CollectorOptions, Reading, Roots, Tick
 from collectors.nvml import NvmlCollector
 from monitor.capture_nvml import (
-    PROBED_SYMBOLS,
     NvmlUnavailable,
     argv0_basename,
     record_nvml,
@@ -36,23 +33,7 @@ RECORDED = sorted(p.stem for p in nvml_fake.FIXTURES.glob("*.json")
                   if json.loads(p.read_text()).get("_recorded"))
 
 
-@pytest.fixture(autouse=True)
-def fresh_pynvml() -> Iterator[None]:
-    """pynvml keeps the library and its symbols in module globals: reset around each test."""
-    yield
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml._nvmlLib_refcount = 0
-
-
-@pytest.fixture(scope="module")
-def procs() -> Iterator[dict[str, int]]:
-    names = ("llama", "draft", "vllm", "worker", "idle")
-    children = {n: subprocess.Popen(["sleep", "600"]) for n in names}
-    yield {n: p.pid for n, p in children.items()}
-    for p in children.values():
-        p.kill()
-        p.wait()
+pytestmark = pytest.mark.usefixtures("fresh_pynvml")
 
 
 @pytest.fixture
@@ -279,10 +260,6 @@ def test_driver_not_loaded_and_no_device_are_nvml_unavailable() -> None:
     nvml_fake.install({"driver": "570.133.07", "devices": []})
     with pytest.raises(NvmlUnavailable, match="no NVIDIA device"):
         record_nvml()
-
-
-def test_probed_symbols_are_the_fakes() -> None:
-    assert PROBED_SYMBOLS == nvml_fake.ALL_SYMBOLS
 
 
 @pytest.mark.parametrize("name", RECORDED)

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import nvml_fake
@@ -24,24 +23,7 @@ MIB, GIB = 1024**2, 1024**3
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def fresh_pynvml() -> Iterator[None]:
-    """pynvml keeps the library and its symbols in module globals: reset around each test."""
-    yield
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml._nvmlLib_refcount = 0
-
-
-@pytest.fixture(scope="module")
-def procs() -> Iterator[dict[str, int]]:
-    """Real sleeping processes standing in for llama-server, a draft model, vLLM ..."""
-    names = ("llama", "draft", "vllm", "worker", "idle")
-    children = {n: subprocess.Popen(["sleep", "600"]) for n in names}
-    yield {n: p.pid for n, p in children.items()}
-    for p in children.values():
-        p.kill()
-        p.wait()
+pytestmark = pytest.mark.usefixtures("fresh_pynvml")
 
 
 def collect(scenario: str | dict, pids: dict[str, int], now_ms: int = 1_000_000):

@@ -32,25 +32,15 @@ from typing import Any
 
 import pynvml
 
+from monitor.capture_nvml import PROBED_SYMBOLS
+
 SUCCESS, NOT_SUPPORTED, INSUFFICIENT_SIZE, TIMEOUT, ARG_VERSION_MISMATCH = 0, 3, 7, 10, 25
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
 MEMORY_V2 = 0x02000028
 DETAIL_LIST_V1 = 0x1000018
 
-# Every symbol a modern driver exports that vramscope may call.
-ALL_SYMBOLS = (
-    "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
-    "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName",
-    "nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
-    "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
-    "nvmlDeviceGetRunningProcessDetailList", "nvmlDeviceGetConfComputeMemSizeInfo",
-    "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",
-    "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
-)
+# Every symbol a modern driver exports that vramscope may call (the recorder probes the same).
+ALL_SYMBOLS = PROBED_SYMBOLS
 
 
 def load(name: str) -> dict[str, Any]:
