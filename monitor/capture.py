@@ -164,7 +164,7 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
     try:
         _write(_Tree(roots, out), recorded, result)
         if nvml:  # also when the collector failed: that is when a recording helps most
-            result.nvml = _record_nvml(out)
+            result.nvml = _record_nvml(out, roots.proc)
         _write_manifest(out, result)
         if archive:
             result.archive = _archive(out)
@@ -173,13 +173,13 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
     return result
 
 
-def _record_nvml(out: Path) -> str:
+def _record_nvml(out: Path, proc: Path) -> str:
     try:
         from monitor.capture_nvml import NvmlUnavailable, record_nvml
     except ImportError:
         return "not recorded (no recorder)"
     try:
-        scenario = record_nvml()
+        scenario = record_nvml(proc)
     except NvmlUnavailable as exc:
         return f"not recorded: {exc}"
     (out / "nvml.json").write_text(json.dumps(scenario, indent=2) + "\n")
