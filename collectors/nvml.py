@@ -365,7 +365,7 @@ class NvmlCollector:
 def detail_list(handle: Any, graphics: bool) -> list[tuple[int, int | None]]:
     """``nvmlDeviceGetRunningProcessDetailList`` read with our own loop: pynvml's wrapper
     assigns ``None`` to a ctypes field when a process's memory is NVML_VALUE_NOT_AVAILABLE,
-    a TypeError that would lose the whole device (found by monitor/capture_nvml.py's tests;
+    a TypeError that would lose the whole device (found by collectors/nvml_recorder.py's tests;
     the figure is not available for every process in containers and under MIG)."""
     fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetRunningProcessDetailList")
     plist = pynvml.c_nvmlProcessDetailList_t()

@@ -175,7 +175,7 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
 
 def _record_nvml(out: Path, proc: Path) -> str:
     try:
-        from monitor.capture_nvml import NvmlUnavailable, record_nvml
+        from collectors.nvml_recorder import NvmlUnavailable, record_nvml
     except ImportError:
         return "not recorded (no recorder)"
     try:

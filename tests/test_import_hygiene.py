@@ -48,6 +48,6 @@ def test_only_the_vendor_wrappers_import_vendor_libraries() -> None:
     for package in ("collectors", "monitor", "tui"):
         for path, names in imports_of(package).items():
             if "pynvml" in names:  # and the recorder of the driver's answers, for fixtures
-                assert path in {"collectors/nvml.py", "monitor/capture_nvml.py"}, path
+                assert path in {"collectors/nvml.py", "collectors/nvml_recorder.py"}, path
             if "amdsmi" in names:
                 assert path == "collectors/amdsmi.py", path

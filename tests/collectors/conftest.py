@@ -1,4 +1,4 @@
-"""Fixtures shared by the NVML tests (test_nvml.py, test_capture_nvml.py)."""
+"""Fixtures shared by the NVML tests (test_nvml.py, test_nvml_recorder.py)."""
 
 from __future__ import annotations
 

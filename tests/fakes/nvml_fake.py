@@ -32,7 +32,7 @@ from typing import Any
 
 import pynvml
 
-from monitor.capture_nvml import PROBED_SYMBOLS
+from collectors.nvml_recorder import PROBED_SYMBOLS
 
 SUCCESS, NOT_SUPPORTED, INSUFFICIENT_SIZE, TIMEOUT, ARG_VERSION_MISMATCH = 0, 3, 7, 10, 25
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
@@ -306,7 +306,7 @@ def install(scenario: dict[str, Any] | str, pids: dict[str, int] | None = None) 
     return lib
 
 
-# -- recordings (``vramscope capture``'s nvml.json, monitor/capture_nvml.py) -------------
+# -- recordings (``vramscope capture``'s nvml.json, collectors/nvml_recorder.py) -------------
 
 
 def _pid_max() -> int:

@@ -1,4 +1,4 @@
-"""The NVML recorder (monitor/capture_nvml.py) against the fake driver, round trip included.
+"""The NVML recorder (collectors/nvml_recorder.py) against the fake driver, round trip included.
 
 Each scenario is installed, recorded with :func:`record_nvml`, and the recording replayed
 through the fake (``nvml_fake.replay``): the real collector must read the same devices and
@@ -20,7 +20,7 @@ import pytest
 
 from collectors.base import CollectorOptions, Reading, Roots, Tick
 from collectors.nvml import NvmlCollector
-from monitor.capture_nvml import (
+from collectors.nvml_recorder import (
     NvmlUnavailable,
     argv0_basename,
     record_nvml,
