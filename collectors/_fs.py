@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _CHUNK = 65536
 GONE = (FileNotFoundError, ProcessLookupError, NotADirectoryError)
@@ -50,46 +51,44 @@ def _note(kind: str, path: str | os.PathLike[str], result: object) -> None:
         recorder(kind, os.fspath(path), result)
 
 
+def _traced(kind: str, path: str | os.PathLike[str], call: Callable[[Any], Any]) -> Any:
+    """``call(path)``, its result or its OSError shown to the recorder when one is on."""
+    try:
+        result = call(path)
+    except OSError as exc:
+        _note(kind, path, exc)
+        raise
+    _note(kind, path, result)
+    return result
+
+
+def _read_whole(path: str | os.PathLike[str]) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, _CHUNK)
+        if len(data) < _CHUNK:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, _CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The whole file; raises OSError (FileNotFoundError, PermissionError, ...)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            data = os.read(fd, _CHUNK)
-            if len(data) >= _CHUNK:
-                chunks = [data]
-                while chunk := os.read(fd, _CHUNK):
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        _note("file", path, exc)
-        raise
-    _note("file", path, data)
-    return data
+    return _traced("file", path, _read_whole)
 
 
 def listdir(path: str | os.PathLike[str]) -> list[str]:
     """``os.listdir``; raises OSError."""
-    try:
-        names = os.listdir(path)
-    except OSError as exc:
-        _note("dir", path, exc)
-        raise
-    _note("dir", path, names)
-    return names
+    return _traced("dir", path, os.listdir)
 
 
 def readlink(path: str | os.PathLike[str]) -> str:
     """``os.readlink``; raises OSError."""
-    try:
-        target = os.readlink(path)
-    except OSError as exc:
-        _note("link", path, exc)
-        raise
-    _note("link", path, target)
-    return target
+    return _traced("link", path, os.readlink)
 
 
 def exists(path: str | os.PathLike[str]) -> bool:

@@ -9,12 +9,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def fresh_python(code: str) -> str:
+    """What ``code`` prints in a new interpreter (nothing imported beforehand)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 def test_reading_headers_does_not_import_numpy_or_the_gguf_package():
     code = ("import sys, monitor.gguf, monitor.estimate.kv;"
             "print(sorted(m for m in ('numpy', 'gguf') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert fresh_python(code) == "[]"
 
 
 def test_tables_agree_with_the_gguf_package():
@@ -33,6 +37,4 @@ def test_tables_agree_with_the_gguf_package():
 def test_loaded_after_gguf_it_reuses_gguf_constants():
     code = ("import gguf, monitor.ggml_types as t;"
             "print(t.GGMLQuantizationType is gguf.GGMLQuantizationType)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == "True"
+    assert fresh_python(code) == "True"
