@@ -10,7 +10,8 @@ The daemon's RSS, fds and threads are printed every minute, warm-up included; on
 the tail of its log follows.
 
 Run: .venv/bin/python bench/soak.py [--minutes 60] [--warmup-minutes 5]
-(`tests/soak/test_soak.py` runs it in CI; VRAMSCOPE_SOAK_MINUTES shortens it there.)
+`bash scripts/soak` runs the hour; `tests/soak/test_soak.py` runs 10 minutes of it in CI
+(VRAMSCOPE_SOAK_MINUTES changes that).
 """
 
 from __future__ import annotations

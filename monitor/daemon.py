@@ -16,13 +16,14 @@ import os
 import signal
 import sqlite3
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from collectors.base import DeviceEvent, Snapshot, now_ms
+from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
 from monitor.sampler import Sampler
 from monitor.store import Store, StoreError
@@ -267,8 +268,21 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
 
 
+def start_line(interval_s: float, db_path: object, runs: Iterable[CollectorRun]) -> str:
+    """The daemon's start line, from its first tick: the collectors that apply here.
+
+    A collector whose hardware or library is absent (``nodata``) is not listed; it is
+    named at debug level, and ``vramscope doctor`` says why.
+    """
+    here = [r.collector for r in runs if r.status != "nodata"]
+    return (f"sampling every {interval_s:g} s into {db_path} "
+            f"(collectors: {', '.join(here) or 'none apply here'})")
+
+
 def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
     """Log a collector's failure once, and its recovery, not every tick."""
+    if ctx.ticks == 1:
+        log.info("%s", start_line(ctx.config.interval_s, ctx.config.db_path, snap.runs))
     for run in snap.runs:
         problem = run.error if run.status == "error" else None
         previous = ctx.last_errors.get(run.collector)
@@ -441,8 +455,6 @@ def run(config: Config) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hangup)
-    log.info("sampling every %s s into %s (collectors: %s)", config.interval_s,
-             config.db_path, ", ".join(c.name for c in sampler.collectors))
     try:
         if not stopping:  # a signal before the scheduler ran: do not start it at all
             sched.start()

@@ -35,3 +35,40 @@ def stop_with_sigterm():
         return err or ""
 
     return stop
+
+
+def _ticks_in(db) -> int:
+    """Distinct ticks a daemon has committed to ``db`` (0 while it is not there yet)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    except sqlite3.OperationalError:
+        return 0
+    try:
+        return conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def wait_for_ticks():
+    """Wait until a daemon has committed at least ``n`` ticks (polled, generous deadline).
+
+    Tests wait for what the daemon did, never for a fixed time: on a busy machine a daemon
+    may take seconds to start.
+    """
+    import time
+
+    def wait(db, n: int, timeout_s: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if (got := _ticks_in(db)) >= n:
+                return got
+            time.sleep(0.05)
+        raise AssertionError(f"the daemon committed fewer than {n} ticks in {timeout_s} s")
+
+    wait.ticks_in = _ticks_in  # type: ignore[attr-defined]
+    return wait

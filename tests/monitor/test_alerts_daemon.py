@@ -96,18 +96,22 @@ def test_a_slow_channel_never_delays_a_tick(tmp_path: Path) -> None:
         server.shutdown()
 
 
-def test_unclean_restart_is_noticed(tmp_path: Path) -> None:
+def test_unclean_restart_is_noticed(tmp_path: Path, wait_for_ticks) -> None:
     import signal
 
     db = tmp_path / "v.db"
     args = [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2"]
     first = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
-    first.kill()  # no daemon_stopped
-    first.wait()
+    try:
+        ticks = wait_for_ticks(db, 3)
+    finally:
+        first.kill()  # no daemon_stopped
+        first.wait()
     second = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
-    second.send_signal(signal.SIGTERM)
+    try:
+        wait_for_ticks(db, ticks + 3)  # the second daemon's first tick carries the event
+    finally:
+        second.send_signal(signal.SIGTERM)
     second.wait(timeout=20)
     import sqlite3
 

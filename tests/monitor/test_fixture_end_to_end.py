@@ -6,7 +6,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "drm" / "strix-halo"
@@ -52,12 +51,14 @@ def test_status_table_on_the_strix_halo_tree() -> None:
     assert "llama-server -m /models/Llama-3.3-70B" in llama
 
 
-def test_daemon_records_the_tree(tmp_path: Path, stop_with_sigterm) -> None:
+def test_daemon_records_the_tree(tmp_path: Path, stop_with_sigterm, wait_for_ticks) -> None:
     db = tmp_path / "v.db"
     proc = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
                              "--interval", "0.2", *ROOTS], stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
-    err = stop_with_sigterm(proc)
+    try:
+        wait_for_ticks(db, 5)
+    finally:
+        err = stop_with_sigterm(proc)
     assert proc.returncode == 0, err
     conn = sqlite3.connect(db)
     gtt = conn.execute(

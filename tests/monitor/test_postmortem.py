@@ -59,7 +59,25 @@ def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, env=env, cwd=ROOT)
 
 
-def test_a_real_oom_kill_is_explained(tmp_path: Path) -> None:
+def wait_for_exit_recorded(db: Path, pid: int, timeout_s: float = 60.0) -> None:
+    """Until the daemon has recorded ``pid``'s exit (polled; a busy machine is slow)."""
+    import sqlite3
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT count(*) FROM processes WHERE pid = ? AND exited_ms "
+                               "IS NOT NULL", (pid,)).fetchone()
+        finally:
+            conn.close()
+        if row[0]:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the daemon did not record the exit of pid {pid} in {timeout_s} s")
+
+
+def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     if not os.access("/dev/kmsg", os.R_OK):
         pytest.skip("/dev/kmsg is not readable here")
     group, procs = make_cgroup(96 * MIB)
@@ -70,14 +88,14 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path) -> None:
     exe = tmp_path / "llama-server"
     shutil.copy(sys.executable, exe)  # looks like an inference server: tracked at once
     try:
-        time.sleep(1.5)
+        wait_for_ticks(db, 3)
         victim = subprocess.Popen([str(exe), "-c", GROW, str(procs), "-m",
                                    "/models/none.gguf"], stdout=subprocess.PIPE, text=True)
         assert victim.stdout is not None and victim.stdout.readline().strip() == "ready"
         victim.wait(timeout=60)
         died = time.time()
         assert victim.returncode == -signal.SIGKILL
-        time.sleep(1.5)  # a few ticks to see the exit
+        wait_for_exit_recorded(db, victim.pid)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.communicate(timeout=30)
