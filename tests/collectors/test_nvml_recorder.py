@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,12 @@ def test_no_argv_beyond_argv0_basename_nor_environ_is_recorded(procs: dict[str, 
         [sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "SECRET_ARG_42"],
         env={**os.environ, "HF_TOKEN": "SECRET_ENV_42"})
     try:
-        # the secrets are there to be found: the test would catch a leak
+        # the secrets are there to be found: the test would catch a leak (on a busy machine
+        # the new process's cmdline may read empty for a moment)
+        deadline = time.monotonic() + 30
+        while (b"SECRET_ARG_42" not in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
         assert b"SECRET_ARG_42" in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
         assert b"SECRET_ENV_42" in Path(f"/proc/{secret.pid}/environ").read_bytes()
         nvml_fake.install("rtx4060", {**procs, "llama": secret.pid})
