@@ -225,10 +225,12 @@ def test_a_tick_that_cannot_be_written_is_set_aside_after_three_tries(tmp_path: 
     store.close()
 
 
-def test_load_watch_alerts_within_a_second_of_a_too_big_server(tmp_path: Path,
-                                                              stop_with_sigterm) -> None:
+def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(tmp_path: Path,
+                                                                 stop_with_sigterm) -> None:
     """A real process that looks like llama-server, with a model (a sparse GGUF) far bigger
-    than this machine's RAM: the daemon records oom_predicted within 1 s of it appearing."""
+    than this machine's RAM: the daemon records oom_predicted in the very tick that first
+    sees it (judged by the daemon's own timestamps, not the wall clock: a busy machine may
+    be slow to run the tick, never to judge it)."""
     import shutil
 
     import gguf_models as g
@@ -248,7 +250,7 @@ def test_load_watch_alerts_within_a_second_of_a_too_big_server(tmp_path: Path,
         appeared = time.time()
         try:
             found = None
-            while time.time() - appeared < 5 and found is None:
+            while time.time() - appeared < 60 and found is None:
                 conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
                 found = conn.execute(
                     "SELECT ts_ms, message FROM events WHERE kind='oom_predicted'").fetchone()
@@ -260,8 +262,10 @@ def test_load_watch_alerts_within_a_second_of_a_too_big_server(tmp_path: Path,
     finally:
         stop_with_sigterm(daemon)
     assert found is not None, "no oom_predicted event"
-    assert found[0] / 1000 - appeared < 1.0
     assert "will not fit on host" in found[1] and str(server.pid) in found[1]
     conn = sqlite3.connect(db)
+    (first_seen,) = conn.execute("SELECT min(first_seen_ms) FROM processes WHERE pid = ?",
+                                 (server.pid,)).fetchone()
+    assert found[0] == first_seen, (found[0], first_seen)  # the first tick that saw it
     kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
     assert "load_started" in kinds
