@@ -107,7 +107,8 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "clear_drop_pct": (_NUM, (0, 50)),
         "hold_s": (_NUM, (0, 86400)),
         "collector_hold_s": (_NUM, (0, 86400)),
-        "surprise_pct": (_NUM, (0, 1000)),
+        "surprise_pct": (_NUM, (0, 1000)),  # monitor/judge.py: over by this much AND
+        "surprise_min_mib": (_NUM, (0, 1024 * 1024)),  # by this many MiB
     },
 }
 

@@ -16,8 +16,15 @@ from dataclasses import dataclass, replace
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
+from monitor.judge import Tolerance, is_over
+from monitor.measured import Measured
 
 GIB = 1024**3
+MIB = 1024**2
+# mmap'd weights count as paged out when less than this share of them is resident, and at
+# least EVICTED_MIN_BYTES are missing (small files come and go with the page cache).
+EVICTED_SHARE = 0.5
+EVICTED_MIN_BYTES = 256 * MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +40,17 @@ class Finding:
 class Diagnosis:
     pid: int
     model: str
-    measured_bytes: int
+    measured_bytes: int | None  # None: unknown (monitor/measured.py), never judged as 0
     estimated_bytes: int
     budget_bytes: int | None
     findings: tuple[Finding, ...]
     summary: str
+    verdict: str = "as_expected"  # as_expected | over | under | unknown | error
 
     @property
-    def excess_bytes(self) -> int:
+    def excess_bytes(self) -> int | None:
+        if self.measured_bytes is None:
+            return None
         expected = self.budget_bytes if self.budget_bytes is not None else self.estimated_bytes
         return self.measured_bytes - expected
 
@@ -58,9 +68,31 @@ def _price(spec: LaunchSpec, est: MemoryEstimate, change: dict,
     return est.total_bytes() - after.total_bytes()
 
 
-def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate, measured: int,
-             estimator: Callable[[LaunchSpec], MemoryEstimate],
-             budget: int | None = None, usage_p99_tokens: int | None = None) -> Diagnosis:
+def _paged_out(spec: LaunchSpec, est: MemoryEstimate, m: Measured) -> Finding | None:
+    """mmap'd weights the kernel took back from the page cache: the next tokens read them
+    from disk. Only when the weights are mmap'd (llama.cpp's default; not --no-mmap, not
+    --mlock) and the resident file-backed memory is well below them."""
+    mapped = sum(c.bytes for c in est.components if c.residency == "file" and c.when == "load")
+    dense = mapped - est.host_sparse_bytes  # token_embd is read by row: never all resident
+    if (dense <= 0 or m.host_file_bytes is None
+            or spec.load_mode not in (None, "mmap")):
+        return None
+    missing = dense - m.host_file_bytes
+    if m.host_file_bytes >= dense * EVICTED_SHARE or missing < EVICTED_MIN_BYTES:
+        return None
+    return Finding("weights_paged_out", missing,
+                   f"weights evicted from the page cache: {_gib(m.host_file_bytes)} of the "
+                   f"{_gib(dense)} mmap'd weights read every token are resident; the next "
+                   "tokens read the rest from disk (slow)", "--mlock (or free host memory)", 0)
+
+
+def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
+             measured: Measured, estimator: Callable[[LaunchSpec], MemoryEstimate],
+             budget: int | None = None, usage_p99_tokens: int | None = None,
+             tolerance: Tolerance | None = None) -> Diagnosis:
+    """Measured (monitor/measured.py) against the budget or the estimate, judged by
+    monitor/judge.py; an unknown measurement is said so, never judged as 0."""
+    tol = tolerance or Tolerance()
     findings: list[Finding] = []
     kv = est.total_bytes("kv") + est.total_bytes("kv_swa")
     cells = est.cells or 0
@@ -119,23 +151,41 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate, measur
                                 f"checkpoints up to {_gib(grows)}",
                                 "--cache-ram 1024 -ctxcp 4", 0))
     estimated = est.total_bytes()
-    unaccounted = measured - estimated
-    if unaccounted > GIB // 4:
+    expected = budget if budget is not None else estimated
+    what = "budget" if budget is not None else "estimate"
+    total = measured.total_bytes
+    if total is None:
+        findings.sort(key=lambda f: -f.bytes)
+        summary = (f"{model}: cannot judge: {measured.why_unknown}; the {what} is "
+                   f"{_gib(expected)}")
+        return Diagnosis(pid, model, None, estimated, budget, tuple(findings), summary,
+                         "unknown")
+    paged = _paged_out(spec, est, measured)
+    if paged is not None:
+        findings.append(paged)
+    unaccounted = total - estimated
+    if is_over(total, estimated, tol):
         findings.append(Finding("unaccounted", unaccounted,
                                 f"{_gib(unaccounted)} measured beyond the model's own buffers "
                                 "(driver context, allocations outside llama.cpp)"))
     findings.sort(key=lambda f: -f.bytes)
-    expected = budget if budget is not None else estimated
-    excess = measured - expected
-    if excess <= GIB // 4:
-        summary = (f"{model} holds {_gib(measured)}, as expected "
-                   f"({'budget' if budget is not None else 'estimate'} {_gib(expected)})")
-    else:
-        top = max((f for f in findings if f.component != "host_buffers"),
+    excess = total - expected
+    if is_over(total, expected, tol):
+        top = max((f for f in findings if f.component not in ("host_buffers",
+                                                              "weights_paged_out")),
                   key=lambda f: f.bytes, default=None)
         cause = top.cause if top else "unexplained"
         fix = next((f for f in findings if f.fix and f.frees_bytes), None)
-        summary = (f"{model} holds {_gib(measured)}, {_gib(excess)} over the "
-                   f"{'budget' if budget is not None else 'estimate'} of {_gib(expected)}: "
-                   f"{cause}" + (f"; {fix.fix} frees {_gib(fix.frees_bytes)}" if fix else ""))
-    return Diagnosis(pid, model, measured, estimated, budget, tuple(findings), summary)
+        pct = f" (+{100 * excess / expected:.0f}%)" if expected > 0 else ""
+        summary = (f"{model} holds {_gib(total)}, {_gib(excess)}{pct} over the {what} of "
+                   f"{_gib(expected)}: {cause}"
+                   + (f"; {fix.fix} frees {_gib(fix.frees_bytes)}" if fix else ""))
+        verdict = "over"
+    elif paged is not None:
+        summary = (f"{model} holds {_gib(total)}, less than the {what} of {_gib(expected)} "
+                   f"because its {paged.cause}; {paged.fix}")
+        verdict = "under"
+    else:
+        summary = f"{model} holds {_gib(total)}, as expected ({what} {_gib(expected)})"
+        verdict = "as_expected"
+    return Diagnosis(pid, model, total, estimated, budget, tuple(findings), summary, verdict)

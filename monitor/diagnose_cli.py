@@ -11,6 +11,8 @@ from monitor.diagnose import GIB, Diagnosis, diagnose
 from monitor.engines import parse_command, read_llama_env
 from monitor.estimate import EstimateError, estimate
 from monitor.gguf import GgufError
+from monitor.judge import Tolerance
+from monitor.measured import measure
 from monitor.predict_cli import PredictRequest, gpu_devices, take_snapshot
 
 
@@ -69,20 +71,16 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
         try:
             est = estimate(spec, devices)
         except (EstimateError, GgufError, OSError) as exc:
-            out.append(Diagnosis(info.pid, spec.model_path, 0, 0, None, (),
-                                 f"{Path(spec.model_path).name}: cannot estimate: {exc}"))
+            out.append(Diagnosis(info.pid, spec.model_path, None, 0, None, (),
+                                 f"{Path(spec.model_path).name}: cannot estimate: {exc}",
+                                 "error"))
             continue
-        measured = 0
-        for m in snap.memory:
-            if m.pid == info.pid:
-                if m.device_id == "host":
-                    measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
-                else:
-                    measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
-        out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est, measured,
+        out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est,
+                            measure(info.pid, snap.memory),
                             lambda s: estimate(s, devices),
                             budget_for(cfg, spec.model_path),
-                            usage_p99(cfg, spec.model_path)))
+                            usage_p99(cfg, spec.model_path),
+                            Tolerance.from_settings(cfg.alert_settings)))
     return out
 
 

@@ -57,7 +57,7 @@ class ModelRow:
     model: str
     ctx_slots: str
     cache_types: str
-    measured_bytes: int
+    measured_bytes: int | None  # monitor/measured.py; None = unknown, never 0
     estimate_bytes: int | None
     kv_bytes: int | None
     flags: tuple[str, ...] = ()
@@ -69,7 +69,7 @@ class ModelRow:
 
     @property
     def delta_bytes(self) -> int | None:
-        if self.estimate_bytes is None:
+        if self.estimate_bytes is None or self.measured_bytes is None:
             return None
         return self.measured_bytes - self.estimate_bytes
 
@@ -165,7 +165,7 @@ class FrameBuilder:
         rows = [self._row(snap, picture, devices, info) for info in snap.processes
                 if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")]
         rows = [r for r in rows if r is not None]
-        rows.sort(key=lambda r: -r.measured_bytes)
+        rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
 
     def _estimate(self, info: Any, devices: list[DeviceInfo]
@@ -200,16 +200,11 @@ class FrameBuilder:
             return None
         from monitor.diagnose import diagnose
         from monitor.estimate import estimate
+        from monitor.measured import measure
         from monitor.predict import need_by_device
 
-        measured = 0
-        for m in snap.memory:
-            if m.pid != info.pid:
-                continue
-            if m.device_id == HOST:
-                measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
-            else:
-                measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        held = measure(info.pid, snap.memory)
+        measured = held.total_bytes
         model = Path(spec.model_path).name if spec.model_path else (spec.model_name or "?")
         flags: list[str] = []
         p99 = self.p99_tokens(spec.model_path) if spec.model_path else None
@@ -230,11 +225,12 @@ class FrameBuilder:
         kv = est.total_bytes("kv") + est.total_bytes("kv_swa") if est else None
         diag = None
         if est is not None and spec.engine in ("llama.cpp", "ollama"):
-            key = (info.pid, info.start_ticks, measured // (64 * 1024 * 1024))
+            key = (info.pid, info.start_ticks,
+                   None if measured is None else measured // (64 * 1024 * 1024))
             diag = self._diag.get(key)
             if diag is None:
                 try:
-                    diag = diagnose(info.pid, model, spec, est, measured,
+                    diag = diagnose(info.pid, model, spec, est, held,
                                     lambda s: estimate(s, devices, self.read_header),
                                     None, p99)
                 except Exception:  # a diagnosis is a bonus; never break the frame
@@ -320,6 +316,8 @@ class LiveSource:
                     out.setdefault(f"device:{pic.device_id}", []).append(
                         (f.ts_ms, pic.used_bytes))
             for row in f.models:
+                if row.measured_bytes is None:
+                    continue
                 out.setdefault(f"model:{row.model} (pid {row.pid})", []).append(
                     (f.ts_ms, row.measured_bytes))
         return {k: downsample(v) for k, v in out.items()}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collectors.base import DeviceEvent, DeviceSample, Snapshot
+from monitor.judge import Tolerance, is_over
 
 GIB = 1024**3
 EVENT_TTL_MS = 10 * 60 * 1000  # an event-like alert resolves itself this long after it fired
@@ -61,6 +62,7 @@ class AlertSettings:
     hold_s: float = 30.0
     collector_hold_s: float = 60.0
     surprise_pct: float = 20.0
+    surprise_min_mib: float = 128.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,13 +346,14 @@ def _crash(ev: _Eval, pid: int | None, start_ticks: Any, subject: str, message: 
 def _surprise(ev: _Eval, snap: Snapshot, e: DeviceEvent) -> None:
     pid = _pid(e.data)
     name = _proc_name(snap, pid)
-    factor = 1.0 + ev.s.surprise_pct / 100.0
+    tol = Tolerance(ev.s.surprise_pct, int(ev.s.surprise_min_mib * 1024 * 1024))
     for field_name, measured in sorted(e.data.items()):
         if not field_name.startswith("measured_") or not isinstance(measured, int):
             continue
         device_id = field_name[len("measured_"):]
         estimate = e.data.get(f"estimate_{device_id}")
-        if not isinstance(estimate, int) or estimate <= 0 or measured <= estimate * factor:
+        if not isinstance(estimate, int) or estimate <= 0 or not is_over(measured, estimate,
+                                                                          tol):
             continue
         over = 100.0 * (measured - estimate) / estimate
         key = f"surprise:{device_id}:{pid if pid is not None else '-'}:{e.ts_ms}"

@@ -217,7 +217,8 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
         engine=spec.engine, model_path=spec.model_path, components=tuple(parts),
         notes=tuple(notes), n_ctx=ctx.n_ctx, n_ctx_seq=ctx.n_ctx_seq,
         n_seq_max=ctx.n_seq_max, n_stream=ctx.n_stream, kv_unified=ctx.kv_unified,
-        flash_attn=flash, devices=tuple(d.device_id for d in devices))
+        flash_attn=flash, devices=tuple(d.device_id for d in devices),
+        host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0)
 
 
 def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callable[[str], Any],

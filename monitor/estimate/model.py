@@ -52,6 +52,9 @@ class MemoryEstimate:
     flash_attn: bool | None = None
     version: int = ESTIMATOR_VERSION
     devices: tuple[str, ...] = field(default_factory=tuple)
+    # Of the mmap'd host weights, the bytes read a row at a time (token_embd: get_rows), so
+    # never wholly resident; the rest is read in full for every token.
+    host_sparse_bytes: int = 0
 
     @property
     def cells(self) -> int | None:
