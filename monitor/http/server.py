@@ -259,7 +259,7 @@ class HttpServer:
             raise _RequestError(400, f"unknown parameter {sorted(unknown)[0]!r}; expected "
                                      "since_ms, kind, limit")
         try:
-            rows = list_events(self.db_path, since_ms, kinds)
+            rows = list_events(self.db_path, since_ms, kinds, limit + 1)  # +1: truncated?
         except StoreError as exc:
             raise _RequestError(503, str(exc)) from None
         return 200, _JSON, _dump({"since_ms": since_ms, "kinds": list(kinds),
