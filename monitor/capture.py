@@ -21,16 +21,16 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tarfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from collectors import _fs
 from collectors.base import CollectorOptions, Roots
 from collectors.procfs import parse_cmdline
 from collectors.redact import redact_argv
+from monitor.outdir import OutDir, OutDirError, pack
 
 OMITTED_LINK = "capture:omitted"
 _DRM_LINK_PREFIXES = ("/dev/dri/renderD", "/dev/dri/card")
@@ -63,18 +63,19 @@ class CaptureResult:
 
 @dataclass
 class _Tree:
-    """Maps a path the collectors read to its place in the capture."""
+    """Maps a path the collectors read to its place in the capture (relative to it)."""
 
     roots: Roots
-    out: Path
 
-    def place(self, path: str) -> Path | None:
+    def place(self, path: str) -> PurePosixPath | None:
         for root, name in ((self.roots.proc, "proc"), (self.roots.sys, "sys")):
             try:
-                rel = Path(path).relative_to(root)
+                rel = PurePosixPath(path).relative_to(root)
             except ValueError:
                 continue
-            return self.out / name / rel
+            if any(part in (".", "..") for part in rel.parts):
+                return None  # never a path that climbs out of the tree
+            return PurePosixPath(name) / rel
         return None
 
 
@@ -95,7 +96,18 @@ def _redact_file(path: str, data: bytes, result: CaptureResult) -> bytes | None:
     return data
 
 
-def _write(tree: _Tree, recorded: list[tuple[str, str, object]], result: CaptureResult) -> None:
+@dataclass
+class _Plan:
+    """What the capture holds, each path once (the last read of a file wins)."""
+
+    dirs: dict[PurePosixPath, bool] = field(default_factory=dict)  # path -> unreadable
+    files: dict[PurePosixPath, bytes | None] = field(default_factory=dict)  # None: mode 000
+    links: dict[PurePosixPath, str] = field(default_factory=dict)
+
+
+def _plan(tree: _Tree, recorded: list[tuple[str, str, object]], result: CaptureResult
+          ) -> _Plan:
+    plan = _Plan()
     for kind, path, value in recorded:
         target = tree.place(path)
         if target is None:
@@ -103,77 +115,95 @@ def _write(tree: _Tree, recorded: list[tuple[str, str, object]], result: Capture
         if isinstance(value, PermissionError):
             result.denied.append(path)
             if kind == "dir":
-                target.mkdir(parents=True, exist_ok=True)
-                target.chmod(0)
+                plan.dirs[target] = True
             elif kind == "file":
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.touch()
-                target.chmod(0)
+                plan.files[target] = None
             continue
         if isinstance(value, OSError):
             continue  # gone or absent: absent in the capture too
         if kind == "dir":
-            target.mkdir(parents=True, exist_ok=True)
-            if tree.place(path) == tree.out / "proc":  # the process listing: one dir each
+            plan.dirs.setdefault(target, False)
+            if target == PurePosixPath("proc"):  # the process listing: one dir each
                 for name in value:  # type: ignore[attr-defined]
-                    (target / name).mkdir(exist_ok=True)
+                    if name not in (".", "..") and "/" not in name:
+                        plan.dirs.setdefault(target / name, False)
         elif kind == "file":
             data = _redact_file(path, value, result)  # type: ignore[arg-type]
-            if data is None:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            result.files += 1
-            result.bytes += len(data)
+            if data is not None:
+                plan.files[target] = data
         elif kind == "link":
             link = str(value)
             if not link.startswith(_DRM_LINK_PREFIXES):
                 link = OMITTED_LINK
                 result.dropped += 1
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink():
-                target.unlink()
-            os.symlink(link, target)
-            result.links += 1
-        elif kind == "exists" and value and not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
+            plan.links[target] = link
+        elif kind == "exists" and value and target not in plan.files:
+            plan.files.setdefault(target, b"")
+    return plan
+
+
+def _write(out: OutDir, plan: _Plan, result: CaptureResult) -> None:
+    """Every entry through the folder's descriptor; unreadable folders closed last."""
+    for path in plan.dirs:
+        out.mkdir(path)
+    for path, data in plan.files.items():
+        if data is None:
+            out.write_file(path, b"", mode=0)
+            continue
+        out.write_file(path, data)
+        result.files += 1
+        result.bytes += len(data)
+    for path, link in plan.links.items():
+        out.symlink(path, link)
+        result.links += 1
+    for path in sorted((p for p, denied in plan.dirs.items() if denied),
+                       key=lambda p: -len(p.parts)):
+        out.mkdir(path, mode=0)
 
 
 def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
             nvml: bool = True, archive: bool = False) -> CaptureResult:
-    """Sample once with every read recorded, and write the tree (and ``nvml.json``)."""
+    """Sample once with every read recorded, and write the tree (and ``nvml.json``).
+
+    The folder is made here (or is an empty one of ours) and written only through its
+    descriptor (monitor/outdir.py): a link planted in it, or at ``FOLDER.tar.gz``, is a
+    :class:`CaptureError`, never written through."""
     from monitor.sampler import Sampler
 
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CaptureError(f"{out} exists and is not empty; give a new folder")
+    archive_path = out.with_name(out.name + ".tar.gz") if archive else None
+    if archive_path is not None and os.path.lexists(archive_path):
+        raise CaptureError(f"{archive_path} already exists; move it away or give a new folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CaptureError(f"cannot create {out}: {exc.strerror or exc}") from None
-    result = CaptureResult(out)
-    recorded: list[tuple[str, str, object]] = []
-    with _fs.recording(lambda kind, path, value: recorded.append((kind, path, value))):
-        sampler = Sampler(roots, CollectorOptions(), enabled)  # some read when they start
+        tree = OutDir.create(out)
+    except OutDirError as exc:
+        raise CaptureError(str(exc)) from None
+    with tree:
+        result = CaptureResult(out)
+        recorded: list[tuple[str, str, object]] = []
+        with _fs.recording(lambda kind, path, value: recorded.append((kind, path, value))):
+            sampler = Sampler(roots, CollectorOptions(), enabled)  # some read when they start
+            try:
+                snap = sampler.sample()
+            finally:
+                sampler.close()
+        result.collectors = {run.collector: run.status for run in snap.runs}
         try:
-            snap = sampler.sample()
-        finally:
-            sampler.close()
-    result.collectors = {run.collector: run.status for run in snap.runs}
-    try:
-        _write(_Tree(roots, out), recorded, result)
-        if nvml:  # also when the collector failed: that is when a recording helps most
-            result.nvml = _record_nvml(out, roots.proc)
-        _write_manifest(out, result)
-        if archive:
-            result.archive = _archive(out)
-    except OSError as exc:
-        raise CaptureError(f"cannot write the capture in {out}: {exc.strerror or exc}") from None
+            _write(tree, _plan(_Tree(roots), recorded, result), result)
+            if nvml:  # also when the collector failed: that is when a recording helps most
+                result.nvml = _record_nvml(tree, roots.proc)
+            _write_manifest(tree, result)
+            if archive_path is not None:
+                result.archive = pack(tree, archive_path)
+        except OutDirError as exc:
+            raise CaptureError(str(exc)) from None
+        except OSError as exc:
+            raise CaptureError(f"cannot write the capture in {out}: {exc.strerror or exc}"
+                               ) from None
     return result
 
 
-def _record_nvml(out: Path, proc: Path) -> str:
+def _record_nvml(out: OutDir, proc: Path) -> str:
     try:
         from collectors.nvml_recorder import NvmlUnavailable, record_nvml
     except ImportError:
@@ -182,28 +212,21 @@ def _record_nvml(out: Path, proc: Path) -> str:
         scenario = record_nvml(proc)
     except NvmlUnavailable as exc:
         return f"not recorded: {exc}"
-    (out / "nvml.json").write_text(json.dumps(scenario, indent=2) + "\n")
+    out.write_file("nvml.json", (json.dumps(scenario, indent=2) + "\n").encode())
     return "nvml.json"
 
 
-def _write_manifest(out: Path, result: CaptureResult) -> None:
+def _write_manifest(out: OutDir, result: CaptureResult) -> None:
     doc = {
         "schema": "vramscope.capture/1",
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "replay": f"vramscope status --proc-root {out}/proc --sys-root {out}/sys",
+        "replay": f"vramscope status --proc-root {out.path}/proc --sys-root {out.path}/sys",
         "never_captured": "environ; secrets on command lines (redacted); targets of non-DRM "
                           "file descriptors; /proc/PID/maps beyond libtorch lines",
         **result.as_dict(),
     }
     doc.pop("out")
     doc.pop("archive")
-    (out / "capture.json").write_text(json.dumps(doc, indent=2) + "\n")
-
-
-def _archive(out: Path) -> Path:
-    path = out.with_name(out.name + ".tar.gz")
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(out, arcname=out.name)  # symlinks stay symlinks; mode-000 files keep modes
-    return path
+    out.write_file("capture.json", (json.dumps(doc, indent=2) + "\n").encode())

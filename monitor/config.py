@@ -91,6 +91,8 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "raw_hours": (_NUM, (0.1, 24 * 365)),
         "minute_days": (_NUM, (1, 3650)),
         "runs_hours": (_NUM, (0.1, 24 * 365)),
+        "events_days": (_NUM, (1, 3650)),
+        "events_max": (int, (1000, 10_000_000)),
     },
     "paths": {"proc_root": (str, None), "sys_root": (str, None)},
     "estimate": {"gpu_overhead_mib": (int, (0, 65536))},

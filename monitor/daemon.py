@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -349,6 +350,49 @@ def _previous_run_unclean(store: Store) -> bool:
     return bool(rows) and rows[0][0] == "daemon_started"
 
 
+class RepeatedWarnings(logging.Filter):
+    """A warning that can come every tick (a skipped or missed tick, from APScheduler or
+    from us) is logged the first time; repeats of the same message go to debug level,
+    counted, with one line saying how many every ``every_s``."""
+
+    def __init__(self, every_s: float = 600.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.counts: dict[tuple[str, str], int] = {}
+        self._said_at: dict[tuple[str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        key = (record.name, str(record.msg))
+        n = self.counts[key] = self.counts.get(key, 0) + 1
+        now = time.monotonic()
+        if n == 1:
+            record.msg = (f"{record.msg} (repeats are counted, one line every "
+                          f"{self.every_s / 60:.0f} minutes)")
+        elif now - self._said_at[key] >= self.every_s:
+            record.msg = f"{record.msg} ({n} times so far)"
+        else:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return True
+        self._said_at[key] = now
+        return True
+
+
+JOB_LOGGERS = ("apscheduler.scheduler", "apscheduler.executors.default", f"{__name__}.jobs")
+
+
+def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
+    """Install one :class:`RepeatedWarnings` on the loggers that speak once per tick."""
+    shared = RepeatedWarnings(every_s)
+    for name in JOB_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, RepeatedWarnings)]:
+            logger.removeFilter(old)
+        logger.addFilter(shared)
+    return shared
+
+
 def _http_server(config: Config, latest: Any) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
@@ -417,12 +461,15 @@ def run(config: Config) -> int:
                   next_run_time=now + timedelta(seconds=min(60.0, config.prune_interval_s)),
                   args=(ctx,))
 
+    quiet_repeated_warnings()
+    jobs_log = logging.getLogger(f"{__name__}.jobs")
+
     def on_job_event(event: JobExecutionEvent) -> None:
         if event.exception is not None:
             log.error("job %s raised %r", event.job_id, event.exception)
         else:
-            log.warning("job %s missed its time (the previous run was still going)",
-                        event.job_id)
+            jobs_log.warning("job %s missed its time (the previous run was still going)",
+                             event.job_id)
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     ctx.scheduler = sched

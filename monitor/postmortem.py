@@ -238,13 +238,20 @@ def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int
     return " ".join(parts), " ".join(fixes) or "No fix could be inferred from the evidence."
 
 
-def list_events(db_path: Path, since_ms: int, kinds: tuple[str, ...] = ()) -> list[dict]:
+def list_events(db_path: Path, since_ms: int, kinds: tuple[str, ...] = (),
+                limit: int | None = None) -> list[dict]:
+    """Events from ``since_ms`` in time order, at most ``limit`` of them: the limit is
+    SQL's, read along the ``events_ts`` index, so a long history is never loaded whole."""
     db = open_readonly(db_path)
     try:
         where, params = "ts_ms >= ?", [since_ms]
         if kinds:
             where += f" AND kind IN ({','.join('?' for _ in kinds)})"
             params += list(kinds)
-        return _event_rows(db, where + " ORDER BY ts_ms", tuple(params))
+        where += " ORDER BY ts_ms, id"
+        if limit is not None:
+            where += " LIMIT ?"
+            params.append(limit)
+        return _event_rows(db, where, tuple(params))
     finally:
         db.close()

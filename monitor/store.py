@@ -351,7 +351,25 @@ class Store:
                 counts[f"deleted_{table}"] = conn.execute(
                     f"DELETE FROM {table} WHERE ts_ms < ?{keep}", (cut,)
                 ).rowcount
+            counts["deleted_events"] = self._prune_events(conn, now_ms, retention)
+            # A process row outlives its samples by nothing: once its last sample (raw,
+            # minute, or kept around a crash) is gone and it was last seen before the
+            # minute retention, it goes too.
+            counts["deleted_processes"] = conn.execute(
+                "DELETE FROM processes WHERE last_seen_ms < ? AND id NOT IN"
+                " (SELECT process_id FROM process_samples"
+                " UNION SELECT process_id FROM process_minutes)", (minute_cut,)).rowcount
         return counts
+
+    @staticmethod
+    def _prune_events(conn: sqlite3.Connection, now_ms: int, retention: Retention) -> int:
+        """Events older than ``events_days``, then all but the newest ``events_max``."""
+        cut = now_ms - int(retention.events_days * 86400_000)
+        deleted = conn.execute("DELETE FROM events WHERE ts_ms < ?", (cut,)).rowcount
+        deleted += conn.execute(
+            "DELETE FROM events WHERE id <= (SELECT id FROM events ORDER BY id DESC"
+            " LIMIT 1 OFFSET ?)", (retention.events_max,)).rowcount
+        return deleted
 
 
 # Full-resolution samples from 10 minutes before to 1 minute after a crash or OOM kill are

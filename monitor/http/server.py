@@ -17,8 +17,16 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
   whatever the verdict; 400 for a bad request or a command that cannot be estimated.
 
 Security: no files are served. With a token, every request needs
-``Authorization: Bearer TOKEN`` (compared in constant time) or gets 401, on loopback too;
+``Authorization: Bearer TOKEN`` (compared in constant time) or gets 401, on loopback too,
+before anything else of the request is parsed or routed;
 listening anywhere but loopback without a token is refused (:class:`HttpConfigError`).
+Hostile clients are bounded: at most ``MAX_CONNECTIONS`` connections are served at once
+(more are answered 503 and closed at once, without a thread), the request line and
+headers may take ``MAX_HEAD_BYTES`` and ``MAX_HEADER_LINES`` (else 431) and must arrive
+within ``HEAD_TIMEOUT_S`` in all (a slow client is dropped). A path in a predict
+request gets the same error whether it is missing, unreadable or not a GGUF file, so the
+endpoint says nothing about which paths exist. Clients that go away mid-answer are
+counted and logged once, not one traceback each.
 Without a token (loopback only) a request whose ``Host`` is a name other than
 ``localhost`` is refused (DNS rebinding), and the predict POST needs a JSON content type
 (a browser cannot send one cross-site without a preflight, which gets 501).
@@ -28,11 +36,13 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import io
 import ipaddress
 import json
 import logging
 import socket
 import socketserver
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -56,14 +66,21 @@ MAX_ARG_CHARS = 4096
 MAX_PREDICTS = 2  # predictions running at once; more get 503
 EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
 EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT = 1000, 10000
-REQUEST_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 10.0  # each read or write of a body or an answer
+HEAD_TIMEOUT_S = 5.0  # the request line and headers, in all (slowloris)
+MAX_HEAD_BYTES = 8192  # request line + headers
+MAX_HEADER_LINES = 48
+MAX_CONNECTIONS = 32  # served at once; each holds a thread
 DEFAULT_PORT = 9835
 
 _JSON = "application/json"
 # GGUF problems that say nothing about the bytes of the file (the rest may quote them:
 # "not a GGUF file (magic b'root')" would read 4 bytes of any file the daemon can read).
-_SAFE_GGUF_PROBLEMS = ("no such file", "split ", "cannot stat", "not a regular file",
-                       "cannot read", "unsupported GGUF version")
+_MODEL_UNREADABLE = "not a readable GGUF model file"  # missing, unreadable or not GGUF
+_BUSY_BODY = b'{"error":"busy: too many connections at once; try again"}\n'
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+         + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
 class HttpConfigError(ValueError):
@@ -128,12 +145,47 @@ class _RequestError(Exception):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 16
+    request_queue_size = 128  # a burst of connects waits here, not in SYN retries
 
     def __init__(self, address: tuple[str, int], app: HttpServer) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.app = app
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection while a slot is free; past that, 503 from here."""
+        if not self.slots.acquire(blocking=False):
+            self.app.quiet.note("busy", f"more than {MAX_CONNECTIONS} HTTP connections at "
+                                "once; the excess is answered 503")
+            with contextlib.suppress(OSError):
+                request.settimeout(0.5)
+                request.sendall(_BUSY)
+                request.setblocking(False)  # (with a timeout, recv would wait for data)
+                for _ in range(4):  # what it sent already: read, so that closing sends a
+                    if not request.recv(65536):  # FIN, not a reset that could cost the
+                        break  # client the 503
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line, never socketserver's traceback on stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            self.app.quiet.note("gone", f"an HTTP client went away or stalled ({exc!r})")
+            return
+        log.error("HTTP connection from %s failed: %r", client_address[0], exc)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn (a DNS lookup) for server_name
@@ -170,6 +222,7 @@ class HttpServer:
         self.registry = build_registry(latest, estimates)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
         self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
+        self.quiet = QuietLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -259,7 +312,7 @@ class HttpServer:
             raise _RequestError(400, f"unknown parameter {sorted(unknown)[0]!r}; expected "
                                      "since_ms, kind, limit")
         try:
-            rows = list_events(self.db_path, since_ms, kinds)
+            rows = list_events(self.db_path, since_ms, kinds, limit + 1)  # +1: truncated?
         except StoreError as exc:
             raise _RequestError(503, str(exc)) from None
         return 200, _JSON, _dump({"since_ms": since_ms, "kinds": list(kinds),
@@ -280,7 +333,10 @@ class HttpServer:
                 doc, _code = run_predict(self.config, req, snapshot=snap)
             except GgufError as exc:
                 raise _RequestError(400, _gguf_message(exc)) from None
-            except (ValueError, OSError) as exc:  # EstimateError, not a server command
+            except OSError as exc:  # any other file the command names: the same answer
+                name = exc.filename if isinstance(exc.filename, str) else "a file"
+                raise _RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
+            except ValueError as exc:  # EstimateError, not a server command
                 raise _RequestError(400, _one_line(str(exc))) from None
         finally:
             self.predict_slots.release()
@@ -304,10 +360,67 @@ def _one_line(text: str, limit: int = 500) -> str:
 
 
 def _gguf_message(exc: Any) -> str:
-    problem = str(getattr(exc, "problem", ""))
-    if problem.startswith(_SAFE_GGUF_PROBLEMS):
-        return _one_line(str(exc))
-    return _one_line(f"{getattr(exc, 'path', '?')}: not a readable GGUF model file")
+    """One answer for every unreadable model: "no such file" against "not a GGUF" would
+    tell a client which paths exist (and the problem may quote the file's bytes)."""
+    return _one_line(f"{getattr(exc, 'path', '?')}: {_MODEL_UNREADABLE}")
+
+
+class QuietLog:
+    """Events a client can cause at will (a reset, a stall, a flood of connections): the
+    first of each kind is logged at info, the rest counted and logged at debug."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def note(self, kind: str, message: str) -> None:
+        with self._lock:
+            n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n == 1:
+            log.info("%s (further ones are counted, at debug level)", message)
+        else:
+            log.debug("%s (%d so far)", message, n)
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+class _BodyReader:
+    """The bytes that came after the head, then the connection's own reader."""
+
+    def __init__(self, prefix: bytes, rest: Any) -> None:
+        self.prefix = prefix
+        self.rest = rest
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            out, self.prefix = self.prefix + self.rest.read(), b""
+            return out
+        out, self.prefix = self.prefix[:n], self.prefix[n:]
+        if len(out) < n:
+            out += self.rest.read(n - len(out))
+        return out
+
+    def close(self) -> None:
+        self.rest.close()
+
+
+def _head_end(buf: bytearray, start: int) -> int | None:
+    """The index just past the blank line that ends a request head, if it arrived."""
+    for mark in (b"\r\n\r\n", b"\n\n"):
+        at = buf.find(mark, max(0, start - len(mark)))
+        if at >= 0:
+            return at + len(mark)
+    return None
+
+
+def _header(lines: list[bytes], name: bytes) -> str | None:
+    for line in lines:
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return None
 
 
 def _int_param(query: dict[str, list[str]], name: str, default: int, low: int,
@@ -380,6 +493,74 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
 
     # -- plumbing -------------------------------------------------------------
+
+    def handle_one_request(self) -> None:
+        """The base class, with the head read under limits and the token checked first."""
+        self.close_connection = True  # HTTP/1.0: one request per connection
+        self.request_version, self.command, self.requestline = "HTTP/1.0", "", ""
+        try:
+            got = self._read_head()
+        except _HeadTooLarge:
+            self.send_error(431, f"the request line and headers may take {MAX_HEAD_BYTES} "
+                                 f"bytes and {MAX_HEADER_LINES} lines")
+            return
+        except TimeoutError:
+            self.server.app.quiet.note("slow", "an HTTP client did not finish its request "
+                                       f"within {HEAD_TIMEOUT_S:.0f} s; dropped")
+            return
+        if got is None:
+            return
+        head, extra = got
+        lines = [line.rstrip(b"\r") for line in head.split(b"\n")]
+        while lines and not lines[-1]:
+            lines.pop()
+        if len(lines) > MAX_HEADER_LINES + 1:
+            self.send_error(431, f"at most {MAX_HEADER_LINES} header lines")
+            return
+        self.requestline = lines[0][:200].decode("latin-1") if lines else ""
+        app = self.server.app
+        if app.token_required and not app.authorized(_header(lines[1:], b"authorization")):
+            self._send(401, _JSON, _dump({"error": "missing or wrong bearer token"}),
+                       {"WWW-Authenticate": 'Bearer realm="vramscope"'})
+            return
+        self.raw_requestline = lines[0] + b"\r\n" if lines else b""
+        connection_reader = self.rfile
+        self.rfile = io.BytesIO(b"".join(line + b"\r\n" for line in lines[1:]) + b"\r\n")
+        try:
+            parsed = self.parse_request()
+        finally:
+            self.rfile = _BodyReader(extra, connection_reader)  # type: ignore[assignment]
+        if not parsed:
+            return
+        method = getattr(self, "do_" + self.command, None)
+        if method is None:
+            self.send_error(501, f"unsupported method ({self.command[:20]!r})")
+            return
+        method()
+
+    def _read_head(self) -> tuple[bytes, bytes] | None:
+        """(head, bytes after it) read straight from the socket, at most MAX_HEAD_BYTES,
+        all within HEAD_TIMEOUT_S however slowly it trickles; None if the client closed."""
+        sock = self.connection
+        deadline = time.monotonic() + HEAD_TIMEOUT_S
+        buf = bytearray()
+        scanned = 0
+        while (end := _head_end(buf, scanned)) is None:
+            scanned = len(buf)
+            if len(buf) > MAX_HEAD_BYTES:
+                raise _HeadTooLarge
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("request head")
+            sock.settimeout(remaining)
+            chunk = sock.recv(4096)
+            if not chunk:
+                return None
+            buf += chunk
+        if end > MAX_HEAD_BYTES:
+            raise _HeadTooLarge
+        sock.settimeout(REQUEST_TIMEOUT_S)
+        return bytes(buf[:end]), bytes(buf[end:])
 
     def version_string(self) -> str:
         return self.server_version  # no Python version in the Server header
@@ -459,6 +640,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
             status, content_type, body = route[1]()
             self._send(status, content_type, body)
+        except (ConnectionError, TimeoutError) as exc:  # the client went away
+            self.close_connection = True
+            app.quiet.note("gone", f"an HTTP client went away before its answer ({exc!r})")
         except _RequestError as exc:
             if exc.status >= 400 and exc.status != 503:
                 log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.status,

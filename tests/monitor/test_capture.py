@@ -139,3 +139,139 @@ def test_capture_command(tmp_path: Path) -> None:
     assert len(again.stderr.strip().splitlines()) == 1
     human = run(str(tmp_path / "d"))
     assert human.returncode == 0 and "vramscope status --proc-root" in human.stdout
+
+
+# -- hostile folders: never write through a link (issue 14, item 1) ---------------------
+
+STRIX = Roots(proc=FIXTURES / "strix-halo" / "proc", sys=FIXTURES / "strix-halo" / "sys")
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> dict[str, Path]:
+    """A private file and an empty folder an attacker would like root to write into."""
+    secrets = tmp_path / "victim"
+    secrets.mkdir()
+    private = secrets / "shadow"
+    private.write_text("root:private\n")
+    private.chmod(0o600)
+    empty = tmp_path / "victim-dir"
+    empty.mkdir()
+    return {"file": private, "dir": empty, "chosen": empty / "created-by-root"}
+
+
+def untouched(victim: dict[str, Path]) -> None:
+    assert victim["file"].read_text() == "root:private\n"
+    assert victim["file"].stat().st_mode & 0o777 == 0o600
+    assert list(victim["dir"].iterdir()) == []
+
+
+def plant_during_sample(monkeypatch: pytest.MonkeyPatch, plant) -> None:  # noqa: ANN001
+    """Run ``plant`` after capture checked its folder and before it writes: the race."""
+    from monitor.sampler import Sampler as RealSampler
+
+    original = RealSampler.sample
+
+    def sample(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        plant()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RealSampler, "sample", sample)
+
+
+@pytest.mark.parametrize("where", ["proc-dir", "sys-dir", "file-inside", "manifest",
+                                   "manifest-dangling"])
+def test_links_planted_during_a_capture_are_never_followed(
+        tmp_path: Path, victim: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    out = tmp_path / "cap"
+
+    def plant() -> None:
+        if where == "proc-dir":
+            (out / "proc").symlink_to(victim["dir"])
+        elif where == "sys-dir":
+            (out / "sys").symlink_to(victim["dir"])
+        elif where == "file-inside":
+            (out / "proc").mkdir()
+            (out / "proc" / "meminfo").symlink_to(victim["file"])
+        elif where == "manifest":
+            (out / "capture.json").symlink_to(victim["file"])
+        else:
+            (out / "capture.json").symlink_to(victim["chosen"])
+
+    plant_during_sample(monkeypatch, plant)
+    with pytest.raises(CaptureError) as err:
+        capture(STRIX, out, nvml=False)
+    assert "\n" not in str(err.value)
+    untouched(victim)
+
+
+def test_a_folder_that_is_a_link_is_refused(tmp_path: Path, victim: dict[str, Path]) -> None:
+    link = tmp_path / "cap"
+    link.symlink_to(victim["dir"])
+    with pytest.raises(CaptureError, match="link"):
+        capture(STRIX, link, nvml=False)
+    untouched(victim)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_an_empty_folder_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(CaptureError, match="owned by"):
+        capture(STRIX, theirs, nvml=False)
+    assert list(theirs.iterdir()) == []
+
+
+def test_an_empty_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(CaptureError, match="writable"):
+        capture(STRIX, shared, nvml=False)
+    assert list(shared.iterdir()) == []
+
+
+def test_an_empty_folder_of_ours_is_still_accepted(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    result = capture(STRIX, mine, nvml=False)
+    assert (mine / "proc" / "meminfo").is_file() and result.files > 10
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_an_archive_path_that_is_a_link_is_never_written(
+        tmp_path: Path, victim: dict[str, Path], dangling: bool) -> None:
+    (tmp_path / "box.tar.gz").symlink_to(victim["chosen"] if dangling else victim["file"])
+    with pytest.raises(CaptureError, match="box.tar.gz"):
+        capture(STRIX, tmp_path / "box", nvml=False, archive=True)
+    untouched(victim)
+
+
+def test_the_archive_holds_links_as_links_and_unreadable_files_empty(tmp_path: Path) -> None:
+    result = capture(STRIX, tmp_path / "box", nvml=False, archive=True)
+    assert result.archive is not None and result.archive.stat().st_mode & 0o022 == 0
+    with tarfile.open(result.archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        links = [m for m in members.values() if m.issym()]
+        assert links and all(m.linkname.startswith("/dev/dri/") or m.linkname == OMITTED_LINK
+                             for m in links)
+        meminfo = tar.extractfile("box/proc/meminfo")
+        assert meminfo is not None
+        assert meminfo.read() == (tmp_path / "box" / "proc" / "meminfo").read_bytes()
+    assert members["box"].isdir() and members["box/proc"].isdir()
+
+
+def test_the_command_refuses_planted_links_with_one_line(tmp_path: Path,
+                                                        victim: dict[str, Path]) -> None:
+    fixture = FIXTURES / "strix-halo"
+    roots = ["--proc-root", str(fixture / "proc"), "--sys-root", str(fixture / "sys")]
+    (tmp_path / "box.tar.gz").symlink_to(victim["file"])
+    (tmp_path / "linked").symlink_to(victim["dir"])
+    for folder, extra in ((tmp_path / "box", ["--archive"]), (tmp_path / "linked", [])):
+        done = subprocess.run([sys.executable, "-m", "monitor", "capture", str(folder),
+                               *extra, *roots], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("vramscope: error:")
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    untouched(victim)

@@ -389,9 +389,15 @@ def test_predict_bad_input_is_a_400_with_one_line(server: HttpServer, tmp_path: 
                               {"command": ["llama-server"], "state": "/etc/passwd"}), 400)
     assert "not an inference server" in one_line_error(
         *post_json(server, "/api/v1/predict", {"command": ["ls", "-l"]}), 400)
-    missing = str(tmp_path / "absent.gguf")
-    assert "no such file" in one_line_error(*post_json(
-        server, "/api/v1/predict", {"command": ["llama-server", "-m", missing]}), 400)
+    # Missing, a folder, unreadable, not GGUF: one answer, so no path's existence leaks.
+    secret = tmp_path / "secret.gguf"
+    secret.write_bytes(b"not a model at all")
+    answers = set()
+    for path in (tmp_path / "absent.gguf", tmp_path, secret, Path("/proc/1/mem")):
+        error = one_line_error(*post_json(
+            server, "/api/v1/predict", {"command": ["llama-server", "-m", str(path)]}), 400)
+        answers.add(error.replace(str(path), "PATH"))
+    assert answers == {"PATH: not a readable GGUF model file"}
 
 
 def test_predict_never_quotes_the_bytes_of_a_non_gguf_file(server: HttpServer,

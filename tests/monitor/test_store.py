@@ -261,3 +261,33 @@ def test_samples_around_a_crash_survive_raw_retention(store: Store) -> None:
     assert kept == expected
     rows = store.db.execute("SELECT count(*) FROM process_samples").fetchone()[0]
     assert rows == 2 * len(expected)
+
+
+def test_prune_bounds_events_and_processes_that_only_grew(store: Store) -> None:
+    """Issue 14: events and processes rows were never deleted. Events go by age and by
+    count; a process row goes once its samples are gone and it was last seen before the
+    minute retention; one with samples kept around a crash stays."""
+    day = 86400_000
+    for pid, when in ((100, T0), (200, T0 + 40 * day), (300, T0 + 40 * day - 5 * MINUTE_MS)):
+        store.write(snapshot(when, pid=pid, start=pid))
+    store.add_event("crash", "critical", "llama-server[300]", "killed", {"pid": 300},
+                    ts_ms=T0 + 40 * day - 4 * MINUTE_MS)
+    conn = store.db.conn
+    with store.db.atomic():  # a flood: 3,000 old events and 3,000 recent ones
+        conn.executemany("INSERT INTO events (ts_ms, kind, severity, message) VALUES"
+                         " (?, 'xid', 'warning', 'x')",
+                         [(T0 + i, ) for i in range(3000)]
+                         + [(T0 + 40 * day + i, ) for i in range(3000)])
+    now = T0 + 41 * day
+    counts = store.prune(now, Retention(raw_hours=1, minute_days=30, events_days=30,
+                                        events_max=2000))
+    pids = sorted(r[0] for r in store.db.execute("SELECT pid FROM processes"))
+    assert pids == [200, 300]  # 100: last seen 41 days ago, no sample left
+    assert counts["deleted_processes"] == 1
+    assert count(store, "events") == 2000  # the newest 2000 of the recent ones
+    kept = store.db.execute("SELECT min(ts_ms), max(ts_ms) FROM events").fetchone()
+    assert kept == (T0 + 40 * day + 1000, T0 + 40 * day + 2999)
+    assert counts["deleted_events"] == 3000 + 1000 + 1  # old ones, the cap, the crash
+    # Pruned twice is pruned once; the rows still there are still read.
+    assert store.prune(now, Retention(raw_hours=1, minute_days=30, events_days=30,
+                                      events_max=2000))["deleted_events"] == 0
