@@ -101,6 +101,10 @@ class DeviceSample:
     hugepages_free_bytes: int | None = None
     swap_total_bytes: int | None = None
     swap_free_bytes: int | None = None
+    # NVIDIA unified memory (GB10): the sum of NVML's per-process used figures (the GPU's
+    # own share of the pool), and the device whose pool this one is ("host").
+    processes_used_bytes: int | None = None
+    shares_pool_with: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +149,16 @@ class ProcessMemory:
 
 @dataclass(frozen=True, slots=True)
 class HiddenProcess:
-    """A process whose use of a device could not be read, with the reason and the fix."""
+    """A process we cannot see (no ``/proc`` entry here, or denied), with the reason and
+    the fix. ``used_bytes`` is what the device still reports it holding (NVML's per-process
+    figure for a pid outside our PID namespace): counted as attributed on ``device_id``."""
 
     pid: int
     reason: str
     device_id: str | None = None
     comm: str | None = None
     hint: str | None = None
+    used_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

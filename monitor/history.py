@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
 from monitor.store import open_readonly
 
@@ -61,6 +61,11 @@ def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
                                      r[7], tuple(x for x in (r[8] or "").split(",") if x))
             rows.append(ProcessMemory(pid, r[9], **dict(zip(PROCESS_SAMPLE_FIELDS, r[10:],
                                                             strict=True))))
-        return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), (), (), ())
+        hidden = tuple(
+            HiddenProcess(pid, reason, device_id=device_id, used_bytes=used)
+            for pid, device_id, used, reason in db.execute(
+                "SELECT pid, device_id, used_bytes, reason FROM hidden_samples"
+                " WHERE ts_ms = ? ORDER BY pid", (at,)))
+        return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), hidden, (), ())
     finally:
         db.close()

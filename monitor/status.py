@@ -84,6 +84,12 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             if d.swap_total_bytes:
                 used_swap = d.swap_total_bytes - (d.swap_free_bytes or 0)
                 parts.append(f"swap {human_bytes(used_swap)}/{human_bytes(d.swap_total_bytes)}")
+        if d.shares_pool_with:
+            parts.append(f"shares the {d.shares_pool_with} pool")
+        if d.processes_used_bytes is not None:
+            over = d.total_bytes is not None and d.processes_used_bytes > d.total_bytes
+            parts.append(f"GPU processes {human_bytes(d.processes_used_bytes)}"
+                         + (" (more than the pool!)" if over else ""))
         if d.util_pct is not None:
             parts.append(f"busy {d.util_pct:.0f}%")
         dev_rows.append([d.device_id, d.name or "-", d.memory_kind, human_bytes(used),
@@ -110,6 +116,11 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             human_bytes(host.pss_bytes if host else None),
             ", ".join(gpu) or "-", ",".join(p.reasons), command,
         ])
+    for h in snap.hidden:  # NVML still reports its memory: a row with its size
+        if h.used_bytes is not None and h.device_id is not None:
+            where = f"{h.device_id.split(':', 1)[-1]} {human_bytes(h.used_bytes)}"
+            proc_rows.append([str(h.pid), "-", "-", "-", "-", where, "hidden",
+                              "[not visible in this PID namespace]"])
     lines = _table(["PID", "ENGINE", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"], proc_rows,
                    {2, 3, 4})
     out += [line[:width] for line in lines] if width else lines

@@ -190,6 +190,10 @@ class Store:
                 rows.append((snap.ts_ms, pid_key, m.device_id,
                              *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS)))
             conn.executemany(_PROCESS_SAMPLE_SQL, rows)
+            conn.executemany(
+                "INSERT OR REPLACE INTO hidden_samples VALUES (?, ?, ?, ?, ?)",
+                [(snap.ts_ms, h.pid, h.device_id, _sql_value(h.used_bytes), h.reason)
+                 for h in snap.hidden if h.device_id is not None])
             for ev in snap.events:
                 self._insert_event(conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id,
                                    ev.message, dict(ev.data))
@@ -343,6 +347,7 @@ class Store:
             runs_cut = now_ms - int(retention.runs_hours * 3600_000)
             for table, cut in (
                 ("device_samples", raw_cut), ("process_samples", raw_cut),
+                ("hidden_samples", raw_cut),
                 ("device_minutes", minute_cut), ("process_minutes", minute_cut),
                 ("collector_runs", runs_cut), ("slot_usage", minute_cut),
             ):
