@@ -114,6 +114,8 @@ class ProcessInfo:
     ``start_ticks`` is field 22 of ``/proc/PID/stat`` (clock ticks after boot);
     ``argv`` is the command line with secrets already redacted (collectors/redact.py).
     ``reasons`` says why it is tracked: ``inference``, ``gpu``, ``top``.
+    ``cwd`` is the target of ``/proc/PID/cwd`` (``readlink``, never followed): relative
+    paths on the command line (``-m x.gguf``) are relative to it. None when unreadable.
     """
 
     pid: int
@@ -125,6 +127,7 @@ class ProcessInfo:
     argv: tuple[str, ...]
     engine: str | None = None
     reasons: tuple[str, ...] = ()
+    cwd: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

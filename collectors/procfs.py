@@ -11,6 +11,8 @@ Sources (proc(5); units as the kernel prints them):
   tracked processes, every tick; it costs ~20 us whatever the process size.
 - ``/proc/PID/statm`` (pages): resident size of every process, to rank the top N, every
   ``rescan_s`` (and the first tick).
+- ``/proc/PID/cwd`` (a link, ``readlink`` only, once per tracked process): the directory
+  relative paths on its command line are relative to.
 - ``/proc/PID/smaps_rollup`` (kB): Pss, for one tracked process per tick at most, each
   at most every ``pss_interval_s``: it walks the page tables (sources.md section 4.3).
 
@@ -62,6 +64,8 @@ class _Proc:
     torch_checked: bool = False
     uid: int | None = None
     pss_read_ms: int | None = None
+    cwd: str | None = None
+    cwd_read: bool = False
 
 
 def parse_stat(data: bytes) -> tuple[str, int, int] | None:
@@ -136,6 +140,16 @@ def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
         locked_bytes=_fs.kib_field(f, "VmLck"),
     )
     return row, uid
+
+
+def read_cwd(link: str) -> str | None:
+    """The target of ``/proc/PID/cwd`` as text (``readlink`` only: never followed, and a
+    recorded tree's link replays as the recorded path); None when denied or gone."""
+    try:
+        target = _fs.readlink(link)
+    except OSError:
+        return None
+    return target if target.startswith("/") and len(target) <= 4096 else None
 
 
 def parse_pss(data: bytes) -> int | None:
@@ -299,6 +313,9 @@ class ProcfsCollector:
                 if rollup is not None:
                     row = replace(row, pss_bytes=parse_pss(rollup))
             entry.uid = uid
+            if not entry.cwd_read:  # once: a server resolves its paths at start
+                entry.cwd_read = True
+                entry.cwd = read_cwd(f"{proc}/{pid}/cwd")
             infos.append(
                 ProcessInfo(
                     pid=pid,
@@ -310,6 +327,7 @@ class ProcfsCollector:
                     argv=entry.argv,
                     engine=entry.engine,
                     reasons=tuple(why),
+                    cwd=entry.cwd,
                 )
             )
             rows.append(row)

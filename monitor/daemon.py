@@ -311,7 +311,7 @@ def poll_slots(ctx: DaemonContext) -> int:
     for info in snap.processes:
         if info.engine not in ("llama.cpp", "ollama"):
             continue
-        spec = parse_command(list(info.argv))
+        spec = parse_command(list(info.argv), cwd=info.cwd)
         if spec is None or not spec.model_path or spec.role == "proxy":
             continue
         host = spec.host if spec.host not in (None, "0.0.0.0", "::", "") else "127.0.0.1"

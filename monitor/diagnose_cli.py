@@ -63,7 +63,7 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
         if info.engine not in ("llama.cpp", "ollama"):
             continue
         env = read_llama_env(cfg.roots.proc, info.pid) if live else {}
-        spec = parse_command(list(info.argv), env)
+        spec = parse_command(list(info.argv), env, cwd=info.cwd)
         if spec is None or not spec.model_path:
             continue
         try:

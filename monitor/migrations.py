@@ -136,6 +136,13 @@ def m004_hidden_samples(db: Database) -> None:
     """)
 
 
+@migrations()
+def m005_process_cwd(db: Database) -> None:
+    """The working directory of each process (``/proc/PID/cwd``): relative model paths on
+    its command line resolve against it (issue 16)."""
+    db["processes"].add_column("cwd", str)
+
+
 DEVICE_SAMPLE_FIELDS = tuple(
     line.split()[0]
     for chunk in _DEVICE_COLUMNS.split(",")

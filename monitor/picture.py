@@ -169,7 +169,7 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         infos.append(ProcessInfo(
             pid=p["pid"], start_ticks=p["start_ticks"], started_at_ms=p.get("started_at_ms"),
             ppid=p.get("ppid"), uid=p.get("uid"), comm=p["comm"], argv=tuple(p["argv"]),
-            engine=p.get("engine"), reasons=tuple(p.get("reasons", ()))))
+            engine=p.get("engine"), reasons=tuple(p.get("reasons", ())), cwd=p.get("cwd")))
         for device_id, fields in p.get("memory", {}).items():
             rows.append(ProcessMemory(pid=p["pid"], device_id=device_id, **fields))
     hidden_fields = set(HiddenProcess.__dataclass_fields__)

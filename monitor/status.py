@@ -9,16 +9,34 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from collectors.base import ProcessMemory, Snapshot
+from collectors.base import ProcessInfo, ProcessMemory, Snapshot
 
 SCHEMA_ID = "vramscope.status/1"
 _MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
                   ("pid", "device_id")]
 
 
-def to_json(snap: Snapshot) -> dict[str, Any]:
+def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> str | None:
+    """The model file an inference process serves, relative paths resolved against its
+    cwd (``-m x.gguf`` started in ``~/models``); None for other processes."""
+    if info.engine is None or not info.argv:
+        return None
+    from monitor.engines import parse_command
+
+    try:
+        spec = parse_command(list(info.argv), env, cwd=info.cwd)
+    except Exception:  # an odd command line is no model, never a failed status
+        return None
+    return spec.model_path if spec is not None else None
+
+
+def to_json(snap: Snapshot,
+            env_for: Callable[[int], Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """``env_for(pid)``: a process's allow-listed environment (``LLAMA_ARG_MODEL``), when
+    the caller may read it."""
     by_pid: dict[int, dict[str, dict[str, int | None]]] = defaultdict(dict)
     for m in snap.memory:
         by_pid[m.pid][m.device_id] = {
@@ -30,6 +48,7 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
         row["argv"] = list(p.argv)
         row["reasons"] = list(p.reasons)
         row["memory"] = by_pid.get(p.pid, {})
+        row["model_path"] = model_path_of(p, env_for(p.pid) if env_for and p.engine else None)
         processes.append(row)
     return {
         "schema": SCHEMA_ID,

@@ -252,11 +252,12 @@ class Store:
     def _process_id(self, conn: sqlite3.Connection, p: ProcessInfo, ts_ms: int) -> int:
         conn.execute(
             "INSERT INTO processes (pid, start_ticks, started_at_ms, ppid, uid, comm, argv,"
-            " engine, reasons, first_seen_ms, last_seen_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            " engine, reasons, first_seen_ms, last_seen_ms, cwd)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT(pid, start_ticks, started_at_ms) DO UPDATE SET"
             " engine=excluded.engine, reasons=excluded.reasons, exited_ms=NULL",
             (p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm,
-             json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms),
+             json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms, p.cwd),
         )
         row = conn.execute(
             "SELECT id FROM processes WHERE pid = ? AND start_ticks = ?"

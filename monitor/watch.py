@@ -129,7 +129,8 @@ class LoadWatch:
         return events
 
     def _on_new(self, snap: Snapshot, info) -> list[DeviceEvent]:  # noqa: ANN001
-        spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid))
+        spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid),
+                             cwd=info.cwd)
         if spec is None or spec.role not in ("server", "runner"):
             return []
         devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)

@@ -130,7 +130,7 @@ class FrameBuilder:
         self._headers: dict[str, Any] = {}
         self._reader = read_header
         self._lock = threading.Lock()
-        self._estimates: dict[tuple[int, int, tuple[str, ...]], tuple[Any, ...]] = {}
+        self._estimates: dict[tuple[int, int, tuple[str, ...], str | None], tuple[Any, ...]] = {}
         self._diag: dict[tuple[int, int, int], Diagnosis] = {}
 
     def read_header(self, path: str) -> Any:
@@ -170,13 +170,13 @@ class FrameBuilder:
 
     def _estimate(self, info: Any, devices: list[DeviceInfo]
                   ) -> tuple[LaunchSpec | None, MemoryEstimate | None, str | None]:
-        key = (info.pid, info.start_ticks, tuple(info.argv))
+        key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._estimates:
             return self._estimates[key]  # type: ignore[return-value]
         from monitor.engines import parse_command
         from monitor.estimate import EstimateError, estimate
 
-        spec = parse_command(list(info.argv))
+        spec = parse_command(list(info.argv), cwd=info.cwd)
         est, error = None, None
         if spec is None or spec.role in ("proxy", "worker"):
             result: tuple[Any, ...] = (None, None, None)

@@ -25,7 +25,7 @@ from collectors.base import ProcessInfo
 from collectors.tracking import engine_of, is_python
 from monitor.engines import ollama
 from monitor.engines.llamacpp import is_flag, parse_llamacpp
-from monitor.engines.spec import LaunchSpec
+from monitor.engines.spec import LaunchSpec, resolve_paths
 from monitor.engines.vllm import parse_sglang, parse_vllm
 
 LLAMA_EXECUTABLES = frozenset({
@@ -171,7 +171,7 @@ def _spec_for(kind: str, argv: Sequence[str], env: Mapping[str, str] | None,
 
 
 def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                  *, _depth: int = 0) -> LaunchSpec | None:
+                  *, cwd: str | None = None, _depth: int = 0) -> LaunchSpec | None:
     """The launch spec of a model-serving command line, or None.
 
     Handles llama-server / llama-cli / llama-embedding (and the other llama.cpp tools),
@@ -183,7 +183,15 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
     other engines collectors/tracking.py knows (``torch``, ``tgi``, ``koboldcpp``: a spec
     with nothing but the engine). ``ollama serve`` and
     ``llama-swap`` load no model themselves: None (recognise() still reports them).
+    ``cwd`` (the process's ``/proc/PID/cwd``) resolves relative model paths
+    (spec.resolve_paths).
     """
+    spec = _parse_command(argv, env, _depth)
+    return resolve_paths(spec, cwd) if spec is not None and cwd else spec
+
+
+def _parse_command(argv: Sequence[str], env: Mapping[str, str] | None,
+                   _depth: int) -> LaunchSpec | None:
     args, merged = _unwrap(argv, env)
     if (len(args) >= 3 and os.path.basename(args[0]) in _SHELLS and args[1] == "-c"
             and _depth < 3):
@@ -191,7 +199,7 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
             inner = shlex.split(args[2])
         except ValueError:
             return None
-        return parse_command(inner, merged, _depth=_depth + 1)
+        return _parse_command(inner, merged, _depth + 1)
     kind = _kind(args)
     if kind is not None:
         return _spec_for(kind, args, merged)
@@ -289,10 +297,10 @@ def recognise(processes: Mapping[int, ProcessInfo],
         if kind in ("llama.cpp", "ollama-runner"):
             server = nearest(pid, {"ollama-server"})
             if kind == "llama.cpp" and server is None:
-                spec = parse_llamacpp(info.argv, env(pid))
+                spec = resolve_paths(parse_llamacpp(info.argv, env(pid)), info.cwd)
                 out[pid] = EngineMatch(pid, "llama.cpp", "server", pid, spec)
             else:
-                spec = ollama.parse_runner(info.argv, env(pid))
+                spec = resolve_paths(ollama.parse_runner(info.argv, env(pid)), info.cwd)
                 out[pid] = EngineMatch(pid, "ollama", "runner",
                                        server if server is not None else pid, spec)
         elif kind in ("vllm", "sglang"):
