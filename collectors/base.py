@@ -166,12 +166,19 @@ class HiddenProcess:
 
 @dataclass(frozen=True, slots=True)
 class ExitedProcess:
-    """A tracked process that was present on the previous tick and is gone now."""
+    """A tracked process that was present on the previous tick and is gone now, or that
+    has exited but is still listed because its parent has not reaped it (a zombie:
+    ``state`` "Z", with the exit status ``/proc/PID/stat`` field 52 gives when readable:
+    ``exit_code`` for a normal exit, ``exit_signal`` for a kill)."""
 
     pid: int
     start_ticks: int
     last_seen_ms: int
-    how: str | None = None  # set by the daemon: "killed by the kernel OOM killer", ...
+    how: str | None = None  # "killed by the kernel OOM killer" (the daemon), ...
+    comm: str | None = None
+    state: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

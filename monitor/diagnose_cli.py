@@ -9,8 +9,10 @@ from pathlib import Path
 from monitor.config import Config
 from monitor.diagnose import GIB, Diagnosis, diagnose
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.recognise import helper_parents
 from monitor.estimate import EstimateError, estimate
 from monitor.gguf import GgufError
+from monitor.picture import measured_bytes
 from monitor.predict_cli import PredictRequest, gpu_devices, take_snapshot
 
 
@@ -56,12 +58,13 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
     snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
     devices = gpu_devices(snap, cfg)
     live = state is None and at is None
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     out = []
     for info in snap.processes:
         if pid is not None and info.pid != pid:
             continue
-        if info.engine not in ("llama.cpp", "ollama"):
-            continue
+        if info.engine not in ("llama.cpp", "ollama") or info.pid in helpers:
+            continue  # a server's forked helper is part of that server
         env = read_llama_env(cfg.roots.proc, info.pid) if live else {}
         spec = parse_command(list(info.argv), env, cwd=info.cwd)
         if spec is None or not spec.model_path:
@@ -72,13 +75,8 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
             out.append(Diagnosis(info.pid, spec.model_path, 0, 0, None, (),
                                  f"{Path(spec.model_path).name}: cannot estimate: {exc}"))
             continue
-        measured = 0
-        for m in snap.memory:
-            if m.pid == info.pid:
-                if m.device_id == "host":
-                    measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
-                else:
-                    measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        measured = measured_bytes(snap, info.pid,
+                                  [h for h, owner in helpers.items() if owner == info.pid])
         out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est, measured,
                             lambda s: estimate(s, devices),
                             budget_for(cfg, spec.model_path),

@@ -19,7 +19,7 @@ still reports) is a row of its own with its bytes, never folded into "others".
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,20 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
         capacity_bytes=d.total_bytes, used_bytes=used, reserved_bytes=d.reserved_bytes,
         free_bytes=d.free_bytes, available_bytes=available, margin_bytes=margin,
         processes=tuple(uses), others_bytes=others, binding=binding)
+
+
+def measured_bytes(snap: Snapshot, pid: int, helpers: Iterable[int] = ()) -> int:
+    """What a server holds: its host RSS (anon + file) and GPU memory (VRAM + GTT), plus
+    its helpers' GPU memory (recognise.helper_parents). A forked helper's RSS is not
+    added: its pages are the server's, shared copy-on-write, and would count twice."""
+    helper_pids = set(helpers)
+    measured = 0
+    for m in snap.memory:
+        if m.pid == pid and m.device_id == "host":
+            measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
+        elif m.device_id != "host" and (m.pid == pid or m.pid in helper_pids):
+            measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+    return measured
 
 
 def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> Picture:

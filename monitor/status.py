@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+from monitor.engines.recognise import helper_parents
 
 SCHEMA_ID = "vramscope.status/1"
 _MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
@@ -42,6 +43,7 @@ def to_json(snap: Snapshot,
         by_pid[m.pid][m.device_id] = {
             f: v for f in _MEMORY_FIELDS if (v := getattr(m, f)) is not None
         }
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     processes = []
     for p in sorted(snap.processes, key=lambda p: p.pid):
         row = dataclasses.asdict(p)
@@ -49,6 +51,7 @@ def to_json(snap: Snapshot,
         row["reasons"] = list(p.reasons)
         row["memory"] = by_pid.get(p.pid, {})
         row["model_path"] = model_path_of(p, env_for(p.pid) if env_for and p.engine else None)
+        row["helper_of"] = helpers.get(p.pid)
         processes.append(row)
     return {
         "schema": SCHEMA_ID,
@@ -56,6 +59,7 @@ def to_json(snap: Snapshot,
         "devices": [dataclasses.asdict(d) for d in snap.devices],
         "processes": processes,
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
+        "exited": [dataclasses.asdict(x) for x in snap.exited],
         "collectors": [
             {"collector": r.collector, "status": r.status, "error": r.error,
              "duration_s": round(r.duration_s, 6), "cpu_s": round(r.cpu_s, 6)}
@@ -118,6 +122,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     out.append("")
     gpu_devices = [d.device_id for d in snap.devices if d.device_id != "host"]
     mem = {(m.pid, m.device_id): m for m in snap.memory}
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     proc_rows = []
     for p in sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices)):
         host = mem.get((p.pid, "host"))
@@ -129,7 +134,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(held)}")
         command = " ".join([os.path.basename(p.argv[0]), *p.argv[1:]]) if p.argv else f"[{p.comm}]"
         proc_rows.append([
-            str(p.pid), p.engine or "-",
+            str(p.pid), (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
             human_bytes(host.rss_anon_bytes if host else None),
             human_bytes(host.rss_file_bytes if host else None),
             human_bytes(host.pss_bytes if host else None),
@@ -149,6 +154,10 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         for h in snap.hidden:
             name = f"{h.comm} " if h.comm else ""
             out.append(f"  {name}pid {h.pid}: {h.reason}" + (f" - {h.hint}" if h.hint else ""))
+    if snap.exited:
+        out.append("")
+        out.append("Exited:")
+        out += [f"  pid {x.pid}: {x.how or 'exited'}" for x in snap.exited]
     failed = [r for r in snap.runs if r.status == "error"]
     if failed:
         out.append("")

@@ -199,7 +199,8 @@ class Store:
                                    ev.message, dict(ev.data))
             for gone in snap.exited:
                 self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks,
-                                  gone.last_seen_ms, gone.how)
+                                  gone.last_seen_ms, gone.how,
+                                  clean=gone.exit_code == 0 and not gone.exit_signal)
             conn.executemany(
                 "INSERT OR REPLACE INTO collector_runs VALUES (?, ?, ?, ?, ?, ?)",
                 [(r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
@@ -268,7 +269,7 @@ class Store:
 
     def _record_exit(
         self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int,
-        last_seen_ms: int, how: str | None = None,
+        last_seen_ms: int, how: str | None = None, clean: bool = False,
     ) -> None:
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
             del self._process_ids[key]
@@ -281,7 +282,7 @@ class Store:
             return
         conn.execute("UPDATE processes SET exited_ms = ? WHERE id = ?", (ts_ms, row[0]))
         how = how or "exited"
-        crashed = how not in ("exited", "vanished")
+        crashed = how not in ("exited", "vanished") and not clean  # clean: exit code 0
         data = {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
                 "engine": row[2], "last_seen_ms": last_seen_ms, "how": how}
         self._insert_event(

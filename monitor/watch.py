@@ -17,6 +17,7 @@ from pathlib import Path
 
 from collectors.base import DeviceEvent, Snapshot
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.recognise import helper_parents
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
 from monitor.gguf import GgufError
@@ -62,11 +63,12 @@ class LoadWatch:
             self._seen.update(current)
             self._primed = True
             return events
+        helpers = helper_parents({p.pid: p for p in snap.processes})
         for key, info in current.items():
             if key in self._seen:
                 continue
             self._seen.add(key)
-            if info.engine in SERVER_ENGINES:
+            if info.engine in SERVER_ENGINES and info.pid not in helpers:
                 events += self._on_new(snap, info)
         events += self._progress(snap, current)
         events += self._swap(snap)

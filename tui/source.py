@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
-from monitor.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
+from monitor.picture import DEFAULT_MARGIN_BYTES, Picture, measured_bytes, picture_from_snapshot
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
     from monitor.diagnose import Diagnosis
@@ -160,10 +160,16 @@ class FrameBuilder:
 
     def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True
               ) -> Frame:
+        from monitor.engines.recognise import helper_parents
+
         picture = picture_from_snapshot(snap, self.margin_bytes)
         devices = self.devices(snap)
-        rows = [self._row(snap, picture, devices, info) for info in snap.processes
-                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")]
+        helpers = helper_parents({p.pid: p for p in snap.processes})
+        rows = [self._row(snap, picture, devices, info,
+                          [h for h, owner in helpers.items() if owner == info.pid])
+                for info in snap.processes
+                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")
+                and info.pid not in helpers]
         rows = [r for r in rows if r is not None]
         rows.sort(key=lambda r: -r.measured_bytes)
         return Frame(snap, picture, tuple(rows), tuple(events), live)
@@ -193,8 +199,8 @@ class FrameBuilder:
         self._estimates[key] = result
         return result  # type: ignore[return-value]
 
-    def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any
-             ) -> ModelRow | None:
+    def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any,
+             helpers: Sequence[int] = ()) -> ModelRow | None:
         spec, est, error = self._estimate(info, devices)
         if spec is None:
             return None
@@ -202,14 +208,7 @@ class FrameBuilder:
         from monitor.estimate import estimate
         from monitor.predict import need_by_device
 
-        measured = 0
-        for m in snap.memory:
-            if m.pid != info.pid:
-                continue
-            if m.device_id == HOST:
-                measured += (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
-            else:
-                measured += (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        measured = measured_bytes(snap, info.pid, helpers)
         model = Path(spec.model_path).name if spec.model_path else (spec.model_name or "?")
         flags: list[str] = []
         p99 = self.p99_tokens(spec.model_path) if spec.model_path else None

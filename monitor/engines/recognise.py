@@ -234,6 +234,30 @@ def _ancestors(pid: int, processes: Mapping[int, ProcessInfo]) -> list[int]:
     return out
 
 
+def helper_parents(processes: Mapping[int, ProcessInfo]) -> dict[int, int]:
+    """Child pid -> the server it helps, for every process whose parent is an inference
+    process (an engine is known) with the very same command line: a forked child of a
+    server (a helper, or the moment between fork and exec) is not a second server. Its
+    memory belongs to the server (the top of a chain of such forks); it never gets a
+    server row or an estimate of its own."""
+    out: dict[int, int] = {}
+    for pid, info in processes.items():
+        owner = pid
+        seen = {pid}
+        current = info
+        while current.argv and current.ppid is not None and current.ppid not in seen:
+            parent = processes.get(current.ppid)
+            if parent is None or parent.engine is None or parent.argv != info.argv:
+                break
+            seen.add(parent.pid)
+            owner, current = parent.pid, parent
+            if len(seen) > MAX_DEPTH:
+                break
+        if owner != pid:
+            out[pid] = owner
+    return out
+
+
 def _title_of(info: ProcessInfo) -> re.Match[str] | None:
     if info.argv:
         m = _TITLE.fullmatch(info.argv[0].strip())

@@ -114,3 +114,116 @@ def test_capture_records_the_cwd_link_and_the_tree_replays_resolved(
         sampler.close()
     (info,) = [p for p in replayed.processes if p.pid == server.pid]
     assert info.cwd == str(models)
+
+
+# -- item 9: a server's forked child with the same command line is its helper -----------------
+
+
+def test_a_forked_child_is_the_servers_helper_not_a_second_server(models: Path) -> None:
+    argv = ["llama-server", "-m", "x.gguf", "-c", "512", "-np", "1"]
+    with fake_server.running(argv, cwd=models, child="sleep") as server:
+        snap = sample_procfs()
+        status = vramscope("status", "--json")
+        text = vramscope("status")
+        diag = vramscope("diagnose", "--json")
+    pids = {p.pid for p in snap.processes}
+    assert {server.pid, server.child_pid} <= pids  # both really seen, same argv
+    frame = FrameBuilder().build(snap)
+    rows = [r for r in frame.models if r.pid in (server.pid, server.child_pid)]
+    assert [r.pid for r in rows] == [server.pid]  # one server row, with one estimate
+    doc = json.loads(status.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    by_pid = {p["pid"]: p for p in doc["processes"]}
+    assert by_pid[server.child_pid]["helper_of"] == server.pid
+    assert by_pid[server.pid]["helper_of"] is None
+    child_line = next(ln for ln in text.stdout.splitlines()
+                      if ln.startswith(f"{server.child_pid} "))
+    assert f"helper of {server.pid}" in child_line
+    assert diag.returncode == 0, diag.stderr
+    assert [d["pid"] for d in json.loads(diag.stdout)
+            if d["pid"] in (server.pid, server.child_pid)] == [server.pid]
+
+
+def test_a_helpers_gpu_memory_is_added_to_its_server() -> None:
+    from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+    from monitor.engines.recognise import helper_parents
+
+    argv = ("llama-server", "-m", "/m/x.gguf")
+    server = ProcessInfo(100, 1, None, 1, 0, "llama-server", argv, "llama.cpp")
+    helper = ProcessInfo(101, 2, None, 100, 0, "llama-server", argv, "llama.cpp")
+    other = ProcessInfo(102, 3, None, 100, 0, "llama-server", argv + ("-c", "8"), "llama.cpp")
+    assert helper_parents({p.pid: p for p in (server, helper, other)}) == {101: 100}
+    snap = Snapshot(0, (), (server, helper), (
+        ProcessMemory(100, "nvml:GPU-0", vram_bytes=5 << 30),
+        ProcessMemory(101, "nvml:GPU-0", vram_bytes=1 << 30)), (), (), ())
+    frame = FrameBuilder(read_header=lambda _p: (_ for _ in ()).throw(OSError("no file"))
+                         ).build(snap)
+    (row,) = frame.models
+    assert (row.pid, row.measured_bytes) == (100, 6 << 30)
+
+
+# -- item 10: an exited but unreaped server (a zombie) is shown as exited ---------------------
+
+
+def test_a_zombie_server_is_exited_with_its_state_and_exit_code(models: Path) -> None:
+    argv = ["llama-server", "-m", "x.gguf"]
+    with fake_server.running(argv, cwd=models, child=3) as server:
+        stat = Path(f"/proc/{server.child_pid}/stat").read_bytes()
+        assert stat[stat.rfind(b")") + 2:].split()[0] == b"Z"  # really a zombie
+        status = vramscope("status", "--json")
+        text = vramscope("status")
+    doc = json.loads(status.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert server.child_pid not in {p["pid"] for p in doc["processes"]}
+    (gone,) = [x for x in doc["exited"] if x["pid"] == server.child_pid]
+    assert (gone["state"], gone["exit_code"], gone["exit_signal"]) == ("Z", 3, None)
+    assert server.pid in {p["pid"] for p in doc["processes"]}  # the parent is alive
+    line = next(ln for ln in text.stdout.splitlines() if f"pid {server.child_pid}" in ln)
+    assert "exited with code 3" in line and "state Z" in line
+
+
+def test_the_daemon_marks_a_server_that_became_a_zombie_exited(
+        models: Path, tmp_path: Path, wait_for_ticks, stop_with_sigterm) -> None:
+    """A llama-server the daemon tracks while it lives, then killed (SIGTERM) and left
+    unreaped by its parent: its row in the processes table gets exited_ms, and the exit
+    event says what /proc showed."""
+    import signal
+    import sqlite3
+    import time
+
+    db = tmp_path / "v.db"
+    argv = ["llama-server", "-m", "x.gguf"]
+    with fake_server.running(argv, cwd=models, child="sleep") as server:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2"],
+            cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for_ticks(db, 2)
+
+            def row() -> tuple | None:
+                conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+                try:
+                    return conn.execute("SELECT exited_ms FROM processes WHERE pid = ?",
+                                        (server.child_pid,)).fetchone()
+                finally:
+                    conn.close()
+
+            deadline = time.monotonic() + 60
+            while row() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert row() == (None,)  # tracked, alive
+            os.kill(server.child_pid, signal.SIGTERM)  # dies; the parent never waits
+            while row() == (None,) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stat = Path(f"/proc/{server.child_pid}/stat").read_bytes()
+            assert stat[stat.rfind(b")") + 2:].split()[0] == b"Z"  # still a zombie
+        finally:
+            stop_with_sigterm(daemon)
+    (exited_ms,) = row()
+    assert exited_ms is not None
+    conn = sqlite3.connect(db)
+    (message,) = conn.execute("SELECT message FROM events WHERE kind = 'process_exit' AND "
+                              "subject LIKE ?", (f"%[{server.child_pid}]",)).fetchone()
+    conn.close()
+    assert "killed by signal 15" in message and "state Z" in message
