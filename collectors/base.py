@@ -101,6 +101,10 @@ class DeviceSample:
     hugepages_free_bytes: int | None = None
     swap_total_bytes: int | None = None
     swap_free_bytes: int | None = None
+    # NVIDIA unified memory (GB10): the sum of NVML's per-process used figures (the GPU's
+    # own share of the pool), and the device whose pool this one is ("host").
+    processes_used_bytes: int | None = None
+    shares_pool_with: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,8 @@ class ProcessInfo:
     ``start_ticks`` is field 22 of ``/proc/PID/stat`` (clock ticks after boot);
     ``argv`` is the command line with secrets already redacted (collectors/redact.py).
     ``reasons`` says why it is tracked: ``inference``, ``gpu``, ``top``.
+    ``cwd`` is the target of ``/proc/PID/cwd`` (``readlink``, never followed): relative
+    paths on the command line (``-m x.gguf``) are relative to it. None when unreadable.
     """
 
     pid: int
@@ -121,6 +127,7 @@ class ProcessInfo:
     argv: tuple[str, ...]
     engine: str | None = None
     reasons: tuple[str, ...] = ()
+    cwd: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,23 +152,33 @@ class ProcessMemory:
 
 @dataclass(frozen=True, slots=True)
 class HiddenProcess:
-    """A process whose use of a device could not be read, with the reason and the fix."""
+    """A process we cannot see (no ``/proc`` entry here, or denied), with the reason and
+    the fix. ``used_bytes`` is what the device still reports it holding (NVML's per-process
+    figure for a pid outside our PID namespace): counted as attributed on ``device_id``."""
 
     pid: int
     reason: str
     device_id: str | None = None
     comm: str | None = None
     hint: str | None = None
+    used_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ExitedProcess:
-    """A tracked process that was present on the previous tick and is gone now."""
+    """A tracked process that was present on the previous tick and is gone now, or that
+    has exited but is still listed because its parent has not reaped it (a zombie:
+    ``state`` "Z", with the exit status ``/proc/PID/stat`` field 52 gives when readable:
+    ``exit_code`` for a normal exit, ``exit_signal`` for a kill)."""
 
     pid: int
     start_ticks: int
     last_seen_ms: int
-    how: str | None = None  # set by the daemon: "killed by the kernel OOM killer", ...
+    how: str | None = None  # "killed by the kernel OOM killer" (the daemon), ...
+    comm: str | None = None
+    state: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,12 @@ Sources and units (../shared/research/sources.md section 1):
 - Unified-memory devices (GB10 / DGX Spark, Jetson): MemoryInfo is NOT_SUPPORTED (or
   total is 0). The device is ``unified`` and its pool is the host's: total = MemTotal,
   used = MemTotal - MemAvailable, free = MemAvailable from ``/proc/meminfo``. Per-process
-  memory still comes from NVML.
+  memory still comes from NVML; their sum is the device's ``processes_used_bytes``
+  (what the GPU holds of the shared pool), and a ``unified_pool_exceeded`` warning is
+  raised once when it is more than the pool.
 - NVML reports host PIDs (nvidia-docker #1483). A PID that is not in our ``/proc`` is
-  reported as hidden, with a hint, never matched to a local process by guess.
+  reported as hidden, with a hint and the bytes NVML reports for it, never matched to a
+  local process by guess.
 - Xid critical errors: an event set registered per device (when the device supports
   it), drained without waiting once per tick; each Xid becomes a ``xid`` event.
 - No library (``NVMLError_LibraryNotFound``), no driver (``DriverNotLoaded``), or a
@@ -161,6 +164,7 @@ class NvmlCollector:
         self._memory_v2 = False
         self._events: Any = None
         self._unknown: set[str] = set()
+        self._over_pool: set[str] = set()  # unified devices warned about (unified_pool_exceeded)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -243,25 +247,48 @@ class NvmlCollector:
         if not self._devices:
             raise NoData("NVML found no NVIDIA device")
         samples, memory, hidden = [], [], []
+        events: list[DeviceEvent] = []
         local = tick.pids()
         meminfo: bytes | None = None
         for dev in self._devices:
             sample, unified = self._sample(dev)
+            processes = self._processes(dev)
             if unified:
                 if meminfo is None:
                     meminfo = _fs.try_read_bytes(self.roots.proc / "meminfo") or b""
-                sample = _with_host_pool(sample, meminfo)
+                sample = _with_host_pool(sample, meminfo, processes)
+                events += self._pool_check(sample, tick.now_ms)
             samples.append(sample)
-            for pid, used in sorted(self._processes(dev).items()):
+            for pid, used in sorted(processes.items()):
                 if pid not in local:
                     hidden.append(HiddenProcess(
                         pid, f"NVML pid {pid} is not visible in this PID namespace",
-                        device_id=dev.device_id, hint=HIDDEN_HINT))
+                        device_id=dev.device_id, hint=HIDDEN_HINT, used_bytes=used))
                     continue
                 memory.append(ProcessMemory(pid, dev.device_id, vram_bytes=used))
         tick.gpu_pids.update(m.pid for m in memory)
+        events += self._drain_events(tick.now_ms)
         return Reading(devices=tuple(samples), memory=tuple(memory), hidden=tuple(hidden),
-                       events=tuple(self._drain_events(tick.now_ms)))
+                       events=tuple(events))
+
+    def _pool_check(self, sample: DeviceSample, now_ms: int) -> list[DeviceEvent]:
+        """One warning when a unified GPU's processes hold more than the whole pool (NVML's
+        per-process figures and MemTotal disagree); armed again once they fit."""
+        held, pool = sample.processes_used_bytes, sample.total_bytes
+        over = held is not None and pool is not None and held > pool
+        if not over:
+            self._over_pool.discard(sample.device_id)
+            return []
+        if sample.device_id in self._over_pool:
+            return []
+        self._over_pool.add(sample.device_id)
+        return [DeviceEvent(
+            ts_ms=now_ms, device_id=sample.device_id, kind="unified_pool_exceeded",
+            severity="warning",
+            message=(f"GPU processes on {sample.name or sample.device_id} hold "
+                     f"{held / 2**30:.1f} GiB, more than the {pool / 2**30:.1f} GiB pool it "
+                     "shares with the host (NVML per-process figures vs /proc/meminfo)"),
+            data={"processes_used_bytes": held, "pool_bytes": pool})]
 
     def _sample(self, dev: _Device) -> tuple[DeviceSample, bool]:
         total = used = free = reserved = None
@@ -414,14 +441,20 @@ def _two_call_list(fn: Any, handle: Any, struct: type[ctypes.Structure]
     raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
 
 
-def _with_host_pool(sample: DeviceSample, meminfo: bytes) -> DeviceSample:
-    """A unified-memory GPU's pool is the host's RAM (sources.md 1.9)."""
+def _with_host_pool(sample: DeviceSample, meminfo: bytes,
+                    processes: dict[int, int | None]) -> DeviceSample:
+    """A unified-memory GPU's pool is the host's RAM (sources.md 1.9): the same figures
+    as the ``host`` device, marked ``shares_pool_with="host"``. Beside them, what the GPU
+    itself holds: the sum of NVML's per-process used figures (None when none is known)."""
     fields = _fs.parse_kv(meminfo)
     total = _fs.kib_field(fields, "MemTotal")
     available = _fs.kib_field(fields, "MemAvailable")
     used = total - available if total is not None and available is not None else None
+    known = [b for b in processes.values() if b is not None]
     return replace(sample, total_bytes=total, used_bytes=used, free_bytes=available,
-                   available_bytes=available, vram_total_bytes=None, vram_used_bytes=None)
+                   available_bytes=available, vram_total_bytes=None, vram_used_bytes=None,
+                   processes_used_bytes=sum(known) if known or not processes else None,
+                   shares_pool_with="host")
 
 
 def _init_reason(exc: Exception) -> str:

@@ -11,6 +11,8 @@ Sources (proc(5); units as the kernel prints them):
   tracked processes, every tick; it costs ~20 us whatever the process size.
 - ``/proc/PID/statm`` (pages): resident size of every process, to rank the top N, every
   ``rescan_s`` (and the first tick).
+- ``/proc/PID/cwd`` (a link, ``readlink`` only, once per tracked process): the directory
+  relative paths on its command line are relative to.
 - ``/proc/PID/smaps_rollup`` (kB): Pss, for one tracked process per tick at most, each
   at most every ``pss_interval_s``: it walks the page tables (sources.md section 4.3).
 
@@ -18,7 +20,9 @@ Tracked = inference servers by argv (collectors/tracking.py; Python processes ar
 checked for a loaded libtorch in ``/proc/PID/maps`` during their first 10 minutes), every
 process a GPU collector saw holding memory this tick, and the top N by resident memory,
 at most ``max_tracked`` in that priority order. A process that vanishes or is denied
-mid-scan is skipped; a tracked one that is gone is reported in ``Reading.exited``.
+mid-scan is skipped; a tracked one that is gone is reported in ``Reading.exited``, and so
+is one that exited but is still listed, unreaped (``State: Z``): never a live process,
+with its exit code or signal from ``/proc/PID/stat`` field 52 when that is readable.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class _Proc:
     torch_checked: bool = False
     uid: int | None = None
     pss_read_ms: int | None = None
+    cwd: str | None = None
+    cwd_read: bool = False
+    zombie: bool = False  # exited, not reaped: reported once in Reading.exited
 
 
 def parse_stat(data: bytes) -> tuple[str, int, int] | None:
@@ -138,6 +145,37 @@ def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
     return row, uid
 
 
+def read_cwd(link: str) -> str | None:
+    """The target of ``/proc/PID/cwd`` as text (``readlink`` only: never followed, and a
+    recorded tree's link replays as the recorded path); None when denied or gone."""
+    try:
+        target = _fs.readlink(link)
+    except OSError:
+        return None
+    return target if target.startswith("/") and len(target) <= 4096 else None
+
+
+def parse_state(status: bytes) -> str | None:
+    """The one-letter state of ``/proc/PID/status`` (``State:\tZ (zombie)`` -> "Z")."""
+    value = _fs.parse_kv(status).get("State", b"")
+    return value[:1].decode("ascii", "replace") if value else None
+
+
+def parse_exit_status(stat: bytes) -> tuple[int | None, int | None]:
+    """(exit code, signal) from ``/proc/PID/stat`` field 52 ``exit_code``, a wait(2)
+    status (Linux >= 3.5): ``code << 8`` for a normal exit, the signal number for a kill.
+    (None, None) when the field is absent or not a number."""
+    close_paren = stat.rfind(b")")
+    rest = stat[close_paren + 2 :].split() if close_paren >= 0 else []
+    try:
+        status = int(rest[49])  # field 52; rest starts at field 3
+    except (IndexError, ValueError):
+        return None, None
+    if status & 0x7F:
+        return None, status & 0x7F
+    return (status >> 8) & 0xFF, None
+
+
 def parse_pss(data: bytes) -> int | None:
     return _fs.kib_field(_fs.parse_kv(data), "Pss")
 
@@ -186,7 +224,8 @@ class ProcfsCollector:
             self._last_rescan_ms = tick.now_ms
         exited = self._exits(tick.now_ms)  # before _read_tracked re-registers reused PIDs
         reasons = self._choose_tracked(tick.gpu_pids)
-        infos, rows, hidden = self._read_tracked(reasons, tick.now_ms)
+        infos, rows, hidden, zombies = self._read_tracked(reasons, tick.now_ms)
+        exited += zombies
         return Reading(
             devices=(host,),
             processes=tuple(infos),
@@ -254,8 +293,9 @@ class ProcfsCollector:
         reasons: dict[int, list[str]] = {}
         limit = self.options.max_tracked
         groups = (
-            ("inference", [p for p, e in self._known.items() if e.engine is not None]),
-            ("gpu", sorted(p for p in gpu_pids if p in self._known)),
+            ("inference", [p for p, e in self._known.items()
+                           if e.engine is not None and not e.zombie]),
+            ("gpu", sorted(p for p in gpu_pids if p in self._known and not self._known[p].zombie)),
             ("top", sorted((p for p in self._top if p in self._known),
                             key=lambda p: -self._known[p].rss_bytes)),
         )
@@ -269,8 +309,10 @@ class ProcfsCollector:
 
     def _read_tracked(
         self, reasons: dict[int, list[str]], now_ms: int
-    ) -> tuple[list[ProcessInfo], list[ProcessMemory], list[HiddenProcess]]:
+    ) -> tuple[list[ProcessInfo], list[ProcessMemory], list[HiddenProcess],
+               list[ExitedProcess]]:
         infos: list[ProcessInfo] = []
+        zombies: list[ExitedProcess] = []
         rows: list[ProcessMemory] = []
         hidden: list[HiddenProcess] = []
         proc = self.roots.proc
@@ -286,19 +328,26 @@ class ProcfsCollector:
         for pid, why in reasons.items():
             entry = self._known[pid]
             try:
-                row, uid = parse_status(_fs.read_bytes(f"{proc}/{pid}/status"), pid)
+                status = _fs.read_bytes(f"{proc}/{pid}/status")
+                row, uid = parse_status(status, pid)
             except PermissionError:
                 hidden.append(HiddenProcess(pid, "permission denied reading /proc/PID/status",
                                             comm=entry.comm, hint=_HIDEPID_HINT))
                 continue
             except OSError:
                 continue  # exited between listing and reading
+            if parse_state(status) == "Z":  # exited; its parent has not reaped it
+                zombies.append(self._zombie(pid, entry, uid, now_ms))
+                continue
             if pid in pss_pids:
                 entry.pss_read_ms = now_ms  # also when denied: never starve the others
                 rollup = _fs.try_read_bytes(f"{proc}/{pid}/smaps_rollup")
                 if rollup is not None:
                     row = replace(row, pss_bytes=parse_pss(rollup))
             entry.uid = uid
+            if not entry.cwd_read:  # once: a server resolves its paths at start
+                entry.cwd_read = True
+                entry.cwd = read_cwd(f"{proc}/{pid}/cwd")
             infos.append(
                 ProcessInfo(
                     pid=pid,
@@ -310,11 +359,31 @@ class ProcfsCollector:
                     argv=entry.argv,
                     engine=entry.engine,
                     reasons=tuple(why),
+                    cwd=entry.cwd,
                 )
             )
             rows.append(row)
             self._tracked[pid] = (entry.start_ticks, now_ms)
-        return infos, rows, hidden
+        return infos, rows, hidden, zombies
+
+    def _zombie(self, pid: int, entry: _Proc, uid: int | None, now_ms: int) -> ExitedProcess:
+        """A zombie is an exit: reported once, with what ``/proc/PID/stat`` shows."""
+        entry.zombie = True
+        _, last_seen_ms = self._tracked.pop(pid, (entry.start_ticks, now_ms))
+        stat = _fs.try_read_bytes(f"{self.roots.proc}/{pid}/stat") or b""
+        # field 52 is 0 for a reader without ptrace access to it: trusted only for our own
+        # processes (or as root)
+        readable = os.geteuid() in (0, uid)
+        code, signal = parse_exit_status(stat) if readable else (None, None)
+        if code is not None:
+            what = f"exited with code {code}"
+        elif signal is not None:
+            what = f"killed by signal {signal}"
+        else:
+            what = "exited (exit status unreadable)"
+        return ExitedProcess(pid, entry.start_ticks, last_seen_ms,
+                             how=f"{what}; not reaped by its parent (state Z)",
+                             comm=entry.comm, state="Z", exit_code=code, exit_signal=signal)
 
     def _exits(self, now_ms: int) -> list[ExitedProcess]:
         """Tracked processes that are gone (or whose PID now belongs to another process)."""

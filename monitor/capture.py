@@ -11,7 +11,8 @@ What never leaves the machine (DESIGN's security stance): ``/proc/PID/environ`` 
 collectors do not read it; a path ending in ``environ`` is dropped regardless); secrets on
 command lines (``collectors.redact``, the same rule as the database); the targets of file
 descriptors that are not DRM nodes (only "is it /dev/dri/…" matters; others become
-``capture:omitted``); ``/proc/PID/maps`` beyond its ``libtorch`` lines (all the torch check
+``capture:omitted``; a process's ``cwd`` link keeps its target, which relative model paths
+need); ``/proc/PID/maps`` beyond its ``libtorch`` lines (all the torch check
 reads). A file the collectors could not read is recorded as mode 000, so it replays as
 permission denied for a non-root reader.
 """
@@ -133,7 +134,8 @@ def _plan(tree: _Tree, recorded: list[tuple[str, str, object]], result: CaptureR
                 plan.files[target] = data
         elif kind == "link":
             link = str(value)
-            if not link.startswith(_DRM_LINK_PREFIXES):
+            cwd = path.endswith("/cwd")  # /proc/PID/cwd: relative -m paths resolve on it
+            if not link.startswith(_DRM_LINK_PREFIXES) and not cwd:
                 link = OMITTED_LINK
                 result.dropped += 1
             plan.links[target] = link

@@ -141,7 +141,10 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     finally:
         sampler.close()
     if as_json:
-        click.echo(json.dumps(status_mod.to_json(snap), indent=2))
+        from monitor.engines import read_llama_env
+
+        click.echo(json.dumps(status_mod.to_json(
+            snap, lambda pid: read_llama_env(cfg.roots.proc, pid)), indent=2))
     else:
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
         click.echo(status_mod.render_text(snap, width=width))

@@ -262,7 +262,8 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
         elif ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks):
             how = "exited during load"
         else:
-            how = "vanished"  # gone with no kernel record: its exit status is its parent's
+            # a zombie's status is in /proc (the collector's how); else gone with no record
+            how = gone.how or "vanished"
         exited.append(dataclasses.replace(gone, how=how))
     if not found and not exited:
         return snap
@@ -301,6 +302,7 @@ def poll_slots(ctx: DaemonContext) -> int:
     """Poll /slots of the llama.cpp servers seen in the last tick (loopback only, each at
     most every 10 s) and store the tokens in use; returns the servers answered."""
     from monitor.engines import parse_command
+    from monitor.engines.recognise import helper_parents
     from monitor.usage import SlotPoller
 
     snap = ctx.last_snapshot
@@ -309,10 +311,11 @@ def poll_slots(ctx: DaemonContext) -> int:
     if ctx.slot_poller is None:
         ctx.slot_poller = SlotPoller(min_interval_s=10.0, timeout_s=1.0)
     answered = 0
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     for info in snap.processes:
-        if info.engine not in ("llama.cpp", "ollama"):
-            continue
-        spec = parse_command(list(info.argv))
+        if info.engine not in ("llama.cpp", "ollama") or info.pid in helpers:
+            continue  # a forked helper answers on its server's port: polled once
+        spec = parse_command(list(info.argv), cwd=info.cwd)
         if spec is None or not spec.model_path or spec.role == "proxy":
             continue
         host = spec.host if spec.host not in (None, "0.0.0.0", "::", "") else "127.0.0.1"

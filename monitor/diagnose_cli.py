@@ -9,6 +9,7 @@ from pathlib import Path
 from monitor.config import Config
 from monitor.diagnose import GIB, Diagnosis, diagnose
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.recognise import helper_parents
 from monitor.estimate import EstimateError, estimate
 from monitor.gguf import GgufError
 from monitor.judge import Tolerance
@@ -58,14 +59,15 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
     snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
     devices = gpu_devices(snap, cfg)
     live = state is None and at is None
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     out = []
     for info in snap.processes:
         if pid is not None and info.pid != pid:
             continue
-        if info.engine not in ("llama.cpp", "ollama"):
-            continue
+        if info.engine not in ("llama.cpp", "ollama") or info.pid in helpers:
+            continue  # a server's forked helper is part of that server
         env = read_llama_env(cfg.roots.proc, info.pid) if live else {}
-        spec = parse_command(list(info.argv), env)
+        spec = parse_command(list(info.argv), env, cwd=info.cwd)
         if spec is None or not spec.model_path:
             continue
         try:
@@ -75,8 +77,9 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
                                  f"{Path(spec.model_path).name}: cannot estimate: {exc}",
                                  "error"))
             continue
-        out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est,
-                            measure(info.pid, snap.memory),
+        measured = measure(info.pid, snap.memory,
+                           [h for h, owner in helpers.items() if owner == info.pid])
+        out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est, measured,
                             lambda s: estimate(s, devices),
                             budget_for(cfg, spec.model_path),
                             usage_p99(cfg, spec.model_path),

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
 from monitor.store import open_readonly
 
@@ -53,14 +53,20 @@ def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
         sample_cols = ", ".join("s." + f for f in PROCESS_SAMPLE_FIELDS)
         for r in db.execute(
                 "SELECT p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm, p.argv,"
-                f" p.engine, p.reasons, s.device_id, {sample_cols}"
+                f" p.engine, p.reasons, p.cwd, s.device_id, {sample_cols}"
                 " FROM process_samples s JOIN processes p ON p.id = s.process_id"
                 " WHERE s.ts_ms = ?", (at,)):
             pid = r[0]
             infos[pid] = ProcessInfo(pid, r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])),
-                                     r[7], tuple(x for x in (r[8] or "").split(",") if x))
-            rows.append(ProcessMemory(pid, r[9], **dict(zip(PROCESS_SAMPLE_FIELDS, r[10:],
-                                                            strict=True))))
-        return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), (), (), ())
+                                     r[7], tuple(x for x in (r[8] or "").split(",") if x),
+                                     cwd=r[9])
+            rows.append(ProcessMemory(pid, r[10], **dict(zip(PROCESS_SAMPLE_FIELDS, r[11:],
+                                                             strict=True))))
+        hidden = tuple(
+            HiddenProcess(pid, reason, device_id=device_id, used_bytes=used)
+            for pid, device_id, used, reason in db.execute(
+                "SELECT pid, device_id, used_bytes, reason FROM hidden_samples"
+                " WHERE ts_ms = ? ORDER BY pid", (at,)))
+        return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), hidden, (), ())
     finally:
         db.close()

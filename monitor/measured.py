@@ -46,15 +46,19 @@ class Measured:
         return None
 
 
-def measure(pid: int, rows: Iterable[ProcessMemory]) -> Measured:
-    """The :class:`Measured` of ``pid`` from one tick's memory rows (all devices)."""
+def measure(pid: int, rows: Iterable[ProcessMemory], helpers: Iterable[int] = ()
+            ) -> Measured:
+    """The :class:`Measured` of ``pid`` from one tick's memory rows (all devices), with the
+    GPU memory of its forked helpers (engines.recognise.helper_parents). A helper's host
+    RSS is not added: its pages are the server's, shared copy-on-write."""
+    helper_pids = set(helpers)
     device: int | None = 0
     unknown: list[str] = []
     anon: int | None = None
     file: int | None = None
     seen_host = False
     for m in rows:
-        if m.pid != pid:
+        if m.pid != pid and (m.pid not in helper_pids or m.device_id == HOST):
             continue
         if m.device_id == HOST:
             seen_host = True

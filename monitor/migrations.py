@@ -122,6 +122,27 @@ def m003_slot_usage(db: Database) -> None:
     """)
 
 
+@migrations()
+def m004_hidden_samples(db: Database) -> None:
+    """Processes a device reports that we cannot see (NVML pids outside our PID namespace),
+    with the bytes it reports for them, per tick (issue 16): the TUI's database source and
+    ``--at`` show them as rows, counted as attributed, like a live sample."""
+    _run(db, """
+        CREATE TABLE hidden_samples (
+            ts_ms INTEGER NOT NULL, pid INTEGER NOT NULL, device_id TEXT NOT NULL,
+            used_bytes INTEGER, reason TEXT NOT NULL,
+            PRIMARY KEY (ts_ms, pid, device_id)
+        ) WITHOUT ROWID
+    """)
+
+
+@migrations()
+def m005_process_cwd(db: Database) -> None:
+    """The working directory of each process (``/proc/PID/cwd``): relative model paths on
+    its command line resolve against it (issue 16)."""
+    db["processes"].add_column("cwd", str)
+
+
 DEVICE_SAMPLE_FIELDS = tuple(
     line.split()[0]
     for chunk in _DEVICE_COLUMNS.split(",")

@@ -10,18 +10,21 @@ or a moment in the database). Rules (sources.md sections 3-4, estimation.md sect
 - NVIDIA unified (GB10/Jetson): the pool is host RAM: ``MemAvailable - margin``;
 - host: ``MemAvailable - margin`` (page cache counts as available: it is reclaimable).
 
-``others_bytes`` is device use not attributed to any tracked process (other users'
-processes, driver and firmware reservations, the display).
+``others_bytes`` is device use not attributed to any tracked or hidden process (other
+users' processes, the display, CUDA contexts NVML does not list): :func:`unattributed_bytes`,
+the one place it is computed. A hidden process (a pid in another PID namespace that NVML
+still reports) is a row of its own with its bytes, never folded into "others".
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
 
 GIB = 1024**3
 DEFAULT_MARGIN_BYTES = GIB // 2
@@ -34,6 +37,7 @@ class ProcessUse:
     bytes: int
     engine: str | None = None
     argv: tuple[str, ...] = ()
+    hidden: bool = False  # a process we cannot see here (another PID namespace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +80,24 @@ def _label(info: ProcessInfo | None, pid: int) -> tuple[str, str | None, tuple[s
     return name, info.engine, info.argv
 
 
+def unattributed_bytes(used_bytes: int | None, attributed_bytes: int) -> int | None:
+    """Device memory in use that no process we list accounts for ("others").
+
+    ``used_bytes`` is the device's used figure as its collector gives it, and the driver's
+    reserve is never taken from it again: NVML's v2 ``used`` already excludes ``reserved``
+    (``total = used + free + reserved``), and where only v1 answers, ``used`` includes the
+    reserve while ``reserved`` is unknown (sources.md 1.4). ``attributed_bytes`` is what
+    the tracked and the hidden processes hold. Never negative (the figures are read at
+    slightly different instants); ``None`` when ``used`` is unknown.
+    """
+    if used_bytes is None:
+        return None
+    return max(0, used_bytes - attributed_bytes)
+
+
 def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int, ProcessInfo],
-                    host: DeviceSample | None, margin: int) -> DevicePicture:
+                    host: DeviceSample | None, margin: int,
+                    hidden: Sequence[HiddenProcess] = ()) -> DevicePicture:
     uses = []
     for m in rows:
         if d.memory_kind == "host":
@@ -87,10 +107,12 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
         if held:
             name, engine, argv = _label(infos.get(m.pid), m.pid)
             uses.append(ProcessUse(m.pid, name, held, engine, argv))
+    for h in hidden:
+        if h.used_bytes:
+            uses.append(ProcessUse(h.pid, f"pid {h.pid} (hidden)", h.used_bytes, hidden=True))
     uses.sort(key=lambda u: -u.bytes)
-    attributed = sum(u.bytes for u in uses)
     used = d.used_bytes
-    others = None if used is None else max(0, used - attributed - (d.reserved_bytes or 0))
+    others = unattributed_bytes(used, sum(u.bytes for u in uses))
     binding = ""
     available: int | None = None
     host_available = host.available_bytes if host is not None else None
@@ -122,9 +144,13 @@ def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYT
     by_device: dict[str, list[ProcessMemory]] = {}
     for m in snap.memory:
         by_device.setdefault(m.device_id, []).append(m)
+    hidden: dict[str, list[HiddenProcess]] = {}
+    for h in snap.hidden:
+        if h.device_id is not None and h.used_bytes:
+            hidden.setdefault(h.device_id, []).append(h)
     devices = {
         d.device_id: _device_picture(d, by_device.get(d.device_id, []), infos, host,
-                                     margin_bytes)
+                                     margin_bytes, hidden.get(d.device_id, []))
         for d in snap.devices
     }
     return Picture(snap.ts_ms, devices)
@@ -143,10 +169,13 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         infos.append(ProcessInfo(
             pid=p["pid"], start_ticks=p["start_ticks"], started_at_ms=p.get("started_at_ms"),
             ppid=p.get("ppid"), uid=p.get("uid"), comm=p["comm"], argv=tuple(p["argv"]),
-            engine=p.get("engine"), reasons=tuple(p.get("reasons", ()))))
+            engine=p.get("engine"), reasons=tuple(p.get("reasons", ())), cwd=p.get("cwd")))
         for device_id, fields in p.get("memory", {}).items():
             rows.append(ProcessMemory(pid=p["pid"], device_id=device_id, **fields))
-    return Snapshot(doc["ts_ms"], devices, tuple(infos), tuple(rows), (), (), ())
+    hidden_fields = set(HiddenProcess.__dataclass_fields__)
+    hidden = tuple(HiddenProcess(**{k: v for k, v in h.items() if k in hidden_fields})
+                   for h in doc.get("hidden", ()))
+    return Snapshot(doc["ts_ms"], devices, tuple(infos), tuple(rows), hidden, (), ())
 
 
 def load_state(path: Path) -> Snapshot:

@@ -9,27 +9,49 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from collectors.base import ProcessMemory, Snapshot
+from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+from monitor.engines.recognise import helper_parents
 
 SCHEMA_ID = "vramscope.status/1"
 _MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
                   ("pid", "device_id")]
 
 
-def to_json(snap: Snapshot) -> dict[str, Any]:
+def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> str | None:
+    """The model file an inference process serves, relative paths resolved against its
+    cwd (``-m x.gguf`` started in ``~/models``); None for other processes."""
+    if info.engine is None or not info.argv:
+        return None
+    from monitor.engines import parse_command
+
+    try:
+        spec = parse_command(list(info.argv), env, cwd=info.cwd)
+    except Exception:  # an odd command line is no model, never a failed status
+        return None
+    return spec.model_path if spec is not None else None
+
+
+def to_json(snap: Snapshot,
+            env_for: Callable[[int], Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """``env_for(pid)``: a process's allow-listed environment (``LLAMA_ARG_MODEL``), when
+    the caller may read it."""
     by_pid: dict[int, dict[str, dict[str, int | None]]] = defaultdict(dict)
     for m in snap.memory:
         by_pid[m.pid][m.device_id] = {
             f: v for f in _MEMORY_FIELDS if (v := getattr(m, f)) is not None
         }
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     processes = []
     for p in sorted(snap.processes, key=lambda p: p.pid):
         row = dataclasses.asdict(p)
         row["argv"] = list(p.argv)
         row["reasons"] = list(p.reasons)
         row["memory"] = by_pid.get(p.pid, {})
+        row["model_path"] = model_path_of(p, env_for(p.pid) if env_for and p.engine else None)
+        row["helper_of"] = helpers.get(p.pid)
         processes.append(row)
     return {
         "schema": SCHEMA_ID,
@@ -37,6 +59,7 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
         "devices": [dataclasses.asdict(d) for d in snap.devices],
         "processes": processes,
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
+        "exited": [dataclasses.asdict(x) for x in snap.exited],
         "collectors": [
             {"collector": r.collector, "status": r.status, "error": r.error,
              "duration_s": round(r.duration_s, 6), "cpu_s": round(r.cpu_s, 6)}
@@ -84,6 +107,12 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             if d.swap_total_bytes:
                 used_swap = d.swap_total_bytes - (d.swap_free_bytes or 0)
                 parts.append(f"swap {human_bytes(used_swap)}/{human_bytes(d.swap_total_bytes)}")
+        if d.shares_pool_with:
+            parts.append(f"shares the {d.shares_pool_with} pool")
+        if d.processes_used_bytes is not None:
+            over = d.total_bytes is not None and d.processes_used_bytes > d.total_bytes
+            parts.append(f"GPU processes {human_bytes(d.processes_used_bytes)}"
+                         + (" (more than the pool!)" if over else ""))
         if d.util_pct is not None:
             parts.append(f"busy {d.util_pct:.0f}%")
         dev_rows.append([d.device_id, d.name or "-", d.memory_kind, human_bytes(used),
@@ -93,6 +122,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     out.append("")
     gpu_devices = [d.device_id for d in snap.devices if d.device_id != "host"]
     mem = {(m.pid, m.device_id): m for m in snap.memory}
+    helpers = helper_parents({p.pid: p for p in snap.processes})
     proc_rows = []
     for p in sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices)):
         host = mem.get((p.pid, "host"))
@@ -104,12 +134,17 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(held)}")
         command = " ".join([os.path.basename(p.argv[0]), *p.argv[1:]]) if p.argv else f"[{p.comm}]"
         proc_rows.append([
-            str(p.pid), p.engine or "-",
+            str(p.pid), (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
             human_bytes(host.rss_anon_bytes if host else None),
             human_bytes(host.rss_file_bytes if host else None),
             human_bytes(host.pss_bytes if host else None),
             ", ".join(gpu) or "-", ",".join(p.reasons), command,
         ])
+    for h in snap.hidden:  # NVML still reports its memory: a row with its size
+        if h.used_bytes is not None and h.device_id is not None:
+            where = f"{h.device_id.split(':', 1)[-1]} {human_bytes(h.used_bytes)}"
+            proc_rows.append([str(h.pid), "-", "-", "-", "-", where, "hidden",
+                              "[not visible in this PID namespace]"])
     lines = _table(["PID", "ENGINE", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"], proc_rows,
                    {2, 3, 4})
     out += [line[:width] for line in lines] if width else lines
@@ -119,6 +154,10 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         for h in snap.hidden:
             name = f"{h.comm} " if h.comm else ""
             out.append(f"  {name}pid {h.pid}: {h.reason}" + (f" - {h.hint}" if h.hint else ""))
+    if snap.exited:
+        out.append("")
+        out.append("Exited:")
+        out += [f"  pid {x.pid}: {x.how or 'exited'}" for x in snap.exited]
     failed = [r for r in snap.runs if r.status == "error"]
     if failed:
         out.append("")

@@ -190,12 +190,17 @@ class Store:
                 rows.append((snap.ts_ms, pid_key, m.device_id,
                              *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS)))
             conn.executemany(_PROCESS_SAMPLE_SQL, rows)
+            conn.executemany(
+                "INSERT OR REPLACE INTO hidden_samples VALUES (?, ?, ?, ?, ?)",
+                [(snap.ts_ms, h.pid, h.device_id, _sql_value(h.used_bytes), h.reason)
+                 for h in snap.hidden if h.device_id is not None])
             for ev in snap.events:
                 self._insert_event(conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id,
                                    ev.message, dict(ev.data))
             for gone in snap.exited:
                 self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks,
-                                  gone.last_seen_ms, gone.how)
+                                  gone.last_seen_ms, gone.how,
+                                  clean=gone.exit_code == 0 and not gone.exit_signal)
             conn.executemany(
                 "INSERT OR REPLACE INTO collector_runs VALUES (?, ?, ?, ?, ?, ?)",
                 [(r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
@@ -248,11 +253,12 @@ class Store:
     def _process_id(self, conn: sqlite3.Connection, p: ProcessInfo, ts_ms: int) -> int:
         conn.execute(
             "INSERT INTO processes (pid, start_ticks, started_at_ms, ppid, uid, comm, argv,"
-            " engine, reasons, first_seen_ms, last_seen_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            " engine, reasons, first_seen_ms, last_seen_ms, cwd)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT(pid, start_ticks, started_at_ms) DO UPDATE SET"
             " engine=excluded.engine, reasons=excluded.reasons, exited_ms=NULL",
             (p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm,
-             json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms),
+             json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms, p.cwd),
         )
         row = conn.execute(
             "SELECT id FROM processes WHERE pid = ? AND start_ticks = ?"
@@ -263,7 +269,7 @@ class Store:
 
     def _record_exit(
         self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int,
-        last_seen_ms: int, how: str | None = None,
+        last_seen_ms: int, how: str | None = None, clean: bool = False,
     ) -> None:
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
             del self._process_ids[key]
@@ -276,7 +282,7 @@ class Store:
             return
         conn.execute("UPDATE processes SET exited_ms = ? WHERE id = ?", (ts_ms, row[0]))
         how = how or "exited"
-        crashed = how not in ("exited", "vanished")
+        crashed = how not in ("exited", "vanished") and not clean  # clean: exit code 0
         data = {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
                 "engine": row[2], "last_seen_ms": last_seen_ms, "how": how}
         self._insert_event(
@@ -343,6 +349,7 @@ class Store:
             runs_cut = now_ms - int(retention.runs_hours * 3600_000)
             for table, cut in (
                 ("device_samples", raw_cut), ("process_samples", raw_cut),
+                ("hidden_samples", raw_cut),
                 ("device_minutes", minute_cut), ("process_minutes", minute_cut),
                 ("collector_runs", runs_cut), ("slot_usage", minute_cut),
             ):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from collectors.base import DeviceEvent, Snapshot
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.recognise import helper_parents
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
 from monitor.gguf import GgufError
@@ -62,11 +63,12 @@ class LoadWatch:
             self._seen.update(current)
             self._primed = True
             return events
+        helpers = helper_parents({p.pid: p for p in snap.processes})
         for key, info in current.items():
             if key in self._seen:
                 continue
             self._seen.add(key)
-            if info.engine in SERVER_ENGINES:
+            if info.engine in SERVER_ENGINES and info.pid not in helpers:
                 events += self._on_new(snap, info)
         events += self._progress(snap, current)
         events += self._swap(snap)
@@ -129,7 +131,8 @@ class LoadWatch:
         return events
 
     def _on_new(self, snap: Snapshot, info) -> list[DeviceEvent]:  # noqa: ANN001
-        spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid))
+        spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid),
+                             cwd=info.cwd)
         if spec is None or spec.role not in ("server", "runner"):
             return []
         devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)

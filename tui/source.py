@@ -130,7 +130,7 @@ class FrameBuilder:
         self._headers: dict[str, Any] = {}
         self._reader = read_header
         self._lock = threading.Lock()
-        self._estimates: dict[tuple[int, int, tuple[str, ...]], tuple[Any, ...]] = {}
+        self._estimates: dict[tuple[int, int, tuple[str, ...], str | None], tuple[Any, ...]] = {}
         self._diag: dict[tuple[int, int, int], Diagnosis] = {}
 
     def read_header(self, path: str) -> Any:
@@ -160,23 +160,29 @@ class FrameBuilder:
 
     def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True
               ) -> Frame:
+        from monitor.engines.recognise import helper_parents
+
         picture = picture_from_snapshot(snap, self.margin_bytes)
         devices = self.devices(snap)
-        rows = [self._row(snap, picture, devices, info) for info in snap.processes
-                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")]
+        helpers = helper_parents({p.pid: p for p in snap.processes})
+        rows = [self._row(snap, picture, devices, info,
+                          [h for h, owner in helpers.items() if owner == info.pid])
+                for info in snap.processes
+                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")
+                and info.pid not in helpers]
         rows = [r for r in rows if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
 
     def _estimate(self, info: Any, devices: list[DeviceInfo]
                   ) -> tuple[LaunchSpec | None, MemoryEstimate | None, str | None]:
-        key = (info.pid, info.start_ticks, tuple(info.argv))
+        key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._estimates:
             return self._estimates[key]  # type: ignore[return-value]
         from monitor.engines import parse_command
         from monitor.estimate import EstimateError, estimate
 
-        spec = parse_command(list(info.argv))
+        spec = parse_command(list(info.argv), cwd=info.cwd)
         est, error = None, None
         if spec is None or spec.role in ("proxy", "worker"):
             result: tuple[Any, ...] = (None, None, None)
@@ -193,8 +199,8 @@ class FrameBuilder:
         self._estimates[key] = result
         return result  # type: ignore[return-value]
 
-    def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any
-             ) -> ModelRow | None:
+    def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any,
+             helpers: Sequence[int] = ()) -> ModelRow | None:
         spec, est, error = self._estimate(info, devices)
         if spec is None:
             return None
@@ -203,7 +209,7 @@ class FrameBuilder:
         from monitor.measured import measure
         from monitor.predict import need_by_device
 
-        held = measure(info.pid, snap.memory)
+        held = measure(info.pid, snap.memory, helpers)
         measured = held.total_bytes
         model = Path(spec.model_path).name if spec.model_path else (spec.model_name or "?")
         flags: list[str] = []

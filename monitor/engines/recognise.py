@@ -25,7 +25,7 @@ from collectors.base import ProcessInfo
 from collectors.tracking import engine_of, is_python
 from monitor.engines import ollama
 from monitor.engines.llamacpp import is_flag, parse_llamacpp
-from monitor.engines.spec import LaunchSpec
+from monitor.engines.spec import LaunchSpec, resolve_paths
 from monitor.engines.vllm import parse_sglang, parse_vllm
 
 LLAMA_EXECUTABLES = frozenset({
@@ -171,7 +171,7 @@ def _spec_for(kind: str, argv: Sequence[str], env: Mapping[str, str] | None,
 
 
 def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                  *, _depth: int = 0) -> LaunchSpec | None:
+                  *, cwd: str | None = None, _depth: int = 0) -> LaunchSpec | None:
     """The launch spec of a model-serving command line, or None.
 
     Handles llama-server / llama-cli / llama-embedding (and the other llama.cpp tools),
@@ -183,7 +183,15 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
     other engines collectors/tracking.py knows (``torch``, ``tgi``, ``koboldcpp``: a spec
     with nothing but the engine). ``ollama serve`` and
     ``llama-swap`` load no model themselves: None (recognise() still reports them).
+    ``cwd`` (the process's ``/proc/PID/cwd``) resolves relative model paths
+    (spec.resolve_paths).
     """
+    spec = _parse_command(argv, env, _depth)
+    return resolve_paths(spec, cwd) if spec is not None and cwd else spec
+
+
+def _parse_command(argv: Sequence[str], env: Mapping[str, str] | None,
+                   _depth: int) -> LaunchSpec | None:
     args, merged = _unwrap(argv, env)
     if (len(args) >= 3 and os.path.basename(args[0]) in _SHELLS and args[1] == "-c"
             and _depth < 3):
@@ -191,7 +199,7 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
             inner = shlex.split(args[2])
         except ValueError:
             return None
-        return parse_command(inner, merged, _depth=_depth + 1)
+        return _parse_command(inner, merged, _depth + 1)
     kind = _kind(args)
     if kind is not None:
         return _spec_for(kind, args, merged)
@@ -223,6 +231,30 @@ def _ancestors(pid: int, processes: Mapping[int, ProcessInfo]) -> list[int]:
         if info is None:
             break
         out.append(ppid)
+    return out
+
+
+def helper_parents(processes: Mapping[int, ProcessInfo]) -> dict[int, int]:
+    """Child pid -> the server it helps, for every process whose parent is an inference
+    process (an engine is known) with the very same command line: a forked child of a
+    server (a helper, or the moment between fork and exec) is not a second server. Its
+    memory belongs to the server (the top of a chain of such forks); it never gets a
+    server row or an estimate of its own."""
+    out: dict[int, int] = {}
+    for pid, info in processes.items():
+        owner = pid
+        seen = {pid}
+        current = info
+        while current.argv and current.ppid is not None and current.ppid not in seen:
+            parent = processes.get(current.ppid)
+            if parent is None or parent.engine is None or parent.argv != info.argv:
+                break
+            seen.add(parent.pid)
+            owner, current = parent.pid, parent
+            if len(seen) > MAX_DEPTH:
+                break
+        if owner != pid:
+            out[pid] = owner
     return out
 
 
@@ -289,10 +321,10 @@ def recognise(processes: Mapping[int, ProcessInfo],
         if kind in ("llama.cpp", "ollama-runner"):
             server = nearest(pid, {"ollama-server"})
             if kind == "llama.cpp" and server is None:
-                spec = parse_llamacpp(info.argv, env(pid))
+                spec = resolve_paths(parse_llamacpp(info.argv, env(pid)), info.cwd)
                 out[pid] = EngineMatch(pid, "llama.cpp", "server", pid, spec)
             else:
-                spec = ollama.parse_runner(info.argv, env(pid))
+                spec = resolve_paths(ollama.parse_runner(info.argv, env(pid)), info.cwd)
                 out[pid] = EngineMatch(pid, "ollama", "runner",
                                        server if server is not None else pid, spec)
         elif kind in ("vllm", "sglang"):

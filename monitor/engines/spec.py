@@ -8,7 +8,8 @@ flags (``-np`` unset -> 4 unified slots; ``-c`` unset -> n_ctx_train, or fit's c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import posixpath
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +72,29 @@ class LaunchSpec:
     from_env: tuple[str, ...] = field(default_factory=tuple)
     # -dev/--device (LLAMA_ARG_DEVICE): the devices llama.cpp may offload to; ("none",) = CPU only
     devices: tuple[str, ...] | None = None
+
+
+# Engines whose model flags are file paths (vLLM/SGLang's --model is often a hub id).
+_FILE_PATH_ENGINES = frozenset({"llama.cpp", "ollama"})
+
+
+def resolve_paths(spec: LaunchSpec, cwd: str | None) -> LaunchSpec:
+    """``spec`` with its relative file paths (-m, -md, --mmproj, --lora, from argv or
+    ``LLAMA_ARG_*``) joined to the process's working directory, as the server itself
+    opened them: ``cd ~/models && llama-server -m x.gguf`` (systemd ``WorkingDirectory=``).
+
+    ``cwd`` is the target of ``/proc/PID/cwd`` as ``readlink`` gave it; it is only joined
+    as text, never followed. No cwd (unreadable, another user's process) or a cwd that is
+    not absolute leaves the paths as they are.
+    """
+    if not cwd or not cwd.startswith("/") or spec.engine not in _FILE_PATH_ENGINES:
+        return spec
+
+    def join(path: str | None) -> str | None:
+        return posixpath.join(cwd, path) if path and not path.startswith("/") else path
+
+    changes = {"model_path": join(spec.model_path), "draft_model": join(spec.draft_model),
+               "mmproj": join(spec.mmproj), "lora": tuple(join(p) or p for p in spec.lora)}
+    if all(getattr(spec, k) == v for k, v in changes.items()):
+        return spec
+    return replace(spec, **changes)

@@ -78,10 +78,12 @@ def estimate_vllm(spec: LaunchSpec, devices: Sequence[DeviceInfo]) -> MemoryEsti
 def estimate_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
                      devices: Sequence[DeviceInfo] = (),
                      read_header: Callable[[str], Any] | None = None,
-                     outputs: str = "server") -> MemoryEstimate:
+                     outputs: str = "server", cwd: str | None = None) -> MemoryEstimate:
+    """``cwd``: the directory relative model paths are relative to (a running server's
+    ``/proc/PID/cwd``); None leaves them relative to ours."""
     from monitor.engines import parse_command
 
-    spec = parse_command(list(argv), env)
+    spec = parse_command(list(argv), env, cwd=cwd)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(argv[:3])} ...")
     return estimate(spec, devices, read_header, outputs)

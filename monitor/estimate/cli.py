@@ -29,6 +29,7 @@ def live_devices(cfg: Config) -> list[DeviceInfo]:
 
 
 def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
+    """A running process's command line and allow-listed environment."""
     from monitor.engines import read_llama_env
 
     try:
@@ -42,17 +43,26 @@ def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
     return argv, read_llama_env(cfg.roots.proc, pid)
 
 
+def cwd_of(cfg: Config, pid: int) -> str | None:
+    """The target of ``/proc/PID/cwd`` (readlink only, never followed): what the server's
+    relative paths (``-m x.gguf``) are relative to; None when it cannot be read."""
+    from collectors.procfs import read_cwd
+
+    return read_cwd(str(cfg.roots.proc / str(pid) / "cwd"))
+
+
 def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool,
                  cpu_only: bool, log_path: str | None = None) -> str:
     if pid is not None and command:
         raise EstimateError("give either --pid or a command after --, not both")
-    env = None
+    env = cwd = None
     if pid is not None:
         command, env = argv_of(cfg, pid)
+        cwd = cwd_of(cfg, pid)
     if not command:
         raise EstimateError("nothing to estimate: give a command after -- or --pid N")
     devices = [] if cpu_only else live_devices(cfg)
-    est = estimate_command(command, env, devices)
+    est = estimate_command(command, env, devices, cwd=cwd)
     rows = None
     if log_path is not None:
         from monitor.llamalog import parse_llama_log

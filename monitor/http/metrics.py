@@ -21,6 +21,9 @@ Metrics and labels:
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
   (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
   never a label. Only tracked processes (bounded by ``[collectors] max_tracked``);
+- ``vramscope_hidden_process_memory_bytes{pid,device}``: what the driver reports a process
+  we cannot see holding (NVML, a pid outside our PID namespace: run with ``--pid=host``);
+  counted as attributed on the device, never as unattributed;
 - ``vramscope_process_estimate_bytes{pid,model,device}``: what the estimator expects the
   process to hold on the device (only for tracked processes, when the daemon gives
   estimates);
@@ -158,6 +161,14 @@ class SnapshotCollector:
                 seen.add(labels)
                 memory.add_metric(list(labels), value)
         yield memory
+        hidden = GaugeMetricFamily(
+            "vramscope_hidden_process_memory_bytes",
+            "Memory the driver reports for a process not visible here (another PID "
+            "namespace).", labels=["pid", "device"])
+        for h in snap.hidden:
+            if h.used_bytes is not None and h.device_id is not None:
+                hidden.add_metric([str(h.pid), _label(h.device_id)], h.used_bytes)
+        yield hidden
         estimate = GaugeMetricFamily(
             "vramscope_process_estimate_bytes",
             "What the estimator expects a tracked process to hold on a device.",

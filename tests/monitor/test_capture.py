@@ -82,6 +82,9 @@ def test_a_capture_of_this_machine_keeps_secrets_off(tmp_path: Path) -> None:
         assert path.name != "environ"
         if path.is_symlink():
             target = os.readlink(path)
+            if path.name == "cwd":  # a working directory: kept, relative -m paths need it
+                assert target.startswith("/") and "private-notes" not in target
+                continue
             assert target == OMITTED_LINK or target.startswith("/dev/dri/")
         elif path.is_file() and os.access(path, os.R_OK):
             data = path.read_bytes()
