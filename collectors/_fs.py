@@ -7,11 +7,19 @@ of every file we read except a long command line, for which we loop. Functions n
 Because every read passes here, :func:`recording` can capture exactly what the collectors
 read (``vramscope capture``, monitor/capture.py): each file's bytes, each listing, each
 link, and each failure, in the order they happened.
+
+A tree given as ``--proc-root``/``--sys-root`` (a capture someone sent) is hostile input:
+:func:`contain` marks it, and reads under it resolve links and refuse any that lead outside
+it (links inside it, as sysfs ``device`` links, are followed), never follow a link as the
+last step, and open regular files only (a FIFO would block, ``/dev/zero`` never ends). The
+kernel's own /proc and /sys are read as they are.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +32,9 @@ Recorder = Callable[[str, str, object], None]
 """(kind: "file" | "dir" | "link" | "exists", path, bytes / names / target / bool / OSError)"""
 _recorder: Recorder | None = None
 _recorder_lock = threading.Lock()
+_contained: set[str] = set()
+_KERNEL_ROOTS = ("/proc", "/sys")
+_MAX_TREE_FILE_BYTES = 16 << 20
 
 
 @contextmanager
@@ -62,8 +73,51 @@ def _traced(kind: str, path: str | os.PathLike[str], call: Callable[[Any], Any])
     return result
 
 
+def contain(root: str | os.PathLike[str]) -> None:
+    """Keep every read under ``root`` inside it (a no-op for the kernel's /proc and /sys)."""
+    path = os.fspath(root).rstrip("/")
+    if path and os.path.realpath(path) not in _KERNEL_ROOTS:
+        _contained.add(path)
+
+
+def _root_of(path: str) -> str | None:
+    """The contained root ``path`` lies under, if any (checked for each ancestor)."""
+    end = len(path)
+    while end > 0:
+        if path[:end] in _contained:
+            return path[:end]
+        end = path.rfind("/", 0, end)
+    return None
+
+
+def _inside(path: str | os.PathLike[str], *, last: bool = True) -> str | None:
+    """``None`` outside a contained root; else ``path`` with its links resolved (the last
+    component too when ``last``), raising OSError(EXDEV) if that leaves the root."""
+    text = os.fspath(path)
+    root = _root_of(text) if _contained else None
+    if root is None:
+        return None
+    if last:
+        real = os.path.realpath(text)
+    else:
+        head, name = os.path.split(text)
+        real = os.path.join(os.path.realpath(head), name)
+    real_root = os.path.realpath(root)
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        raise OSError(errno.EXDEV, f"a link leads outside {root}", text)
+    return real
+
+
 def _read_whole(path: str | os.PathLike[str]) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    real = _inside(path)
+    if real is None:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    else:
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_TREE_FILE_BYTES:
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file of at most 16 MiB", os.fspath(path))
     try:
         data = os.read(fd, _CHUNK)
         if len(data) < _CHUNK:
@@ -83,16 +137,19 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 
 def listdir(path: str | os.PathLike[str]) -> list[str]:
     """``os.listdir``; raises OSError."""
-    return _traced("dir", path, os.listdir)
+    return _traced("dir", path, lambda p: os.listdir(_inside(p) or p))
 
 
 def readlink(path: str | os.PathLike[str]) -> str:
     """``os.readlink``; raises OSError."""
-    return _traced("link", path, os.readlink)
+    return _traced("link", path, lambda p: os.readlink(_inside(p, last=False) or p))
 
 
 def exists(path: str | os.PathLike[str]) -> bool:
-    found = os.path.exists(path)
+    try:
+        found = os.path.exists(_inside(path) or path)
+    except OSError:
+        found = False
     _note("exists", path, found)
     return found
 

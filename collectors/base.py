@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from collectors import proctable
+from collectors import _fs, proctable
 
 MemoryKind = Literal["dedicated", "unified", "host"]
 RunStatus = Literal["ok", "nodata", "error"]
@@ -43,6 +43,10 @@ class Roots:
 
     proc: Path = Path("/proc")
     sys: Path = Path("/sys")
+
+    def __post_init__(self) -> None:
+        _fs.contain(self.proc)  # a tree, not the kernel's: reads stay inside it
+        _fs.contain(self.sys)
 
 
 @dataclass(frozen=True, slots=True)

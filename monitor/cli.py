@@ -418,12 +418,15 @@ def service() -> None:
 @click.option("--user", "user", is_flag=True, help="Your user's systemd (no root needed).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default="/",
               hidden=True, help="Write under this directory instead of / (for packaging).")
-def service_install(user: bool, root: Path) -> None:
-    """Write the unit and an example config, then print the next steps."""
+@click.option("--allow-user-venv", is_flag=True,
+              help="Install even though a non-root user can change the code the service "
+                   "runs with CAP_SYS_PTRACE (see docs/service.md).")
+def service_install(user: bool, root: Path, allow_user_venv: bool) -> None:
+    """Write the unit and an example config (0600), then print the next steps."""
     from monitor.service.install import InstallError, install
 
     try:
-        click.echo("\n".join(install(user, root)))
+        click.echo("\n".join(install(user, root, allow_user_venv=allow_user_venv)))
     except InstallError as exc:
         raise UserError(str(exc)) from None
 
