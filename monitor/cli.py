@@ -17,6 +17,7 @@ import click
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
+from monitor.textsafe import terminal_safe, terminal_safe_lines
 
 EXIT_USAGE = 2
 
@@ -25,7 +26,7 @@ class UserError(click.ClickException):
     exit_code = EXIT_USAGE
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"vramscope: error: {self.message}", err=True)
+        click.echo(f"vramscope: error: {terminal_safe(self.message)}", err=True)
 
 
 def _path(**kwargs: Any) -> click.Path:
@@ -242,7 +243,7 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
         text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path)
     except (ValueError, GgufError) as exc:  # EstimateError, a bad model file, bad arguments
         raise UserError(str(exc)) from None
-    click.echo(text)
+    click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -295,7 +296,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
         doc, code = run_predict(cfg, req)
     except (ValueError, GgufError, OSError) as exc:
         raise UserError(str(exc)) from None
-    click.echo(doc if as_json else render_text(doc))
+    click.echo(doc if as_json else terminal_safe_lines(render_text(doc)))
     sys.exit(code)
 
 
@@ -323,7 +324,7 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
         found = run_diagnose(cfg, state, at_time, pid)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
-    click.echo(render(found, as_json))
+    click.echo(terminal_safe_lines(render(found, as_json)))
 
 
 @cli.command()
@@ -401,7 +402,8 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
         return
     for r in rows:
         when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(f"{when}  {r['severity']:<8} {r['kind']:<14} {r['message']}")
+        click.echo(f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
+                   f"{terminal_safe(r['message'])}")
     if not rows:
         click.echo("no events in that period")
 
@@ -472,6 +474,6 @@ def main() -> None:
         click.echo("vramscope: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        click.echo(f"vramscope: error: {exc.format_message()}", err=True)
+        click.echo(f"vramscope: error: {terminal_safe(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
