@@ -17,6 +17,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from collectors.base import Roots
+from tui.format import safe
 from tui.screens.main import MainScreen
 from tui.source import (
     FrameBuilder,
@@ -59,7 +60,8 @@ class VramscopeApp(App[None]):
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
                 except Exception as exc:
-                    self.notify(f"cannot read {self.swap_config}: {exc}", severity="error")
+                    self.notify(safe(f"cannot read {self.swap_config}: {exc}"), severity="error",
+                                markup=False)
         return self._swap_models
 
     def on_mount(self) -> None:
