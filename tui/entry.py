@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from monitor.cli import UserError, cli, common_options, load_config
+from monitor.cli import Finite, UserError, cli, common_options, load_config
 from monitor.cli import main as cli_main
 
 
@@ -23,7 +23,7 @@ from monitor.cli import main as cli_main
               help="Replay the database at this moment ('YYYY-MM-DD HH:MM', local time).")
 @click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="llama-swap config.yaml: its models are offered in the what-if dialog.")
-@click.option("--refresh", type=float, default=1.0, show_default=True,
+@click.option("--refresh", type=Finite(0.1, 3600), default=1.0, show_default=True,
               help="Seconds between refreshes.")
 @click.option("--remote", metavar="URL",
               help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).")
