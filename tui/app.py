@@ -116,8 +116,8 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
     if remote is not None:
         from tui.source import RemoteSource
 
-        source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
         try:
+            source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
             source.latest()  # fail fast with a message, not a blank screen
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)
