@@ -29,11 +29,20 @@ from monitor.cli import main as cli_main
               help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).")
 @click.option("--token", envvar="VRAMSCOPE_TOKEN",
               help="The daemon's [http] token (or $VRAMSCOPE_TOKEN).")
+@click.option("--live", is_flag=True,
+              help="Sample here, in this process, even if a daemon writes the database.")
 def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | None,
-        token: str | None, **kwargs: Any) -> None:
-    """Open the terminal UI: live, or the daemon's database while it is being written.
+        token: str | None, live: bool, **kwargs: Any) -> None:
+    """Open the terminal UI: live, the daemon's database, or a daemon's HTTP API.
 
     \b
+    What it shows (the header says which, and the daemon's pid for a database):
+      --remote URL  a daemon's HTTP API;
+      --db FILE     that database, read-only while the daemon writes it;
+      --live        samples taken here, by this process;
+      otherwise     the default database (see --db) if a daemon has written it in the
+                    last 30 s, else live. As root that is /var/lib/vramscope/vramscope.db,
+                    the system daemon's, whatever collectors it was set up with.
     Keys are listed in the footer: r refresh, h history, w what-if, [ ] step in replay.
     Example: vramscope tui --at "2026-01-01 14:05" --db /var/lib/vramscope/vramscope.db
     """
@@ -46,7 +55,7 @@ def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | 
     sys.exit(tui_main(cfg.db_path if db_given else None, at, swap_config, refresh,
                       default_db=cfg.db_path, roots=cfg.roots, enabled=cfg.collectors,
                       overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
-                      remote=remote, token=token))
+                      remote=remote, token=token, live=live))
 
 
 def main() -> None:

@@ -296,6 +296,10 @@ class LiveSource:
         self._frames: deque[Frame] = deque(maxlen=keep)
         self._events: deque[EventRow] = deque(maxlen=500)
 
+    def describe(self) -> str:
+        """Where the frames come from, for the header."""
+        return "live (sampled by this process)"
+
     def latest(self) -> Frame:
         with self._lock:
             if self._sampler is None:
@@ -366,6 +370,16 @@ class StoreSource:
         self._db: Any = None
         self._lock = threading.RLock()
         self._p99_cache: dict[str, tuple[float, int | None]] = {}
+
+    def describe(self) -> str:
+        """The database and who writes it (the daemon holding ``<db>.lock``), for the header:
+        a root TUI may be reading another daemon's database than the one meant."""
+        from monitor.daemon import lock_holder
+
+        holder = lock_holder(self.db_path)
+        who = ("no daemon writing it" if holder is None
+               else "a daemon is writing it" if holder < 0 else f"daemon pid {holder}")
+        return f"database {self.db_path} ({who})"
 
     def _conn(self) -> Any:
         if self._db is None:
@@ -514,6 +528,9 @@ class RemoteSource(LiveSource):
         self.token = token
         self.timeout_s = timeout_s
         self._since_ms = 0
+
+    def describe(self) -> str:
+        return f"remote {self.url}"
 
     def _get(self, path: str) -> Any:
         import json
