@@ -66,3 +66,20 @@ async def test_hostile_names_from_a_recorded_database_are_shown_literally(
         assert f"\\x1b]0;pwned\\x07 (pid {pid_osc})" in events
         screen = models + events + breakdown
         assert not [c for c in CONTROL if c in screen], repr(screen)
+
+
+@sync
+async def test_hostile_names_sampled_live_label_the_history() -> None:
+    from tui.source import LiveSource
+
+    with hostile_server(MARKUP, "-m", f"/nonexistent/{MODEL}") as proc:
+        app = VramscopeApp(LiveSource(Roots(), ["procfs"]), refresh_s=None)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await settle(pilot)
+            assert str(proc.pid) in app.screen.query_one(ModelsTable)._rows
+            await pilot.press("h")  # the history screen labels series by model file name
+            await settle(pilot)
+            assert app.is_running
+            labels = "\n".join(shown_text(w) for w in app.screen.query(".series-label"))
+            assert f"{MODEL_SHOWN} (pid {proc.pid})" in labels, labels
+            assert not [c for c in CONTROL if c in labels], repr(labels)
