@@ -40,7 +40,7 @@ class Finite(click.FloatRange):
         return number
 
 
-PID = click.IntRange(1, 4194304)  # PID_MAX_LIMIT on 64-bit kernels
+PID = click.IntRange(1, 2**31 - 1)  # pid_t: a signed 32-bit integer
 
 
 def _path(**kwargs: Any) -> click.Path:
