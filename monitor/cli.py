@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import click
 
 from monitor import config as config_mod
 from monitor.config import ConfigError
+from monitor.textsafe import terminal_safe, terminal_safe_lines
 
 EXIT_USAGE = 2
 
@@ -25,7 +27,20 @@ class UserError(click.ClickException):
     exit_code = EXIT_USAGE
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"vramscope: error: {self.message}", err=True)
+        click.echo(f"vramscope: error: {terminal_safe(self.message)}", err=True)
+
+
+class Finite(click.FloatRange):
+    """A number in a range, and finite: click's FloatRange lets ``nan`` through."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+PID = click.IntRange(1, 2**31 - 1)  # pid_t: a signed 32-bit integer
 
 
 def _path(**kwargs: Any) -> click.Path:
@@ -81,7 +96,8 @@ def cli(ctx: click.Context) -> None:
 
 @cli.command()
 @common_options
-@click.option("--interval", type=float, help="Seconds between samples (default 1).")
+@click.option("--interval", type=Finite(0.05, 3600),
+              help="Seconds between samples (default 1).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               help="Log verbosity (default info). Logs go to stderr, one line each.")
 def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None:
@@ -219,7 +235,7 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.estimate/1).")
-@click.option("--pid", type=int, help="Estimate a running server from its real arguments.")
+@click.option("--pid", type=PID, help="Estimate a running server from its real arguments.")
 @click.option("--cpu-only", is_flag=True,
               help="Ignore this machine's GPUs: place everything in host memory.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False),
@@ -245,7 +261,7 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
         text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path)
     except (ValueError, GgufError) as exc:  # EstimateError, a bad model file, bad arguments
         raise UserError(str(exc)) from None
-    click.echo(text)
+    click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -258,7 +274,7 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 @click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="llama-swap config: predict a model by its id, counting what it unloads.")
 @click.option("--swap-url", help="llama-swap on loopback (http://127.0.0.1:PORT) for /running.")
-@click.option("--margin-gib", type=float, default=0.5, show_default=True,
+@click.option("--margin-gib", type=Finite(0, 1_000_000), default=0.5, show_default=True,
               help="Safety margin kept free on every device.")
 @click.option("--fit-ctx", "want_fit_ctx", is_flag=True,
               help="Also find the largest -c that fits on this box state.")
@@ -288,6 +304,8 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             bw[key] = float(value)
         except ValueError:
             raise UserError(f"--bw {item}: expected DEVICE=GB/s, e.g. gpu=272") from None
+        if not (math.isfinite(bw[key]) and bw[key] > 0):
+            raise UserError(f"--bw {item}: the bandwidth must be a positive number of GB/s")
     if swap_config is not None and len(target) == 1 and target[0] != "--":
         req = PredictRequest([], model_id=target[0])
     else:
@@ -298,7 +316,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
         doc, code = run_predict(cfg, req)
     except (ValueError, GgufError, OSError) as exc:
         raise UserError(str(exc)) from None
-    click.echo(doc if as_json else render_text(doc))
+    click.echo(doc if as_json else terminal_safe_lines(render_text(doc)))
     sys.exit(code)
 
 
@@ -308,7 +326,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
 @click.option("--state", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Diagnose a recorded `vramscope status --json` file instead of this box.")
 @click.option("--at", "at_time", help="Diagnose a moment in the database.")
-@click.option("--pid", type=int, help="Only this process.")
+@click.option("--pid", type=PID, help="Only this process.")
 def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | None,
              **kwargs: Any) -> None:
     """Explain why running models hold more memory than expected.
@@ -326,13 +344,13 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
         found = run_diagnose(cfg, state, at_time, pid)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
-    click.echo(render(found, as_json))
+    click.echo(terminal_safe_lines(render(found, as_json)))
 
 
 @cli.command()
 @common_options
 @click.option("--last", "last", is_flag=True, help="The most recent crash (the default).")
-@click.option("--pid", type=int, help="The crash of this process.")
+@click.option("--pid", type=PID, help="The crash of this process.")
 @click.option("--at", "at_time", help="The crash nearest this time ('YYYY-MM-DD HH:MM').")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (vramscope.postmortem/1).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -375,7 +393,10 @@ def _since(text: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text.strip())
     if m:
         scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
-        return int((time_mod.time() - float(m.group(1)) * scale) * 1000)
+        back_s = float(m.group(1)) * scale
+        if not back_s < 1e11:  # ~3000 years (and not inf): int() of it would overflow
+            raise ValueError(f"--since {text}: too far back")
+        return int((time_mod.time() - back_s) * 1000)
     return parse_time(text)
 
 
@@ -404,7 +425,8 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
         return
     for r in rows:
         when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(f"{when}  {r['severity']:<8} {r['kind']:<14} {r['message']}")
+        click.echo(f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
+                   f"{terminal_safe(r['message'])}")
     if not rows:
         click.echo("no events in that period")
 
@@ -478,6 +500,6 @@ def main() -> None:
         click.echo("vramscope: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        click.echo(f"vramscope: error: {exc.format_message()}", err=True)
+        click.echo(f"vramscope: error: {terminal_safe(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

@@ -12,6 +12,7 @@ Every key is checked: an unknown key, a wrong type or an out-of-range value is a
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -167,7 +168,7 @@ def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
     schema = _SCHEMA[section]
     where = _where(path, text, section, key)
     if section == "budgets":
-        if isinstance(value, bool) or not isinstance(value, _NUM) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, _NUM) or not 0 < value < math.inf:
             raise ConfigError(f"{where}: [budgets] {key!r} must be a positive number of GiB")
         return
     if key not in schema:

@@ -18,11 +18,12 @@ import math
 import shlex
 import shutil
 import textwrap
-import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
+
+from monitor.textsafe import terminal_safe
 
 KIB = 1024
 MIB = 1024**2
@@ -75,18 +76,7 @@ def _num(x: Any) -> float | None:
 
 def _clean(x: Any) -> str:
     """A string safe to print: control/format/surrogate characters become \\xNN escapes."""
-    s = x if isinstance(x, str) else str(x)
-    if all(unicodedata.category(ch)[0] != "C" for ch in s):
-        return s
-    out = []
-    for ch in s:
-        if unicodedata.category(ch)[0] == "C":
-            o = ord(ch)
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000
-                       else f"\\U{o:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return terminal_safe(x)
 
 
 def _str(x: Any, default: str = "?") -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
 from monitor.engines.recognise import helper_parents
+from monitor.textsafe import terminal_safe
 
 SCHEMA_ID = "vramscope.status/1"
 _MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
@@ -115,8 +116,8 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                          + (" (more than the pool!)" if over else ""))
         if d.util_pct is not None:
             parts.append(f"busy {d.util_pct:.0f}%")
-        dev_rows.append([d.device_id, d.name or "-", d.memory_kind, human_bytes(used),
-                         human_bytes(total), pct, ", ".join(parts)])
+        dev_rows.append([terminal_safe(d.device_id), terminal_safe(d.name or "-"), d.memory_kind,
+                         human_bytes(used), human_bytes(total), pct, ", ".join(parts)])
     out += _table(["DEVICE", "NAME", "KIND", "USED", "TOTAL", "USE", "DETAIL"], dev_rows,
                   {3, 4, 5})
     out.append("")
@@ -132,7 +133,8 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             if m is not None:
                 held = sum(v for v in (m.vram_bytes, m.gtt_bytes) if v)
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(held)}")
-        command = " ".join([os.path.basename(p.argv[0]), *p.argv[1:]]) if p.argv else f"[{p.comm}]"
+        command = (" ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
+                   if p.argv else f"[{terminal_safe(p.comm)}]")
         proc_rows.append([
             str(p.pid), (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
             human_bytes(host.rss_anon_bytes if host else None),
@@ -150,19 +152,20 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     out += [line[:width] for line in lines] if width else lines
     if snap.hidden:
         out.append("")
-        out.append("Hidden (memory use could not be read):")
+        out.append("Hidden from this view (their /proc entry cannot be read here):")
         for h in snap.hidden:
-            name = f"{h.comm} " if h.comm else ""
-            out.append(f"  {name}pid {h.pid}: {h.reason}" + (f" - {h.hint}" if h.hint else ""))
+            name = f"{terminal_safe(h.comm)} " if h.comm else ""
+            out.append(f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
+                       + (f" - {terminal_safe(h.hint)}" if h.hint else ""))
     if snap.exited:
         out.append("")
         out.append("Exited:")
-        out += [f"  pid {x.pid}: {x.how or 'exited'}" for x in snap.exited]
+        out += [f"  pid {x.pid}: {terminal_safe(x.how or 'exited')}" for x in snap.exited]
     failed = [r for r in snap.runs if r.status == "error"]
     if failed:
         out.append("")
         for r in failed:
-            out.append(f"collector {r.collector} failed: {r.error}")
+            out.append(f"collector {r.collector} failed: {terminal_safe(r.error)}")
     return "\n".join(out)
 
 

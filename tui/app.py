@@ -17,6 +17,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from collectors.base import Roots
+from tui.format import safe
 from tui.screens.main import MainScreen
 from tui.source import (
     FrameBuilder,
@@ -59,11 +60,12 @@ class VramscopeApp(App[None]):
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
                 except Exception as exc:
-                    self.notify(f"cannot read {self.swap_config}: {exc}", severity="error")
+                    self.notify(safe(f"cannot read {self.swap_config}: {exc}"), severity="error",
+                                markup=False)
         return self._swap_models
 
     def on_mount(self) -> None:
-        self.sub_title = "live" if self.source.live else "database"
+        self.sub_title = source_label(self.source)
         self.push_screen(MainScreen())
 
     def on_unmount(self) -> None:
@@ -77,11 +79,25 @@ class VramscopeApp(App[None]):
             self.source.close()
 
 
+def source_label(source: SampleSource) -> str:
+    """The header's words for where the data comes from: live, which database (and which
+    daemon writes it), or which remote daemon."""
+    describe = getattr(source, "describe", None)
+    label = describe() if callable(describe) else ("live" if source.live else "database")
+    return safe(label)
+
+
 def open_source(db: Path | None, at: str | None, *, default_db: Path | None = None,
                 roots: Roots | None = None, enabled: Iterable[str] | None = None,
-                builder: FrameBuilder | None = None) -> tuple[SampleSource, int | None]:
-    """``db`` when given; else ``default_db`` when asked for (``--at``) or being written
-    by a daemon now; else live sampling. Raises SourceError/ValueError with a message."""
+                builder: FrameBuilder | None = None, live: bool = False,
+                ) -> tuple[SampleSource, int | None]:
+    """Live sampling when ``live``; else ``db`` when given; else ``default_db`` when asked
+    for (``--at``) or being written by a daemon now; else live sampling. Raises
+    SourceError/ValueError with a message."""
+    if live:
+        if db is not None or at is not None:
+            raise SourceError("--live samples here and now: leave out --db and --at")
+        return LiveSource(roots, enabled, builder), None
     at_ms = None
     if at is not None:
         from monitor.history import parse_time
@@ -104,7 +120,7 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
          refresh_s: float = 1.0, *, default_db: Path | None = None,
          roots: Roots | None = None, enabled: Iterable[str] | None = None,
          margin_bytes: int | None = None, overhead_bytes: int | None = None,
-         remote: str | None = None, token: str | None = None) -> int:
+         remote: str | None = None, token: str | None = None, live: bool = False) -> int:
     """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
     kwargs = {}
     if margin_bytes is not None:
@@ -114,8 +130,12 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
     if remote is not None:
         from tui.source import RemoteSource
 
-        source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
+        if live or db is not None or at is not None:
+            print("vramscope: error: --remote reads another daemon: leave out --live, --db "
+                  "and --at", file=sys.stderr)
+            return 2
         try:
+            source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
             source.latest()  # fail fast with a message, not a blank screen
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)
@@ -125,7 +145,7 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
     try:
         source, at_ms = open_source(db, at, default_db=default_db, roots=roots,
                                     enabled=enabled, builder=FrameBuilder(**kwargs) if kwargs
-                                    else None)
+                                    else None, live=live)
     except (SourceError, ValueError) as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from monitor.cli import UserError, cli, common_options, load_config
+from monitor.cli import Finite, UserError, cli, common_options, load_config
 from monitor.cli import main as cli_main
 
 
@@ -23,17 +23,26 @@ from monitor.cli import main as cli_main
               help="Replay the database at this moment ('YYYY-MM-DD HH:MM', local time).")
 @click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="llama-swap config.yaml: its models are offered in the what-if dialog.")
-@click.option("--refresh", type=float, default=1.0, show_default=True,
+@click.option("--refresh", type=Finite(0.1, 3600), default=1.0, show_default=True,
               help="Seconds between refreshes.")
 @click.option("--remote", metavar="URL",
               help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).")
 @click.option("--token", envvar="VRAMSCOPE_TOKEN",
               help="The daemon's [http] token (or $VRAMSCOPE_TOKEN).")
+@click.option("--live", is_flag=True,
+              help="Sample here, in this process, even if a daemon writes the database.")
 def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | None,
-        token: str | None, **kwargs: Any) -> None:
-    """Open the terminal UI: live, or the daemon's database while it is being written.
+        token: str | None, live: bool, **kwargs: Any) -> None:
+    """Open the terminal UI: live, the daemon's database, or a daemon's HTTP API.
 
     \b
+    What it shows (the header says which, and the daemon's pid for a database):
+      --remote URL  a daemon's HTTP API;
+      --db FILE     that database, read-only while the daemon writes it;
+      --live        samples taken here, by this process;
+      otherwise     the default database (see --db) if a daemon has written it in the
+                    last 30 s, else live. As root that is /var/lib/vramscope/vramscope.db,
+                    the system daemon's, whatever collectors it was set up with.
     Keys are listed in the footer: r refresh, h history, w what-if, [ ] step in replay.
     Example: vramscope tui --at "2026-01-01 14:05" --db /var/lib/vramscope/vramscope.db
     """
@@ -46,7 +55,7 @@ def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | 
     sys.exit(tui_main(cfg.db_path if db_given else None, at, swap_config, refresh,
                       default_db=cfg.db_path, roots=cfg.roots, enabled=cfg.collectors,
                       overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
-                      remote=remote, token=token))
+                      remote=remote, token=token, live=live))
 
 
 def main() -> None:

@@ -1,8 +1,14 @@
-"""Number formatting shared by the widgets (binary units, short)."""
+"""Number formatting shared by the widgets (binary units, short), and :func:`plain`: text
+from processes, logs and the network, made safe to draw."""
 
 from __future__ import annotations
 
 from datetime import datetime
+
+from rich.text import Text
+from textual.content import Content
+
+from monitor.textsafe import terminal_safe
 
 GIB = 1024**3
 MIB = 1024**2
@@ -25,3 +31,28 @@ def signed(n: int | None) -> str:
 def clock(ts_ms: int, with_date: bool = False) -> str:
     moment = datetime.fromtimestamp(ts_ms / 1000)
     return moment.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
+
+
+def safe(text: object) -> str:
+    """A process name, command line, log line or message with every control character
+    shown as a visible escape (monitor/textsafe.py). Still not markup: see ``plain``."""
+    return terminal_safe(text)
+
+
+def plain(text: object, style: str = "") -> Content:
+    """Hostile text as Content: never parsed as markup, control characters escaped."""
+    return Content.styled(terminal_safe(text), style) if style else Content(terminal_safe(text))
+
+
+class CellText(Text):
+    """A DataTable cell that is text, not markup (a ``str`` cell is parsed as Rich markup:
+    ``[/]x`` raises). Hashable by its text, as the tables' render caches key cells by
+    value; never mutated after it is made."""
+
+    def __hash__(self) -> int:
+        return hash(self.plain)
+
+
+def cell(text: object) -> CellText:
+    """Hostile text as a one-line DataTable cell (control characters escaped)."""
+    return CellText(terminal_safe(text), no_wrap=True, end="")

@@ -298,6 +298,10 @@ class LiveSource:
         self._frames: deque[Frame] = deque(maxlen=keep)
         self._events: deque[EventRow] = deque(maxlen=500)
 
+    def describe(self) -> str:
+        """Where the frames come from, for the header."""
+        return "live (sampled by this process)"
+
     def latest(self) -> Frame:
         with self._lock:
             if self._sampler is None:
@@ -370,6 +374,16 @@ class StoreSource:
         self._db: Any = None
         self._lock = threading.RLock()
         self._p99_cache: dict[str, tuple[float, int | None]] = {}
+
+    def describe(self) -> str:
+        """The database and who writes it (the daemon holding ``<db>.lock``), for the header:
+        a root TUI may be reading another daemon's database than the one meant."""
+        from monitor.daemon import lock_holder
+
+        holder = lock_holder(self.db_path)
+        who = ("no daemon writing it" if holder is None
+               else "a daemon is writing it" if holder < 0 else f"daemon pid {holder}")
+        return f"database {self.db_path} ({who})"
 
     def _conn(self) -> Any:
         if self._db is None:
@@ -490,18 +504,37 @@ def being_written(db_path: Path, within_s: float = 30.0) -> bool:
     return False
 
 
+REMOTE_MAX_BYTES = 16 << 20
+"""The most a daemon's answer may be: a snapshot of a box with 10,000 tracked processes is
+about 10 MiB; anything larger is not a vramscope daemon (and is not read into memory)."""
+REMOTE_MAX_EVENTS = 1000  # the daemon's own page size (monitor/http/server.py)
+
+
 class RemoteSource(LiveSource):
     """A daemon's HTTP API (``--remote http://box:9835``): its latest tick and events;
     history and replay cover what this TUI has seen since it started. No proxies are used;
-    a token (``--token`` or ``$VRAMSCOPE_TOKEN``) is sent as a bearer token."""
+    a token (``--token`` or ``$VRAMSCOPE_TOKEN``) is sent as a bearer token.
+
+    The answers are untrusted: each is at most ``REMOTE_MAX_BYTES`` and must have the
+    shape of ``vramscope.status/1`` (docs/status.schema.json) and of the events page, or
+    ``latest`` raises SourceError saying what is wrong (shown on the status line)."""
 
     def __init__(self, url: str, token: str | None = None,
                  builder: FrameBuilder | None = None, timeout_s: float = 5.0) -> None:
         super().__init__(builder=builder)
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SourceError(f"--remote {url}: expected http://HOST:PORT, e.g. "
+                              "http://gpu-box:9835")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
         self._since_ms = 0
+
+    def describe(self) -> str:
+        return f"remote {self.url}"
 
     def _get(self, path: str) -> Any:
         import json
@@ -511,28 +544,154 @@ class RemoteSource(LiveSource):
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # http(s) only: no proxies, no file:// or ftp:// handlers
+        opener = urllib.request.OpenerDirector()
+        for handler in (urllib.request.ProxyHandler({}), urllib.request.HTTPHandler(),
+                        urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(),
+                        urllib.request.HTTPErrorProcessor()):
+            opener.add_handler(handler)
         try:
             with opener.open(urllib.request.Request(self.url + path, headers=headers),
                              timeout=self.timeout_s) as response:
-                return json.loads(response.read(32 << 20))
+                body = response.read(REMOTE_MAX_BYTES + 1)
         except urllib.error.HTTPError as exc:
             hint = " (give --token)" if exc.code == 401 else ""
             raise SourceError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
         except (OSError, ValueError) as exc:
             raise SourceError(f"cannot reach the vramscope daemon at {self.url}: {exc}"
                               ) from None
+        if len(body) > REMOTE_MAX_BYTES:
+            raise SourceError(f"{self.url}{path}: the answer is larger than "
+                              f"{REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?")
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise SourceError(f"{self.url}{path}: not JSON ({str(exc)[:80]}); "
+                              "not a vramscope daemon?") from None
 
     def latest(self) -> Frame:
         from monitor.picture import snapshot_from_status_json
 
-        snap = snapshot_from_status_json(self._get("/api/v1/snapshot"))
-        found = self._get(f"/api/v1/events?since_ms={self._since_ms}").get("events", [])
+        doc = self._get("/api/v1/snapshot")
+        problem = status_doc_problem(doc)
+        if problem is not None:
+            raise SourceError(f"{self.url}/api/v1/snapshot: not a vramscope snapshot: {problem}")
+        snap = snapshot_from_status_json(doc)
+        page = self._get(f"/api/v1/events?since_ms={self._since_ms}")
+        problem = events_doc_problem(page)
+        if problem is not None:
+            raise SourceError(f"{self.url}/api/v1/events: not a vramscope events page: "
+                              f"{problem}")
         with self._lock:
-            for e in found:
+            for e in page["events"]:
                 self._events.append(EventRow(e["ts_ms"], e["kind"], e["severity"],
                                              e.get("subject"), e["message"]))
                 self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
             frame = self.builder.build(snap, list(self._events)[-100:], live=True)
             self._frames.append(frame)
             return frame
+
+
+# --------------------------------------------------------------------------- remote shapes
+
+
+def _value_problem(value: Any, kind: str) -> str | None:
+    """Does a JSON value fit a dataclass field's annotation (as written in collectors/base)?"""
+    optional = kind.endswith(" | None")
+    kind = kind.removesuffix(" | None")
+    if value is None:
+        return None if optional else "missing"
+    if kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
+    elif kind == "float":
+        ok = (isinstance(value, int | float) and not isinstance(value, bool)
+              and abs(value) < 2**63)  # json gives inf for 1e999: refused here
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "str":
+        ok = isinstance(value, str) and len(value) <= 4096
+    elif kind == "MemoryKind":
+        ok = value in ("dedicated", "unified", "host")
+    elif kind == "tuple[str, ...]":
+        ok = (isinstance(value, list) and len(value) <= 4096
+              and all(isinstance(v, str) and len(v) <= 65536 for v in value))
+    else:
+        ok = True
+    return None if ok else f"{type(value).__name__} {str(value)[:40]!r}"
+
+
+def _record_problem(cls: type, record: Any, where: str, skip: tuple[str, ...] = ()
+                    ) -> str | None:
+    import dataclasses
+
+    if not isinstance(record, dict):
+        return f"{where} is a {type(record).__name__}, not an object"
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        required = (f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING)
+        if f.name not in record:
+            if required:
+                return f"{where} has no {f.name!r}"
+            continue
+        bad = _value_problem(record[f.name], str(f.type))
+        if bad is not None:
+            return f"{where}.{f.name} is {bad}"
+        if f.name.endswith("_bytes") and record[f.name] is not None and record[f.name] < 0:
+            return f"{where}.{f.name} is negative"
+    return None
+
+
+def status_doc_problem(doc: Any) -> str | None:
+    """Why ``doc`` is not a ``vramscope.status/1`` document we can draw, or None."""
+    from collectors.base import DeviceSample, ProcessInfo, ProcessMemory
+
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    if doc.get("schema") != "vramscope.status/1":
+        return f"schema {str(doc.get('schema'))[:40]!r}, expected 'vramscope.status/1'"
+    if _value_problem(doc.get("ts_ms"), "int") is not None:
+        return "ts_ms is not an integer"
+    for key in ("devices", "processes"):
+        if not isinstance(doc.get(key), list):
+            return f"{key!r} is not a list"
+    if len(doc["devices"]) > 256 or len(doc["processes"]) > 20000:
+        return "too many devices or processes"
+    for i, d in enumerate(doc["devices"]):
+        if problem := _record_problem(DeviceSample, d, f"devices[{i}]"):
+            return problem
+    for i, p in enumerate(doc["processes"]):
+        where = f"processes[{i}]"
+        if problem := _record_problem(ProcessInfo, p, where):
+            return problem
+        memory = p.get("memory", {})
+        if not isinstance(memory, dict):
+            return f"{where}.memory is not an object"
+        for device_id, fields in memory.items():
+            if problem := _record_problem(ProcessMemory, fields, f"{where}.memory.{device_id}",
+                                          skip=("pid", "device_id")):
+                return problem
+            extra = set(fields) - {f for f in ProcessMemory.__dataclass_fields__}
+            if extra or "pid" in fields or "device_id" in fields:
+                return f"{where}.memory.{device_id} has unknown keys"
+    return None
+
+
+def events_doc_problem(page: Any) -> str | None:
+    """Why ``page`` is not an events page (``{"events": [...]}``) we can show, or None."""
+    if not isinstance(page, dict):
+        return f"a JSON {type(page).__name__}, not an object"
+    events = page.get("events")
+    if not isinstance(events, list):
+        return "'events' is not a list"
+    if len(events) > REMOTE_MAX_EVENTS:
+        return f"more than {REMOTE_MAX_EVENTS} events"
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            return f"events[{i}] is not an object"
+        for key, kind in (("ts_ms", "int"), ("kind", "str"), ("severity", "str"),
+                          ("message", "str"), ("subject", "str | None")):
+            if (bad := _value_problem(e.get(key), kind)) is not None:
+                return f"events[{i}].{key} is {bad}"
+    return None

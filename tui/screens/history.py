@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Sparkline, Static
 from textual.worker import get_current_worker
 
-from tui.format import size
+from tui.format import plain, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
 
@@ -78,7 +78,8 @@ class HistoryScreen(Screen):
             self.post_message(HistoryReady(window, series))
 
     def on_source_failed(self, message: SourceFailed) -> None:
-        self.query_one("#history-title", Static).update(f"[b $error]⚠ {message.error}[/]")
+        self.query_one("#history-title", Static).update(plain(f"⚠ {message.error}",
+                                                              "bold $error"))
 
     def on_history_ready(self, message: HistoryReady) -> None:
         if message.window != self.window:
@@ -100,8 +101,8 @@ class HistoryScreen(Screen):
             values = [v for _, v in points]
             peak = max(values) if values else 0
             last = values[-1] if values else 0
-            widgets.append(Label(f"{label.split(':', 1)[1]}  now {size(last)}  peak {size(peak)}",
-                                 classes="series-label"))
+            widgets.append(Label(plain(f"{label.split(':', 1)[1]}  now {size(last)}  "
+                                       f"peak {size(peak)}"), classes="series-label"))
             widgets.append(Sparkline([float(v) for v in values] or [0.0],
                                      classes="series-line"))
         box.mount_all(widgets)

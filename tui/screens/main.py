@@ -20,7 +20,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
-from tui.format import clock
+from tui.format import clock, plain
 from tui.messages import FrameReady, SourceFailed, TicksReady
 from tui.source import Frame
 from tui.widgets.breakdown import Breakdown
@@ -37,11 +37,11 @@ class StatusLine(Widget):
 
     DEFAULT_CSS = "StatusLine { height: 1; }"
 
-    text: reactive[str] = reactive("")
-    """Content markup to show."""
+    content: reactive[Content] = reactive(Content(""))
+    """What to show (built from parts: an error may quote hostile text)."""
 
     def render(self) -> Content:
-        return Content.from_markup(self.text)
+        return self.content
 
 
 class MainScreen(Screen):
@@ -227,17 +227,17 @@ class MainScreen(Screen):
     def _show_status(self) -> None:
         status = self.query_one("#status", StatusLine)
         if self.error:
-            status.text = f"[b $error]⚠ {self.error.replace('[', chr(92) + '[')}[/]"
+            status.content = plain(f"⚠ {self.error}", "bold $error")
             return
         frame = self.frame
         if frame is None:
-            status.text = "[$text-muted]waiting for the first sample…[/]"
+            status.content = Content.styled("waiting for the first sample…", "$text-muted")
             return
         mode = "replay" if self.replay_ts is not None else ("live" if frame.live else "database")
         gpus = sum(1 for d in frame.picture.devices if d != "host")
-        status.text = (f"[$text-muted]{mode} · {clock(frame.ts_ms, with_date=True)} · "
-                      f"{gpus} GPU{'s' if gpus != 1 else ''} · {len(frame.models)} "
-                      f"model{'s' if len(frame.models) != 1 else ''}[/]")
+        status.content = Content.styled(
+            f"{mode} · {clock(frame.ts_ms, with_date=True)} · {gpus} GPU{'s' if gpus != 1 else ''}"
+            f" · {len(frame.models)} model{'s' if len(frame.models) != 1 else ''}", "$text-muted")
 
     # ------------------------------------------------------------------ actions
 

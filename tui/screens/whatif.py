@@ -10,12 +10,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from tui.format import size
+from tui.format import plain, size
 from tui.source import Frame
 from tui.widgets.device_panel import DevicePanel, panels_from_frame
 
@@ -101,7 +102,8 @@ class WhatIfScreen(ModalScreen[None]):
         box = self.query_one("#projected", Vertical)
         box.remove_children()
         if message.error:
-            verdict.update(f"[b $error]cannot predict:[/] {message.error.replace('[', '')}")
+            verdict.update(Content.styled("cannot predict:", "bold $error") + Content(" ")
+                           + plain(message.error))
             fixes.update("")
             return
         result = message.prediction
@@ -111,25 +113,27 @@ class WhatIfScreen(ModalScreen[None]):
         need = need_by_device(result.estimate, self.frame.picture)  # type: ignore[union-attr]
         verdicts = {d.device_id: d.verdict for d in result.devices}  # type: ignore[union-attr]
         style = {"oom": "$error", "tight": "$warning"}.get(result.verdict, "$success")  # type: ignore[union-attr]
-        lines = [f"[b {style}]{result.verdict.upper()}[/]  "  # type: ignore[union-attr]
-                 f"{result.estimate.engine}: {(result.estimate.model_path or '-').split('/')[-1]}"]  # type: ignore[union-attr]
+        model = (result.estimate.model_path or '-').split('/')[-1]  # type: ignore[union-attr]
+        lines = [Content.styled(result.verdict.upper(), f"bold {style}")  # type: ignore[union-attr]
+                 + plain(f"  {result.estimate.engine}: {model}")]  # type: ignore[union-attr]
         for d in result.devices:  # type: ignore[union-attr]
             tail = (f"short by {size(-d.slack_bytes)}" if d.verdict == "oom"
                     else f"{size(d.slack_bytes)} to spare after the margin")
-            lines.append(f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
-                         f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, {tail}")
+            lines.append(plain(f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
+                               f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
+                               f"{tail}"))
         for note in message.notes + list(result.notes):  # type: ignore[union-attr]
-            lines.append(f"  [$text-muted]note: {note}[/]")
-        verdict.update("\n".join(lines))
+            lines.append(plain(f"  note: {note}", "$text-muted"))
+        verdict.update(Content("\n").join(lines))
         panels = [p for p in panels_from_frame(self.frame, need, verdicts, "this load")
                   if p.projected_bytes]
         box.mount_all([DevicePanel(p) for p in panels])
         if result.fixes:  # type: ignore[union-attr]
-            out = ["[b]what would make it fit[/b]"]
+            out = [Content.styled("what would make it fit", "bold")]
             for f in result.fixes:  # type: ignore[union-attr]
                 frees = ", ".join(f"{size(v)} on {k}" for k, v in f.frees.items())
-                out.append(f"  {f.change}: frees {frees} → {f.verdict}")
-            fixes.update("\n".join(out))
+                out.append(plain(f"  {f.change}: frees {frees} → {f.verdict}"))
+            fixes.update(Content("\n").join(out))
         else:
             fixes.update("")
 

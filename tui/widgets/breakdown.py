@@ -6,7 +6,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from tui.format import size
+from tui.format import plain, safe, size
 from tui.source import ModelRow
 
 
@@ -14,10 +14,6 @@ def width_ok(old: str, new: str) -> bool:
     """Lines keep their count and every line its length: no relayout needed."""
     a, b = old.split("\n"), new.split("\n")
     return len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True))
-
-
-def _esc(text: str) -> str:
-    return text.replace("[", r"\[")
 
 
 class Breakdown(Static):
@@ -52,35 +48,39 @@ class Breakdown(Static):
 
     @staticmethod
     def describe(row: ModelRow | None, width: int = 0) -> Content:
-        """The breakdown text; component lines are cut to ``width`` (0: never)."""
+        """The breakdown text; component lines are cut to ``width`` (0: never). Text from
+        the process (model name, arguments, errors) is never parsed as markup."""
         if row is None:
             return Content.from_markup("[$text-muted]select a model to see its breakdown[/]")
-        lines = [f"[b]{_esc(row.model)}[/b] [$text-muted]pid {row.pid} · {row.engine}[/]"]
+        lines = [plain(row.model, "bold") + Content(" ")
+                 + plain(f"pid {row.pid} · {row.engine}", "$text-muted")]
         if row.error:
-            lines.append(f"[$warning]cannot estimate:[/] {_esc(row.error)}")
+            lines.append(Content.styled("cannot estimate:", "$warning") + Content(" ")
+                         + plain(row.error))
         est = row.estimate
         if est is not None:
             for c in sorted(est.components, key=lambda c: (c.device, -c.bytes)):
                 grows = "↑" if c.when == "grows" else " "
-                device = c.device if len(c.device) <= 12 else c.device[:11] + "…"
-                head = f"  {c.name:<13} {device:<12} {size(c.bytes):>7}{grows} "
-                formula = c.formula
+                device = safe(c.device)
+                device = device if len(device) <= 12 else device[:11] + "…"
+                head = f"  {safe(c.name):<13} {device:<12} {size(c.bytes):>7}{grows} "
+                formula = safe(c.formula)
                 if width and len(head) + len(formula) > width:
                     formula = formula[: max(0, width - len(head) - 1)] + "…"
-                lines.append(f"{_esc(head)}[$text-muted]{_esc(formula)}[/]")
-            lines.append(f"  {'total':<13} {'':<12} {size(est.total_bytes()):>7}  "
-                         f"measured {size(row.measured_bytes)}  (↑ grows with use)")
+                lines.append(Content(head) + Content.styled(formula, "$text-muted"))
+            lines.append(Content(f"  {'total':<13} {'':<12} {size(est.total_bytes()):>7}  "
+                                 f"measured {size(row.measured_bytes)}  (↑ grows with use)"))
         diag = row.diagnosis
         if diag is not None:
             style = "$warning" if diag.excess_bytes > 256 * 1024**2 else "$success"
-            lines.append(f"[{style}]{_esc(diag.summary)}[/]")
+            lines.append(plain(diag.summary, style))
             for f in diag.findings:
-                fix = ""
+                line = Content("  • ") + plain(f.cause)
                 if f.fix:
-                    fix = f" → [b]{_esc(f.fix)}[/b]"
+                    line += Content(" → ") + plain(f.fix, "bold")
                     if f.frees_bytes:
-                        fix += f" frees {size(f.frees_bytes)}"
-                lines.append(f"  • {_esc(f.cause)}{fix}")
+                        line += Content(f" frees {size(f.frees_bytes)}")
+                lines.append(line)
         for flag in row.flags:
-            lines.append(f"[$warning]⚑ {_esc(flag)}[/]")
-        return Content.from_markup("\n".join(lines))
+            lines.append(plain(f"⚑ {flag}", "$warning"))
+        return Content("\n").join(lines)

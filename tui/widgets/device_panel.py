@@ -13,7 +13,7 @@ from textual.widget import Widget
 
 from collectors.base import DeviceSample
 from monitor.picture import DevicePicture
-from tui.format import size
+from tui.format import safe, size
 
 PALETTE = ("$primary", "$accent", "$secondary", "$success", "$primary-lighten-2",
            "$accent-lighten-2", "$secondary-lighten-2", "$success-lighten-2")
@@ -38,10 +38,6 @@ class PanelData:
     projected_bytes: int | None = None
     projected_label: str = "projected"
     verdict: str | None = None
-
-
-def _esc(text: str) -> str:
-    return text.replace("[", r"\[")
 
 
 class DevicePanel(Widget):
@@ -114,7 +110,7 @@ class DevicePanel(Widget):
         pic = data.picture
         used = pic.used_bytes
         cap = pic.capacity_bytes or ((used or 0) + (pic.available_bytes or 0)) or 1
-        title = f"{pic.device_id}  {pic.name or ''}".rstrip()
+        title = f"{safe(pic.device_id)}  {safe(pic.name or '')}".rstrip()
         kind = pic.memory_kind
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
@@ -183,7 +179,7 @@ class DevicePanel(Widget):
         for i, m in enumerate(data.models):
             est = f" est {size(m.estimate_bytes)}" if m.estimate_bytes is not None else ""
             parts.append(Content.styled("■ ", PALETTE[i % len(PALETTE)])
-                         + Content(f"{m.label} {size(m.bytes)}{est}"))
+                         + Content(f"{safe(m.label)} {size(m.bytes)}{est}"))
         if pic.others_bytes:
             parts.append(Content.styled("▓ ", OTHERS) + Content(f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from textual.message import Message
 from textual.widgets import DataTable
 
-from tui.format import clock
+from tui.format import cell, clock
 from tui.source import EventRow
 
 SEVERITY = {"critical": "‼", "warning": "!", "info": " "}
@@ -43,7 +43,7 @@ class EventsPane(DataTable):
         self.clear()
         for i, e in enumerate(newest):
             mark = SEVERITY.get(e.severity, " ")
-            self.add_row(clock(e.ts_ms), f"{mark}{e.kind}", e.message, key=str(i))
+            self.add_row(clock(e.ts_ms), cell(f"{mark}{e.kind}"), cell(e.message), key=str(i))
         if not newest:
             self.add_row("", "", "no events", key="none")
 

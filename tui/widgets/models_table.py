@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import DataTable
 
-from tui.format import signed, size
+from tui.format import cell, signed, size
 from tui.source import ModelRow
 
 COLUMNS = ("engine", "model", "ctx×slots", "cache", "measured", "estimate", "Δ", "KV", "flags")
@@ -45,11 +45,14 @@ class ModelsTable(DataTable):
             self.add_column(name, key=name)
 
     @staticmethod
-    def cells(row: ModelRow) -> tuple[str, ...]:
+    def cells(row: ModelRow) -> tuple[object, ...]:
+        """Text from the process (its command line, its model's file name) is Content: a
+        str cell would be parsed as markup (``[/]x.gguf`` raises)."""
         flags = "; ".join(row.flags)
         delta = row.delta_bytes
-        return (row.engine, row.model, row.ctx_slots, row.cache_types, size(row.measured_bytes),
-                size(row.estimate_bytes), signed(delta), size(row.kv_bytes), flags or "-")
+        return (cell(row.engine), cell(row.model), cell(row.ctx_slots),
+                cell(row.cache_types), size(row.measured_bytes), size(row.estimate_bytes),
+                signed(delta), size(row.kv_bytes), cell(flags or "-"))
 
     def show(self, rows: tuple[ModelRow, ...]) -> None:
         keys = [str(r.pid) for r in rows]
