@@ -120,6 +120,9 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     spec = parse_command(command)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    if spec.refused:  # the engine would not start: no verdict to give
+        where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
+        raise EstimateError(where + spec.refused[0])
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
     result = predict(spec, picture, devices, evicted, running)
     best_ctx = None

@@ -124,3 +124,55 @@ def test_estimate_beside_what_llama_cpp_reported(tmp_path: Path) -> None:
     missing = vramscope("estimate", "--cpu-only", "--log", str(tmp_path / "none.log"), "--",
                         "llama-server", "-m", str(model.path))
     assert missing.returncode == 2 and "cannot read the log" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["-c", "abc"], "-c abc: expected an integer (llama-server would refuse it)"),
+        (["-c", "1e5"], "-c 1e5: expected an integer (llama-server would read it as 1)"),
+        (["-c", "-5"], "-c -5: expected a context size >= 0"),
+        (["-np", "abc"], "-np abc: expected an integer (llama-server would refuse it)"),
+        (["-ngl", "abc"], "-ngl abc: expected an integer, 'auto' or 'all'"),
+        (["--spec-type", "warp"], "--spec-type warp: expected speculative types from none,"),
+        (["-ctk", "q2_k"], "-ctk q2_k: expected one of f32, f16, bf16, q8_0"),
+        (["-b", "2k"], "-b 2k: expected an integer (llama-server would read it as 2)"),
+        (["--draft-max", "x"], "--draft-max x: expected an integer"),
+        (["-ub"], "-ub: missing value (llama-server would refuse it)"),
+    ],
+)
+def test_estimate_refuses_what_llama_server_refuses(model: Path, flags: list[str],
+                                                    message: str) -> None:
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model),
+                       *flags)
+    assert result.returncode == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vramscope: error: {message}"), lines
+    assert result.stdout == ""
+
+
+def test_estimate_keeps_an_unknown_flag_as_no_error(model: Path) -> None:
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model),
+                       "-c", "4096", "--frobnicate", "3")
+    assert result.returncode == 0, result.stderr
+    assert "context: 4096 cells" in result.stdout
+
+
+def test_estimate_pid_with_odd_arguments_is_not_an_error(model: Path, tmp_path: Path) -> None:
+    """A running process is what it is: its odd values are skipped, not refused."""
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    child = subprocess.Popen([str(exe), "-c", code, "-m", str(model), "-c", "abc", "-np",
+                              "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        result = vramscope("estimate", "--json", "--cpu-only", "--pid", str(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model_path"] == str(model) and doc["context"]["n_seq_max"] == 4  # -np default
+    assert ("skipped the process's -c abc: expected an integer (llama-server would refuse "
+            "it)") in doc["notes"]

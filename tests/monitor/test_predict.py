@@ -346,3 +346,37 @@ def replace_used(d: DeviceSample, used: int) -> DeviceSample:
     from dataclasses import replace
 
     return replace(d, used_bytes=used, free_bytes=(d.total_bytes or 0) - used)
+
+
+# -- launch values llama-server would refuse: no verdict, exit 2 ----------------------------
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["-c", "abc"], "-c abc: expected an integer (llama-server would refuse it)"),
+        (["-c", "1e5"], "-c 1e5: expected an integer (llama-server would read it as 1)"),
+        (["-np", "abc"], "-np abc: expected an integer (llama-server would refuse it)"),
+        (["-ngl", "lots"], "-ngl lots: expected an integer, 'auto' or 'all'"),
+        (["--spec-type", "warp"], "--spec-type warp: expected speculative types"),
+    ],
+)
+def test_predict_refuses_what_llama_server_refuses(laptop: dict[str, str], flags: list[str],
+                                                   message: str) -> None:
+    result = vramscope("predict", "--state", laptop["state"], "--", "llama-server", "-m",
+                       laptop["0.8b"], *flags)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vramscope: error: {message}"), lines
+
+
+def test_predict_swap_model_with_a_refused_value_names_the_model(laptop: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    config = tmp_path / "swap.yaml"
+    config.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+                      f'{laptop["0.8b"]} -c 4k"}}\n')
+    result = vramscope("predict", "--state", laptop["state"], "--swap-config", str(config),
+                       "small")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == ("vramscope: error: llama-swap model small: -c 4k: "
+                                     "expected an integer (llama-server would read it as 4)")
