@@ -266,7 +266,8 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time: str | None,
             swap_config: Path | None, swap_url: str | None, margin_gib: float,
             want_fit_ctx: bool, bandwidths: tuple[str, ...], **kwargs: Any) -> None:
-    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error.
+    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error (a bad launch value,
+    or no device with a known free figure to judge against).
 
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
@@ -293,9 +294,14 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
     try:
         doc, code = run_predict(cfg, req)
+        text = doc if as_json else render_text(doc)
     except (ValueError, GgufError, OSError) as exc:
         raise UserError(str(exc)) from None
-    click.echo(doc if as_json else render_text(doc))
+    except Exception as exc:  # exit 1 means OOM: a failure must not read as one
+        logging.getLogger("vramscope.predict").debug("predict failed", exc_info=True)
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise UserError(f"predict failed: {detail}") from None
+    click.echo(text)
     sys.exit(code)
 
 

@@ -125,6 +125,8 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
         raise EstimateError(where + spec.refused[0])
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
     result = predict(spec, picture, devices, evicted, running)
+    if not result.devices:  # no verdict is not "fits"
+        raise EstimateError("nothing to judge: " + _why_nothing(result))
     best_ctx = None
     if req.want_fit_ctx:
         freed = {}
@@ -145,6 +147,15 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
         code = EXIT_OOM
     doc = to_json(result, picture, notes, best_ctx, req.want_fit_ctx, bandwidth)
     return doc, code
+
+
+def _why_nothing(result: Prediction) -> str:
+    est = result.estimate
+    if not est.components and est.notes:
+        return est.notes[0]  # vLLM with no GPU total known: "vLLM takes 92% of each GPU..."
+    return ("no device with a known free figure holds any part of this load (the box state "
+            "has no free memory figure for " + ", ".join(sorted(est.by_device())) + ")"
+            if est.by_device() else "the estimate places nothing on any device")
 
 
 def _train_ctx(spec: LaunchSpec, devices: list[DeviceInfo]) -> int:

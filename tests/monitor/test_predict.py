@@ -380,3 +380,54 @@ def test_predict_swap_model_with_a_refused_value_names_the_model(laptop: dict[st
     assert result.returncode == 2, result.stdout
     assert result.stderr.strip() == ("vramscope: error: llama-swap model small: -c 4k: "
                                      "expected an integer (llama-server would read it as 4)")
+
+
+# -- the exit contract holds on every path: 0 fits, 1 OOM, 2 error ---------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def test_nothing_to_judge_is_an_error_not_fits(tmp_path: Path) -> None:
+    """A box whose only device is host RAM (a recorded /proc, an empty /sys, no NVIDIA):
+    vLLM takes a share of each GPU, and there is none, so there is no verdict to give."""
+    config = tmp_path / "config.toml"
+    config.write_text('[collectors]\nenabled = ["procfs"]\n')
+    (tmp_path / "sys").mkdir()
+    box = ["--config", str(config), "--proc-root", str(FIXTURES / "drm" / "rx7900xtx" / "proc"),
+           "--sys-root", str(tmp_path / "sys")]
+    for extra in ([], ["--json"]):
+        result = vramscope("predict", *box, *extra, "--", "vllm", "serve", "Qwen/Qwen3-8B")
+        assert result.returncode == 2, result.stdout
+        assert result.stdout == ""
+        assert result.stderr.strip() == ("vramscope: error: nothing to judge: vLLM takes 92% "
+                                         "of each GPU's total; no GPU total known here")
+
+
+def test_nothing_to_judge_names_the_devices_without_a_free_figure(laptop: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    unknown_host = DeviceSample("host", "procfs", "host", "Host RAM", "host", None, None)
+    state = write_state(tmp_path / "state.json", [unknown_host], [])
+    result = vramscope("predict", "--state", str(state), "--", "llama-server", "-m",
+                       laptop["0.8b"], "-c", "2048", "-ngl", "0")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == (
+        "vramscope: error: nothing to judge: no device with a known free figure holds any "
+        "part of this load (the box state has no free memory figure for host)")
+
+
+def test_an_unexpected_failure_exits_2_in_one_line_not_1(laptop: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """A state file of the right schema with a text where a byte count belongs: predict
+    used to die in a traceback with exit 1, which a script reads as "OOM predicted"."""
+    state = tmp_path / "odd.json"
+    state.write_text(json.dumps({
+        "schema": "vramscope.status/1", "ts_ms": 1_800_000_000_000, "processes": [],
+        "devices": [{"device_id": "host", "collector": "procfs", "vendor": "host",
+                     "name": "Host RAM", "memory_kind": "host", "total_bytes": "lots",
+                     "used_bytes": 1, "available_bytes": "x"}]}))
+    result = vramscope("predict", "--state", str(state), "--", "llama-server", "-m",
+                       laptop["0.8b"], "-c", "2048")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vramscope: error: predict failed: "), lines
