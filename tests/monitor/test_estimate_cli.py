@@ -176,3 +176,40 @@ def test_estimate_pid_with_odd_arguments_is_not_an_error(model: Path, tmp_path: 
     assert doc["model_path"] == str(model) and doc["context"]["n_seq_max"] == 4  # -np default
     assert ("skipped the process's -c abc: expected an integer (llama-server would refuse "
             "it)") in doc["notes"]
+
+
+def _cut_model(tmp_path: Path) -> tuple[Path, int, int]:
+    md, tensors = g.qwen3_8b(n_layer=2)
+    path = g.write_model(tmp_path / "cut.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    full = path.stat().st_size
+    os.truncate(path, full // 2)  # a download that stopped half way
+    return path, full // 2, full
+
+
+def test_truncated_model_is_one_line_with_both_sizes(tmp_path: Path) -> None:
+    path, size, full = _cut_model(tmp_path)
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(path))
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    line = result.stderr.strip()
+    assert line.startswith(f"vramscope: error: {path}: truncated: the file is {size:,} bytes "
+                           "but its tensor data ends at byte "), line
+    ends_at = int(line.split("ends at byte ")[1].split(" ")[0].replace(",", ""))
+    assert full - 32 < ends_at <= full  # the last tensor's end, before its padding
+    predicted = vramscope("predict", "--", "llama-server", "-m", str(path))
+    assert predicted.returncode == 2 and predicted.stderr.strip() == line
+
+
+def test_log_without_memory_lines_says_so(model: Path, tmp_path: Path) -> None:
+    """vLLM's startup log (or any text): no llama.cpp buffer line, so nothing to compare;
+    not a table of 0.00 'reported' figures."""
+    log = ROOT / "tests" / "fixtures" / "llamalog" / "vllm-startup.log"
+    for extra in ([], ["--json"]):
+        result = vramscope("estimate", "--cpu-only", *extra, "--log", str(log), "--",
+                           "llama-server", "-m", str(model), "-c", "4096")
+        assert result.returncode == 2, result.stdout
+        assert result.stdout == ""
+        assert result.stderr.strip() == (
+            f"vramscope: error: {log}: no llama.cpp memory lines in this log (the '... buffer "
+            "size = N MiB' and 'llama_kv_cache: size = ...' lines llama-server prints as it "
+            "loads); nothing to compare")
