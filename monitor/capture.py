@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import tarfile
 import time
 from collections.abc import Iterable
@@ -163,6 +164,8 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
     result.collectors = {run.collector: run.status for run in snap.runs}
     try:
         _write(_Tree(roots, out), recorded, result)
+        for name in ("proc", "sys"):  # both roots, even with nothing read under one
+            (out / name).mkdir(exist_ok=True)
         if nvml:  # also when the collector failed: that is when a recording helps most
             result.nvml = _record_nvml(out, roots.proc)
         _write_manifest(out, result)
@@ -171,6 +174,13 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
     except OSError as exc:
         raise CaptureError(f"cannot write the capture in {out}: {exc.strerror or exc}") from None
     return result
+
+
+def replay_command(out: Path) -> str:
+    """The command that samples the capture again, runnable from any folder."""
+    folder = Path(os.path.abspath(out))
+    return (f"vramscope status --proc-root {shlex.quote(str(folder / 'proc'))} "
+            f"--sys-root {shlex.quote(str(folder / 'sys'))}")
 
 
 def _record_nvml(out: Path, proc: Path) -> str:

@@ -189,7 +189,7 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
       vramscope capture ./my-box --archive      # then attach my-box.tar.gz
       vramscope status --proc-root ./my-box/proc --sys-root ./my-box/sys
     """
-    from monitor.capture import CaptureError
+    from monitor.capture import CaptureError, replay_command
     from monitor.capture import capture as capture_tree
 
     cfg = load_config(**kwargs)
@@ -209,8 +209,7 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
                f"{result.dropped}; unreadable here: {len(result.denied)}")
     if result.archive is not None:
         click.echo(f"archive: {result.archive}")
-    click.echo(f"replay: vramscope status --proc-root {result.out}/proc "
-               f"--sys-root {result.out}/sys")
+    click.echo(f"replay: {replay_command(result.out)}")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
