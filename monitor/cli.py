@@ -271,6 +271,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
       vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
+      vramscope predict qwen3-122b     ([llama_swap] config in the config file)
       vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
     Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
     """
@@ -285,6 +286,8 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             bw[key] = float(value)
         except ValueError:
             raise UserError(f"--bw {item}: expected DEVICE=GB/s, e.g. gpu=272") from None
+    if swap_config is None:
+        swap_config = cfg.swap_config  # [llama_swap] config
     if swap_config is not None and len(target) == 1 and target[0] != "--":
         req = PredictRequest([], model_id=target[0])
     else:

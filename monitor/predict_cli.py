@@ -78,7 +78,8 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
     from monitor import llamaswap
 
     if req.swap_config is None:
-        raise EstimateError("predicting a llama-swap model needs --swap-config FILE")
+        raise EstimateError("predicting a llama-swap model needs --swap-config FILE (or "
+                            "[llama_swap] config in the config file)")
     config = llamaswap.load_config(req.swap_config)
     target = llamaswap.resolve(config, req.model_id or "")
     servers = running_servers(picture)

@@ -431,3 +431,36 @@ def test_an_unexpected_failure_exits_2_in_one_line_not_1(laptop: dict[str, str],
     assert "Traceback" not in result.stderr and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vramscope: error: predict failed: "), lines
+
+
+# -- predict MODEL_ID reads [llama_swap] config from the config file -------------------------
+
+def test_predict_model_id_uses_the_config_files_llama_swap_config(laptop: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    swap = tmp_path / "swap.yaml"
+    swap.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+                    f'{laptop["0.8b"]} -c 4096 -np 1 -fa on"}}\n')
+    config = tmp_path / "config.toml"
+    config.write_text(f'[llama_swap]\nconfig = "{swap}"\n')
+    code, doc = predict_json("--config", str(config), "--state", laptop["state"], "small")
+    assert (code, doc["verdict"]) == (0, "fits")
+    assert doc["model_path"] == laptop["0.8b"]
+    # --swap-config on the command line still wins over the file's
+    other = tmp_path / "other.yaml"
+    other.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+                     f'{laptop["27b"]} -c 2048 -np 1 -ngl 99"}}\n')
+    code, doc = predict_json("--config", str(config), "--state", laptop["state"],
+                             "--swap-config", str(other), "small")
+    assert doc["model_path"] == laptop["27b"] and code == 1
+
+
+def test_predict_model_id_from_the_fixture_config_reaches_its_model(tmp_path: Path) -> None:
+    """The llama-swap fixture's qwen alias resolves through the config file's setting to
+    its cmd; its model is not on this machine, so the error names that file."""
+    config = tmp_path / "config.toml"
+    swap = ROOT / "tests" / "fixtures" / "llamaswap" / "default.yaml"
+    config.write_text(f'[llama_swap]\nconfig = "{swap}"\n')
+    result = vramscope("predict", "--config", str(config), "qwen")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == ("vramscope: error: /models/qwen2.5-32b-q4_k_m.gguf: "
+                                     "no such file")
