@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -192,6 +193,8 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
         result.collectors = {run.collector: run.status for run in snap.runs}
         try:
             _write(tree, _plan(_Tree(roots), recorded, result), result)
+            for name in ("proc", "sys"):  # both roots, even with nothing read under one
+                tree.mkdir(name)
             if nvml:  # also when the collector failed: that is when a recording helps most
                 result.nvml = _record_nvml(tree, roots.proc)
             _write_manifest(tree, result)
@@ -203,6 +206,13 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
             raise CaptureError(f"cannot write the capture in {out}: {exc.strerror or exc}"
                                ) from None
     return result
+
+
+def replay_command(out: Path) -> str:
+    """The command that samples the capture again, runnable from any folder."""
+    folder = Path(os.path.abspath(out))
+    return (f"vramscope status --proc-root {shlex.quote(str(folder / 'proc'))} "
+            f"--sys-root {shlex.quote(str(folder / 'sys'))}")
 
 
 def _record_nvml(out: OutDir, proc: Path) -> str:

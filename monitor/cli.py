@@ -208,7 +208,7 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
       vramscope capture ./my-box --archive      # then attach my-box.tar.gz
       vramscope status --proc-root ./my-box/proc --sys-root ./my-box/sys
     """
-    from monitor.capture import CaptureError
+    from monitor.capture import CaptureError, replay_command
     from monitor.capture import capture as capture_tree
 
     cfg = load_config(**kwargs)
@@ -228,8 +228,7 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
                f"{result.dropped}; unreadable here: {len(result.denied)}")
     if result.archive is not None:
         click.echo(f"archive: {result.archive}")
-    click.echo(f"replay: vramscope status --proc-root {result.out}/proc "
-               f"--sys-root {result.out}/sys")
+    click.echo(f"replay: {replay_command(result.out)}")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -285,11 +284,13 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time: str | None,
             swap_config: Path | None, swap_url: str | None, margin_gib: float,
             want_fit_ctx: bool, bandwidths: tuple[str, ...], **kwargs: Any) -> None:
-    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error.
+    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error (a bad launch value,
+    or no device with a known free figure to judge against).
 
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
       vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
+      vramscope predict qwen3-122b     ([llama_swap] config in the config file)
       vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
     Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
     """
@@ -306,6 +307,8 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             raise UserError(f"--bw {item}: expected DEVICE=GB/s, e.g. gpu=272") from None
         if not (math.isfinite(bw[key]) and bw[key] > 0):
             raise UserError(f"--bw {item}: the bandwidth must be a positive number of GB/s")
+    if swap_config is None:
+        swap_config = cfg.swap_config  # [llama_swap] config
     if swap_config is not None and len(target) == 1 and target[0] != "--":
         req = PredictRequest([], model_id=target[0])
     else:
@@ -314,9 +317,14 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
     try:
         doc, code = run_predict(cfg, req)
+        text = doc if as_json else render_text(doc)
     except (ValueError, GgufError, OSError) as exc:
         raise UserError(str(exc)) from None
-    click.echo(doc if as_json else terminal_safe_lines(render_text(doc)))
+    except Exception as exc:  # exit 1 means OOM: a failure must not read as one
+        logging.getLogger("vramscope.predict").debug("predict failed", exc_info=True)
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise UserError(f"predict failed: {detail}") from None
+    click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(code)
 
 

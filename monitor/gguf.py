@@ -105,6 +105,10 @@ class GgufHeader:
     tensor_bytes: int  # sum of n_bytes over all splits
     file_bytes: int  # sum of file sizes over all splits
     split_count: int
+    # "needs N bytes ... has M": a split shorter than its tensor infos say its data reaches
+    # (an interrupted download or copy); llama.cpp refuses such a file ("tensor data is
+    # not within file bounds"). None when every split is long enough.
+    truncated: str | None = None
 
     @property
     def architecture(self) -> str | None:
@@ -190,8 +194,7 @@ def _stat(path: str, index: int, count: int) -> os.stat_result:
 
 def _read_splits(paths: list[str], stats: list[os.stat_result], max_items: int) -> GgufHeader:
     count = len(paths)
-    first = _read_one(paths[0], max_items)
-    version, metadata, tensors = first
+    version, metadata, tensors, data_end = _read_one(paths[0], max_items)
     named_count = _SPLIT_NAME.match(paths[0]) is not None
     meta_count = _int_or_none(metadata.get(Keys.Split.LLM_KV_SPLIT_COUNT))
     if named_count and meta_count is None and count > 1:
@@ -204,10 +207,12 @@ def _read_splits(paths: list[str], stats: list[os.stat_result], max_items: int) 
         raise GgufError(paths[0], problem)
     _check_split_no(paths[0], metadata, 0)
     all_tensors = list(tensors)
+    ends = [data_end]
     for i, p in enumerate(paths[1:], start=1):
-        _, split_meta, split_tensors = _read_one(p, max_items)
+        _, split_meta, split_tensors, split_end = _read_one(p, max_items)
         _check_split_no(p, split_meta, i)
         all_tensors.extend(split_tensors)
+        ends.append(split_end)
     if count > 1:
         seen: set[str] = set()
         for t in all_tensors:
@@ -227,7 +232,18 @@ def _read_splits(paths: list[str], stats: list[os.stat_result], max_items: int) 
         tensor_bytes=sum(t.n_bytes for t in all_tensors),
         file_bytes=sum(s.st_size for s in stats),
         split_count=count,
+        truncated=_truncation(paths, stats, ends),
     )
+
+
+def _truncation(paths: list[str], stats: list[os.stat_result], ends: list[int]) -> str | None:
+    for i, (path, st, end) in enumerate(zip(paths, stats, ends, strict=True)):
+        if end > st.st_size:
+            name = f"split {i + 1} ({_quote(os.path.basename(path))})" if len(paths) > 1 \
+                else "the file"
+            return (f"truncated: {name} is {st.st_size:,} bytes but its tensor data ends at "
+                    f"byte {end:,} (an interrupted download or copy?)")
+    return None
 
 
 def _check_split_no(path: str, metadata: dict[str, object], index: int) -> None:
@@ -243,7 +259,8 @@ def _int_or_none(v: object) -> int | None:
 # --- one file ---------------------------------------------------------------------------
 
 
-def _read_one(path: str, max_items: int) -> tuple[int, dict[str, object], list[TensorInfo]]:
+def _read_one(path: str, max_items: int
+              ) -> tuple[int, dict[str, object], list[TensorInfo], int]:
     try:
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
@@ -321,7 +338,8 @@ class _Parser:
 
     # structure
 
-    def parse(self) -> tuple[int, dict[str, object], list[TensorInfo]]:
+    def parse(self) -> tuple[int, dict[str, object], list[TensorInfo], int]:
+        """(version, metadata, tensor infos, the byte where the last tensor's data ends)."""
         self.need(4, "the magic")
         magic = self.buf[:4]
         if magic != _MAGIC:
@@ -348,13 +366,21 @@ class _Parser:
             metadata[key] = self.value(vtype, f"metadata {_quote(key)}", 0)
         tensors: list[TensorInfo] = []
         names: set[str] = set()
+        data_end = 0  # relative to the data section
         for i in range(n_tensors):
-            info = self.tensor_info(i)
+            info, offset = self.tensor_info(i)
             if info.name in names:
                 raise GgufError(self.path, f"duplicate tensor name {_quote(info.name)}")
             names.add(info.name)
             tensors.append(info)
-        return version, metadata, tensors
+            data_end = max(data_end, offset + info.n_bytes)
+        if not tensors:
+            return version, metadata, tensors, 0
+        # the data section starts at the next multiple of general.alignment (default 32)
+        align = _int_or_none(metadata.get(Keys.General.ALIGNMENT))
+        align = align if align is not None and align > 0 else 32
+        header_end = self.base + self.pos
+        return version, metadata, tensors, -(-header_end // align) * align + data_end
 
     def value(self, vtype: int, what: str, depth: int) -> object:
         scalar = _SCALARS.get(vtype)
@@ -431,7 +457,8 @@ class _Parser:
             pos += length
         self.pos = pos
 
-    def tensor_info(self, i: int) -> TensorInfo:
+    def tensor_info(self, i: int) -> tuple[TensorInfo, int]:
+        """The tensor's info and its data offset (from the data section's start)."""
         name = self.string(f"the name of tensor {i}")
         what = f"tensor {_quote(name)}"
         n_dims = self.u32(f"the dimension count of {what}")
@@ -441,7 +468,7 @@ class _Parser:
         shape = struct.unpack_from(f"<{n_dims}Q", self.buf, self.pos)
         self.pos += 8 * n_dims
         ggml_type = self.u32(f"the type of {what}")
-        self.u64(f"the offset of {what}")
+        offset = self.u64(f"the offset of {what}")
         sizes = GGML_QUANT_SIZES.get(ggml_type)  # type: ignore[call-overload]
         if sizes is None:
             raise GgufError(self.path, f"{what} has unknown ggml type {ggml_type}")
@@ -455,7 +482,7 @@ class _Parser:
             type_name = GGMLQuantizationType(ggml_type).name
             problem = f"{what}: ne0 {shape[0]} is not a multiple of {type_name}'s block {block}"
             raise GgufError(self.path, problem)
-        return TensorInfo(name, shape, ggml_type, n_elements // block * type_bytes)
+        return TensorInfo(name, shape, ggml_type, n_elements // block * type_bytes), offset
 
 
 def _quote(name: str, limit: int = 80) -> str:

@@ -78,7 +78,8 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
     from monitor import llamaswap
 
     if req.swap_config is None:
-        raise EstimateError("predicting a llama-swap model needs --swap-config FILE")
+        raise EstimateError("predicting a llama-swap model needs --swap-config FILE (or "
+                            "[llama_swap] config in the config file)")
     config = llamaswap.load_config(req.swap_config)
     target = llamaswap.resolve(config, req.model_id or "")
     servers = running_servers(picture)
@@ -120,8 +121,13 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     spec = parse_command(command)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    if spec.refused:  # the engine would not start: no verdict to give
+        where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
+        raise EstimateError(where + spec.refused[0])
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
     result = predict(spec, picture, devices, evicted, running)
+    if not result.devices:  # no verdict is not "fits"
+        raise EstimateError("nothing to judge: " + _why_nothing(result))
     best_ctx = None
     if req.want_fit_ctx:
         freed = {}
@@ -142,6 +148,15 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
         code = EXIT_OOM
     doc = to_json(result, picture, notes, best_ctx, req.want_fit_ctx, bandwidth)
     return doc, code
+
+
+def _why_nothing(result: Prediction) -> str:
+    est = result.estimate
+    if not est.components and est.notes:
+        return est.notes[0]  # vLLM with no GPU total known: "vLLM takes 92% of each GPU..."
+    return ("no device with a known free figure holds any part of this load (the box state "
+            "has no free memory figure for " + ", ".join(sorted(est.by_device())) + ")"
+            if est.by_device() else "the estimate places nothing on any device")
 
 
 def _train_ctx(spec: LaunchSpec, devices: list[DeviceInfo]) -> int:

@@ -15,6 +15,11 @@ spellings older builds and configs still carry; research/estimation.md section 1
   (``-c abc``, ``-c <redacted>``) and stray words land in ``LaunchSpec.unknown`` as
   ``flag``, ``flag=value``, or with a note: ``--draft-max=16 (removed upstream)``,
   ``-c=abc (invalid value)``, ``-m (missing value)``.
+- Values llama-server itself would refuse or misread also get one line each in
+  ``LaunchSpec.refused`` (``-c abc: expected an integer (llama-server would refuse it)``,
+  ``-c 1e5: ... (llama-server would read it as 1)``): integers are read as ``std::stoi``
+  reads them, cache and speculative types are checked against llama.cpp's lists. The
+  user-typed ``estimate``/``predict`` stop on them; a running process just carries them.
 - Flags that cannot change memory (sampling, logging, chat template, HTTP options) are
   known and skipped, so ``unknown`` holds what may matter and was not understood.
 
@@ -41,9 +46,8 @@ _SPEC_FIELDS = tuple(f.name for f in fields(LaunchSpec))
 TRUTHY = frozenset({"on", "enabled", "true", "1"})
 FALSEY = frozenset({"off", "disabled", "false", "0"})
 AUTOY = frozenset({"auto", "-1"})
-LOAD_MODES = frozenset({"auto", "none", "mmap", "mlock", "mmap+mlock", "dio"})
-SPLIT_MODES = frozenset({"none", "layer", "row", "tensor"})
-_INT = re.compile(r"[+-]?\d+")
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+SPLIT_MODES = ("none", "layer", "row", "tensor")
 _FLOAT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _NEG_NUMBER = re.compile(r"-(?:\d+(?:\.\d*)?|\.\d+)")
 _WORD = re.compile(r"[A-Za-z0-9_+.-]+")
@@ -52,51 +56,123 @@ INVALID = " (invalid value)"
 MISSING = " (missing value)"
 
 
+REFUSE = "llama-server would refuse it"
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+# std::stoi / std::stof read a leading number and ignore what follows it
+_STOI = re.compile(r"\s*([+-]?[0-9]+)")
+_STOF = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# common/arg.cpp kv_cache_types
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+# common/speculative.cpp common_speculative_type_from_name_map: current names, then the
+# spellings builds before the --spec-* rename (PR #22397) accepted
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash",
+              "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+              "ngram-cache")
+OLD_SPEC_TYPES = ("draft", "eagle3", "ngram_simple", "ngram_map_k", "ngram_map_k4v",
+                  "ngram_mod", "ngram_cache")
+
+
 class _Bad(ValueError):
-    """A value that does not parse; the flag goes to ``unknown``."""
+    """A value that does not parse; the flag goes to ``unknown``.
+
+    ``expected`` says what would parse; ``llama`` what llama-server does with the value
+    (:data:`REFUSE`, "llama-server would read it as 1"), or None where that is not known.
+    """
+
+    def __init__(self, value: str, expected: str = "a valid value",
+                 llama: str | None = REFUSE) -> None:
+        super().__init__(value)
+        self.value = value
+        self.expected = expected
+        self.llama = llama
 
 
 # --- value converters -------------------------------------------------------------------
 
 
-def _int(v: str) -> int:
-    v = v.strip()
-    if not _INT.fullmatch(v):
-        raise _Bad(v)
-    return int(v)
+def _int(v: str, expected: str = "an integer") -> int:
+    """``std::stoi``: what llama.cpp's integer flags use (``common/arg.cpp``)."""
+    m = _STOI.match(v)
+    if m is None:
+        raise _Bad(v, expected)
+    n = int(m.group(1))
+    if not INT_MIN <= n <= INT_MAX:  # std::out_of_range
+        raise _Bad(v, f"{expected} within 32 bits")
+    if v[m.end():].strip():  # "1e5", "4.5", "12k": stoi stops at the first odd character
+        raise _Bad(v, expected, f"llama-server would read it as {n}")
+    return n
 
 
-def _float(v: str) -> float:
-    v = v.strip()
-    if not _FLOAT.fullmatch(v):
-        raise _Bad(v)
-    return float(v)
+def _at_least(low: int, expected: str) -> Callable[[str], int]:
+    """An integer, then ``n >= low`` (a range llama.cpp's parser does not check)."""
+    def conv(v: str) -> int:
+        n = _int(v)
+        if n < low:
+            raise _Bad(v, expected, None)
+        return n
+
+    return conv
+
+
+_ctx = _at_least(0, "a context size >= 0 (0 = the model's training context)")
+_batch = _at_least(0, "a batch size >= 0")
+
+
+def _n_cpu_moe(v: str) -> int:
+    n = _int(v)
+    if n < 0:
+        raise _Bad(v, "a layer count >= 0")  # arg.cpp: "invalid value"
+    return n
+
+
+def _float(v: str, expected: str = "a number") -> float:
+    """``std::stof``: a leading number, the rest ignored."""
+    m = _STOF.match(v)
+    if m is None:
+        raise _Bad(v, expected)
+    if v[m.end():].strip():
+        raise _Bad(v, expected, f"llama-server would read it as {float(m.group(0)):g}")
+    return float(m.group(0))
 
 
 def _ngl(v: str) -> int | str:
     low = v.strip().lower()
-    return low if low in ("auto", "all") else _int(low)
+    return low if low in ("auto", "all") else _int(low, "an integer, 'auto' or 'all'")
 
 
-def _list(v: str) -> list[str]:
+def _list(v: str, expected: str = "a list") -> list[str]:
     parts = [p.strip() for p in re.split(r"[,/]+", v.strip()) if p.strip()]
     if not parts:
-        raise _Bad(v)
+        raise _Bad(v, expected)
     return parts
 
 
 def _floats(v: str) -> tuple[float, ...]:
-    return tuple(_float(p) for p in _list(v))
+    expected = "proportions separated by ',' or '/', e.g. 3,1"
+    out = []
+    for p in _list(v, expected):
+        try:
+            out.append(_float(p))
+        except _Bad as exc:
+            raise _Bad(v, expected, exc.llama) from None
+    return tuple(out)
 
 
 def _ints(v: str) -> tuple[int, ...]:
-    return tuple(_int(p) for p in _list(v))
+    expected = "MiB values separated by ',' or '/'"
+    out = []
+    for p in _list(v, expected):
+        try:
+            out.append(_int(p))
+        except _Bad as exc:
+            raise _Bad(v, expected, exc.llama) from None
+    return tuple(out)
 
 
 def _word(v: str) -> str:
     v = v.strip()
     if not _WORD.fullmatch(v):
-        raise _Bad(v)
+        raise _Bad(v, "a word", None)
     return v
 
 
@@ -106,7 +182,7 @@ def _cache_type(v: str) -> str:
 
 def _text(v: str) -> str:
     if not v.strip():
-        raise _Bad(v)
+        raise _Bad(v, "a value", None)
     return v
 
 
@@ -118,7 +194,7 @@ def _fa(v: str) -> str:
         return "off"
     if low in AUTOY:
         return "auto"
-    raise _Bad(v)
+    raise _Bad(v, "on, off or auto")
 
 
 def _onoff(v: str) -> bool:
@@ -127,14 +203,14 @@ def _onoff(v: str) -> bool:
         return True
     if low in FALSEY:
         return False
-    raise _Bad(v)
+    raise _Bad(v, "on or off")
 
 
-def _choice(allowed: frozenset[str]) -> Callable[[str], str]:
+def _choice(allowed: Sequence[str]) -> Callable[[str], str]:
     def conv(v: str) -> str:
         low = v.strip().lower()
         if low not in allowed:
-            raise _Bad(v)
+            raise _Bad(v, "one of " + ", ".join(allowed))
         return low
 
     return conv
@@ -143,8 +219,27 @@ def _choice(allowed: frozenset[str]) -> Callable[[str], str]:
 def _port(v: str) -> int:
     n = _int(v)
     if not 0 <= n <= 65535:
-        raise _Bad(v)
+        raise _Bad(v, "a port number from 0 to 65535", None)
     return n
+
+
+# --- checks: values that parse here but llama-server refuses (refused, not unknown) ------
+
+
+def _check_cache_type(v: str) -> None:
+    if v.strip().lower() not in KV_CACHE_TYPES:
+        raise _Bad(v, "one of " + ", ".join(KV_CACHE_TYPES))
+
+
+def _check_spec_type(v: str) -> None:
+    for name in (p.strip() for p in v.split(",") if p.strip()):
+        if name not in SPEC_TYPES and name not in OLD_SPEC_TYPES:
+            raise _Bad(v, "speculative types from " + ", ".join(SPEC_TYPES))
+
+
+def _check_override(v: str) -> None:
+    if any("=" not in p for p in v.split(",") if p.strip()):
+        raise _Bad(v, "PATTERN=BUFFER_TYPE pairs separated by ','")
 
 
 # --- parse state ------------------------------------------------------------------------
@@ -155,6 +250,7 @@ class _State:
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # field -> "env" | "argv"
     unknown: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # one line each, for the user
     load: list[tuple[str, str, Any]] = field(default_factory=list)  # (source, kind, value)
 
     def set(self, name: str, value: Any, source: str) -> None:
@@ -188,9 +284,10 @@ def _const(name: str, const: Any) -> Action:
 
 def _n_parallel(st: _State, value: str | None, source: str) -> None:
     assert value is not None
+    expected = "a slot count >= 1, or -1 for auto"
     n = _int(value)
-    if n == 0 or n < -1:
-        raise _Bad(value)
+    if n == 0 or n < -1:  # arg.cpp refuses 0; below -1 it does not check
+        raise _Bad(value, expected, REFUSE if n == 0 else None)
     st.set("n_parallel", None if n == -1 else n, source)  # -1 = auto
 
 
@@ -283,31 +380,36 @@ class _Opt:
     removed: bool = False
     # switches given as --flag=false run this instead (two-sided switches)
     negate: Action | None = None
+    # a value this parser takes but llama-server refuses: raises _Bad (refused only)
+    check: Callable[[str], None] | None = None
 
 
 _FA_VALUES = TRUTHY | FALSEY | AUTOY | {"enabled", "disabled"}
 
 _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("-m", "--model"), _set("model_path", _text)),
-    _Opt(("-c", "--ctx-size"), _set("ctx_size", _int)),
+    _Opt(("-c", "--ctx-size"), _set("ctx_size", _ctx)),
     _Opt(("-np", "--parallel"), _n_parallel),
     _Opt(("-kvu", "--kv-unified"), _const("kv_unified", True), SWITCH,
          negate=_const("kv_unified", False)),
     _Opt(("-no-kvu", "--no-kv-unified"), _const("kv_unified", False), SWITCH),
-    _Opt(("-ctk", "--cache-type-k"), _set("cache_type_k", _cache_type)),
-    _Opt(("-ctv", "--cache-type-v"), _set("cache_type_v", _cache_type)),
-    _Opt(("--kv-cache-type",), _ctk_ctv),  # ollama's Go runner (v0.4 - v0.11)
+    _Opt(("-ctk", "--cache-type-k"), _set("cache_type_k", _cache_type),
+         check=_check_cache_type),
+    _Opt(("-ctv", "--cache-type-v"), _set("cache_type_v", _cache_type),
+         check=_check_cache_type),
+    _Opt(("--kv-cache-type",), _ctk_ctv,  # ollama's Go runner (v0.4 - v0.11)
+         check=_check_cache_type),
     _Opt(("-fa", "--flash-attn"), _fa_act, OPTIONAL, _FA_VALUES),
-    _Opt(("-b", "--batch-size"), _set("n_batch", _int)),
-    _Opt(("-ub", "--ubatch-size"), _set("n_ubatch", _int)),
+    _Opt(("-b", "--batch-size"), _set("n_batch", _batch)),
+    _Opt(("-ub", "--ubatch-size"), _set("n_ubatch", _batch)),
     _Opt(("-ngl", "--gpu-layers", "--n-gpu-layers"), _set("n_gpu_layers", _ngl)),
     _Opt(("-ts", "--tensor-split"), _set("tensor_split", _floats)),
     _Opt(("-sm", "--split-mode"), _set("split_mode", _choice(SPLIT_MODES))),
     _Opt(("-mg", "--main-gpu"), _set("main_gpu", _int)),
     _Opt(("-dev", "--device"), _devices),
-    _Opt(("-ot", "--override-tensor"), _ot_act),
+    _Opt(("-ot", "--override-tensor"), _ot_act, check=_check_override),
     _Opt(("-cmoe", "--cpu-moe"), _const("cpu_moe", True), SWITCH),
-    _Opt(("-ncmoe", "--n-cpu-moe"), _set("n_cpu_moe", _int)),
+    _Opt(("-ncmoe", "--n-cpu-moe"), _set("n_cpu_moe", _n_cpu_moe)),
     _Opt(("-nkvo", "--no-kv-offload"), _const("no_kv_offload", True), SWITCH),
     _Opt(("-kvo", "--kv-offload"), _const("no_kv_offload", False), SWITCH,
          negate=_const("no_kv_offload", True)),
@@ -315,10 +417,10 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"),
          _set("draft_n_gpu_layers", _ngl)),
     _Opt(("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"),
-         _set("draft_cache_type_k", _cache_type)),
+         _set("draft_cache_type_k", _cache_type), check=_check_cache_type),
     _Opt(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"),
-         _set("draft_cache_type_v", _cache_type)),
-    _Opt(("--spec-type",), _spec_type_act),
+         _set("draft_cache_type_v", _cache_type), check=_check_cache_type),
+    _Opt(("--spec-type",), _spec_type_act, check=_check_spec_type),
     _Opt(("--spec-draft-n-max",), _set("spec_draft_n_max", _int)),
     _Opt(("--swa-full",), _const("swa_full", True), SWITCH),
     _Opt(("-mm", "--mmproj"), _set("mmproj", _text)),
@@ -482,14 +584,33 @@ def _known(token: str) -> bool:
     return name in OPTIONS or name in _SKIP_VALUED or name in _SKIP_SWITCHES
 
 
+def _show(text: str, limit: int = 60) -> str:
+    """A value as it may appear in a one-line message: printable and bounded."""
+    if text and text.isprintable() and len(text) <= limit:
+        return text
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def _refusal(flag: str, value: str, source: str, bad: _Bad) -> str:
+    """``-c abc: expected an integer (llama-server would refuse it)``."""
+    given = f"{flag}={_show(value)}" if source == "env" else f"{flag} {_show(value)}"
+    return f"{given}: expected {bad.expected}" + (f" ({bad.llama})" if bad.llama else "")
+
+
 def _apply(st: _State, opt: _Opt, flag: str, value: str | None, source: str,
            negate: bool = False) -> None:
     action = opt.negate if negate and opt.negate is not None else opt.action
     try:
         action(st, value, source)
-    except _Bad:
+    except _Bad as bad:
         st.unknown.append(f"{flag}={value}{INVALID}")
+        st.refused.append(_refusal(flag, value or "", source, bad))
         return
+    if opt.check is not None and value is not None and not negate:
+        try:
+            opt.check(value)
+        except _Bad as bad:
+            st.refused.append(_refusal(flag, value, source, bad))
     if opt.removed:
         st.unknown.append((f"{flag}={value}" if value is not None else flag) + REMOVED)
 
@@ -511,6 +632,7 @@ def _parse_env(st: _State, env: Mapping[str, str]) -> None:
                 _apply(st, opt, key, None, "env", negate=low in FALSEY)
             else:
                 st.unknown.append(f"{key}={value}{INVALID}")
+                st.refused.append(_refusal(key, value, "env", _Bad(value, "on or off")))
         elif how == "neg" and low not in FALSEY:
             _apply(st, opt, key, None, "env")
 
@@ -561,6 +683,7 @@ def _parse_argv(st: _State, args: Sequence[str], aliases: Mapping[str, str]) -> 
             i += 1
         else:
             st.unknown.append(f"{raw}{MISSING}")
+            st.refused.append(f"{_show(raw)}: missing value ({REFUSE})")
             continue
         if name == "--lora-scaled" and value is not None and ":" not in value and (
                 i < len(args) and _FLOAT.fullmatch(args[i].strip())):
@@ -635,6 +758,7 @@ def parse_args(args: Sequence[str], env: Mapping[str, str] | None = None, *,
     return LaunchSpec(
         engine=engine, role=role, **values,
         unknown=tuple(st.unknown),
+        refused=tuple(st.refused),
         from_env=tuple(f for f in _SPEC_FIELDS if f in from_env),
     )
 

@@ -72,6 +72,9 @@ class LaunchSpec:
     from_env: tuple[str, ...] = field(default_factory=tuple)
     # -dev/--device (LLAMA_ARG_DEVICE): the devices llama.cpp may offload to; ("none",) = CPU only
     devices: tuple[str, ...] | None = None
+    # values the engine itself would refuse or misread (``-c abc``), one line each for the
+    # user: ``estimate``/``predict`` stop on them; a running process's spec just carries them
+    refused: tuple[str, ...] = ()
 
 
 # Engines whose model flags are file paths (vLLM/SGLang's --model is often a hub id).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -51,6 +52,22 @@ def cwd_of(cfg: Config, pid: int) -> str | None:
     return read_cwd(str(cfg.roots.proc / str(pid) / "cwd"))
 
 
+def refused_values(command: list[str], env: dict[str, str] | None = None
+                   ) -> tuple[str, ...]:
+    """One line per value the engine would refuse or misread (``-c abc``)."""
+    from monitor.engines import parse_command
+
+    spec = parse_command(command, env)
+    return spec.refused if spec is not None else ()
+
+
+def refuse_bad_values(command: list[str]) -> None:
+    """Stop on the first value the engine would refuse or misread."""
+    refused = refused_values(command)
+    if refused:
+        raise EstimateError(refused[0])
+
+
 def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool,
                  cpu_only: bool, log_path: str | None = None) -> str:
     if pid is not None and command:
@@ -61,17 +78,28 @@ def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool
         cwd = cwd_of(cfg, pid)
     if not command:
         raise EstimateError("nothing to estimate: give a command after -- or --pid N")
+    if pid is None:  # typed by the user: a value the engine refuses is an error here
+        refuse_bad_values(command)
     devices = [] if cpu_only else live_devices(cfg)
     est = estimate_command(command, env, devices, cwd=cwd)
+    if pid is not None:  # a running process: its odd values were skipped; say which
+        skipped = tuple(f"skipped the process's {r}" for r in refused_values(command, env))
+        est = dataclasses.replace(est, notes=est.notes + skipped)
     rows = None
     if log_path is not None:
         from monitor.llamalog import parse_llama_log
 
         try:
             with open(log_path, encoding="utf-8", errors="replace") as handle:
-                rows = compare_with_log(est, parse_llama_log(handle))
+                report = parse_llama_log(handle)
         except OSError as exc:
             raise EstimateError(f"cannot read the log {log_path}: {exc.strerror}") from None
+        if not report.buffers and not report.kv:
+            raise EstimateError(
+                f"{log_path}: no llama.cpp memory lines in this log (the '... buffer size = "
+                "N MiB' and 'llama_kv_cache: size = ...' lines llama-server prints as it "
+                "loads); nothing to compare")
+        rows = compare_with_log(est, report)
     if as_json:
         doc = to_json(est)
         if rows is not None:

@@ -23,6 +23,18 @@ FIT_TARGET_MIB = 1024
 MTP_LIKE = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
 
+def _whole(read_header: Callable[[str], Any], path: str) -> Any:
+    """The header of a model whose tensor data is all there: llama.cpp refuses a truncated
+    file, so it has no estimate (GgufError naming the file and both sizes)."""
+    header = read_header(path)
+    problem = getattr(header, "truncated", None)
+    if problem:
+        from monitor.gguf import GgufError
+
+        raise GgufError(path, problem)
+    return header
+
+
 def _mib(n: int) -> str:
     return f"{n / MIB:.2f} MiB"
 
@@ -138,7 +150,7 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
     if spec.devices is not None and tuple(d.lower() for d in spec.devices) == ("none",):
         devices = ()  # -dev none: the CPU only
         notes.append("-dev none: everything stays in host memory")
-    shape = shape_from_header(read_header(spec.model_path))
+    shape = shape_from_header(_whole(read_header, spec.model_path))
     flash = spec.flash_attn != "off"
     if spec.flash_attn == "auto":
         notes.append("-fa auto: flash attention assumed on (llama.cpp turns it on where the "
@@ -227,7 +239,7 @@ def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callabl
     """The draft context copies the target's n_ctx (the same total cells), n_seq_max,
     kv_unified and ubatch; its KV is f16 unless -ctkd/-ctvd (common/speculative.cpp)."""
     assert spec.draft_model is not None
-    shape = shape_from_header(read_header(spec.draft_model))
+    shape = shape_from_header(_whole(read_header, spec.draft_model))
     ctx = kv.context(target_ctx.n_ctx, target_ctx.n_seq_max, target_ctx.kv_unified,
                      target_ctx.n_ubatch, target_ctx.n_batch)
     placement = place(shape, devices, spec.draft_n_gpu_layers)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -278,3 +279,30 @@ def test_the_command_refuses_planted_links_with_one_line(tmp_path: Path,
         assert done.stderr.startswith("vramscope: error:")
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     untouched(victim)
+
+def test_the_printed_replay_command_runs(tmp_path: Path) -> None:
+    """Run exactly the `replay:` line the capture printed, from another folder: a capture
+    taken from a relative folder whose name has a space, with only procfs enabled (so
+    nothing under /sys was read), still replays."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    config = tmp_path / "config.toml"
+    config.write_text('[collectors]\nenabled = ["procfs"]\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "capture", "my box", "--no-nvml", "--config",
+         str(config), "--proc-root", str(FIXTURES / "strix-halo" / "proc"), "--sys-root",
+         str(FIXTURES / "strix-halo" / "sys")],
+        capture_output=True, text=True, timeout=60, cwd=work, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (work / "my box" / "sys").is_dir()  # nothing under /sys was read: still there
+    line = next(x for x in done.stdout.splitlines() if x.startswith("replay: "))
+    argv = shlex.split(line.removeprefix("replay: "))
+    assert argv[:2] == ["vramscope", "status"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    replay = subprocess.run([sys.executable, "-m", "monitor", *argv[1:]], capture_output=True,
+                            text=True, timeout=60, cwd=elsewhere, env=env)
+    assert replay.returncode == 0, replay.stderr
+    assert "host" in replay.stdout.lower()

@@ -594,3 +594,79 @@ def test_read_llama_env_filters_a_fixture_tree(tmp_path: Path) -> None:
     assert read_llama_env(tmp_path, 4243) == {}
     assert read_llama_env(tmp_path, 999999) == {}
     assert filter_env(b"") == {}
+
+
+# -- values llama-server itself would refuse or misread: LaunchSpec.refused ------------------
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        ("-c abc", "-c abc: expected an integer (llama-server would refuse it)"),
+        ("-c 1e5", "-c 1e5: expected an integer (llama-server would read it as 1)"),
+        ("-c 4.5", "-c 4.5: expected an integer (llama-server would read it as 4)"),
+        ("-c -5", "-c -5: expected a context size >= 0 (0 = the model's training context)"),
+        ("-c 99999999999",
+         "-c 99999999999: expected an integer within 32 bits (llama-server would refuse it)"),
+        ("--ctx-size=", "--ctx-size '': expected an integer (llama-server would refuse it)"),
+        ("-np abc", "-np abc: expected an integer (llama-server would refuse it)"),
+        ("-np 0", "-np 0: expected a slot count >= 1, or -1 for auto (llama-server would "
+                  "refuse it)"),
+        ("-ngl abc", "-ngl abc: expected an integer, 'auto' or 'all' (llama-server would "
+                     "refuse it)"),
+        ("-ngld 9x", "-ngld 9x: expected an integer, 'auto' or 'all' (llama-server would "
+                     "read it as 9)"),
+        ("-b big", "-b big: expected an integer (llama-server would refuse it)"),
+        ("-ub -3", "-ub -3: expected a batch size >= 0"),
+        ("-ctk q9", "-ctk q9: expected one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, "
+                    "q5_0, q5_1 (llama-server would refuse it)"),
+        ("-ctv q2_k", "-ctv q2_k: expected one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, "
+                      "q5_0, q5_1 (llama-server would refuse it)"),
+        ("-ctkd turbo", "-ctkd turbo: expected one of f32, f16, bf16, q8_0, q4_0, q4_1, "
+                        "iq4_nl, q5_0, q5_1 (llama-server would refuse it)"),
+        ("--spec-type draft-mtp,warp", "--spec-type draft-mtp,warp: expected speculative "
+         "types from none, draft-simple, draft-eagle3, draft-mtp, draft-dflash, "
+         "draft-dspark, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache "
+         "(llama-server would refuse it)"),
+        ("--spec-draft-n-max x", "--spec-draft-n-max x: expected an integer (llama-server "
+                                 "would refuse it)"),
+        ("--draft-max 1e3", "--draft-max 1e3: expected an integer (llama-server would read "
+                            "it as 1)"),
+        ("-ts 3,x", "-ts 3,x: expected proportions separated by ',' or '/', e.g. 3,1 "
+                    "(llama-server would refuse it)"),
+        ("-ncmoe -2", "-ncmoe -2: expected a layer count >= 0 (llama-server would refuse it)"),
+        ("-sm diagonal", "-sm diagonal: expected one of none, layer, row, tensor (llama-server "
+                         "would refuse it)"),
+        ("-fa maybe=1", "-fa maybe=1: expected on, off or auto (llama-server would refuse it)"),
+        ("-ot blk", "-ot blk: expected PATTERN=BUFFER_TYPE pairs separated by ',' "
+                    "(llama-server would refuse it)"),
+        ("-cram lots", "-cram lots: expected an integer (llama-server would refuse it)"),
+        ("-c", "-c: missing value (llama-server would refuse it)"),
+        ("-c '\x1b[2J'", "-c '\\x1b[2J': expected an integer (llama-server would refuse it)"),
+    ],
+)
+def test_values_llama_server_refuses_are_named(args: str, refused: str) -> None:
+    if args == "-fa maybe=1":
+        spec = parse_llamacpp(["llama-server", "-m", "x.gguf", "--flash-attn=maybe=1"])
+        refused = refused.replace("-fa", "--flash-attn")
+    else:
+        spec = _spec(f"llama-server -m x.gguf {args}")
+    assert spec.refused == (refused,)
+    assert spec.model_path == "x.gguf"  # the rest still parses
+
+
+def test_good_values_and_unknown_flags_are_not_refused() -> None:
+    spec = _spec("llama-server -m x.gguf -c 0 -np -1 -ngl auto -ngld all -b 4096 -ub 0 "
+                 "-ctk q8_0 -ctv iq4_nl --spec-type draft-mtp,ngram-mod --spec-type ngram_mod "
+                 "-ts 3/1 -ncmoe 0 -ot 'exps=CPU,blk\\.1=CUDA0' -c ' 8192 ' --frobnicate 3 "
+                 "--draft-max 16 stray")
+    assert spec.refused == ()
+    assert spec.ctx_size == 8192 and spec.n_gpu_layers == "auto" and spec.n_ubatch == 0
+    assert "--frobnicate=3" in spec.unknown and "stray" in spec.unknown
+
+
+def test_refused_environment_values_name_the_key() -> None:
+    spec = parse_llamacpp(["llama-server"], {"LLAMA_ARG_CTX_SIZE": "lots",
+                                             "LLAMA_ARG_MMAP": "perhaps"})
+    assert spec.refused == (
+        "LLAMA_ARG_CTX_SIZE=lots: expected an integer (llama-server would refuse it)",
+        "LLAMA_ARG_MMAP=perhaps: expected on or off (llama-server would refuse it)")

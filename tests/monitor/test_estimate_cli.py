@@ -124,3 +124,92 @@ def test_estimate_beside_what_llama_cpp_reported(tmp_path: Path) -> None:
     missing = vramscope("estimate", "--cpu-only", "--log", str(tmp_path / "none.log"), "--",
                         "llama-server", "-m", str(model.path))
     assert missing.returncode == 2 and "cannot read the log" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["-c", "abc"], "-c abc: expected an integer (llama-server would refuse it)"),
+        (["-c", "1e5"], "-c 1e5: expected an integer (llama-server would read it as 1)"),
+        (["-c", "-5"], "-c -5: expected a context size >= 0"),
+        (["-np", "abc"], "-np abc: expected an integer (llama-server would refuse it)"),
+        (["-ngl", "abc"], "-ngl abc: expected an integer, 'auto' or 'all'"),
+        (["--spec-type", "warp"], "--spec-type warp: expected speculative types from none,"),
+        (["-ctk", "q2_k"], "-ctk q2_k: expected one of f32, f16, bf16, q8_0"),
+        (["-b", "2k"], "-b 2k: expected an integer (llama-server would read it as 2)"),
+        (["--draft-max", "x"], "--draft-max x: expected an integer"),
+        (["-ub"], "-ub: missing value (llama-server would refuse it)"),
+    ],
+)
+def test_estimate_refuses_what_llama_server_refuses(model: Path, flags: list[str],
+                                                    message: str) -> None:
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model),
+                       *flags)
+    assert result.returncode == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vramscope: error: {message}"), lines
+    assert result.stdout == ""
+
+
+def test_estimate_keeps_an_unknown_flag_as_no_error(model: Path) -> None:
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model),
+                       "-c", "4096", "--frobnicate", "3")
+    assert result.returncode == 0, result.stderr
+    assert "context: 4096 cells" in result.stdout
+
+
+def test_estimate_pid_with_odd_arguments_is_not_an_error(model: Path, tmp_path: Path) -> None:
+    """A running process is what it is: its odd values are skipped, not refused."""
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    child = subprocess.Popen([str(exe), "-c", code, "-m", str(model), "-c", "abc", "-np",
+                              "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        result = vramscope("estimate", "--json", "--cpu-only", "--pid", str(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model_path"] == str(model) and doc["context"]["n_seq_max"] == 4  # -np default
+    assert ("skipped the process's -c abc: expected an integer (llama-server would refuse "
+            "it)") in doc["notes"]
+
+
+def _cut_model(tmp_path: Path) -> tuple[Path, int, int]:
+    md, tensors = g.qwen3_8b(n_layer=2)
+    path = g.write_model(tmp_path / "cut.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    full = path.stat().st_size
+    os.truncate(path, full // 2)  # a download that stopped half way
+    return path, full // 2, full
+
+
+def test_truncated_model_is_one_line_with_both_sizes(tmp_path: Path) -> None:
+    path, size, full = _cut_model(tmp_path)
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(path))
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    line = result.stderr.strip()
+    assert line.startswith(f"vramscope: error: {path}: truncated: the file is {size:,} bytes "
+                           "but its tensor data ends at byte "), line
+    ends_at = int(line.split("ends at byte ")[1].split(" ")[0].replace(",", ""))
+    assert full - 32 < ends_at <= full  # the last tensor's end, before its padding
+    predicted = vramscope("predict", "--", "llama-server", "-m", str(path))
+    assert predicted.returncode == 2 and predicted.stderr.strip() == line
+
+
+def test_log_without_memory_lines_says_so(model: Path, tmp_path: Path) -> None:
+    """vLLM's startup log (or any text): no llama.cpp buffer line, so nothing to compare;
+    not a table of 0.00 'reported' figures."""
+    log = ROOT / "tests" / "fixtures" / "llamalog" / "vllm-startup.log"
+    for extra in ([], ["--json"]):
+        result = vramscope("estimate", "--cpu-only", *extra, "--log", str(log), "--",
+                           "llama-server", "-m", str(model), "-c", "4096")
+        assert result.returncode == 2, result.stdout
+        assert result.stdout == ""
+        assert result.stderr.strip() == (
+            f"vramscope: error: {log}: no llama.cpp memory lines in this log (the '... buffer "
+            "size = N MiB' and 'llama_kv_cache: size = ...' lines llama-server prints as it "
+            "loads); nothing to compare")

@@ -463,3 +463,39 @@ def test_cache_sees_each_split_and_is_bounded(tmp_path: Path) -> None:
     for limit in range(100):
         read_header(paths[0], max_array_items=limit)
     assert len(mg._CACHE) == 64
+
+
+# --- tensor data cut short ----------------------------------------------------------------
+
+
+def test_tensor_data_cut_short_is_reported_not_raised(tmp_path: Path) -> None:
+    """llama.cpp refuses a file whose last tensor's data runs past its end ("tensor data is
+    not within file bounds"); the padding after the last tensor may be missing."""
+    metadata, tensors = qwen3_8b(n_layer=2, n_vocab=3000)
+    path = write_model(tmp_path / "m.gguf", "qwen3", metadata, tensors, vocab_size=3000)[0]
+    full = path.stat().st_size
+    assert read_header(path).truncated is None
+    last = read_header(path).tensors[-1].n_bytes
+    end = full - (-(-last // 32) * 32 - last)  # the writer pads every tensor to 32 bytes
+    os.truncate(path, end)
+    assert read_header(path).truncated is None  # only the padding is gone: llama.cpp loads it
+    os.truncate(path, end - 1)
+    assert read_header(path).truncated == (
+        f"truncated: the file is {end - 1:,} bytes but its tensor data ends at byte {end:,} "
+        "(an interrupted download or copy?)")
+    os.truncate(path, full // 3)
+    h = read_header(path)  # the header itself still reads: the rest is the caller's choice
+    assert h.tensor_bytes > full // 3 and f"is {full // 3:,} bytes" in (h.truncated or "")
+
+
+def test_header_only_file_is_truncated(small: Path) -> None:
+    assert (read_header(small).truncated or "").startswith("truncated: the file is ")
+
+
+def test_truncated_split_is_named(tmp_path: Path) -> None:
+    paths = write_model(tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (4096,), F32)
+                                                          for i in range(6)], split=3)
+    assert read_header(paths[0]).truncated is None
+    os.truncate(paths[1], paths[1].stat().st_size - 100)
+    assert (read_header(paths[2]).truncated or "").startswith(
+        "truncated: split 2 ('m-00002-of-00003.gguf') is ")

@@ -346,3 +346,121 @@ def replace_used(d: DeviceSample, used: int) -> DeviceSample:
     from dataclasses import replace
 
     return replace(d, used_bytes=used, free_bytes=(d.total_bytes or 0) - used)
+
+
+# -- launch values llama-server would refuse: no verdict, exit 2 ----------------------------
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["-c", "abc"], "-c abc: expected an integer (llama-server would refuse it)"),
+        (["-c", "1e5"], "-c 1e5: expected an integer (llama-server would read it as 1)"),
+        (["-np", "abc"], "-np abc: expected an integer (llama-server would refuse it)"),
+        (["-ngl", "lots"], "-ngl lots: expected an integer, 'auto' or 'all'"),
+        (["--spec-type", "warp"], "--spec-type warp: expected speculative types"),
+    ],
+)
+def test_predict_refuses_what_llama_server_refuses(laptop: dict[str, str], flags: list[str],
+                                                   message: str) -> None:
+    result = vramscope("predict", "--state", laptop["state"], "--", "llama-server", "-m",
+                       laptop["0.8b"], *flags)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vramscope: error: {message}"), lines
+
+
+def test_predict_swap_model_with_a_refused_value_names_the_model(laptop: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    config = tmp_path / "swap.yaml"
+    config.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+                      f'{laptop["0.8b"]} -c 4k"}}\n')
+    result = vramscope("predict", "--state", laptop["state"], "--swap-config", str(config),
+                       "small")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == ("vramscope: error: llama-swap model small: -c 4k: "
+                                     "expected an integer (llama-server would read it as 4)")
+
+
+# -- the exit contract holds on every path: 0 fits, 1 OOM, 2 error ---------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def test_nothing_to_judge_is_an_error_not_fits(tmp_path: Path) -> None:
+    """A box whose only device is host RAM (a recorded /proc, an empty /sys, no NVIDIA):
+    vLLM takes a share of each GPU, and there is none, so there is no verdict to give."""
+    config = tmp_path / "config.toml"
+    config.write_text('[collectors]\nenabled = ["procfs"]\n')
+    (tmp_path / "sys").mkdir()
+    box = ["--config", str(config), "--proc-root", str(FIXTURES / "drm" / "rx7900xtx" / "proc"),
+           "--sys-root", str(tmp_path / "sys")]
+    for extra in ([], ["--json"]):
+        result = vramscope("predict", *box, *extra, "--", "vllm", "serve", "Qwen/Qwen3-8B")
+        assert result.returncode == 2, result.stdout
+        assert result.stdout == ""
+        assert result.stderr.strip() == ("vramscope: error: nothing to judge: vLLM takes 92% "
+                                         "of each GPU's total; no GPU total known here")
+
+
+def test_nothing_to_judge_names_the_devices_without_a_free_figure(laptop: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    unknown_host = DeviceSample("host", "procfs", "host", "Host RAM", "host", None, None)
+    state = write_state(tmp_path / "state.json", [unknown_host], [])
+    result = vramscope("predict", "--state", str(state), "--", "llama-server", "-m",
+                       laptop["0.8b"], "-c", "2048", "-ngl", "0")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == (
+        "vramscope: error: nothing to judge: no device with a known free figure holds any "
+        "part of this load (the box state has no free memory figure for host)")
+
+
+def test_an_unexpected_failure_exits_2_in_one_line_not_1(laptop: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """A state file of the right schema with a text where a byte count belongs: predict
+    used to die in a traceback with exit 1, which a script reads as "OOM predicted"."""
+    state = tmp_path / "odd.json"
+    state.write_text(json.dumps({
+        "schema": "vramscope.status/1", "ts_ms": 1_800_000_000_000, "processes": [],
+        "devices": [{"device_id": "host", "collector": "procfs", "vendor": "host",
+                     "name": "Host RAM", "memory_kind": "host", "total_bytes": "lots",
+                     "used_bytes": 1, "available_bytes": "x"}]}))
+    result = vramscope("predict", "--state", str(state), "--", "llama-server", "-m",
+                       laptop["0.8b"], "-c", "2048")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vramscope: error: predict failed: "), lines
+
+
+# -- predict MODEL_ID reads [llama_swap] config from the config file -------------------------
+
+def test_predict_model_id_uses_the_config_files_llama_swap_config(laptop: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    swap = tmp_path / "swap.yaml"
+    swap.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+                    f'{laptop["0.8b"]} -c 4096 -np 1 -fa on"}}\n')
+    config = tmp_path / "config.toml"
+    config.write_text(f'[llama_swap]\nconfig = "{swap}"\n')
+    code, doc = predict_json("--config", str(config), "--state", laptop["state"], "small")
+    assert (code, doc["verdict"]) == (0, "fits")
+    assert doc["model_path"] == laptop["0.8b"]
+    # --swap-config on the command line still wins over the file's
+    other = tmp_path / "other.yaml"
+    other.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+                     f'{laptop["27b"]} -c 2048 -np 1 -ngl 99"}}\n')
+    code, doc = predict_json("--config", str(config), "--state", laptop["state"],
+                             "--swap-config", str(other), "small")
+    assert doc["model_path"] == laptop["27b"] and code == 1
+
+
+def test_predict_model_id_from_the_fixture_config_reaches_its_model(tmp_path: Path) -> None:
+    """The llama-swap fixture's qwen alias resolves through the config file's setting to
+    its cmd; its model is not on this machine, so the error names that file."""
+    config = tmp_path / "config.toml"
+    swap = ROOT / "tests" / "fixtures" / "llamaswap" / "default.yaml"
+    config.write_text(f'[llama_swap]\nconfig = "{swap}"\n')
+    result = vramscope("predict", "--config", str(config), "qwen")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip() == ("vramscope: error: /models/qwen2.5-32b-q4_k_m.gguf: "
+                                     "no such file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -105,3 +106,22 @@ def test_load_started_then_finished_with_measured_vs_estimated(tmp_path: Path) -
     assert done.kind == "load_finished" and done.data["load_time_ms"] == 5000
     assert done.data["measured_host"] == 2 * GIB and done.data["estimate_host"] > 0
     assert tick(7000, 2 * GIB) == []  # reported once
+
+
+def test_a_truncated_model_is_flagged_not_fatal(tmp_path: Path) -> None:
+    """A server started on a half-downloaded GGUF: the watch says there is no estimate and
+    why, and goes on."""
+    md, tensors = g.qwen3_8b(n_layer=2)
+    model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    os.truncate(model, model.stat().st_size // 2)
+    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
+                        available_bytes=54 * GIB)
+    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", str(model), "-c", "4096"), "llama.cpp",
+                       ("inference",))
+    watch = LoadWatch(Path("/proc"), steady_ticks=3)
+    assert watch.observe(Snapshot(0, (host,), (), (), (), (), ())) == []
+    (started,) = watch.observe(Snapshot(1000, (host,), (proc,), (), (), (), ()))
+    assert started.kind == "load_started"
+    assert "no estimate:" in started.message and "truncated: the file is" in started.message
+    assert watch.observe(Snapshot(2000, (host,), (proc,), (), (), (), ())) == []
