@@ -276,6 +276,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     """
     from monitor.gguf import GgufError
     from monitor.predict_cli import PredictRequest, render_text, run_predict
+    from monitor.store import StoreError
 
     cfg = load_config(**kwargs)
     bw: dict[str, float] = {}
@@ -293,7 +294,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
     try:
         doc, code = run_predict(cfg, req)
-    except (ValueError, GgufError, OSError) as exc:
+    except (ValueError, GgufError, OSError, StoreError) as exc:
         raise UserError(str(exc)) from None
     click.echo(doc if as_json else render_text(doc))
     sys.exit(code)
@@ -317,11 +318,12 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
     unaccounted), the cause in one sentence and the fixes with the GiB they free.
     """
     from monitor.diagnose_cli import render, run_diagnose
+    from monitor.store import StoreError
 
     cfg = load_config(**kwargs)
     try:
         found = run_diagnose(cfg, state, at_time, pid)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, StoreError) as exc:
         raise UserError(str(exc)) from None
     click.echo(render(found, as_json))
 
