@@ -23,6 +23,7 @@ import os
 import re
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,19 @@ _DEVICE_STATIC = (
 
 class StoreError(Exception):
     """The database cannot be used (unwritable directory, locked by a writer, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriterHealth:
+    """The daemon's writer as ``/healthz``, ``/metrics`` and ``doctor`` show it: whether its
+    last write attempt succeeded, why not, since when (epoch ms), the ticks waiting in
+    memory and those dropped because the backlog was full."""
+
+    write_ok: bool
+    error: str | None
+    since_ms: int | None
+    backlog_ticks: int
+    dropped_ticks: int
 
 
 def _create_private(path: Path) -> None:
@@ -216,7 +230,7 @@ class Store:
         if kind == "unreadable":
             raise StoreError(f"cannot read the database {path}: {detail}")
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            raise StoreError(f"the database {path} is read-only for this user (uid "
+            raise StoreError(f"the database {path} is not writable by this user (uid "
                              f"{os.getuid()}): make it writable, or pass --db a writable path")
         try:
             _create_private(path)
@@ -256,6 +270,11 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another writer's lock before it fails (and the tick
+        waits in memory): short, so a locked database never stalls sampling."""
+        self.db.conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
 
     # -- writing ------------------------------------------------------------------
 
