@@ -206,3 +206,71 @@ def test_a_hard_link_to_the_database_does_not_let_a_second_daemon_in(
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
+
+
+def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Path) -> None:
+    """The database's own disk is full: the backlog goes to the runtime directory (here
+    XDG_RUNTIME_DIR in tmp_path), and the next start on the freed disk writes it all."""
+    import contextlib
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+            capture_output=True, check=False).returncode != 0:
+        pytest.skip("needs root to mount a tiny tmpfs")
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    old_env = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)  # inherited by the daemons
+    try:
+        filler = mnt / "filler"
+        db = mnt / "v.db"
+        d = Daemon(tmp_path, db)
+        try:
+            d.wait("three ticks", lambda: len(tick_times(db)) >= 3)
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with contextlib.suppress(OSError):  # ENOSPC: the disk is full now
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            os.close(fd)
+            d.wait("503 for a full disk", lambda: (r := d.get("/healthz"))[0] == 503
+                   and "full" in r[1])
+            doctor = subprocess.run(
+                [sys.executable, "-m", "monitor", "doctor", "--db", str(db), "--config",
+                 str(tmp_path / f"c{d.port}.toml"), "--json"], cwd=ROOT, capture_output=True,
+                text=True, timeout=60)
+            import json
+
+            check = next(c for c in json.loads(doctor.stdout) if c["name"] == "database")
+            assert check["level"] == "fail" and "cannot write" in check["detail"], check
+            d.wait("a backlog", lambda: (d.metric("vramscope_db_backlog_ticks") or 0) >= 5)
+        finally:
+            err = d.stop()
+        assert d.proc.returncode == 0, err
+        assert not (mnt / "v.db.backlog.jsonl").exists()
+        saved_files = list(runtime.glob("vramscope-*.backlog.jsonl"))
+        assert len(saved_files) == 1, err
+        assert stat.S_IMODE(saved_files[0].stat().st_mode) == 0o600
+        import json
+
+        saved = {json.loads(line)["ts_ms"] for line in saved_files[0].read_text().splitlines()
+                 if json.loads(line)["runs"]}
+        assert len(saved) >= 5 and not saved & tick_times(db)
+        print(f"full disk: {len(saved)} ticks saved at SIGTERM to {saved_files[0]}")
+
+        filler.unlink()
+        again = Daemon(tmp_path, db)
+        try:
+            again.wait("the saved ticks in the database", lambda: saved <= tick_times(db))
+            again.wait("the backlog file removed", lambda: not saved_files[0].exists())
+        finally:
+            err2 = again.stop()
+        assert again.proc.returncode == 0, err2
+    finally:
+        if old_env is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = old_env
+        with contextlib.suppress(Exception):
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
