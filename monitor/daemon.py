@@ -372,7 +372,7 @@ def poll_slots(ctx: DaemonContext) -> int:
             slots = ctx.slot_poller.poll(url, spec.model_path, snap.ts_ms / 1000)
         except ValueError:  # not loopback: never polled
             continue
-        if slots:
+        if slots and ctx.db_error is None:  # refused: the tick's log line said why
             try:
                 ctx.store.add_slot_usage(snap.ts_ms, spec.model_path, slots)
                 answered += 1
