@@ -498,6 +498,8 @@ def run(config: Config) -> int:
             seen[0], seen[1] = time.monotonic(), 0
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+    skips = _OncePerMinute("maximum number of running instances reached")
+    logging.getLogger("apscheduler.scheduler").addFilter(skips)
     ctx.scheduler = sched
     from monitor.service.notify import Notifier
 
@@ -534,6 +536,7 @@ def run(config: Config) -> int:
         if not stopping:  # a signal before the scheduler ran: do not start it at all
             sched.start()
     finally:
+        logging.getLogger("apscheduler.scheduler").removeFilter(skips)
         _final_flush(ctx)
         sampler.close()
         store.close()
@@ -551,6 +554,28 @@ def run(config: Config) -> int:
 
 
 FINAL_FLUSH_WAIT_S = 2.0
+
+
+class _OncePerMinute(logging.Filter):
+    """APScheduler warns on every tick skipped while the previous one runs (a slow disk,
+    a busy box): let one such line through a minute, with how many were held back."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__()
+        self.needle, self.last, self.held = needle, float("-inf"), 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import time
+
+        if self.needle not in record.getMessage():
+            return True
+        if time.monotonic() - self.last < 60:
+            self.held += 1
+            return False
+        if self.held:
+            record.msg, record.args = f"{record.getMessage()} ({self.held} more held back)", ()
+        self.last, self.held = time.monotonic(), 0
+        return True
 
 
 def _queue_backlog(ctx: DaemonContext) -> None:

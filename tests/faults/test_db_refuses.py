@@ -274,3 +274,35 @@ def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Pa
             os.environ["XDG_RUNTIME_DIR"] = old_env
         with contextlib.suppress(Exception):
             subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_daemon_started_while_another_writer_holds_the_lock_waits_for_it(
+        tmp_path: Path) -> None:
+    """The start itself writes (daemon_started): a lock held longer than SQLite's busy
+    timeout must not end the daemon; the event is written with the backlog."""
+    from monitor.store import Store
+
+    db = tmp_path / "v.db"
+    Store.open(db).close()  # an existing vramscope database
+    blocker = hold_write_lock(db)
+    d = None
+    try:
+        d = Daemon(tmp_path, db)
+        status, body = d.wait("healthz 503 database", lambda: (r := d.get("/healthz"))[0]
+                              == 503 and r[1].startswith("database:") and r, timeout_s=60)
+        assert "locked" in body, body
+        time.sleep(6)  # past SQLite's 5 s busy timeout of the start
+        assert d.proc.poll() is None, d.proc.communicate()[1]
+    finally:
+        blocker.rollback()
+        blocker.close()
+    try:
+        d.wait("healthz 200", lambda: d.get("/healthz")[0] == 200)
+        d.wait("the backlog written", lambda: d.metric("vramscope_db_backlog_ticks") == 0)
+    finally:
+        err = d.stop()
+    assert d.proc.returncode == 0 and "Traceback" not in err, err
+    conn = sqlite3.connect(db)
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+    conn.close()
+    assert kinds.count("daemon_started") == 1 and kinds[-1] == "daemon_stopped", kinds
