@@ -296,6 +296,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     """
     from monitor.gguf import GgufError
     from monitor.predict_cli import PredictRequest, render_text, run_predict
+    from monitor.store import StoreError
 
     cfg = load_config(**kwargs)
     bw: dict[str, float] = {}
@@ -318,7 +319,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
     try:
         doc, code = run_predict(cfg, req)
         text = doc if as_json else render_text(doc)
-    except (ValueError, GgufError, OSError) as exc:
+    except (ValueError, GgufError, OSError, StoreError) as exc:
         raise UserError(str(exc)) from None
     except Exception as exc:  # exit 1 means OOM: a failure must not read as one
         logging.getLogger("vramscope.predict").debug("predict failed", exc_info=True)
@@ -346,11 +347,12 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
     unaccounted), the cause in one sentence and the fixes with the GiB they free.
     """
     from monitor.diagnose_cli import render, run_diagnose
+    from monitor.store import StoreError
 
     cfg = load_config(**kwargs)
     try:
         found = run_diagnose(cfg, state, at_time, pid)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, StoreError) as exc:
         raise UserError(str(exc)) from None
     click.echo(terminal_safe_lines(render(found, as_json)))
 

@@ -9,6 +9,7 @@ from writing the same database.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import logging
@@ -27,7 +28,7 @@ from typing import IO, Any
 from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
 from monitor.sampler import Sampler
-from monitor.store import Store, StoreError
+from monitor.store import Store, StoreError, WriterHealth
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,14 @@ class DaemonContext:
     ticks: int = 0
     dropped: int = 0
     db_error: str | None = None  # why the database refuses writes now (locked, disk full)
+    db_error_since_ms: int | None = None
+    dropped_logged: bool = False  # the first drop of a refusal is logged, the rest counted
+    replay_files: list[Path] = field(default_factory=list)  # backlog files queued, unwritten
+
+    def health(self) -> WriterHealth:
+        """Safe from any thread: reads a few fields the worker thread swaps."""
+        return WriterHealth(self.db_error is None, self.db_error, self.db_error_since_ms,
+                            len(self.pending), self.dropped)
 
 
 def acquire_lock(db_path: Path) -> IO[str]:
@@ -90,6 +99,48 @@ def acquire_lock(db_path: Path) -> IO[str]:
     handle.write(f"{os.getpid()}\n")
     handle.flush()
     return handle
+
+
+def lock_database_file(db_path: Path) -> IO[bytes]:
+    """Hold an exclusive ``flock`` on the database file itself for the daemon's life.
+
+    ``<db>.lock`` is found by path: a hard link (or a bind mount) names the same file by
+    another path and would get a lock file of its own. This lock is on the inode, so two
+    daemons never write one file. (SQLite's own locks are POSIX byte-range locks, which
+    flock does not touch on Linux.) A missing file is created 0640 and empty.
+    """
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(db_path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the database {db_path}: {exc.strerror or exc}") from None
+    handle = os.fdopen(fd, "rb")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        st = os.fstat(handle.fileno())
+        handle.close()
+        pid = _flock_holder(st.st_dev, st.st_ino)
+        raise DaemonLocked(
+            f"another vramscope daemon (pid {pid if pid is not None else 'unknown'}) is "
+            f"already writing {db_path} (the same file, by another name: a link)") from None
+    return handle
+
+
+def _flock_holder(dev: int, ino: int) -> int | None:
+    """The pid holding a flock on (dev, ino), from /proc/locks."""
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        text = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if "->" not in parts and len(parts) >= 6 and parts[1] == "FLOCK" \
+                and parts[5] == want and parts[4].isdigit():
+            return int(parts[4])
+    return None
 
 
 def lock_holder(db_path: Path) -> int | None:
@@ -141,8 +192,11 @@ def tick(ctx: DaemonContext) -> Snapshot:
     if len(ctx.pending) == ctx.pending.maxlen:
         lost = ctx.pending.popleft()
         ctx.dropped += 1
-        log.error("dropped the tick of %s: %d ticks waiting for the database already",
-                  datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(), PENDING_MAX)
+        if not ctx.dropped_logged:  # once per refusal; the count is in /metrics and /healthz
+            ctx.dropped_logged = True
+            log.error("%d ticks wait for the database: dropping the oldest from now on "
+                      "(first: %s)", PENDING_MAX,
+                      datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat())
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
     _write_pending(ctx)
@@ -161,6 +215,7 @@ def _write_pending(ctx: DaemonContext) -> None:
         except sqlite3.OperationalError as exc:  # busy, locked, full: wait and retry
             if ctx.db_error is None:  # said once; the event is stored with the tick
                 ctx.db_error = str(exc)
+                ctx.db_error_since_ms = now_ms()
                 log.error("cannot write to %s (%s); ticks are kept in memory until it "
                           "accepts writes again", ctx.config.db_path, exc)
                 ctx.pending[0] = dataclasses.replace(head, events=(*head.events, DeviceEvent(
@@ -182,18 +237,29 @@ def _write_pending(ctx: DaemonContext) -> None:
                 _database_writable(ctx)
         ctx.pending.popleft()
         ctx.failures.pop(head.ts_ms, None)
+    if not ctx.pending and ctx.replay_files:
+        for path in ctx.replay_files:
+            try:
+                path.unlink()
+                log.info("the backlog of the previous run is in the database; removed %s",
+                         path)
+            except OSError as exc:
+                log.error("cannot remove the written backlog %s: %s", path, exc)
+        ctx.replay_files = []
 
 
 def _database_writable(ctx: DaemonContext) -> None:
-    log.info("%s accepts writes again; writing the %d tick(s) kept in memory",
-             ctx.config.db_path, len(ctx.pending) - 1)
+    log.info("%s accepts writes again; writing the %d tick(s) kept in memory (%d dropped "
+             "so far)", ctx.config.db_path, len(ctx.pending) - 1, ctx.dropped)
     try:
         ctx.store.add_event("database_writable", "info", "database",
                             f"the database accepts writes again (it refused: {ctx.db_error})",
-                            {"error": ctx.db_error, "queued_ticks": len(ctx.pending) - 1})
+                            {"error": ctx.db_error, "queued_ticks": len(ctx.pending) - 1,
+                             "dropped_ticks": ctx.dropped})
     except sqlite3.Error as exc:
         log.error("could not record that the database recovered: %s", exc)
-    ctx.db_error = None
+    ctx.db_error = ctx.db_error_since_ms = None
+    ctx.dropped_logged = False
 
 
 def reload_config(ctx: DaemonContext) -> bool:
@@ -324,7 +390,7 @@ def poll_slots(ctx: DaemonContext) -> int:
             slots = ctx.slot_poller.poll(url, spec.model_path, snap.ts_ms / 1000)
         except ValueError:  # not loopback: never polled
             continue
-        if slots:
+        if slots and ctx.db_error is None:  # refused: the tick's log line said why
             try:
                 ctx.store.add_slot_usage(snap.ts_ms, spec.model_path, slots)
                 answered += 1
@@ -396,7 +462,7 @@ def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
     return shared
 
 
-def _http_server(config: Config, latest: Any) -> Any:
+def _http_server(config: Config, latest: Any, health: Any = None) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
     if not config.http_listen:
@@ -405,7 +471,7 @@ def _http_server(config: Config, latest: Any) -> Any:
 
     try:
         return HttpServer(config.http_listen, config.http_token, latest, config.db_path,
-                          config)
+                          config, health=health)
     except HttpConfigError as exc:
         raise StoreError(str(exc)) from None
 
@@ -418,13 +484,20 @@ def run(config: Config) -> int:
 
     lock = acquire_lock(config.db_path)
     holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
-    http = _http_server(config, lambda: holder[0].last_snapshot if holder else None)
+    http = _http_server(config, lambda: holder[0].last_snapshot if holder else None,
+                        lambda: holder[0].health() if holder else None)
+    file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path)
+    if store.recovered_from:  # a new file now: lock it, not the one moved aside
+        file_lock.close()
+        file_lock = lock_database_file(config.db_path)
+    store.set_busy_timeout(min(2.0, max(0.05, config.interval_s / 4)))
     sampler = Sampler(config.roots, config.options, config.collectors)
     from monitor.kmsg import KmsgFollower
     from monitor.watch import LoadWatch
 
     ctx = DaemonContext(config, store, sampler)
+    _queue_backlog(ctx)
     ctx.kmsg = KmsgFollower()
     if not ctx.kmsg.open():
         log.warning("kernel log not followed (%s): OOM kills will not be recorded; run as "
@@ -445,10 +518,16 @@ def run(config: Config) -> int:
             now_ms(), "host", "daemon_started", "warning",
             "vramscope restarted after an unclean stop (no daemon_stopped was recorded)",
             {"unclean": True, "pid": os.getpid()}))
-    store.add_event("daemon_started", "info", "daemon",
-                    f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
-                    {"pid": os.getpid(), "interval_s": config.interval_s,
-                     "collectors": [c.name for c in sampler.collectors]})
+    started = DeviceEvent(
+        now_ms(), "daemon", "daemon_started", "info",
+        f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
+        {"pid": os.getpid(), "interval_s": config.interval_s,
+         "collectors": [c.name for c in sampler.collectors]})  # type: ignore[dict-item]
+    try:
+        store.add_event(started.kind, started.severity, started.device_id, started.message,
+                        dict(started.data), ts_ms=started.ts_ms)
+    except sqlite3.OperationalError:  # locked, full: it waits with the first tick instead
+        ctx.startup_events.insert(0, started)
     sched = BlockingScheduler(
         timezone=UTC,
         executors={"default": ThreadPoolExecutor(max_workers=1)},
@@ -509,13 +588,7 @@ def run(config: Config) -> int:
         if not stopping:  # a signal before the scheduler ran: do not start it at all
             sched.start()
     finally:
-        try:
-            store.add_event("daemon_stopped", "info", "daemon",
-                            f"vramscope daemon stopped after {ctx.ticks} ticks",
-                            {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending),
-                             "dropped_ticks": ctx.dropped})
-        except sqlite3.Error as exc:
-            log.error("could not record the stop: %s", exc)
+        _final_flush(ctx)
         sampler.close()
         store.close()
         if http is not None:
@@ -526,5 +599,59 @@ def run(config: Config) -> int:
             ctx.kmsg.close()
         for tail in ctx.tails:
             tail.close()
+        file_lock.close()
         lock.close()
     return 0
+
+
+FINAL_FLUSH_WAIT_S = 2.0
+
+
+def _queue_backlog(ctx: DaemonContext) -> None:
+    """Queue the ticks a previous run saved beside the database, ahead of the first
+    sample; the file is removed once they are all written (see _write_pending)."""
+    from monitor import backlog
+
+    try:
+        snaps, bad, found = backlog.load(ctx.config.db_path)
+    except OSError as exc:
+        log.error("%s; it is left as it is", exc)
+        return
+    if not found:
+        return
+    ctx.pending.extend(snaps)  # past PENDING_MAX the oldest go, counted
+    ctx.dropped += max(0, len(snaps) - len(ctx.pending))
+    ctx.replay_files = found
+    log.info("queued %d tick(s) the previous run could not write, from %s%s", len(snaps),
+             ", ".join(map(str, found)), f" ({bad} unreadable line(s) skipped)" if bad else "")
+
+
+def _final_flush(ctx: DaemonContext) -> None:
+    """On stop: record daemon_stopped and try once more to write everything queued; what
+    the database still refuses goes to the backlog file for the next start."""
+    from monitor import backlog
+
+    stopped = DeviceEvent(now_ms(), "daemon", "daemon_stopped", "info",
+                          f"vramscope daemon stopped after {ctx.ticks} ticks",
+                          {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending),
+                           "dropped_ticks": ctx.dropped})
+    ctx.pending.append(Snapshot(stopped.ts_ms, (), (), (), (), (), (), (stopped,)))
+    try:
+        ctx.store.set_busy_timeout(FINAL_FLUSH_WAIT_S)
+        _write_pending(ctx)
+    except sqlite3.Error as exc:
+        log.error("final write failed: %s", exc)
+    if not ctx.pending:
+        return
+    try:
+        path = backlog.save(ctx.config.db_path, list(ctx.pending))
+    except OSError as exc:
+        log.error("the database still refuses writes (%s) and the backlog cannot be saved "
+                  "(%s): %d tick(s) lost", ctx.db_error, exc, len(ctx.pending))
+        return
+    for older in ctx.replay_files:  # their ticks were queued: now in the new file
+        if older != path:
+            with contextlib.suppress(OSError):
+                older.unlink()
+    log.error("the database still refuses writes (%s): saved %d tick(s) to %s; the next "
+              "daemon start writes them", ctx.db_error, len(ctx.pending), path)

@@ -144,11 +144,83 @@ def collector_checks(snap: Snapshot) -> list[Check]:
 
 
 def database_checks(config: Config) -> list[Check]:
+    return [*_database_state(config), *database_file_checks(config.db_path)]
+
+
+def database_file_checks(path: Path) -> list[Check]:
+    """Files beside the database that need a look: databases moved aside as corrupt, and
+    ticks a stopped daemon could not write (written by the next start)."""
+    from monitor import backlog
+
+    checks = []
+    try:
+        moved = sorted(p for p in path.parent.glob(f"{glob_escape(path.name)}.corrupt-*")
+                       if not p.name.endswith(("-wal", "-shm")))
+    except OSError:
+        moved = []
+    if moved:
+        checks.append(Check(
+            "database", "warn", f"{len(moved)} corrupt database(s) moved aside by the daemon: "
+            + ", ".join(str(p) for p in moved[:5]),
+            "keep them as evidence or delete them; the daemon started a new database"))
+    for side in backlog.paths(path):
+        if side.exists():
+            checks.append(Check(
+                "database", "warn", f"{side} holds ticks a stopped daemon could not write",
+                "start `vramscope daemon`: it writes them first, then removes the file"))
+    return checks
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def daemon_health(config: Config, timeout_s: float = 2.0) -> tuple[int, str] | None:
+    """(status, body) of the running daemon's /healthz on loopback, or None when it has no
+    HTTP server or does not answer."""
+    if not config.http_listen:
+        return None
+    import urllib.error
+    import urllib.request
+
+    from monitor.http import parse_listen
+
+    try:
+        _host, port = parse_listen(config.http_listen)
+    except ValueError:
+        return None
+    headers = {"Authorization": f"Bearer {config.http_token}"} if config.http_token else {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/healthz", headers=headers)
+    try:
+        with opener.open(request, timeout=timeout_s) as resp:
+            return resp.status, resp.read(4096).decode("utf-8", "replace").strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def _database_state(config: Config) -> list[Check]:
     path = config.db_path
     holder = lock_holder(path)
     if holder is not None:
+        health = daemon_health(config)
+        if health is not None and health[0] != 200 and health[1].startswith("database:"):
+            return [Check("database", "fail",
+                          f"the daemon (pid {holder}) cannot write {path}: {health[1]}",
+                          "free disk space, stop the other writer, or fix the file's "
+                          "permissions; the daemon keeps sampling and writes the backlog "
+                          "when it can")]
         return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
     if path.exists():
+        from monitor.store import classify
+
+        kind, detail = classify(path)
+        if kind in ("foreign", "not_sqlite", "directory", "unreadable"):
+            return [Check("database", "fail", f"{path} is not a vramscope database "
+                          f"({detail or kind}); the daemon refuses it",
+                          "pass --db a new path")]
         return [Check("database", "info", f"{path} exists; no daemon is writing it now",
                       "start one with `vramscope daemon` (or the systemd unit)")]
     parent = next((p for p in [path.parent, *path.parents] if p.exists()), Path("/"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,14 +30,42 @@ def parse_time(text: str) -> int:
     return int(moment.astimezone(UTC).timestamp() * 1000)
 
 
+# A moment this far past the last sample still reads that sample (a typed 'HH:MM' just
+# after the daemon's last tick); further on, the database does not know the moment.
+AFTER_LAST_GRACE_MS = 60_000
+
+
+def _local(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def check_moment(db_path: Path, ts_ms: int, first_ms: int | None, last_ms: int | None,
+                 now_ms: int | None = None) -> None:
+    """Raise ValueError naming the range the database covers when ``ts_ms`` is outside it
+    (before the first full-resolution sample, or after the last one / in the future)."""
+    if first_ms is None or last_ms is None:
+        raise ValueError(f"{db_path} holds no full-resolution samples yet (is the daemon "
+                         "running?)")
+    covers = f"the database covers {_local(first_ms)} .. {_local(last_ms)}"
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    if ts_ms < first_ms:
+        raise ValueError(f"{_local(ts_ms)} is before the first sample in {db_path}: "
+                         f"{covers}")
+    if ts_ms > last_ms + AFTER_LAST_GRACE_MS:
+        where = "in the future" if ts_ms > now_ms else f"after the last sample in {db_path}"
+        raise ValueError(f"{_local(ts_ms)} is {where}: {covers}")
+
+
 def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
-    """The last tick at or before ``ts_ms`` (raw samples only: the recent window)."""
+    """The last tick at or before ``ts_ms`` (raw samples only: the recent window); a
+    moment outside what the database covers is a ValueError naming that range."""
     db = open_readonly(db_path)
     try:
+        first, last = db.execute("SELECT min(ts_ms), max(ts_ms) FROM device_samples"
+                                 ).fetchone()
+        check_moment(db_path, ts_ms, first, last)
         row = db.execute("SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?",
                          (ts_ms,)).fetchone()
-        if row is None or row[0] is None:
-            raise ValueError(f"{db_path} has no full-resolution sample at or before that time")
         at = int(row[0])
         statics = {r[0]: r[1:] for r in db.execute(
             f"SELECT id, {', '.join(_STATIC)} FROM devices")}

@@ -84,6 +84,15 @@ def _series(db: Any, start: int, end: int) -> tuple[list[dict], list[dict], dict
 def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> dict[str, Any]:
     db = open_readonly(db_path)
     try:
+        if at_ms is not None:  # the moment must be one the database knows
+            from monitor.history import check_moment
+
+            first, last = db.execute(
+                "SELECT min(t), max(t) FROM (SELECT min(ts_ms) AS t FROM device_samples"
+                " UNION ALL SELECT max(ts_ms) FROM device_samples UNION ALL"
+                " SELECT min(ts_ms) FROM events UNION ALL SELECT max(ts_ms) FROM events)"
+            ).fetchone()
+            check_moment(db_path, at_ms, first, last)
         crash = find_crash(db, pid, at_ms)
         if crash is None:
             what = f" for pid {pid}" if pid is not None else ""

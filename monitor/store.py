@@ -5,9 +5,14 @@ with ``synchronous=NORMAL``: a killed daemon loses at most the tick in flight (W
 survives process death; only power loss can drop the last commits). Readers (``status``,
 the TUI) open it read-only and never block the writer.
 
-A file that is not a database, or fails ``PRAGMA quick_check``, is moved aside as
+:func:`classify` tells what a path holds without touching it; every reader goes through
+:func:`open_readonly`, which names the problem in one line (no file, an empty file,
+another application's SQLite file, not SQLite at all). The daemon creates a missing or
+0-byte file, and refuses (never modifies, never renames) a file that is not vramscope's.
+Only a vramscope database that fails ``PRAGMA quick_check`` is moved aside as
 ``<name>.corrupt-<UTC time>`` (with its -wal/-shm) and a new database is started; the move
-is logged and recorded as a ``database_recovered`` event in the new one.
+is logged, recorded as a ``database_recovered`` event in the new one, and listed by
+``vramscope doctor``.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +46,19 @@ _DEVICE_STATIC = (
 
 class StoreError(Exception):
     """The database cannot be used (unwritable directory, locked by a writer, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriterHealth:
+    """The daemon's writer as ``/healthz``, ``/metrics`` and ``doctor`` show it: whether its
+    last write attempt succeeded, why not, since when (epoch ms), the ticks waiting in
+    memory and those dropped because the backlog was full."""
+
+    write_ok: bool
+    error: str | None
+    since_ms: int | None
+    backlog_ticks: int
+    dropped_ticks: int
 
 
 def _create_private(path: Path) -> None:
@@ -98,16 +118,89 @@ def move_aside(path: Path) -> Path:
     return target
 
 
-def open_readonly(path: Path) -> Database:
-    """Open an existing database for reading (``status --db``, the TUI)."""
-    if not path.exists():
-        raise StoreError(f"no database at {path}")
-    conn = _connect(path, readonly=True)
-    try:  # cheap: quick_check would read the whole file (300 ms for a month of history)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+SQLITE_HEADER = b"SQLite format 3\x00"
+# vramscope's own bytes: its schema text, or a row of its migration table (the record's
+# text fields lie side by side: migration_set then name, "vramscope" + "m001_initial").
+_MARKERS = re.compile(rb"CREATE TABLE device_samples|vramscopem\d{3}_")
+_MARKER_SCAN_BYTES = 4 << 20
+
+
+def _has_our_markers(path: Path) -> bool:
+    """Tells our own damaged database from someone else's when SQLite cannot read the
+    schema: only a file that carries vramscope's bytes is ever moved aside."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_MARKER_SCAN_BYTES)
+    except OSError:
+        return False
+    return _MARKERS.search(head) is not None
+
+
+def classify(path: Path) -> tuple[str, str]:
+    """What is at ``path``, without creating or changing anything: ``(kind, detail)``.
+
+    kind is ``missing``, ``empty`` (0 bytes, or SQLite with no tables), ``vramscope``
+    (vramscope's migration rows are there), ``foreign`` (SQLite tables of another
+    application), ``not_sqlite``, ``damaged`` (a SQLite header, schema unreadable),
+    ``unreadable`` (permissions, a lock), or ``directory``.
+    """
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing", ""
+    except OSError as exc:
+        return "unreadable", exc.strerror or str(exc)
+    if path.is_dir():
+        return "directory", ""
+    if st.st_size == 0:
+        return "empty", "an empty file"
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        return "unreadable", exc.strerror or str(exc)
+    if header != SQLITE_HEADER:
+        return "not_sqlite", "not a SQLite file"
+    try:
+        conn = _connect(path, readonly=True)
+    except sqlite3.Error as exc:
+        return "unreadable", str(exc)
+    try:
+        names = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if not names:
+            return "empty", "a SQLite file with no tables"
+        if migrations.migrations_table not in names:
+            return "foreign", "no vramscope tables; it has " + ", ".join(sorted(names)[:5])
+        sets = {r[0] for r in conn.execute(
+            f"SELECT DISTINCT migration_set FROM {migrations.migrations_table}")}
+        if migrations.name not in sets:
+            return "foreign", "no vramscope tables; its migrations are " + ", ".join(
+                sorted(str(s) for s in sets)[:5])
+        return "vramscope", ""
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", None) in _CORRUPT:
+            return "damaged", str(exc)
+        return "unreadable", str(exc)
+    finally:
         conn.close()
-        raise StoreError(f"{path} is not a readable vramscope database: {exc}") from None
+
+
+def open_readonly(path: Path) -> Database:
+    """Open an existing vramscope database for reading (every reader: ``events``,
+    ``postmortem``, ``--at``, the TUI); never creates or changes the file. Raises
+    StoreError with one line naming the problem."""
+    kind, detail = classify(path)
+    if kind == "missing":
+        raise StoreError(f"no database at {path}: start `vramscope daemon` first "
+                         "(or pass --db FILE)")
+    if kind == "directory":
+        raise StoreError(f"the database path {path} is a directory")
+    if kind in ("empty", "not_sqlite", "foreign"):
+        raise StoreError(f"{path} is not a vramscope database ({detail})")
+    if kind in ("damaged", "unreadable"):
+        raise StoreError(f"{path} is not a readable vramscope database: {detail}")
+    conn = _connect(path, readonly=True)
     return Database(conn)
 
 
@@ -125,8 +218,20 @@ class Store:
 
     @classmethod
     def open(cls, path: Path) -> Store:
-        if path.is_dir():
+        kind, detail = classify(path)
+        if kind == "directory":
             raise StoreError(f"the database path {path} is a directory")
+        if kind in ("not_sqlite", "foreign"):
+            raise StoreError(f"{path} is not a vramscope database ({detail}); refusing to "
+                             "touch it: pass --db a new path")
+        if kind == "damaged" and not _has_our_markers(path):
+            raise StoreError(f"{path} is a damaged SQLite file that is not recognisably "
+                             f"vramscope's ({detail}); refusing to touch it")
+        if kind == "unreadable":
+            raise StoreError(f"cannot read the database {path}: {detail}")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise StoreError(f"the database {path} is not writable by this user (uid "
+                             f"{os.getuid()}): make it writable, or pass --db a writable path")
         try:
             _create_private(path)
             conn = _connect(path)
@@ -141,6 +246,10 @@ class Store:
             raise
         if problem is not None:
             conn.close()
+            # quick_check lists every damaged page, one per line: one log line, bounded
+            problem = " ".join(problem.split())
+            if len(problem) > 200:
+                problem = problem[:200] + "..."
             moved = move_aside(path)
             log.error("database %s is corrupt (%s); moved it to %s and started a new one",
                       path, problem, moved)
@@ -165,6 +274,11 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another writer's lock before it fails (and the tick
+        waits in memory): short, so a locked database never stalls sampling."""
+        self.db.conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
 
     # -- writing ------------------------------------------------------------------
 

@@ -113,7 +113,9 @@ def open_source(db: Path | None, at: str | None, *, default_db: Path | None = No
     if not Path(db).exists():
         raise SourceError(f"no database at {db} (is the vramscope daemon running? "
                           "`vramscope tui` without --db samples live)")
-    return StoreSource(Path(db), builder), at_ms
+    source = StoreSource(Path(db), builder)
+    source.check(at_ms)  # a bad file or a moment it does not cover: one line, no app
+    return source, at_ms
 
 
 def main(db: Path | None = None, at: str | None = None, swap_config: Path | None = None,

@@ -395,6 +395,20 @@ class StoreSource:
                 raise SourceError(str(exc)) from None
         return self._db
 
+    def check(self, at_ms: int | None = None) -> None:
+        """Raise SourceError unless the file is a vramscope database (store.open_readonly
+        says why) and, for a replay, covers ``at_ms``."""
+        with self._lock:
+            self._conn()
+        if at_ms is not None:
+            from monitor.history import check_moment
+
+            first, last = self._query("SELECT min(ts_ms), max(ts_ms) FROM device_samples")[0]
+            try:
+                check_moment(self.db_path, at_ms, first, last)
+            except ValueError as exc:
+                raise SourceError(str(exc)) from None
+
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         import sqlite3
 

@@ -30,7 +30,12 @@ Metrics and labels:
 - ``vramscope_collector_up{collector}``: 1 when the collector's last run succeeded, 0 when
   it failed; a collector whose hardware is absent here (status ``nodata``) has no series;
 - ``vramscope_collector_duration_seconds{collector}``: wall time of its last run;
-- ``vramscope_last_tick_timestamp_seconds``: when the latest snapshot was taken.
+- ``vramscope_last_tick_timestamp_seconds``: when the latest snapshot was taken;
+- ``vramscope_db_write_ok``: 1 while the daemon's writes reach the database, 0 while it
+  refuses them (locked by another writer, disk full, read-only);
+- ``vramscope_db_backlog_ticks``: ticks kept in memory waiting for the database;
+- ``vramscope_db_dropped_ticks``: ticks dropped since the start because the backlog was
+  full (a count that only grows while the daemon runs).
 """
 
 from __future__ import annotations
@@ -83,9 +88,11 @@ class SnapshotCollector:
     """Builds every family from ``latest()`` when the registry is scraped."""
 
     def __init__(self, latest: Callable[[], Snapshot | None],
-                 estimates: Estimates | None = None) -> None:
+                 estimates: Estimates | None = None, health: Callable[[], Any] | None = None
+                 ) -> None:
         self._latest = latest
         self._estimates = estimates
+        self._health = health  # () -> monitor.store.WriterHealth | None
         # (pid, start_ticks) -> model label; pruned to the processes present at each scrape
         self._models: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()  # scrapes run in the server's request threads
@@ -104,6 +111,18 @@ class SnapshotCollector:
             return iter(list(self._collect()))
 
     def _collect(self) -> Iterator[Metric]:
+        health = self._health() if self._health is not None else None
+        if health is not None:
+            for name, value, text in (
+                    ("vramscope_db_write_ok", int(health.write_ok),
+                     "1 while writes reach the database, 0 while it refuses them."),
+                    ("vramscope_db_backlog_ticks", health.backlog_ticks,
+                     "Ticks kept in memory waiting for the database."),
+                    ("vramscope_db_dropped_ticks", health.dropped_ticks,
+                     "Ticks dropped since the start because the backlog was full.")):
+                family = GaugeMetricFamily(name, text)
+                family.add_metric([], value)
+                yield family
         snap = self._latest()
         if snap is None:
             return
@@ -208,10 +227,11 @@ class SnapshotCollector:
 
 
 def build_registry(latest: Callable[[], Snapshot | None],
-                   estimates: Estimates | None = None) -> CollectorRegistry:
+                   estimates: Estimates | None = None,
+                   health: Callable[[], Any] | None = None) -> CollectorRegistry:
     """A fresh registry holding only the snapshot collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(latest, estimates))
+    registry.register(SnapshotCollector(latest, estimates, health))
     return registry
 
 

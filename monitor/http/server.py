@@ -3,8 +3,9 @@ predictions against the live box.
 
 Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
 
-- ``GET /healthz``: ``200 ok: last tick N s ago`` (text), ``503`` before the first tick or
-  when the latest tick is older than ``max(5 x interval_s, 30 s)``;
+- ``GET /healthz``: ``200 ok: last tick N s ago`` (text), ``503`` before the first tick,
+  when the latest tick is older than ``max(5 x interval_s, 30 s)``, or while the database
+  refuses writes (``database: cannot write ...``: the reason, since when, the backlog);
 - ``GET /metrics``: Prometheus text format (monitor/http/metrics.py lists the metrics);
 - ``GET /api/v1/snapshot``: the latest snapshot as ``vramscope.status/1``
   (monitor/status.py), 503 before the first tick;
@@ -56,6 +57,7 @@ from monitor.http.metrics import CONTENT_TYPE_LATEST, Estimates, build_registry,
 
 if TYPE_CHECKING:
     from monitor.config import Config
+    from monitor.store import WriterHealth
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +202,8 @@ class HttpServer:
     to an immutable Snapshot the sampling thread swaps in is)."""
 
     def __init__(self, listen: str, token: str | None, latest: Callable[[], Snapshot | None],
-                 db_path: Path, config: Config, estimates: Estimates | None = None) -> None:
+                 db_path: Path, config: Config, estimates: Estimates | None = None,
+                 health: Callable[[], WriterHealth | None] | None = None) -> None:
         host, port = parse_listen(listen)
         if token is not None:
             token = token.strip()
@@ -219,7 +222,8 @@ class HttpServer:
         self.latest = latest
         self.db_path = Path(db_path)
         self.config = config
-        self.registry = build_registry(latest, estimates)
+        self.health = health
+        self.registry = build_registry(latest, estimates, health)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
         self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
         self.quiet = QuietLog()
@@ -285,6 +289,13 @@ class HttpServer:
             return 503, "text/plain; charset=utf-8", (
                 f"stale: last tick {age:.1f} s ago (limit {self.stale_after_s:.0f} s)\n"
             ).encode()
+        health = self.health() if self.health is not None else None
+        if health is not None and not health.write_ok:
+            since = (time.time() - health.since_ms / 1000) if health.since_ms else 0.0
+            return 503, "text/plain; charset=utf-8", _one_line(
+                f"database: cannot write {self.db_path} for {max(since, 0):.0f} s "
+                f"({health.error}); {health.backlog_ticks} tick(s) kept in memory, "
+                f"{health.dropped_ticks} dropped; sampling goes on").encode() + b"\n"
         return 200, "text/plain; charset=utf-8", f"ok: last tick {max(age, 0):.1f} s ago\n"\
             .encode()
 

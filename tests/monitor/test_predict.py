@@ -339,7 +339,7 @@ def test_predict_at_a_moment_in_the_database(tmp_path: Path, laptop: dict[str, s
     code, now = predict_json("--db", str(db), "--at", later, *cmd)
     assert now["verdict"] in ("fits", "tight")
     result = vramscope("predict", "--db", str(db), "--at", "1999-01-01 00:00", *cmd)
-    assert result.returncode == 2 and "no full-resolution sample" in result.stderr
+    assert result.returncode == 2 and "is before the first sample" in result.stderr
 
 
 def replace_used(d: DeviceSample, used: int) -> DeviceSample:

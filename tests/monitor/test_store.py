@@ -184,11 +184,18 @@ def test_minute_rollups_expire_after_minute_days(store: Store) -> None:
 
 def test_corrupt_database_is_moved_aside_and_a_new_one_started(tmp_path: Path) -> None:
     path = tmp_path / "v.db"
-    path.write_bytes(b"this is not a database at all" * 100)
+    s = Store.open(path)
+    for i in range(200):
+        s.write(snapshot(T0 + i * 1000))
+    s.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    data = bytearray(path.read_bytes())
+    data[8192:8192 + 3 * 4096] = b"\xde\xad" * (3 * 2048)  # vramscope's file, pages 3-5 torn
+    path.write_bytes(bytes(data))
     s = Store.open(path)
     moved = list(tmp_path.glob("v.db.corrupt-*"))
     assert len(moved) == 1
-    assert moved[0].read_bytes().startswith(b"this is not a database")  # evidence kept
+    assert moved[0].read_bytes() == bytes(data)  # evidence kept
     (kind, message), = s.db.execute("SELECT kind, message FROM events").fetchall()
     assert kind == "database_recovered" and str(moved[0]) in message
     s.write(snapshot(T0))
@@ -233,7 +240,7 @@ def test_readonly_open_rejects_missing_and_garbage(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no database"):
         open_readonly(tmp_path / "none.db")
     (tmp_path / "bad.db").write_bytes(b"\0garbage" * 1000)
-    with pytest.raises(StoreError, match="not a readable vramscope database"):
+    with pytest.raises(StoreError, match="not a vramscope database"):
         open_readonly(tmp_path / "bad.db")
 
 

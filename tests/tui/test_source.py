@@ -65,7 +65,7 @@ def test_not_a_database_is_a_message_in_the_app(tmp_path: Path) -> None:
             await pilot.pause()
             return str(app.screen.query_one("#status").render())
 
-    assert "not a readable vramscope database" in asyncio.run(run())
+    assert "is not a vramscope database (not a SQLite file)" in asyncio.run(run())
 
 
 def test_downsample_keeps_peaks() -> None:
