@@ -1,4 +1,4 @@
-"""Render a ``vramscope.postmortem/1`` document (an OOM post-mortem) for people.
+"""Render a ``vramscope.postmortem/1`` document (an OOM, crash or exit post-mortem).
 
 ``render_text`` gives a report that fits an 80-100 column terminal; ``render_html`` gives one
 self-contained HTML file (inline CSS, inline SVG chart of memory over time, no scripts, no
@@ -226,6 +226,7 @@ def _x_range(doc: dict, series: list[_Series]) -> tuple[float, float] | None:
 def _device_keys(doc: dict) -> list[str]:
     keys: list[str] = []
     for src in (_get(doc, "estimate", "by_device"), _get(doc, "estimate", "measured_at_death"),
+                _get(doc, "victim", "at_death"),
                 _get(doc, "victim", "last_measured"), _get(doc, "victim", "peak"),
                 _get(doc, "ceiling")):
         for k in _dict(src):
@@ -236,13 +237,28 @@ def _device_keys(doc: dict) -> list[str]:
 
 def _memory_rows(doc: dict) -> list[tuple[str, list[str]]]:
     est = _dict(_get(doc, "estimate", "by_device"))
-    meas = _dict(_get(doc, "estimate", "measured_at_death"))
+    meas = _dict(_get(doc, "victim", "at_death") or _get(doc, "estimate", "measured_at_death"))
     last = _dict(_get(doc, "victim", "last_measured"))
     peak = _dict(_get(doc, "victim", "peak"))
     ceil = _dict(_get(doc, "ceiling"))
     return [(_clean(k), [fmt_bytes(src.get(k)) if src.get(k) is not None else "-"
                          for src in (est, meas, last, peak, ceil)])
             for k in _device_keys(doc)]
+
+
+TITLES = ("OOM post-mortem", "crash post-mortem", "exit post-mortem")
+
+
+def _title(doc: dict) -> str:
+    """The document's title (by the real cause: monitor/postmortem.py); a document from
+    before titles is an OOM post-mortem only when a kernel kill is in it."""
+    title = doc.get("title")
+    if title in TITLES:
+        return str(title)
+    kind = _get(doc, "event", "kind")
+    if kind in ("oom_kill", "oomd_kill") or _get(doc, "victim", "kernel"):
+        return "OOM post-mortem"
+    return "crash post-mortem"
 
 
 MEMORY_HEADS = ("estimate", "at death", "last seen", "peak", "ceiling")
@@ -328,7 +344,7 @@ def render_text(doc: dict, width: int | None = None) -> str:
 
     pid = _num(victim.get("pid"))
     comm = _str(victim.get("comm"))
-    title = f"OOM post-mortem: {comm} (pid {'?' if pid is None else int(pid)}) died"
+    title = f"{_title(doc)}: {comm} (pid {'?' if pid is None else int(pid)}) died"
     out.extend(_wrap(title, width))
     out.append("=" * min(max(len(x) for x in out), width))
     out.extend(_labelled("when", fmt_ts(death), width))
@@ -398,8 +414,9 @@ def render_text(doc: dict, width: int | None = None) -> str:
                 when = f" since {fmt_hms(st)}"
                 if death is not None:
                     when += f" ({fmt_dur(death - st)} before death)"
+            model = f" {_str(item.get('model'))}" if item.get("model") else ""
             text = (f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
-                    f"loading {_str(item.get('model'))}{when}")
+                    f"loading{model}{when}")
             out.extend(_wrap(text, width, "  ", "    "))
 
     series = _series(doc)
@@ -652,9 +669,9 @@ def render_html(doc: dict) -> str:
     comm = _h(victim.get("comm"))
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>OOM post-mortem: {comm} (pid {pid_s})</title>",
+           f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
            f"<style>{CSS}</style></head><body>",
-           f"<h1>OOM post-mortem: {comm} (pid {pid_s}) died</h1>"]
+           f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>"]
 
     meta: list[tuple[str, str]] = [("when", escape(fmt_ts(death)))]
     if victim.get("how"):
@@ -728,7 +745,8 @@ def render_html(doc: dict) -> str:
             lp, st = _num(item.get("pid")), _num(item.get("started_ms"))
             before = fmt_dur(death - st) if st is not None and death is not None else "?"
             lrows.append(["?" if lp is None else str(int(lp)), _h(item.get("comm")),
-                          _h(item.get("model")), escape(fmt_hms(st)), escape(before)])
+                          _h(item.get("model")) if item.get("model") else "-",
+                          escape(fmt_hms(st)), escape(before)])
         out.append("<section><h2>Loading at the time</h2>"
                    + _table(("pid", "process", "model", "since (UTC)", "before death"), lrows,
                             numeric_from=3) + "</section>")

@@ -154,3 +154,10 @@ def test_every_way_of_ending_is_classified(tmp_path: Path, wait_for_ticks) -> No
     assert alerted == {kids["segv"].pid}
     crashes = _event_pids(db, "crash")
     assert crashes & pids == {kids["segv"].pid}
+    # post-mortems are titled by the real cause
+    for way, title in (("segv", "crash post-mortem"), ("term", "exit post-mortem")):
+        doc = json.loads(subprocess.run(
+            [sys.executable, "-m", "monitor", "postmortem", "--pid", str(kids[way].pid),
+             "--json", "--db", str(db)], capture_output=True, text=True, cwd=ROOT, env=env,
+            timeout=60, check=True).stdout)
+        assert (doc["title"], doc["victim"]["comm"]) == (title, "llama-server"), way
