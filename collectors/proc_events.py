@@ -130,6 +130,29 @@ class ProcEventListener:
         self._thread.start()
         return True
 
+    def verify(self, timeout_s: float = 2.0) -> bool:
+        """Whether exits really arrive: a kernel before 6.6 accepts the subscription of a
+        process without CAP_NET_ADMIN and then sends nothing. Runs ``true`` once and waits
+        for its exit; False (with ``error``) when it never comes."""
+        import shutil
+        import subprocess
+        import sys
+
+        argv = [shutil.which("true") or sys.executable] + (
+            [] if shutil.which("true") else ["-c", "pass"])
+        try:
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child.wait(timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.error = f"cannot check the process events connector: {exc}"
+            return False
+        if self.exit_of(child.pid, wait_s=timeout_s) is not None:
+            return True
+        self.error = ("subscribed to the process events connector but no exit arrived "
+                      "(before Linux 6.6 it needs CAP_NET_ADMIN)")
+        return False
+
     def _run(self) -> None:
         sock = self._sock
         while not self._closed and sock is not None:

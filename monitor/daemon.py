@@ -465,7 +465,8 @@ def run(config: Config) -> int:
     from collectors.proc_events import ProcEventListener
 
     ctx.proc_events = ProcEventListener()
-    if not ctx.proc_events.open():
+    if not ctx.proc_events.open() or not ctx.proc_events.verify():
+        ctx.proc_events.close()
         log.warning("exit statuses from zombies and kernel records only (%s)",
                     ctx.proc_events.error)
         ctx.proc_events = None
