@@ -161,3 +161,63 @@ def test_every_way_of_ending_is_classified(tmp_path: Path, wait_for_ticks) -> No
              "--json", "--db", str(db)], capture_output=True, text=True, cwd=ROOT, env=env,
             timeout=60, check=True).stdout)
         assert (doc["title"], doc["victim"]["comm"]) == (title, "llama-server"), way
+
+
+ENGINE_OOM = """
+import sys
+print("ready", flush=True)
+sys.stdin.readline()
+with open(sys.argv[1], "a") as log:
+    log.write("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on "
+              "device 0: cudaMalloc failed: out of memory\\n")
+sys.exit(1)
+"""
+
+
+def test_an_engine_oom_then_exit_is_an_engine_oom_with_one_alert(tmp_path: Path,
+                                                                 wait_for_ticks) -> None:
+    probe = ProcEventListener()
+    if not probe.open():
+        pytest.skip(f"no process-event connector here: {probe.error}")
+    probe.close()
+    log = tmp_path / "llama.log"
+    log.write_text("")
+    cfg = tmp_path / "vramscope.toml"
+    cfg.write_text(f'[logs]\nfiles = ["{log}"]\n')
+    db = tmp_path / "v.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--config", str(cfg),
+                               "--db", str(db), "--interval", "0.2"],
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)
+    kid = None
+    try:
+        wait_for_ticks(db, 3)
+        kid = subprocess.Popen([str(exe), "-c", ENGINE_OOM, str(log), "-m", "/m/none.gguf"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert kid.stdout is not None and kid.stdout.readline().strip() == "ready"
+        _wait("the server to be tracked", lambda: _rows(
+            db, "SELECT 1 FROM processes WHERE pid = ?", kid.pid))
+        assert kid.stdin is not None
+        kid.stdin.write("go\n")
+        kid.stdin.flush()
+        assert kid.wait(timeout=60) == 1
+        _wait("the exit to be recorded", lambda: kid.pid in _event_pids(db, "process_exit"))
+    finally:
+        if kid is not None and kid.poll() is None:
+            kid.kill()
+        daemon.send_signal(signal.SIGTERM)
+        daemon.communicate(timeout=30)
+    (data,) = [json.loads(d) for (d,) in _rows(
+        db, "SELECT data FROM events WHERE kind = 'process_exit'")
+        if json.loads(d)["pid"] == kid.pid]
+    assert (data["cause"], data["exit_code"]) == ("engine_oom", 1)
+    rules = [json.loads(d)["rule"] for (d,) in _rows(
+        db, "SELECT data FROM events WHERE kind = 'alert_fired'")]
+    assert sorted(r for r in rules if r in ("app_oom", "crash")) == ["app_oom"]  # once
+    doc = json.loads(subprocess.run(
+        [sys.executable, "-m", "monitor", "postmortem", "--pid", str(kid.pid), "--json",
+         "--db", str(db)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60,
+        check=True).stdout)
+    assert doc["title"] == "OOM post-mortem"
