@@ -194,7 +194,7 @@ def _series(doc: dict) -> list[_Series]:
         label = (f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))} on {dev}"
                  + (" (victim)" if is_victim else ""))
         procs.append(_Series(f"proc-{i}", label, "process", is_victim, _points(p.get("points"))))
-    procs.sort(key=lambda s: not s.victim)  # stable
+    procs = _top_processes(procs)
     devs: list[_Series] = []
     for i, d in enumerate(_list(timeline.get("devices"))):
         d = _dict(d)
@@ -203,6 +203,28 @@ def _series(doc: dict) -> list[_Series]:
         total = _num(d.get("total_bytes"))
         devs.append(_Series(f"dev-{i}", label, "device", False, _points(d.get("points")), total))
     return procs + devs
+
+
+TOP_PROCESSES = 5
+
+
+def _top_processes(procs: list[_Series]) -> list[_Series]:
+    """The victim first, then the ``TOP_PROCESSES`` others with the highest peak; the rest
+    summed per timestamp into one "others" line, so a box with many tracked processes
+    still gives a readable chart."""
+    victims = [s for s in procs if s.victim]
+    rest = sorted((s for s in procs if not s.victim),
+                  key=lambda s: -max((v for _, v in s.points), default=0.0))
+    shown, folded = rest[:TOP_PROCESSES], rest[TOP_PROCESSES:]
+    if not folded:
+        return victims + shown
+    summed: dict[float, float] = {}
+    for s in folded:
+        for t, v in s.points:
+            summed[t] = summed.get(t, 0.0) + v
+    others = _Series("proc-others", f"others ({len(folded)} processes, summed)", "process",
+                     False, sorted(summed.items()))
+    return victims + shown + [others]
 
 
 def _x_range(doc: dict, series: list[_Series]) -> tuple[float, float] | None:
