@@ -23,13 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import os, sys, threading, time
-if sys.argv[1] == "grow":   # still loading: memory grows, never steady
+if sys.argv[1] == "grow":   # still loading: its memory never holds steady
     def grow():
-        chunks = []
-        for _ in range(400):
-            block = bytearray(1024 * 1024)
-            block[::4096] = b"\\x01" * 256
-            chunks.append(block)
+        import random
+        while True:
+            block = bytearray(random.randint(1, 64) * 1024 * 1024)
+            block[::4096] = b"\\x01" * len(block[::4096])
             time.sleep(0.05)
     threading.Thread(target=grow, daemon=True).start()
 print("ready", flush=True)
