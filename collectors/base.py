@@ -183,6 +183,9 @@ class ExitedProcess:
     state: str | None = None
     exit_code: int | None = None
     exit_signal: int | None = None
+    core_dumped: bool | None = None
+    exit_source: str | None = None  # "connector" | "zombie" | "kernel log": status from where
+    cause: str | None = None  # monitor/exits.py: "exited", "stopped", "crashed", "oom_killed", ...
 
 
 @dataclass(frozen=True, slots=True)

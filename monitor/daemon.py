@@ -58,7 +58,10 @@ class DaemonContext:
     reload_requested: bool = False  # set by SIGHUP, acted on by the next tick
     scheduler: Any = None
     tails: list[Any] = field(default_factory=list)  # monitor.logtail: engine logs
-    recent_kills: dict[int, int] = field(default_factory=dict)  # pid -> kill time (ms)
+    recent_kills: dict[int, tuple[int, str, str | None]] = field(
+        default_factory=dict)  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
+    last_app_oom_ms: int | None = None  # an engine log's out-of-memory line
+    proc_events: Any = None  # collectors.proc_events.ProcEventListener: exit statuses
     alerts: Any = None  # monitor.alerts.engine.AlertEngine (rules + delivery)
     startup_events: list[DeviceEvent] = field(default_factory=list)  # for the first tick
     ticks: int = 0
@@ -301,9 +304,10 @@ def reload_config(ctx: DaemonContext) -> bool:
 
 
 def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
-    """Kernel log records of this tick as events, and how each tracked exit happened:
-    "killed by the kernel OOM killer" (a kill record for its pid), "exited during load"
-    (the load watch had not seen its memory settle), else "vanished"."""
+    """Kernel log records of this tick as events, and how each tracked exit happened,
+    classified by monitor/exits.py from its exit status (the process-event connector,
+    else the zombie's /proc/PID/stat), a kernel OOM kill record naming its pid, an
+    engine's out-of-memory line and the load watch."""
     found = []
     if ctx.kmsg is not None or ctx.tails:
         from monitor.kmsg import to_device_events
@@ -318,22 +322,54 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     for ev in found:
         pid = ev.data.get("pid")
         if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
-            ctx.recent_kills[pid] = ev.ts_ms
-    ctx.recent_kills = {p: t for p, t in ctx.recent_kills.items()
-                        if snap.ts_ms - t < 120_000}
-    exited = []
-    for gone in snap.exited:
-        if gone.pid in ctx.recent_kills:
-            how = "killed by the kernel OOM killer"
-        elif ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks):
-            how = "exited during load"
-        else:
-            # a zombie's status is in /proc (the collector's how); else gone with no record
-            how = gone.how or "vanished"
-        exited.append(dataclasses.replace(gone, how=how))
+            constraint = ev.data.get("constraint")
+            ctx.recent_kills[pid] = (ev.ts_ms, ev.kind,
+                                     constraint if isinstance(constraint, str) else None)
+        elif ev.kind == "app_oom":
+            ctx.last_app_oom_ms = ev.ts_ms
+    ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items()
+                        if snap.ts_ms - k[0] < 120_000}
+    wait_until = time.monotonic() + 0.2  # for exit datagrams not read yet, per tick
+    exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in snap.exited]
     if not found and not exited:
         return snap
     return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
+
+
+def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: float) -> Any:
+    from monitor.exits import ExitFacts, classify
+
+    code, sig, core, source = gone.exit_code, gone.exit_signal, gone.core_dumped, None
+    if code is not None or sig is not None:
+        source = "zombie"
+    if ctx.proc_events is not None:
+        # the exit datagram comes before the process is reaped; the reader thread may
+        # not have read it yet: wait for it a little
+        status = ctx.proc_events.exit_of(gone.pid,
+                                         wait_s=max(0.0, wait_until - time.monotonic()),
+                                         since_ms=gone.last_seen_ms - 1000)
+        if status is not None:
+            code, sig, core = status.exit_code, status.exit_signal, status.core_dumped
+            source = "connector"
+    kill = ctx.recent_kills.get(gone.pid)
+    if source is None and kill is not None:
+        sig, source = signal.SIGKILL.value, "kernel log"
+    previous = {p.pid: p for p in ctx.last_snapshot.processes} if ctx.last_snapshot else {}
+    info = previous.get(gone.pid)
+    engine_oom = (info is not None and info.engine is not None
+                  and ctx.last_app_oom_ms is not None
+                  and snap.ts_ms - ctx.last_app_oom_ms < 120_000)
+    loading = ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks)
+    verdict = classify(ExitFacts(code, sig, core, loading=loading,
+                                 kernel_kill=kill[1] if kill is not None else None,
+                                 constraint=kill[2] if kill is not None else None,
+                                 engine_oom=engine_oom))
+    how = verdict.text
+    if gone.state == "Z":
+        how += "; not reaped by its parent (state Z)"
+    return dataclasses.replace(gone, how=how, exit_code=code, exit_signal=sig,
+                               core_dumped=core, exit_source=source, cause=verdict.cause,
+                               comm=gone.comm or (info.comm if info is not None else None))
 
 
 def start_line(interval_s: float, db_path: object, runs: Iterable[CollectorRun]) -> str:
@@ -499,6 +535,14 @@ def run(config: Config) -> int:
     ctx = DaemonContext(config, store, sampler)
     _queue_backlog(ctx)
     ctx.kmsg = KmsgFollower()
+    from collectors.proc_events import ProcEventListener
+
+    ctx.proc_events = ProcEventListener()
+    if not ctx.proc_events.open() or not ctx.proc_events.verify():
+        ctx.proc_events.close()
+        log.warning("exit statuses from zombies and kernel records only (%s)",
+                    ctx.proc_events.error)
+        ctx.proc_events = None
     if not ctx.kmsg.open():
         log.warning("kernel log not followed (%s): OOM kills will not be recorded; run as "
                     "root or with CAP_SYSLOG", ctx.kmsg.error)
@@ -597,6 +641,8 @@ def run(config: Config) -> int:
             ctx.alerts.close()
         if ctx.kmsg is not None:
             ctx.kmsg.close()
+        if ctx.proc_events is not None:
+            ctx.proc_events.close()
         for tail in ctx.tails:
             tail.close()
         file_lock.close()

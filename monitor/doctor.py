@@ -230,6 +230,25 @@ def _database_state(config: Config) -> list[Check]:
     return [Check("database", "info", f"{path} will be created by `vramscope daemon`")]
 
 
+def exit_status_check(kernel_log_readable: bool) -> list[Check]:
+    """Which source gives exit codes and signals: the process-event connector
+    (collectors/proc_events.py), else zombies' /proc/PID/stat, else kernel records only."""
+    from collectors.proc_events import ProcEventListener
+
+    listener = ProcEventListener()
+    working = listener.open() and listener.verify()
+    listener.close()
+    if working:
+        return [Check("exit status", "ok", "source: connector (the kernel's process events): "
+                      "each tracked process's exit code or signal is recorded")]
+    fallback = ("zombie (a server's /proc/PID/stat while its parent has not reaped it)"
+                + (" and kernel log (OOM kills)" if kernel_log_readable else ""))
+    return [Check("exit status", "warn",
+                  f"source: {fallback} only; {listener.error}: most exits are recorded "
+                  "without a code or signal",
+                  "run the daemon as root or with CAP_NET_ADMIN")]
+
+
 def run_checks(config: Config) -> list[Check]:
     options = CollectorOptions(pss_per_tick=0)
     sampler = Sampler(config.roots, options, config.collectors)
@@ -241,7 +260,8 @@ def run_checks(config: Config) -> list[Check]:
         *kernel_checks(os.uname().release),
         *privilege_checks(config.roots),
         *hidepid_check(config.roots),
-        *kernel_log_check(),
+        *(kernel := kernel_log_check()),
+        *exit_status_check(kernel[0].level == "ok"),
         *collector_checks(snap),
         *database_checks(config),
     ]

@@ -143,6 +143,15 @@ def m005_process_cwd(db: Database) -> None:
     db["processes"].add_column("cwd", str)
 
 
+@migrations()
+def m006_exit_status(db: Database) -> None:
+    """How each process ended (issue 19): its exit code or terminating signal, a core
+    dump, the cause monitor/exits.py gave it and where the status came from."""
+    for name, kind in (("exit_code", int), ("exit_signal", int), ("core_dumped", int),
+                       ("exit_cause", str), ("exit_source", str)):
+        db["processes"].add_column(name, kind)
+
+
 DEVICE_SAMPLE_FIELDS = tuple(
     line.split()[0]
     for chunk in _DEVICE_COLUMNS.split(",")

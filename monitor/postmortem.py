@@ -35,10 +35,15 @@ def _event_rows(db: Any, where: str, params: tuple) -> list[dict[str, Any]]:
 
 def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None
                ) -> dict[str, Any] | None:
+    """The crash (or OOM kill) asked for; for one ``pid`` with no crash, its exit (a stop
+    or a clean exit gets an "exit post-mortem")."""
     marks = ",".join("?" for _ in CRASH_KINDS)
     events = _event_rows(db, f"kind IN ({marks}) ORDER BY ts_ms", CRASH_KINDS)
     if pid is not None:
         events = [e for e in events if e["data"].get("pid") == pid]
+        if not events:
+            events = [e for e in _event_rows(db, "kind = 'process_exit' ORDER BY ts_ms", ())
+                      if e["data"].get("pid") == pid]
     if not events:
         return None
     if at_ms is not None:
@@ -123,6 +128,7 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         "killed by the kernel OOM killer" if kernel else crash["message"])
     mine = [p for p in processes if p["pid"] == victim_pid]
     last = {p["device_id"]: p["points"][-1][1] for p in mine if p["points"]}
+    at_death = {p["device_id"]: at_death_bytes(p["points"]) for p in mine if p["points"]}
     peak = {p["device_id"]: max([q[1] for q in p["points"]] + [p["hwm_bytes"] or 0])
             for p in mine if p["points"]}
     kdata = (kernel or {}).get("data", {})
@@ -135,25 +141,29 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
             "constraint": kdata.get("constraint"), "memcg": kdata.get("task_memcg")
             or kdata.get("memcg"), "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
             "ts_ms": kernel["ts_ms"]}
-    loading = [{"pid": e["data"].get("pid"), "comm": (e["subject"] or "").split("[")[0],
-                "model": e["data"].get("model"), "started_ms": e["ts_ms"]}
-               for e in nearby if e["kind"] == "load_started" and e["ts_ms"] <= t
-               and not any(f["kind"] == "load_finished" and f["data"].get("pid")
-                           == e["data"].get("pid") and e["ts_ms"] <= f["ts_ms"] <= t
-                           for f in nearby)]
-    estimate_doc = _estimate(info, last)
+    loading = _loading_at(db, nearby, t)
+    estimate_doc = _estimate(info, at_death)
     ceiling = {d["device_id"]: d["total_bytes"] for d in devices if d["total_bytes"]}
     if kernel_fig and kernel_fig["memcg_limit_bytes"]:
         ceiling[f"memcg {kernel_fig['memcg']}"] = kernel_fig["memcg_limit_bytes"]
+    exit_data = (exit_ev or {}).get("data", {})
+    if info is None:  # untracked (a memory hog the kernel chose): named by the records
+        comm = next((c for c in (crash["data"].get("comm"), kdata.get("comm"),
+                                 exit_data.get("comm")) if isinstance(c, str) and c), None)
+        info = {"pid": victim_pid, "comm": comm or "unknown process", "argv": [],
+                "engine": None, "started_at_ms": None, "exited_ms": None}
     cause, fix = _cause(info, how, kernel_fig, peak, devices, processes, loading,
                         estimate_doc, nearby, victim_pid)
     main_ids = {crash["id"], (kernel or {}).get("id"), (exit_ev or {}).get("id")}
     return {
         "schema": "vramscope.postmortem/1",
+        "title": _title(crash, exit_data, kernel),
         "event": {k: crash[k] for k in ("ts_ms", "kind", "message", "data")},
-        "victim": {**(info or {"pid": victim_pid, "comm": crash["subject"], "argv": [],
-                               "engine": None, "started_at_ms": None, "exited_ms": None}),
-                   "how": how, "last_measured": last, "peak": peak, "kernel": kernel_fig},
+        "victim": {**info, "how": how, "exit_cause": exit_data.get("cause"),
+                   "exit_code": exit_data.get("exit_code"),
+                   "exit_signal": exit_data.get("exit_signal"),
+                   "at_death": at_death, "last_measured": last, "peak": peak,
+                   "kernel": kernel_fig},
         "window": {"start_ms": start, "end_ms": end},
         "timeline": {"devices": devices,
                      "processes": [{k: p[k] for k in ("pid", "comm", "device_id", "points")}
@@ -168,11 +178,61 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+AT_DEATH_WINDOW_MS = 2000
+
+
+def at_death_bytes(points: list[list[int]]) -> int:
+    """Memory at death: the largest sample of the last ``AT_DEATH_WINDOW_MS`` before the
+    last one. A dying process frees its memory before its /proc entry goes (the kernel
+    unmaps it in exit_mmap), so the last sample or two may read 0 or a fraction, taken
+    while it was dying; the largest of the final 2 s is the figure from just before the
+    collapse (never more than the peak, and equal to the last sample when nothing
+    collapsed)."""
+    end = points[-1][0]
+    return max(v for ts, v in points if ts >= end - AT_DEATH_WINDOW_MS)
+
+
+def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
+    """"OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
+    post-mortem" for a crash; "exit post-mortem" for anything else."""
+    from monitor.exits import OOM_CAUSES
+
+    cause = exit_data.get("cause")
+    if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (
+            cause in OOM_CAUSES):
+        return "OOM post-mortem"
+    if cause == "crashed" or (cause is None and crash["kind"] == "crash"):
+        return "crash post-mortem"
+    return "exit post-mortem"
+
+
+def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
+    """Servers that had started loading and not finished at ``t``, and were still alive
+    then (a load whose process exited earlier is over), named from the processes table."""
+    out = []
+    for e in nearby:
+        pid = e["data"].get("pid")
+        if e["kind"] != "load_started" or e["ts_ms"] > t or not isinstance(pid, int):
+            continue
+        if any(f["kind"] in ("load_finished", "process_exit") and f["data"].get("pid") == pid
+               and e["ts_ms"] <= f["ts_ms"] < t for f in nearby):
+            continue
+        row = db.execute("SELECT comm, exited_ms FROM processes WHERE pid = ? AND"
+                         " first_seen_ms <= ? ORDER BY id DESC", (pid, t)).fetchone()
+        if row is None or (row[1] is not None and row[1] < t):
+            continue
+        model = e["data"].get("model")
+        out.append({"pid": pid, "comm": row[0],
+                    "model": model if isinstance(model, str) else None,
+                    "started_ms": e["ts_ms"]})
+    return out
+
+
 def _kb(value: Any) -> int | None:
     return int(value) * 1024 if isinstance(value, int | float) else None
 
 
-def _estimate(info: dict | None, last: dict[str, int]) -> dict[str, Any] | None:
+def _estimate(info: dict | None, at_death: dict[str, int]) -> dict[str, Any] | None:
     if not info or not info.get("argv"):
         return None
     from monitor.engines import parse_command
@@ -185,7 +245,7 @@ def _estimate(info: dict | None, last: dict[str, int]) -> dict[str, Any] | None:
         est = estimate(spec, ())
     except Exception:  # the model may have changed since: no estimate, not a failure
         return None
-    return {"by_device": est.by_device(), "measured_at_death": last}
+    return {"by_device": est.by_device(), "measured_at_death": at_death}
 
 
 def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int],
@@ -237,10 +297,11 @@ def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int
         need = sum(est["by_device"].values())
         got = sum(est["measured_at_death"].values())
         parts.append(f"Its launch was estimated at {_gib(need)}; {_gib(got)} was measured "
-                     "at its last sample.")
+                     "just before it died.")
     if loading and not any(x["pid"] == pid for x in loading):
         parts.append("Also loading at the time: " + ", ".join(
-            f"{x['comm']} (pid {x['pid']}, {x['model']})" for x in loading) + ".")
+            f"{x['comm']} (pid {x['pid']}" + (f", {x['model']})" if x["model"] else ")")
+            for x in loading) + ".")
     if peak:
         parts.append("Its peak: " + ", ".join(f"{_gib(v)} on {k}" for k, v in peak.items())
                      + ".")

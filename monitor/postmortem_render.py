@@ -1,4 +1,4 @@
-"""Render a ``vramscope.postmortem/1`` document (an OOM post-mortem) for people.
+"""Render a ``vramscope.postmortem/1`` document (an OOM, crash or exit post-mortem).
 
 ``render_text`` gives a report that fits an 80-100 column terminal; ``render_html`` gives one
 self-contained HTML file (inline CSS, inline SVG chart of memory over time, no scripts, no
@@ -184,7 +184,7 @@ def _series(doc: dict) -> list[_Series]:
         label = (f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))} on {dev}"
                  + (" (victim)" if is_victim else ""))
         procs.append(_Series(f"proc-{i}", label, "process", is_victim, _points(p.get("points"))))
-    procs.sort(key=lambda s: not s.victim)  # stable
+    procs = _top_processes(procs)
     devs: list[_Series] = []
     for i, d in enumerate(_list(timeline.get("devices"))):
         d = _dict(d)
@@ -193,6 +193,28 @@ def _series(doc: dict) -> list[_Series]:
         total = _num(d.get("total_bytes"))
         devs.append(_Series(f"dev-{i}", label, "device", False, _points(d.get("points")), total))
     return procs + devs
+
+
+TOP_PROCESSES = 5
+
+
+def _top_processes(procs: list[_Series]) -> list[_Series]:
+    """The victim first, then the ``TOP_PROCESSES`` others with the highest peak; the rest
+    summed per timestamp into one "others" line, so a box with many tracked processes
+    still gives a readable chart."""
+    victims = [s for s in procs if s.victim]
+    rest = sorted((s for s in procs if not s.victim),
+                  key=lambda s: -max((v for _, v in s.points), default=0.0))
+    shown, folded = rest[:TOP_PROCESSES], rest[TOP_PROCESSES:]
+    if not folded:
+        return victims + shown
+    summed: dict[float, float] = {}
+    for s in folded:
+        for t, v in s.points:
+            summed[t] = summed.get(t, 0.0) + v
+    others = _Series("proc-others", f"others ({len(folded)} processes, summed)", "process",
+                     False, sorted(summed.items()))
+    return victims + shown + [others]
 
 
 def _x_range(doc: dict, series: list[_Series]) -> tuple[float, float] | None:
@@ -216,6 +238,7 @@ def _x_range(doc: dict, series: list[_Series]) -> tuple[float, float] | None:
 def _device_keys(doc: dict) -> list[str]:
     keys: list[str] = []
     for src in (_get(doc, "estimate", "by_device"), _get(doc, "estimate", "measured_at_death"),
+                _get(doc, "victim", "at_death"),
                 _get(doc, "victim", "last_measured"), _get(doc, "victim", "peak"),
                 _get(doc, "ceiling")):
         for k in _dict(src):
@@ -226,13 +249,28 @@ def _device_keys(doc: dict) -> list[str]:
 
 def _memory_rows(doc: dict) -> list[tuple[str, list[str]]]:
     est = _dict(_get(doc, "estimate", "by_device"))
-    meas = _dict(_get(doc, "estimate", "measured_at_death"))
+    meas = _dict(_get(doc, "victim", "at_death") or _get(doc, "estimate", "measured_at_death"))
     last = _dict(_get(doc, "victim", "last_measured"))
     peak = _dict(_get(doc, "victim", "peak"))
     ceil = _dict(_get(doc, "ceiling"))
     return [(_clean(k), [fmt_bytes(src.get(k)) if src.get(k) is not None else "-"
                          for src in (est, meas, last, peak, ceil)])
             for k in _device_keys(doc)]
+
+
+TITLES = ("OOM post-mortem", "crash post-mortem", "exit post-mortem")
+
+
+def _title(doc: dict) -> str:
+    """The document's title (by the real cause: monitor/postmortem.py); a document from
+    before titles is an OOM post-mortem only when a kernel kill is in it."""
+    title = doc.get("title")
+    if title in TITLES:
+        return str(title)
+    kind = _get(doc, "event", "kind")
+    if kind in ("oom_kill", "oomd_kill") or _get(doc, "victim", "kernel"):
+        return "OOM post-mortem"
+    return "crash post-mortem"
 
 
 MEMORY_HEADS = ("estimate", "at death", "last seen", "peak", "ceiling")
@@ -318,7 +356,7 @@ def render_text(doc: dict, width: int | None = None) -> str:
 
     pid = _num(victim.get("pid"))
     comm = _str(victim.get("comm"))
-    title = f"OOM post-mortem: {comm} (pid {'?' if pid is None else int(pid)}) died"
+    title = f"{_title(doc)}: {comm} (pid {'?' if pid is None else int(pid)}) died"
     out.extend(_wrap(title, width))
     out.append("=" * min(max(len(x) for x in out), width))
     out.extend(_labelled("when", fmt_ts(death), width))
@@ -388,8 +426,9 @@ def render_text(doc: dict, width: int | None = None) -> str:
                 when = f" since {fmt_hms(st)}"
                 if death is not None:
                     when += f" ({fmt_dur(death - st)} before death)"
+            model = f" {_str(item.get('model'))}" if item.get("model") else ""
             text = (f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
-                    f"loading {_str(item.get('model'))}{when}")
+                    f"loading{model}{when}")
             out.extend(_wrap(text, width, "  ", "    "))
 
     series = _series(doc)
@@ -642,9 +681,9 @@ def render_html(doc: dict) -> str:
     comm = _h(victim.get("comm"))
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>OOM post-mortem: {comm} (pid {pid_s})</title>",
+           f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
            f"<style>{CSS}</style></head><body>",
-           f"<h1>OOM post-mortem: {comm} (pid {pid_s}) died</h1>"]
+           f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>"]
 
     meta: list[tuple[str, str]] = [("when", escape(fmt_ts(death)))]
     if victim.get("how"):
@@ -718,7 +757,8 @@ def render_html(doc: dict) -> str:
             lp, st = _num(item.get("pid")), _num(item.get("started_ms"))
             before = fmt_dur(death - st) if st is not None and death is not None else "?"
             lrows.append(["?" if lp is None else str(int(lp)), _h(item.get("comm")),
-                          _h(item.get("model")), escape(fmt_hms(st)), escape(before)])
+                          _h(item.get("model")) if item.get("model") else "-",
+                          escape(fmt_hms(st)), escape(before)])
         out.append("<section><h2>Loading at the time</h2>"
                    + _table(("pid", "process", "model", "since (UTC)", "before death"), lrows,
                             numeric_from=3) + "</section>")

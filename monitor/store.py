@@ -29,7 +29,8 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from collectors.base import DeviceSample, ProcessInfo, Snapshot
+from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
+from monitor.exits import signal_name
 from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.retention import Retention
 
@@ -42,6 +43,28 @@ _DEVICE_STATIC = (
     "vram_total_bytes", "vis_vram_total_bytes", "gtt_total_bytes",
     "hugepages_total_bytes", "swap_total_bytes", "mig_enabled",
 )  # fmt: skip
+
+
+SHORT_LIVED_MS = 60_000  # an exit of a process seen for less than this is no event ...
+OWN_NAMES = ("vramscope",)  # ... nor one of our own CLI runs (unless they alert)
+
+
+def exit_is_event(comm: str, engine: str | None, argv_json: str | None,
+                  first_seen_ms: int | None, last_seen_ms: int) -> bool:
+    """An inference server's exit is always an event; vramscope's own CLI runs never are;
+    any other process only when it was seen for at least ``SHORT_LIVED_MS`` (a busy box
+    has short-lived top-N processes come and go every minute)."""
+    if engine is not None:
+        return True
+    try:
+        argv = json.loads(argv_json or "[]")
+    except ValueError:
+        argv = []
+    words = [str(a) for a in argv[:4]] if isinstance(argv, list) else []
+    if comm in OWN_NAMES or any(w.rsplit("/", 1)[-1] in OWN_NAMES for w in words) or (
+            "-m" in words and "monitor" in words):
+        return False
+    return first_seen_ms is None or last_seen_ms - first_seen_ms >= SHORT_LIVED_MS
 
 
 class StoreError(Exception):
@@ -312,9 +335,7 @@ class Store:
                 self._insert_event(conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id,
                                    ev.message, dict(ev.data))
             for gone in snap.exited:
-                self._record_exit(conn, snap.ts_ms, gone.pid, gone.start_ticks,
-                                  gone.last_seen_ms, gone.how,
-                                  clean=gone.exit_code == 0 and not gone.exit_signal)
+                self._record_exit(conn, snap.ts_ms, gone)
             conn.executemany(
                 "INSERT OR REPLACE INTO collector_runs VALUES (?, ?, ?, ?, ?, ?)",
                 [(r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
@@ -381,28 +402,40 @@ class Store:
         ).fetchone()
         return int(row[0])
 
-    def _record_exit(
-        self, conn: sqlite3.Connection, ts_ms: int, pid: int, start_ticks: int,
-        last_seen_ms: int, how: str | None = None, clean: bool = False,
-    ) -> None:
+    def _record_exit(self, conn: sqlite3.Connection, ts_ms: int, gone: ExitedProcess) -> None:
+        """Mark the process row exited with its status; a ``process_exit`` event (see
+        :func:`exit_is_event` for which exits are not worth one), and a ``crash`` event
+        for an exit that alerts (crash, OOM kill, engine OOM)."""
+        from monitor.exits import ALERT_CAUSES, classify_legacy
+
+        pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
             del self._process_ids[key]
         row = conn.execute(
-            "SELECT id, comm, engine FROM processes WHERE pid = ? AND start_ticks = ?"
-            " AND exited_ms IS NULL ORDER BY id DESC",
+            "SELECT id, comm, engine, argv, first_seen_ms FROM processes WHERE pid = ?"
+            " AND start_ticks = ? AND exited_ms IS NULL ORDER BY id DESC",
             (pid, start_ticks),
         ).fetchone()
         if row is None:
             return
-        conn.execute("UPDATE processes SET exited_ms = ? WHERE id = ?", (ts_ms, row[0]))
-        how = how or "exited"
-        crashed = how not in ("exited", "vanished") and not clean  # clean: exit code 0
+        cause, severity, how = classify_legacy(gone)
+        core = None if gone.core_dumped is None else int(gone.core_dumped)
+        conn.execute(
+            "UPDATE processes SET exited_ms = ?, exit_code = ?, exit_signal = ?,"
+            " core_dumped = ?, exit_cause = ?, exit_source = ? WHERE id = ?",
+            (ts_ms, gone.exit_code, gone.exit_signal, core, cause, gone.exit_source, row[0]))
+        alerts = cause in ALERT_CAUSES
+        if not alerts and not exit_is_event(row[1], row[2], row[3], row[4], last_seen_ms):
+            return
         data = {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
-                "engine": row[2], "last_seen_ms": last_seen_ms, "how": how}
+                "engine": row[2], "comm": row[1], "last_seen_ms": last_seen_ms, "how": how,
+                "cause": cause, "exit_code": gone.exit_code, "exit_signal": gone.exit_signal,
+                "signal": signal_name(gone.exit_signal), "core_dumped": gone.core_dumped,
+                "exit_source": gone.exit_source}
         self._insert_event(
-            conn, ts_ms, "process_exit", "warning" if crashed else "info", f"{row[1]}[{pid}]",
+            conn, ts_ms, "process_exit", severity, f"{row[1]}[{pid}]",
             f"{row[1]} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before", data)
-        if crashed:  # a crash keeps the full-resolution samples around it (see prune)
+        if alerts:  # a crash keeps the full-resolution samples around it (see prune)
             self._insert_event(conn, last_seen_ms, "crash", "critical", f"{row[1]}[{pid}]",
                                f"{row[1]} (pid {pid}) {how}", data)
 

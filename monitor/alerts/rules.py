@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collectors.base import DeviceEvent, DeviceSample, Snapshot
+from monitor.exits import ALERT_CAUSES, classify_legacy
 from monitor.judge import Tolerance, is_over
 
 GIB = 1024**3
@@ -307,11 +308,16 @@ def _events(ev: _Eval, snap: Snapshot) -> None:
         if e.kind in ("load_finished", "crash", "process_exit") and pid is not None:
             finished.add(pid)
     for gone in snap.exited:
-        if gone.how not in (None, "exited", "vanished"):
-            name = _proc_name(snap, gone.pid)
-            _crash(ev, gone.pid, gone.start_ticks, name, f"{name} {gone.how}",
-                   {"pid": gone.pid, "start_ticks": gone.start_ticks, "how": gone.how,
-                    "last_seen_ms": gone.last_seen_ms}, gone.last_seen_ms)
+        # monitor/exits.py: crashes, OOM kills and engine OOMs alert; exits and stops
+        # (a llama-swap swap, during load or not) never do
+        cause, _, how = classify_legacy(gone)
+        if cause in ALERT_CAUSES:
+            name = f"{gone.comm}[{gone.pid}]" if gone.comm else _proc_name(snap, gone.pid)
+            _crash(ev, gone.pid, gone.start_ticks, name, f"{name} {how}",
+                   {"pid": gone.pid, "start_ticks": gone.start_ticks, "how": how,
+                    "cause": cause, "exit_code": gone.exit_code,
+                    "exit_signal": gone.exit_signal, "last_seen_ms": gone.last_seen_ms},
+                   gone.last_seen_ms)
     for key, alert in list(ev.active.items()):
         if alert.rule == "oom_predicted" and _pid(alert.data) in finished:
             ev.resolve(key)
@@ -336,7 +342,10 @@ def _crash(ev: _Eval, pid: int | None, start_ticks: Any, subject: str, message: 
         key = f"crash:{pid}:{start_ticks if isinstance(start_ticks, int) else '-'}"
         for seen_key, fired in ev.seen.items():
             parts = seen_key.split(":")
-            if parts[0] in KILL_KINDS and parts[-2] == str(pid) and (
+            same_kill = parts[0] in KILL_KINDS and parts[-2] == str(pid)
+            # an engine OOM exit is the engine's out-of-memory line that already alerted
+            same_oom = parts[0] == "app_oom" and data.get("cause") == "engine_oom"
+            if (same_kill or same_oom) and parts[-1].isdigit() and (
                     abs(int(parts[-1]) - ts_ms) <= KILL_MATCH_MS):
                 ev.seen.setdefault(key, fired)
                 return

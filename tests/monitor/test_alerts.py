@@ -250,7 +250,8 @@ def test_kill_and_crash_events_fire_critical_then_resolve_after_ten_minutes(kind
 
 def test_oom_kill_and_its_crash_exit_are_one_alert() -> None:
     kill = event("oom_kill", T0, pid=4242)
-    gone = ExitedProcess(4242, 777, T0 - 1000, "killed by the kernel OOM killer")
+    gone = ExitedProcess(4242, 777, T0 - 1000, "killed by the kernel OOM killer",
+                         cause="oom_killed")
     crash = event("crash", T0 - 1000, pid=4242, start_ticks=777)
     # the crash event listed before the kill: order within a tick must not matter
     s = snap(T0, events=(crash, kill), exited=(gone,), processes=(PROC,))
@@ -259,7 +260,8 @@ def test_oom_kill_and_its_crash_exit_are_one_alert() -> None:
 
 
 def test_crash_exit_without_kill_is_one_crash_alert() -> None:
-    gone = ExitedProcess(4242, 777, T0 - 1000, "exited during load")
+    gone = ExitedProcess(4242, 777, T0 - 1000, "crashed (SIGSEGV)", exit_signal=11,
+                         cause="crashed")
     crash = event("crash", T0 - 1000, pid=4242, start_ticks=777)
     s = snap(T0, events=(crash,), exited=(gone,), processes=(PROC,))
     state, changes = evaluate(S, s, AlertState(), T0)
@@ -267,6 +269,10 @@ def test_crash_exit_without_kill_is_one_crash_alert() -> None:
     # a plain exit is no crash
     quiet = snap(T0 + 1, exited=(ExitedProcess(5, 5, T0, "vanished"),))
     assert evaluate(S, quiet, AlertState(), T0 + 1)[1] == []
+    # nor a stop during load (llama-swap swapping), nor a SIGKILL nobody recorded
+    for cause, sig in (("stopped_during_load", 15), ("stopped", 15), ("killed", 9)):
+        gone = ExitedProcess(6, 6, T0, "x", exit_signal=sig, cause=cause)
+        assert evaluate(S, snap(T0 + 1, exited=(gone,)), AlertState(), T0 + 1)[1] == []
 
 
 SURPRISE_CASES = {

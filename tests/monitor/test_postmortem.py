@@ -105,7 +105,9 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     doc = json.loads(result.stdout)
     v = doc["victim"]
     assert (v["pid"], v["comm"]) == (victim.pid, "llama-server")
-    assert v["how"] == "killed by the kernel OOM killer"
+    assert v["how"].startswith("killed by the kernel OOM killer")
+    assert (v["exit_cause"], v["exit_signal"]) == ("cgroup_oom_killed", signal.SIGKILL)
+    assert doc["title"] == "OOM post-mortem"
     kernel = v["kernel"]
     assert abs(kernel["ts_ms"] / 1000 - died) < 2.0  # the kill time, within 2 s
     assert kernel["constraint"] == "CONSTRAINT_MEMCG"
@@ -129,6 +131,14 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     conn = sqlite3.connect(db)
     kinds = {r[0] for r in conn.execute("SELECT kind FROM events")}
     assert {"oom_kill", "crash", "process_exit"} <= kinds
+    # the exit carries its signal and cause, and the OOM kill paged someone
+    (exit_data,) = [json.loads(r[0]) for r in conn.execute(
+        "SELECT data FROM events WHERE kind = 'process_exit'")
+        if json.loads(r[0])["pid"] == victim.pid]
+    assert (exit_data["cause"], exit_data["exit_signal"]) == ("cgroup_oom_killed", 9)
+    fired = [json.loads(r[0]) for r in conn.execute(
+        "SELECT data FROM events WHERE kind = 'alert_fired'")]
+    assert any(f"[{victim.pid}]" in (f.get("subject") or "") for f in fired)
 
 
 def test_postmortem_without_a_crash_is_one_line(tmp_path: Path) -> None:

@@ -295,3 +295,20 @@ def test_monitor_module_imports_no_ui() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=root, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_html_chart_shows_the_victim_and_the_top_five_and_sums_the_rest(doc: dict) -> None:
+    procs = doc["timeline"]["processes"]
+    for k in range(8):  # 8 more bystanders of 1..8 GiB: the 5 largest are drawn
+        procs.append({"pid": 9000 + k, "comm": f"job{k}", "device_id": "host",
+                      "points": series(lambda i, k=k: (k + 1) * GIB, 60_000, 11)})
+    svg = svg_of(render_html(doc))
+    legend = legend_texts(svg)
+    assert "(victim)" in legend[0] and "7125" in legend[0]
+    shown = [t for t in legend if t.startswith("pid ") and "(victim)" not in t]
+    assert [t.split()[1] for t in shown] == ["9007", "9006", "9005", "9004", "9003"]
+    others = next(t for t in legend if t.startswith("others"))
+    assert "5 processes" in others  # 9000..9002, python3 (2 GiB) and ollama
+    line = next(p for p in svg.iter(f"{SVG}polyline")
+                if p.get("data-series") == "proc-others")
+    assert len(polyline_points(line)) >= 2

@@ -226,4 +226,4 @@ def test_the_daemon_marks_a_server_that_became_a_zombie_exited(
     (message,) = conn.execute("SELECT message FROM events WHERE kind = 'process_exit' AND "
                               "subject LIKE ?", (f"%[{server.child_pid}]",)).fetchone()
     conn.close()
-    assert "killed by signal 15" in message and "state Z" in message
+    assert "stopped (SIGTERM)" in message and "state Z" in message

@@ -1,0 +1,124 @@
+"""The process-event connector parser (linux/cn_proc.h layout) and the live listener."""
+
+from __future__ import annotations
+
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collectors.proc_events import (
+    CN_IDX_PROC,
+    CN_MSG,
+    CN_VAL_PROC,
+    EVENT_HEAD,
+    EXIT_EVENT,
+    MAX_MESSAGES,
+    NLMSG_HDR,
+    PROC_EVENT_EXIT,
+    ExitStatus,
+    ProcEventListener,
+    decode_wait_status,
+    parse_datagram,
+)
+
+PROC_EVENT_FORK = 0x00000001
+
+
+def message(what: int, pid: int, tgid: int, status: int, idx: int = CN_IDX_PROC) -> bytes:
+    event = EVENT_HEAD.pack(what, 0, 123) + EXIT_EVENT.pack(pid, tgid, status, 17, 1, 1)
+    cn = CN_MSG.pack(idx, CN_VAL_PROC, 0, 0, len(event), 0)
+    body = cn + event
+    return NLMSG_HDR.pack(NLMSG_HDR.size + len(body), 3, 0, 0, 0) + body
+
+
+def test_wait_status_decoding() -> None:
+    assert decode_wait_status(3 << 8) == (3, None, False)
+    assert decode_wait_status(0) == (0, None, False)
+    assert decode_wait_status(signal.SIGKILL) == (None, 9, False)
+    assert decode_wait_status(signal.SIGSEGV | 0x80) == (None, 11, True)
+
+
+def test_exits_of_processes_are_parsed_threads_and_other_events_are_not() -> None:
+    data = (message(PROC_EVENT_EXIT, 10, 10, 3 << 8)
+            + message(PROC_EVENT_EXIT, 11, 10, 0)  # a thread of process 10
+            + message(PROC_EVENT_FORK, 12, 12, 0)
+            + message(PROC_EVENT_EXIT, 13, 13, 0x86, idx=7)  # another connector
+            + message(PROC_EVENT_EXIT, 14, 14, 0x86))
+    assert parse_datagram(data, 5) == [ExitStatus(10, 3, None, False, 5),
+                                       ExitStatus(14, None, 6, True, 5)]
+
+
+def test_truncated_and_lying_lengths_are_skipped() -> None:
+    good = message(PROC_EVENT_EXIT, 10, 10, 0)
+    assert parse_datagram(good[:-1]) == []
+    lying = struct.pack("=I", 10**6) + good[4:]
+    assert parse_datagram(lying) == []
+    assert parse_datagram(struct.pack("=I", 0) + good[4:]) == []  # no endless loop
+
+
+def test_the_message_count_is_bounded() -> None:
+    many = message(PROC_EVENT_EXIT, 10, 10, 0) * (MAX_MESSAGES * 4)
+    assert len(parse_datagram(many)) == MAX_MESSAGES
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.binary(max_size=4096))
+def test_random_bytes_never_raise(data: bytes) -> None:
+    started = time.perf_counter()
+    out = parse_datagram(data)
+    assert len(out) <= MAX_MESSAGES
+    assert time.perf_counter() - started < 0.5
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(-(2**31), 2**31 - 1),
+       st.binary(max_size=64))
+def test_mutated_exit_messages_never_raise(status: int, pid: int, tail: bytes) -> None:
+    out = parse_datagram(message(PROC_EVENT_EXIT, pid, pid, status) + tail)
+    for e in out:
+        assert e.pid == pid > 0
+        assert (e.exit_code is None) != (e.exit_signal is None)
+
+
+def test_the_listener_sees_real_exits() -> None:
+    listener = ProcEventListener()
+    if not listener.open():
+        pytest.skip(f"no process-event connector here: {listener.error}")
+    try:
+        three = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+        sleeper = subprocess.Popen(["sleep", "60"])
+        sleeper.send_signal(signal.SIGKILL)
+        three.wait(timeout=30)
+        sleeper.wait(timeout=30)
+        got3 = listener.exit_of(three.pid, wait_s=10)
+        got9 = listener.exit_of(sleeper.pid, wait_s=10)
+        assert got3 is not None and (got3.exit_code, got3.exit_signal) == (3, None)
+        assert got9 is not None and (got9.exit_code, got9.exit_signal) == (None, 9)
+    finally:
+        listener.close()
+    assert not listener.active
+
+
+def test_the_listener_keeps_a_bounded_number_of_exits() -> None:
+    listener = ProcEventListener(max_kept=2)
+    if not listener.open():
+        pytest.skip(f"no process-event connector here: {listener.error}")
+    try:
+        pids = []
+        for _ in range(4):
+            p = subprocess.Popen(["true"])
+            p.wait(timeout=30)
+            pids.append(p.pid)
+        deadline = time.monotonic() + 30  # full (other exits on the box count too)
+        while len(listener._exits) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(listener._exits) == 2
+        assert listener.exit_of(pids[0]) is None  # the oldest went first
+    finally:
+        listener.close()

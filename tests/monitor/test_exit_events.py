@@ -1,0 +1,78 @@
+"""Exit events without noise (issue 19), on a real database file: an inference server's
+exit is always an event; vramscope's own CLI runs and short-lived other processes are
+not (their rows are still marked exited); a crash is, whoever crashed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
+from monitor.store import Store
+
+GIB = 1024**3
+T0 = 1_800_000_000_000
+HOST = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 20 * GIB)
+PROCS = {
+    1: ProcessInfo(1, 10, None, 0, 0, "llama-server", ("llama-server", "-m", "m.gguf"),
+                   "llama.cpp", ("inference",)),
+    2: ProcessInfo(2, 20, None, 0, 0, "python3", ("python3", "job.py"), None, ("top",)),
+    3: ProcessInfo(3, 30, None, 0, 0, "vramscope", ("/usr/bin/python3",
+                   "/usr/local/bin/vramscope", "status"), None, ("top",)),
+    4: ProcessInfo(4, 40, None, 0, 0, "python3", ("python3", "-m", "monitor", "events"),
+                   None, ("top",)),
+    5: ProcessInfo(5, 50, None, 0, 0, "python3", ("python3", "hog.py"), None, ("top",)),
+    6: ProcessInfo(6, 60, None, 0, 0, "sort", ("sort", "big"), None, ("top",)),
+}
+
+
+def tick(ts: int, pids: list[int], exited: tuple = ()) -> Snapshot:
+    return Snapshot(ts, (HOST,), tuple(PROCS[p] for p in pids),
+                    tuple(ProcessMemory(p, "host", rss_anon_bytes=GIB) for p in pids),
+                    (), exited, ())
+
+
+def gone(pid: int, ts: int, **kw) -> ExitedProcess:  # noqa: ANN003
+    return ExitedProcess(pid, PROCS[pid].start_ticks, ts, **kw)
+
+
+def test_only_exits_worth_telling_become_events(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    store.write(tick(T0, [6]))  # 6 lives for two minutes
+    store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # the rest for 2 s
+    end = T0 + 120_000
+    store.write(tick(end, [], exited=(
+        gone(1, end, exit_code=0, cause="exited"),
+        gone(2, end, exit_code=0, cause="exited"),
+        gone(3, end, exit_code=0, cause="exited"),
+        gone(4, end, exit_code=1, cause="exited_error"),
+        gone(5, end, exit_signal=11, cause="crashed"),
+        gone(6, end, exit_code=0, cause="exited"),
+    )))
+    store.close()
+    conn = sqlite3.connect(db)
+    events = {json.loads(d)["pid"] for (d,) in conn.execute(
+        "SELECT data FROM events WHERE kind = 'process_exit'")}
+    assert events == {1, 5, 6}  # the server, the crash, the long-lived one
+    rows = dict(conn.execute("SELECT pid, exit_cause FROM processes WHERE exited_ms = ?",
+                             (end,)).fetchall())
+    assert rows == {1: "exited", 2: "exited", 3: "exited", 4: "exited_error", 5: "crashed",
+                    6: "exited"}
+    conn.close()
+
+
+def test_doctor_names_the_exit_status_source() -> None:
+    from collectors.proc_events import ProcEventListener
+    from monitor.doctor import exit_status_check
+
+    probe = ProcEventListener()
+    works = probe.open() and probe.verify()
+    probe.close()
+    (check,) = exit_status_check(kernel_log_readable=True)
+    assert check.name == "exit status"
+    if works:
+        assert check.level == "ok" and check.detail.startswith("source: connector")
+    else:
+        assert check.level == "warn" and "zombie" in check.detail and "kernel log" in check.detail
