@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
     from monitor.engines.spec import LaunchSpec
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
+    from monitor.measured import Measured
 
 HOST = "host"
 
@@ -66,6 +67,7 @@ class ModelRow:
     diagnosis: Diagnosis | None = None
     need_by_device: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    held: Measured | None = None  # the parts of measured_bytes (monitor/measured.py)
 
     @property
     def delta_bytes(self) -> int | None:
@@ -250,7 +252,8 @@ class FrameBuilder:
             cache_types=caches, measured_bytes=measured,
             estimate_bytes=est.total_bytes() if est else None, kv_bytes=kv or None,
             flags=tuple(flags), spec=spec, estimate=est, diagnosis=diag,
-            need_by_device=need_by_device(est, picture) if est else {}, error=error)
+            need_by_device=need_by_device(est, picture) if est else {}, error=error,
+            held=held)
 
 
 def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
