@@ -81,6 +81,41 @@ def test_gpu_memory_the_driver_does_not_report_is_unknown_not_zero(
     assert '"measured_bytes": null' in render([d], True)
 
 
+def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
+        tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None) -> None:
+    """Issue 16 item 1: NVML 'not available' for the server is '-' in `status` text (its GPU
+    column and MEASURED), null in the JSON's measured object, and '-' in the TUI's models
+    table (measured and difference) and in its GPU bar legend: never 0 B or a difference."""
+    from monitor.status import render_text, to_json
+    from tui.source import FrameBuilder
+    from tui.widgets.device_panel import DevicePanel, panels_from_frame
+    from tui.widgets.models_table import ModelsTable
+
+    scenario = nvml_fake.load("rtx4060")
+    device = scenario["devices"][0]
+    device["compute"] = [{"pid": "llama", "used": NOT_AVAILABLE}]
+    device["graphics"] = []
+    nvml_fake.install(scenario, {"llama": server.pid})
+    snap = Sampler(Roots(), CollectorOptions(), ("nvml", "procfs")).sample()
+    gpu = next(m.device_id for m in snap.memory if m.pid == server.pid and m.device_id != "host")
+    line = next(x for x in render_text(snap).splitlines() if x.startswith(f"{server.pid} "))
+    assert "0 B" not in line, line
+    assert f"{gpu.split(':', 1)[-1]} -" in line  # the GPU column
+    assert line.split()[2] == "-"  # MEASURED
+    (doc,) = [p for p in to_json(snap)["processes"] if p["pid"] == server.pid]
+    assert doc["measured"]["total_bytes"] is None and doc["measured"]["device_bytes"] is None
+    assert doc["measured"]["host_anon_bytes"] and doc["measured"]["unknown_device_ids"] == [gpu]
+    frame = FrameBuilder().build(snap)
+    (row,) = [r for r in frame.models if r.pid == server.pid]
+    cells = dict(zip(("engine", "model", "ctx", "cache", "measured", "estimate", "delta"),
+                     ModelsTable.cells(row), strict=False))
+    assert (cells["measured"], cells["delta"]) == ("-", "-"), cells
+    assert cells["estimate"] not in ("-", "?")  # the estimate itself is known
+    (panel,) = [d for d in panels_from_frame(frame) if d.picture.device_id == gpu]
+    legend = DevicePanel(panel)._lines(panel, 200)[3].plain
+    assert f"{row.model} GPU - (measured -)" in legend, legend
+
+
 def test_known_gpu_memory_is_judged(tmp_path: Path, server: subprocess.Popen[bytes],
                                     fresh_pynvml: None) -> None:
     """The same server with its 6 GiB reported: judged, and far over a tiny model's estimate."""
