@@ -456,15 +456,21 @@ class StoreSource:
                 "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
                 (*args, since_ms, width)):
             out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
-        vram, gtt = ("vram_max_bytes", "gtt_max_bytes") if minutes else ("vram_bytes", "gtt_bytes")
+        # a model's series is its measured total (monitor/measured.py: VRAM+GTT + RssAnon +
+        # RssFile; per minute, the sum of each part's maximum); a tick where a GPU lists it
+        # without its memory is unknown and left out, never drawn as 0
+        vram, gtt, anon, file = (
+            ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
+            if minutes else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes"))
         table = "process_minutes" if minutes else "process_samples"
         rows = self._query(
             "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
-            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0))"
-            f" AS used FROM {table}"
-            f" WHERE {where} AND device_id != 'host'"
+            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0)"
+            f"  + coalesce({anon}, 0) + coalesce({file}, 0)) AS used,"
+            f"  max(device_id != 'host' AND {vram} IS NULL AND {gtt} IS NULL) AS unknown"
+            f" FROM {table} WHERE {where}"
             "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
-            " GROUP BY ts_ms, process_id"
+            " GROUP BY ts_ms, process_id HAVING unknown = 0"
             ") t JOIN processes p ON p.id = t.process_id"
             " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts", (*args, since_ms, width))
         names: dict[str, str] = {}

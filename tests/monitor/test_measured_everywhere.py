@@ -4,8 +4,8 @@ A real daemon records a real process whose ``/proc`` reads ``llama-server -m x.g
 real small GGUF in its working directory) into a real database and serves /metrics on
 loopback. The process is then SIGKILLed and left unreaped, so the daemon records its death
 (a crash). The tick the post-mortem says it was last measured at is read back through
-``status`` (JSON and text, on that tick of the database), the TUI (a FrameBuilder on the
-database source: the models table and the host bar's legend), ``diagnose --json --at``,
+``status`` (JSON and text, on that tick of the database), the TUI (the database source:
+the models table, the host bar's legend and the history line), ``diagnose --json --at``,
 the /metrics renderer on that tick and ``postmortem --json``: each shows the same measured
 bytes. The running daemon's own /metrics is checked against the tick it names, too.
 """
@@ -159,8 +159,10 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     source = StoreSource(db)
     try:
         frame = source.at(tick)
+        series = source.history(None, tick - 60_000, tick)  # the history screen's lines
     finally:
         source.close()
+    assert (tick, total) in series[f"model:x.gguf (pid {pid})"]
     assert frame.ts_ms == tick
     (row,) = [r for r in frame.models if r.pid == pid]
     assert row.measured_bytes == total
