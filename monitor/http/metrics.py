@@ -24,7 +24,8 @@ Metrics and labels:
 - ``vramscope_process_measured_bytes{pid,comm,model}``: what a tracked process holds by
   the one definition every view uses (monitor/measured.py: VRAM+GTT on every GPU, with its
   forked helpers' GPU memory, + RssAnon + RssFile); left out when a GPU lists it without
-  its memory (unknown, never 0). Its parts are ``vramscope_process_memory_bytes``;
+  its memory (unknown, never 0), and for a helper (its GPU memory is in its server's).
+  Its parts are ``vramscope_process_memory_bytes``;
 - ``vramscope_hidden_process_memory_bytes{pid,device}``: what the driver reports a process
   we cannot see holding (NVML, a pid outside our PID namespace: run with ``--pid=host``);
   counted as attributed on the device, never as unattributed;
@@ -173,6 +174,8 @@ class SnapshotCollector:
             "(absent when unknown).", labels=["pid", "comm", "model"])
         helpers = helper_parents(infos)
         for pid, p in sorted(infos.items()):
+            if pid in helpers:
+                continue  # counted in its server's: a sum over pids stays true
             total = measure(pid, snap.memory,
                             [h for h, owner in helpers.items() if owner == pid]).total_bytes
             if total is not None:

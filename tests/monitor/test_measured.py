@@ -208,3 +208,26 @@ def test_weights_paged_out_are_named_not_called_as_expected() -> None:
     locked = diagnose(1, "m.gguf", replace(SPEC, load_mode="mmap+mlock"), est,
                       measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)), lambda s: est)
     assert not any(f.component == "weights_paged_out" for f in locked.findings)
+
+
+def test_metrics_measured_is_absent_when_unknown_and_counts_helpers() -> None:
+    """/metrics: vramscope_process_measured_bytes is measure()'s total (a forked helper's
+    GPU memory added to its server) and absent, never 0, when a GPU lists it without size."""
+    from collectors.base import ProcessInfo, Snapshot
+    from monitor.http.metrics import build_registry, render
+
+    argv = ("llama-server", "-m", "/m/x.gguf")
+    server = ProcessInfo(10, 1, None, 1, 0, "llama-server", argv, "llama.cpp", ("inference",))
+    helper = ProcessInfo(11, 2, None, 10, 0, "llama-server", argv, "llama.cpp", ("gpu",))
+    blind = ProcessInfo(12, 3, None, 1, 0, "llama-server", ("llama-server", "-m", "/m/y.gguf"),
+                        "llama.cpp", ("inference",))
+    rows = (*_rows(10, 2 * GIB, 300 * MIB, 700 * MIB),
+            ProcessMemory(11, "nvml:GPU-x", vram_bytes=GIB),
+            ProcessMemory(12, "host", rss_anon_bytes=MIB, rss_file_bytes=MIB),
+            ProcessMemory(12, "nvml:GPU-x"))
+    snap = Snapshot(1000, (), (server, helper, blind), rows, (), (), ())
+    text = render(build_registry(lambda: snap)).decode()
+    lines = [x for x in text.splitlines() if x.startswith("vramscope_process_measured_bytes{")]
+    assert any('pid="10"' in x and 'model="x.gguf"' in x and
+               float(x.rsplit(" ", 1)[1]) == 3 * GIB + 1000 * MIB for x in lines), lines
+    assert not any('pid="12"' in x or 'pid="11"' in x for x in lines)  # unknown; a helper
