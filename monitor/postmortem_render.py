@@ -731,6 +731,9 @@ def render_html(doc: dict) -> str:
                    "samples; ceiling: the limit it ran under.</p>")
     else:
         out.append('<p class="muted">No estimate, measurement or ceiling.</p>')
+    measured = _dict(_get(doc, "victim", "measured"))
+    if measured:
+        out.append(f"<p>{escape(measured_line(measured))}</p>")
     out.append("</section>")
 
     loading = [_dict(x) for x in _list(doc.get("loading"))]

@@ -32,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.cli import cli
 from monitor.history import snapshot_at
 from monitor.http.metrics import build_registry, render
+from monitor.postmortem_render import fmt_bytes
 from monitor.status import human_bytes, render_text, to_json
 from tui.format import size
 from tui.source import StoreSource
@@ -144,6 +145,9 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     at_death = json.loads(out)["victim"]["measured"]
     tick, total = at_death["ts_ms"], at_death["total_bytes"]
     assert isinstance(total, int) and total > 0
+    code, out, err = vramscope("postmortem", "--pid", str(pid), "--db", str(db))
+    assert code == 0, err
+    assert f"measured at its last tick: {fmt_bytes(total)} (GPU " in out, out
     # no GPU here: the host parts are all of it
     assert at_death["device_bytes"] == 0
     assert total == at_death["host_anon_bytes"] + at_death["host_file_bytes"]
