@@ -184,6 +184,7 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     assert code == 0, err
     (diag,) = json.loads(out)
     assert diag["measured_bytes"] == total
+    assert diag["measured"] == {k: at_death[k] for k in at_death if k != "ts_ms"}
 
     # /metrics rendered from that tick
     metrics = render(build_registry(lambda: snap)).decode()
