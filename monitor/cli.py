@@ -139,8 +139,9 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     \b
     Tracked processes are inference servers (llama-server, llama-swap, ollama, vLLM, ...),
     every process holding GPU memory, and the top 5 by memory.
-    ANON/FILE are resident anonymous and file-backed memory (an mmap'd GGUF is FILE);
-    GPU is VRAM+GTT per device. Unknown values print as '-', never 0.
+    MEASURED is GPU (VRAM+GTT, its helpers' included) + ANON + FILE, the figure every view
+    shows; ANON/FILE are resident anonymous and file-backed memory (an mmap'd GGUF is
+    FILE); GPU is VRAM+GTT per device. Unknown values print as '-', never 0.
     """
     from collectors.base import CollectorOptions
     from monitor import status as status_mod

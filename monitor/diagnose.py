@@ -46,6 +46,7 @@ class Diagnosis:
     findings: tuple[Finding, ...]
     summary: str
     verdict: str = "as_expected"  # as_expected | over | under | unknown | error
+    parts: Measured | None = None  # the parts of measured_bytes (monitor/measured.py)
 
     @property
     def excess_bytes(self) -> int | None:
@@ -159,7 +160,7 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
         summary = (f"{model}: cannot judge: {measured.why_unknown}; the {what} is "
                    f"{_gib(expected)}")
         return Diagnosis(pid, model, None, estimated, budget, tuple(findings), summary,
-                         "unknown")
+                         "unknown", measured)
     paged = _paged_out(spec, est, measured)
     if paged is not None:
         findings.append(paged)
@@ -188,4 +189,5 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
     else:
         summary = f"{model} holds {_gib(total)}, as expected ({what} {_gib(expected)})"
         verdict = "as_expected"
-    return Diagnosis(pid, model, total, estimated, budget, tuple(findings), summary, verdict)
+    return Diagnosis(pid, model, total, estimated, budget, tuple(findings), summary, verdict,
+                     measured)

@@ -89,7 +89,9 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
 
 def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
     if as_json:
-        return json.dumps([{**dataclasses.asdict(d), "excess_bytes": d.excess_bytes}
+        return json.dumps([{**{k: v for k, v in dataclasses.asdict(d).items() if k != "parts"},
+                            "excess_bytes": d.excess_bytes,
+                            "measured": d.parts.as_dict() if d.parts is not None else None}
                            for d in diagnoses], indent=2)
     if not diagnoses:
         return "no running llama.cpp / ollama server found"

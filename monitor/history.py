@@ -6,6 +6,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
@@ -66,36 +67,42 @@ def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
         check_moment(db_path, ts_ms, first, last)
         row = db.execute("SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?",
                          (ts_ms,)).fetchone()
-        at = int(row[0])
-        statics = {r[0]: r[1:] for r in db.execute(
-            f"SELECT id, {', '.join(_STATIC)} FROM devices")}
-        devices = []
-        for r in db.execute(f"SELECT device_id, {', '.join(DEVICE_SAMPLE_FIELDS)} "
-                            "FROM device_samples WHERE ts_ms = ?", (at,)):
-            fields = dict(zip(DEVICE_SAMPLE_FIELDS, r[1:], strict=True))
-            static = dict(zip(_STATIC, statics.get(r[0], (None,) * len(_STATIC)),
-                              strict=True))
-            static["mig_enabled"] = None if static["mig_enabled"] is None else bool(
-                static["mig_enabled"])
-            devices.append(DeviceSample(device_id=r[0], **static, **fields))
-        infos, rows = {}, []
-        sample_cols = ", ".join("s." + f for f in PROCESS_SAMPLE_FIELDS)
-        for r in db.execute(
-                "SELECT p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm, p.argv,"
-                f" p.engine, p.reasons, p.cwd, s.device_id, {sample_cols}"
-                " FROM process_samples s JOIN processes p ON p.id = s.process_id"
-                " WHERE s.ts_ms = ?", (at,)):
-            pid = r[0]
-            infos[pid] = ProcessInfo(pid, r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])),
-                                     r[7], tuple(x for x in (r[8] or "").split(",") if x),
-                                     cwd=r[9])
-            rows.append(ProcessMemory(pid, r[10], **dict(zip(PROCESS_SAMPLE_FIELDS, r[11:],
-                                                             strict=True))))
-        hidden = tuple(
-            HiddenProcess(pid, reason, device_id=device_id, used_bytes=used)
-            for pid, device_id, used, reason in db.execute(
-                "SELECT pid, device_id, used_bytes, reason FROM hidden_samples"
-                " WHERE ts_ms = ? ORDER BY pid", (at,)))
-        return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), hidden, (), ())
+        if row is None or row[0] is None:
+            raise ValueError(f"{db_path} has no full-resolution sample at or before that time")
+        return snapshot_in(db, int(row[0]))
     finally:
         db.close()
+
+
+def snapshot_in(db: Any, at: int) -> Snapshot:
+    """The tick ``at`` (an exact ``ts_ms``) of an open database connection."""
+    statics = {r[0]: r[1:] for r in db.execute(
+        f"SELECT id, {', '.join(_STATIC)} FROM devices")}
+    devices = []
+    for r in db.execute(f"SELECT device_id, {', '.join(DEVICE_SAMPLE_FIELDS)} "
+                        "FROM device_samples WHERE ts_ms = ?", (at,)):
+        fields = dict(zip(DEVICE_SAMPLE_FIELDS, r[1:], strict=True))
+        static = dict(zip(_STATIC, statics.get(r[0], (None,) * len(_STATIC)),
+                          strict=True))
+        static["mig_enabled"] = None if static["mig_enabled"] is None else bool(
+            static["mig_enabled"])
+        devices.append(DeviceSample(device_id=r[0], **static, **fields))
+    infos, rows = {}, []
+    sample_cols = ", ".join("s." + f for f in PROCESS_SAMPLE_FIELDS)
+    for r in db.execute(
+            "SELECT p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm, p.argv,"
+            f" p.engine, p.reasons, p.cwd, s.device_id, {sample_cols}"
+            " FROM process_samples s JOIN processes p ON p.id = s.process_id"
+            " WHERE s.ts_ms = ?", (at,)):
+        pid = r[0]
+        infos[pid] = ProcessInfo(pid, r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])),
+                                 r[7], tuple(x for x in (r[8] or "").split(",") if x),
+                                 cwd=r[9])
+        rows.append(ProcessMemory(pid, r[10], **dict(zip(PROCESS_SAMPLE_FIELDS, r[11:],
+                                                         strict=True))))
+    hidden = tuple(
+        HiddenProcess(pid, reason, device_id=device_id, used_bytes=used)
+        for pid, device_id, used, reason in db.execute(
+            "SELECT pid, device_id, used_bytes, reason FROM hidden_samples"
+            " WHERE ts_ms = ? ORDER BY pid", (at,)))
+    return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), hidden, (), ())

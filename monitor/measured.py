@@ -37,6 +37,13 @@ class Measured:
             return None
         return self.device_bytes + (self.host_anon_bytes or 0) + (self.host_file_bytes or 0)
 
+    def as_dict(self) -> dict[str, int | list[str] | None]:
+        """The JSON object every document carries (status, post-mortem): parts and total."""
+        return {"total_bytes": self.total_bytes, "device_bytes": self.device_bytes,
+                "host_anon_bytes": self.host_anon_bytes,
+                "host_file_bytes": self.host_file_bytes,
+                "unknown_device_ids": list(self.unknown_device_ids)}
+
     @property
     def why_unknown(self) -> str | None:
         """One sentence naming what is not known, or None when the total is known."""

@@ -163,7 +163,8 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
                    "exit_code": exit_data.get("exit_code"),
                    "exit_signal": exit_data.get("exit_signal"),
                    "at_death": at_death, "last_measured": last, "peak": peak,
-                   "kernel": kernel_fig},
+                   "kernel": kernel_fig,
+                   "measured": _measured_at_death(db, victim_pid, mine)},
         "window": {"start_ms": start, "end_ms": end},
         "timeline": {"devices": devices,
                      "processes": [{k: p[k] for k in ("pid", "comm", "device_id", "points")}
@@ -226,6 +227,22 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
                     "model": model if isinstance(model, str) else None,
                     "started_ms": e["ts_ms"]})
     return out
+
+
+def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, Any] | None:
+    """What the victim held at its last recorded tick by the one definition every view
+    uses (monitor/measured.py, its helpers' GPU memory included), with that tick's time."""
+    from monitor.engines.recognise import helper_parents
+    from monitor.history import snapshot_in
+    from monitor.measured import measure
+
+    ticks = [q[0] for p in mine for q in p["points"]]
+    if pid is None or not ticks:
+        return None
+    snap = snapshot_in(db, max(ticks))
+    helpers = helper_parents({p.pid: p for p in snap.processes})
+    held = measure(pid, snap.memory, [h for h, owner in helpers.items() if owner == pid])
+    return {"ts_ms": snap.ts_ms, **held.as_dict()}
 
 
 def _kb(value: Any) -> int | None:

@@ -273,6 +273,15 @@ def _title(doc: dict) -> str:
     return "crash post-mortem"
 
 
+def measured_line(m: dict) -> str:
+    """The victim's memory at death by the definition status, the TUI, diagnose and
+    /metrics use (monitor/measured.py); unknown parts print as '-'."""
+    def part(key: str) -> str:
+        return "-" if _num(m.get(key)) is None else fmt_bytes(m.get(key))
+    return (f"measured at its last tick: {part('total_bytes')} (GPU {part('device_bytes')}"
+            f" + anon {part('host_anon_bytes')} + file {part('host_file_bytes')})")
+
+
 MEMORY_HEADS = ("estimate", "at death", "last seen", "peak", "ceiling")
 KERNEL_FIELDS = (("anon_rss_bytes", "anon RSS"), ("file_rss_bytes", "file RSS"),
                  ("shmem_rss_bytes", "shmem RSS"))
@@ -409,6 +418,9 @@ def render_text(doc: dict, width: int | None = None) -> str:
                          "ceiling: the limit it ran under.", width, "  "))
     else:
         out.append("  (no estimate, measurement or ceiling)")
+    measured = _dict(_get(doc, "victim", "measured"))
+    if measured:
+        out.extend(_wrap(measured_line(measured), width, "  "))
 
     section("Cause")
     out.extend(_wrap(_str(doc.get("cause"), "(not determined)"), width, "  "))
@@ -748,6 +760,9 @@ def render_html(doc: dict) -> str:
                    "samples; ceiling: the limit it ran under.</p>")
     else:
         out.append('<p class="muted">No estimate, measurement or ceiling.</p>')
+    measured = _dict(_get(doc, "victim", "measured"))
+    if measured:
+        out.append(f"<p>{escape(measured_line(measured))}</p>")
     out.append("</section>")
 
     loading = [_dict(x) for x in _list(doc.get("loading"))]

@@ -14,6 +14,7 @@ from typing import Any
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
 from monitor.engines.recognise import helper_parents
+from monitor.measured import Measured, measure
 from monitor.textsafe import terminal_safe
 
 SCHEMA_ID = "vramscope.status/1"
@@ -35,6 +36,13 @@ def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> st
     return spec.model_path if spec is not None else None
 
 
+def _measured_of(snap: Snapshot, helpers: Mapping[int, int]) -> dict[int, Measured]:
+    """Every tracked process's :class:`Measured`; a server's helpers count in it."""
+    return {p.pid: measure(p.pid, snap.memory,
+                           [h for h, owner in helpers.items() if owner == p.pid])
+            for p in snap.processes}
+
+
 def to_json(snap: Snapshot,
             env_for: Callable[[int], Mapping[str, str]] | None = None) -> dict[str, Any]:
     """``env_for(pid)``: a process's allow-listed environment (``LLAMA_ARG_MODEL``), when
@@ -45,6 +53,7 @@ def to_json(snap: Snapshot,
             f: v for f in _MEMORY_FIELDS if (v := getattr(m, f)) is not None
         }
     helpers = helper_parents({p.pid: p for p in snap.processes})
+    held = _measured_of(snap, helpers)
     processes = []
     for p in sorted(snap.processes, key=lambda p: p.pid):
         row = dataclasses.asdict(p)
@@ -53,6 +62,7 @@ def to_json(snap: Snapshot,
         row["memory"] = by_pid.get(p.pid, {})
         row["model_path"] = model_path_of(p, env_for(p.pid) if env_for and p.engine else None)
         row["helper_of"] = helpers.get(p.pid)
+        row["measured"] = held[p.pid].as_dict()
         processes.append(row)
     return {
         "schema": SCHEMA_ID,
@@ -124,6 +134,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     gpu_devices = [d.device_id for d in snap.devices if d.device_id != "host"]
     mem = {(m.pid, m.device_id): m for m in snap.memory}
     helpers = helper_parents({p.pid: p for p in snap.processes})
+    held = _measured_of(snap, helpers)
     proc_rows = []
     for p in sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices)):
         host = mem.get((p.pid, "host"))
@@ -131,12 +142,14 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         for dev in gpu_devices:
             m = mem.get((p.pid, dev))
             if m is not None:
-                held = sum(v for v in (m.vram_bytes, m.gtt_bytes) if v)
-                gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(held)}")
+                on_gpu = (None if m.vram_bytes is None and m.gtt_bytes is None
+                          else (m.vram_bytes or 0) + (m.gtt_bytes or 0))  # None: not reported
+                gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(on_gpu)}")
         command = (" ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
                    if p.argv else f"[{terminal_safe(p.comm)}]")
         proc_rows.append([
             str(p.pid), (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
+            human_bytes(held[p.pid].total_bytes),
             human_bytes(host.rss_anon_bytes if host else None),
             human_bytes(host.rss_file_bytes if host else None),
             human_bytes(host.pss_bytes if host else None),
@@ -145,10 +158,11 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     for h in snap.hidden:  # NVML still reports its memory: a row with its size
         if h.used_bytes is not None and h.device_id is not None:
             where = f"{h.device_id.split(':', 1)[-1]} {human_bytes(h.used_bytes)}"
-            proc_rows.append([str(h.pid), "-", "-", "-", "-", where, "hidden",
+            proc_rows.append([str(h.pid), "-", human_bytes(h.used_bytes), "-", "-", "-", where,
+                              "hidden",
                               "[not visible in this PID namespace]"])
-    lines = _table(["PID", "ENGINE", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"], proc_rows,
-                   {2, 3, 4})
+    lines = _table(["PID", "ENGINE", "MEASURED", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"],
+                   proc_rows, {2, 3, 4, 5})
     out += [line[:width] for line in lines] if width else lines
     if snap.hidden:
         out.append("")

@@ -21,10 +21,16 @@ from monitor.engines.recognise import helper_parents
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
 from monitor.gguf import GgufError
+from monitor.measured import measure
 from monitor.picture import GIB, picture_from_snapshot
 from monitor.predict import judge
 
 log = logging.getLogger(__name__)
+
+
+def _gib(n: int | None) -> str:
+    return "unknown (a GPU lists it without its memory)" if n is None else f"{n / GIB:.2f} GiB"
+
 SERVER_ENGINES = frozenset({"llama.cpp", "ollama", "vllm", "sglang"})
 
 
@@ -177,20 +183,24 @@ class LoadWatch:
             if key not in current:
                 del self._loading[key]  # gone mid-load: the exit is recorded elsewhere
                 continue
-            measured: dict[str, int] = {}
+            measured: dict[str, int] = {}  # the parts of monitor/measured.py, per device
             for m in snap.memory:
                 if m.pid == key[0]:
+                    if m.device_id != "host" and m.vram_bytes is None and m.gtt_bytes is None:
+                        continue  # listed without its memory: unknown, never 0
                     held = (m.vram_bytes or 0) + (m.gtt_bytes or 0)
                     if m.device_id == "host":
                         held = (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
                     measured[m.device_id] = held
-            total = sum(measured.values())
+            total = sum(measured.values())  # the known parts: enough to see it settle
             state.steady = state.steady + 1 if total and abs(
                 total - state.last_total) <= 0.01 * total else 0
             state.last_total = total
             elapsed = (snap.ts_ms - state.started_ms) / 1000
             if state.steady >= self.steady_ticks or elapsed >= self.max_load_s:
                 info = current[key]
+                helpers = [h for h, owner in helper_parents(
+                    {p.pid: p for p in snap.processes}).items() if owner == key[0]]
                 data: dict[str, int | str | None] = {"pid": key[0], "load_time_ms":
                                                      snap.ts_ms - state.started_ms}
                 for device_id, held in measured.items():
@@ -200,7 +210,7 @@ class LoadWatch:
                 events.append(DeviceEvent(
                     snap.ts_ms, "host", "load_finished", "info",
                     f"{info.comm}[{key[0]}] finished loading in {elapsed:.1f} s: measured "
-                    f"{total / GIB:.2f} GiB vs estimated "
+                    f"{_gib(measure(key[0], snap.memory, helpers).total_bytes)} vs estimated "
                     f"{sum(state.estimated.values()) / GIB:.2f} GiB", data))
                 del self._loading[key]
         return events

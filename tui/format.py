@@ -14,9 +14,13 @@ GIB = 1024**3
 MIB = 1024**2
 
 
+UNKNOWN = "-"
+"""How every view prints a figure that is not known: never 0, never a guess."""
+
+
 def size(n: int | None) -> str:
     if n is None:
-        return "?"
+        return UNKNOWN
     if abs(n) >= GIB:
         return f"{n / GIB:.1f}G"
     return f"{n / MIB:.0f}M"
@@ -24,7 +28,7 @@ def size(n: int | None) -> str:
 
 def signed(n: int | None) -> str:
     if n is None:
-        return "?"
+        return UNKNOWN
     return ("+" if n > 0 else "") + size(n)
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
     from monitor.engines.spec import LaunchSpec
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
+    from monitor.measured import Measured
 
 HOST = "host"
 
@@ -66,6 +67,7 @@ class ModelRow:
     diagnosis: Diagnosis | None = None
     need_by_device: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    held: Measured | None = None  # the parts of measured_bytes (monitor/measured.py)
 
     @property
     def delta_bytes(self) -> int | None:
@@ -250,7 +252,8 @@ class FrameBuilder:
             cache_types=caches, measured_bytes=measured,
             estimate_bytes=est.total_bytes() if est else None, kv_bytes=kv or None,
             flags=tuple(flags), spec=spec, estimate=est, diagnosis=diag,
-            need_by_device=need_by_device(est, picture) if est else {}, error=error)
+            need_by_device=need_by_device(est, picture) if est else {}, error=error,
+            held=held)
 
 
 def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
@@ -481,15 +484,21 @@ class StoreSource:
                 "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
                 (*args, since_ms, width)):
             out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
-        vram, gtt = ("vram_max_bytes", "gtt_max_bytes") if minutes else ("vram_bytes", "gtt_bytes")
+        # a model's series is its measured total (monitor/measured.py: VRAM+GTT + RssAnon +
+        # RssFile; per minute, the sum of each part's maximum); a tick where a GPU lists it
+        # without its memory is unknown and left out, never drawn as 0
+        vram, gtt, anon, file = (
+            ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
+            if minutes else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes"))
         table = "process_minutes" if minutes else "process_samples"
         rows = self._query(
             "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
-            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0))"
-            f" AS used FROM {table}"
-            f" WHERE {where} AND device_id != 'host'"
+            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0)"
+            f"  + coalesce({anon}, 0) + coalesce({file}, 0)) AS used,"
+            f"  max(device_id != 'host' AND {vram} IS NULL AND {gtt} IS NULL) AS unknown"
+            f" FROM {table} WHERE {where}"
             "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
-            " GROUP BY ts_ms, process_id"
+            " GROUP BY ts_ms, process_id HAVING unknown = 0"
             ") t JOIN processes p ON p.id = t.process_id"
             " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts", (*args, since_ms, width))
         names: dict[str, str] = {}

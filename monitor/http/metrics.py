@@ -21,6 +21,11 @@ Metrics and labels:
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
   (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
   never a label. Only tracked processes (bounded by ``[collectors] max_tracked``);
+- ``vramscope_process_measured_bytes{pid,comm,model}``: what a tracked process holds by
+  the one definition every view uses (monitor/measured.py: VRAM+GTT on every GPU, with its
+  forked helpers' GPU memory, + RssAnon + RssFile); left out when a GPU lists it without
+  its memory (unknown, never 0), and for a helper (its GPU memory is in its server's).
+  Its parts are ``vramscope_process_memory_bytes``;
 - ``vramscope_hidden_process_memory_bytes{pid,device}``: what the driver reports a process
   we cannot see holding (NVML, a pid outside our PID namespace: run with ``--pid=host``);
   counted as attributed on the device, never as unattributed;
@@ -51,6 +56,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import ProcessInfo, Snapshot
+from monitor.engines.recognise import helper_parents
+from monitor.measured import measure
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +187,19 @@ class SnapshotCollector:
                 seen.add(labels)
                 memory.add_metric(list(labels), value)
         yield memory
+        measured = GaugeMetricFamily(
+            "vramscope_process_measured_bytes",
+            "What a tracked process holds: VRAM+GTT (with its helpers') + RssAnon + RssFile "
+            "(absent when unknown).", labels=["pid", "comm", "model"])
+        helpers = helper_parents(infos)
+        for pid, p in sorted(infos.items()):
+            if pid in helpers:
+                continue  # counted in its server's: a sum over pids stays true
+            total = measure(pid, snap.memory,
+                            [h for h, owner in helpers.items() if owner == pid]).total_bytes
+            if total is not None:
+                measured.add_metric([str(pid), _label(p.comm), self._model(p)], total)
+        yield measured
         hidden = GaugeMetricFamily(
             "vramscope_hidden_process_memory_bytes",
             "Memory the driver reports for a process not visible here (another PID "

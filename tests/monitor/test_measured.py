@@ -81,6 +81,41 @@ def test_gpu_memory_the_driver_does_not_report_is_unknown_not_zero(
     assert '"measured_bytes": null' in render([d], True)
 
 
+def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
+        tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None) -> None:
+    """Issue 16 item 1: NVML 'not available' for the server is '-' in `status` text (its GPU
+    column and MEASURED), null in the JSON's measured object, and '-' in the TUI's models
+    table (measured and difference) and in its GPU bar legend: never 0 B or a difference."""
+    from monitor.status import render_text, to_json
+    from tui.source import FrameBuilder
+    from tui.widgets.device_panel import DevicePanel, panels_from_frame
+    from tui.widgets.models_table import ModelsTable
+
+    scenario = nvml_fake.load("rtx4060")
+    device = scenario["devices"][0]
+    device["compute"] = [{"pid": "llama", "used": NOT_AVAILABLE}]
+    device["graphics"] = []
+    nvml_fake.install(scenario, {"llama": server.pid})
+    snap = Sampler(Roots(), CollectorOptions(), ("nvml", "procfs")).sample()
+    gpu = next(m.device_id for m in snap.memory if m.pid == server.pid and m.device_id != "host")
+    line = next(x for x in render_text(snap).splitlines() if x.startswith(f"{server.pid} "))
+    assert "0 B" not in line, line
+    assert f"{gpu.split(':', 1)[-1]} -" in line  # the GPU column
+    assert line.split()[2] == "-"  # MEASURED
+    (doc,) = [p for p in to_json(snap)["processes"] if p["pid"] == server.pid]
+    assert doc["measured"]["total_bytes"] is None and doc["measured"]["device_bytes"] is None
+    assert doc["measured"]["host_anon_bytes"] and doc["measured"]["unknown_device_ids"] == [gpu]
+    frame = FrameBuilder().build(snap)
+    (row,) = [r for r in frame.models if r.pid == server.pid]
+    cells = dict(zip(("engine", "model", "ctx", "cache", "measured", "estimate", "delta"),
+                     ModelsTable.cells(row), strict=False))
+    assert (cells["measured"], cells["delta"]) == ("-", "-"), cells
+    assert cells["estimate"] not in ("-", "?")  # the estimate itself is known
+    (panel,) = [d for d in panels_from_frame(frame) if d.picture.device_id == gpu]
+    legend = DevicePanel(panel)._lines(panel, 200)[3].plain
+    assert f"{row.model} GPU - (measured -)" in legend, legend
+
+
 def test_known_gpu_memory_is_judged(tmp_path: Path, server: subprocess.Popen[bytes],
                                     fresh_pynvml: None) -> None:
     """The same server with its 6 GiB reported: judged, and far over a tiny model's estimate."""
@@ -173,3 +208,26 @@ def test_weights_paged_out_are_named_not_called_as_expected() -> None:
     locked = diagnose(1, "m.gguf", replace(SPEC, load_mode="mmap+mlock"), est,
                       measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)), lambda s: est)
     assert not any(f.component == "weights_paged_out" for f in locked.findings)
+
+
+def test_metrics_measured_is_absent_when_unknown_and_counts_helpers() -> None:
+    """/metrics: vramscope_process_measured_bytes is measure()'s total (a forked helper's
+    GPU memory added to its server) and absent, never 0, when a GPU lists it without size."""
+    from collectors.base import ProcessInfo, Snapshot
+    from monitor.http.metrics import build_registry, render
+
+    argv = ("llama-server", "-m", "/m/x.gguf")
+    server = ProcessInfo(10, 1, None, 1, 0, "llama-server", argv, "llama.cpp", ("inference",))
+    helper = ProcessInfo(11, 2, None, 10, 0, "llama-server", argv, "llama.cpp", ("gpu",))
+    blind = ProcessInfo(12, 3, None, 1, 0, "llama-server", ("llama-server", "-m", "/m/y.gguf"),
+                        "llama.cpp", ("inference",))
+    rows = (*_rows(10, 2 * GIB, 300 * MIB, 700 * MIB),
+            ProcessMemory(11, "nvml:GPU-x", vram_bytes=GIB),
+            ProcessMemory(12, "host", rss_anon_bytes=MIB, rss_file_bytes=MIB),
+            ProcessMemory(12, "nvml:GPU-x"))
+    snap = Snapshot(1000, (), (server, helper, blind), rows, (), (), ())
+    text = render(build_registry(lambda: snap)).decode()
+    lines = [x for x in text.splitlines() if x.startswith("vramscope_process_measured_bytes{")]
+    assert any('pid="10"' in x and 'model="x.gguf"' in x and
+               float(x.rsplit(" ", 1)[1]) == 3 * GIB + 1000 * MIB for x in lines), lines
+    assert not any('pid="12"' in x or 'pid="11"' in x for x in lines)  # unknown; a helper

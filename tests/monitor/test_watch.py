@@ -125,3 +125,30 @@ def test_a_truncated_model_is_flagged_not_fatal(tmp_path: Path) -> None:
     assert started.kind == "load_started"
     assert "no estimate:" in started.message and "truncated: the file is" in started.message
     assert watch.observe(Snapshot(2000, (host,), (proc,), (), (), (), ())) == []
+
+
+def test_load_finished_never_counts_unknown_gpu_memory_as_0(tmp_path: Path) -> None:
+    """A GPU that lists the server without its memory (NVML 'not available'): the
+    load_finished event has no measured figure for that GPU and says the total is unknown
+    (monitor/measured.py), instead of "measured_<gpu>: 0" and the host part as the total."""
+    md, tensors = g.qwen3_8b(n_layer=2)
+    md["qwen3.block_count"] = 2
+    model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
+                        available_bytes=54 * GIB)
+    gpu = DeviceSample("nvml:GPU-x", "nvml", "nvidia", "RTX", "dedicated", 24 * GIB, 8 * GIB)
+    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", str(model), "-c", "4096"), "llama.cpp",
+                       ("inference",))
+    watch = LoadWatch(Path("/proc"), steady_ticks=2)
+    assert watch.observe(Snapshot(0, (host, gpu), (), (), (), (), ())) == []
+    events = []
+    for ts in range(1000, 6000, 1000):
+        events += watch.observe(Snapshot(ts, (host, gpu), (proc,), (
+            ProcessMemory(proc.pid, "host", rss_anon_bytes=GIB, rss_file_bytes=0),
+            ProcessMemory(proc.pid, "nvml:GPU-x", vram_bytes=None, gtt_bytes=None)),
+            (), (), ()))
+    (done,) = [e for e in events if e.kind == "load_finished"]
+    assert "measured_nvml:GPU-x" not in done.data
+    assert done.data["measured_host"] == GIB
+    assert "measured unknown" in done.message, done.message

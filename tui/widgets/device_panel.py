@@ -1,6 +1,11 @@
-"""One device: a stacked memory bar with a segment per model (measured), a marker per
-model's estimate, others, reserved, free and the safety margin. Unified pools add a line
-with the VRAM carve-out, GTT and host RAM parts (never summed away)."""
+"""One device: a stacked memory bar with a segment per model, a marker per model's
+estimate, others, reserved, free and the safety margin. Unified pools add a line with the
+VRAM carve-out, GTT and host RAM parts (never summed away).
+
+A model's segment is the part of its memory this device holds: VRAM+GTT on a GPU, anonymous
++ shared memory (``anon+shm``) on the host bar (its mmap'd weights are page cache, counted
+as available). The legend names that part and, where it differs, the model's measured
+total (monitor/measured.py, the figure the models table shows)."""
 
 from __future__ import annotations
 
@@ -25,8 +30,16 @@ PROJECTED, OVER = "$warning", "$error"
 @dataclass(frozen=True, slots=True)
 class Segment:
     label: str
-    bytes: int
+    bytes: int | None  # this device's part; None: the driver lists it without a size
     estimate_bytes: int | None = None
+    part: str = ""  # which part ``bytes`` is: "GPU" (VRAM+GTT) or "anon+shm" (host RAM)
+    measured_bytes: int | None = None  # the model's measured total; None: unknown
+    has_measured: bool = False  # False: no measured total to show (not a model)
+
+
+def part_of(memory_kind: str) -> str:
+    """The part of a process's memory a device's bar shows (monitor/picture.py)."""
+    return "anon+shm" if memory_kind == "host" else "GPU"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +140,7 @@ class DevicePanel(Widget):
         # segments: (bytes, style, char)
         segs: list[tuple[int, str, str]] = []
         for i, m in enumerate(data.models):
-            segs.append((m.bytes, PALETTE[i % len(PALETTE)], "█"))
+            segs.append((m.bytes or 0, PALETTE[i % len(PALETTE)], "█"))
         if pic.others_bytes:
             segs.append((pic.others_bytes, OTHERS, "▓"))
         if pic.reserved_bytes:
@@ -165,7 +178,7 @@ class DevicePanel(Widget):
                 pos = min(width - 1, max(0, round((start + m.estimate_bytes) / cap * width) - 1))
                 marks[pos] = "▼"
                 mark_spans.append(Span(pos, pos + 1, PALETTE[i % len(PALETTE)]))
-            start += m.bytes
+            start += m.bytes or 0
         marker = Content("".join(marks), mark_spans)
         legend = self._legend(data, free, margin, width)
         lines = [head, marker, bar, legend]
@@ -178,8 +191,11 @@ class DevicePanel(Widget):
         parts: list[Content] = []
         for i, m in enumerate(data.models):
             est = f" est {size(m.estimate_bytes)}" if m.estimate_bytes is not None else ""
+            held = f"{m.part} {size(m.bytes)}" if m.part else size(m.bytes)
+            if m.has_measured and (m.measured_bytes != m.bytes or m.bytes is None):
+                held += f" (measured {size(m.measured_bytes)})"
             parts.append(Content.styled("■ ", PALETTE[i % len(PALETTE)])
-                         + Content(f"{safe(m.label)} {size(m.bytes)}{est}"))
+                         + Content(f"{safe(m.label)} {held}{est}"))
         if pic.others_bytes:
             parts.append(Content.styled("▓ ", OTHERS) + Content(f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:
@@ -225,11 +241,20 @@ def panels_from_frame(frame, projected: dict[str, int] | None = None,  # noqa: A
                                                                  p.device_id))
     for pic in pics:
         segs = []
+        part = part_of(pic.memory_kind)
         for use in pic.processes:
             row = rows.get(use.pid)
             label = row.model if row is not None else use.name
             est = row.need_by_device.get(pic.device_id) if row is not None else None
-            segs.append(Segment(label, use.bytes, est))
+            segs.append(Segment(label, use.bytes, est, part,
+                                row.measured_bytes if row is not None else None,
+                                row is not None))
+        listed = {use.pid for use in pic.processes}
+        for row in frame.models:  # on this GPU without a size: shown as unknown, never 0
+            if row.pid not in listed and row.held is not None \
+                    and pic.device_id in row.held.unknown_device_ids:
+                segs.append(Segment(row.model, None, row.need_by_device.get(pic.device_id),
+                                    part, row.measured_bytes, True))
         out.append(PanelData(
             pic, samples.get(pic.device_id), tuple(segs),
             host.available_bytes if host is not None and pic.device_id != "host" else None,
