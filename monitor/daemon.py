@@ -210,7 +210,26 @@ def tick(ctx: DaemonContext) -> Snapshot:
     return snap
 
 
+def _check_wal(ctx: DaemonContext) -> None:
+    """The -wal file deleted under a running daemon: checkpoint what it held and go on
+    with a new one, saying so once (issue 14: readers broke and the next start lost it)."""
+    try:
+        if not ctx.store.wal_lost():
+            return
+        ctx.store.recover_wal()
+    except sqlite3.Error as exc:
+        log.error("the -wal file of %s was deleted while running and could not be "
+                  "checkpointed: %s", ctx.config.db_path, exc)
+        return
+    log.warning("the -wal file of %s was deleted while running; its ticks were "
+                "checkpointed into the database and a new -wal was started",
+                ctx.config.db_path)
+
+
 def _write_pending(ctx: DaemonContext) -> None:
+    if not ctx.pending:
+        return
+    _check_wal(ctx)
     while ctx.pending:
         head = ctx.pending[0]
         try:

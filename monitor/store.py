@@ -238,6 +238,7 @@ class Store:
         # start ticks) tells apart two processes with one pid and start tick in two boots.
         self._process_ids: dict[tuple[int, int, int | None], int] = {}
         self._devices: dict[str, tuple[Any, ...]] = {}
+        self._wal_ino: int | None = None  # the -wal file we write (see wal_lost)
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -297,6 +298,33 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def wal_lost(self) -> bool:
+        """True when our -wal file is gone from its path or is another file: someone
+        deleted it while we run. Its committed transactions live on in the file SQLite
+        still holds open, unseen by any new reader and lost at the next start."""
+        if self.path is None:
+            return False
+        try:
+            st = os.stat(f"{self.path}-wal")
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if self._wal_ino is None:
+            self._wal_ino = st.st_ino
+        return st.st_ino != self._wal_ino
+
+    def recover_wal(self) -> None:
+        """Checkpoint the lost -wal (through SQLite's open descriptor of it) into the
+        database, then reopen: SQLite starts a new -wal at the path."""
+        assert self.path is not None
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.close()
+        conn = _connect(self.path)
+        self.db = Database(conn)
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self._wal_ino = None
 
     def set_busy_timeout(self, seconds: float) -> None:
         """How long a write waits for another writer's lock before it fails (and the tick
