@@ -265,10 +265,16 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 @click.option("--bw", "bandwidths", multiple=True, metavar="DEVICE=GB/s",
               help="Memory bandwidth for the tokens/s ceiling, e.g. --bw gpu=272 --bw "
                    "host=76.8 (gpu = every GPU).")
+@click.option("--cgroup", "cgroup_path", metavar="PATH",
+              help="The memory cgroup the launch will run in (/sys/fs/cgroup/...); default: "
+                   "this shell's, or llama-swap's for a MODEL_ID.")
+@click.option("--unit", metavar="NAME", help="The systemd unit the launch will run in "
+              "(its cgroup system.slice/NAME bounds it: MemoryMax=).")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED)
 def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time: str | None,
             swap_config: Path | None, swap_url: str | None, margin_gib: float,
-            want_fit_ctx: bool, bandwidths: tuple[str, ...], **kwargs: Any) -> None:
+            want_fit_ctx: bool, bandwidths: tuple[str, ...], cgroup_path: str | None,
+            unit: str | None, **kwargs: Any) -> None:
     """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error.
 
     \b
@@ -294,6 +300,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
         req = PredictRequest(list(target))
     req.state, req.at, req.swap_config, req.swap_url = state, at_time, swap_config, swap_url
     req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
+    req.cgroup, req.unit = cgroup_path, unit
     try:
         doc, code = run_predict(cfg, req)
     except (ValueError, GgufError, OSError) as exc:

@@ -99,12 +99,15 @@ def judge(est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = 
 
 
 def freed_by(processes: Iterable[ProcessUse], picture: Picture) -> dict[str, int]:
-    """Bytes each device gets back when these processes stop (as measured)."""
+    """Bytes each device gets back when these processes stop (as measured). Where a
+    cgroup binds the new load, only what a process in that cgroup frees makes room."""
     pids = {p.pid for p in processes}
     out: dict[str, int] = {}
     for pic in picture.devices.values():
+        in_cgroup = pic.binding.removeprefix("cgroup ") if pic.binding.startswith(
+            "cgroup ") else None
         for use in pic.processes:
-            if use.pid in pids:
+            if use.pid in pids and (in_cgroup is None or use.cgroup_path == in_cgroup):
                 out[pic.device_id] = out.get(pic.device_id, 0) + use.bytes
     return out
 

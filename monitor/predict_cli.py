@@ -8,14 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from collectors.base import CollectorOptions, Snapshot
+from collectors.base import CgroupMemory, CollectorOptions, Snapshot
 from monitor.config import Config
 from monitor.engines import parse_command
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import EstimateError, estimate
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
-from monitor.predict import Prediction, _worst, fit_ctx, judge, predict
+from monitor.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 
 EXIT_FITS, EXIT_OOM = 0, 1
 
@@ -31,6 +31,8 @@ class PredictRequest:
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = dataclasses.field(default_factory=dict)
+    cgroup: str | None = None  # --cgroup PATH: the memory cgroup the launch will run in
+    unit: str | None = None  # --unit NAME: a systemd unit's cgroup (system.slice/NAME)
 
 
 def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
@@ -52,6 +54,43 @@ def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = 
         return sampler.sample()
     finally:
         sampler.close()
+
+
+def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
+                  ) -> tuple[CgroupMemory | None, str | None]:
+    """(the memory cgroup limit the launch will run under, a note saying which one).
+
+    ``--cgroup``/``--unit`` name it; ``predict MODEL_ID`` takes llama-swap's (its children
+    inherit it); otherwise a live prediction takes predict's own (/proc/self/cgroup: a
+    launch from this shell inherits it). A recorded state (--state, --at) or the daemon's
+    snapshot (the HTTP API: the daemon is not the launcher) has no "self"."""
+    from collectors import cgroup
+
+    if req.cgroup is not None or req.unit is not None:
+        if req.unit is not None and ("/" in req.unit or req.unit in ("", ".", "..")):
+            raise EstimateError(f"--unit {req.unit}: expected a systemd unit name, "
+                                "e.g. llama-swap.service")
+        given = req.cgroup if req.cgroup is not None else f"/system.slice/{req.unit}"
+        h, path = cgroup.resolve(cfg.roots, given)
+        limit = cgroup.read_limit(h, path)
+        return limit, f"the launch runs in the memory cgroup {path}" + (
+            "" if limit is not None else " (no memory limit on it or its ancestors)")
+    if req.model_id is not None:
+        swap = [p for p in snap.processes if p.engine == "llama-swap"]
+        limits = {c.pid: c.cgroup for c in snap.cgroups}
+        for proc in swap:
+            if proc.pid in limits:
+                found = limits[proc.pid]
+                return found, (f"llama-swap (pid {proc.pid}) runs in the memory cgroup "
+                               f"{found.path}; the models it starts inherit it")
+        return None, None
+    if live and req.state is None and req.at is None:
+        h = cgroup.memory_hierarchy(cfg.roots)
+        found = cgroup.pid_limit(cfg.roots, h, "self")
+        if found is not None:
+            return found, (f"this shell runs in the memory cgroup {found.path}; a launch "
+                           "from it inherits it (--cgroup/--unit to judge another)")
+    return None, None
 
 
 def gpu_devices(snap: Snapshot, cfg: Config) -> list[DeviceInfo]:
@@ -107,13 +146,15 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
 def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
                 ) -> tuple[str, int]:
     snap = take_snapshot(cfg, req, snapshot)
-    picture = picture_from_snapshot(snap, int(req.margin_gib * GIB))
+    limit, cgroup_note = launch_cgroup(cfg, req, snap, live=snapshot is None)
+    picture = picture_from_snapshot(snap, int(req.margin_gib * GIB), limit)
     devices = gpu_devices(snap, cfg)
-    notes: list[str] = []
+    notes: list[str] = [cgroup_note] if cgroup_note else []
     evicted: list[ProcessUse] = []
     command = req.command
     if req.model_id is not None:
-        command, evicted, notes = swap_target(req, picture)
+        command, evicted, swap_notes = swap_target(req, picture)
+        notes += swap_notes
     if not command:
         raise EstimateError("nothing to predict: give a command after -- or a llama-swap "
                             "model id with --swap-config")
@@ -124,12 +165,7 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     result = predict(spec, picture, devices, evicted, running)
     best_ctx = None
     if req.want_fit_ctx:
-        freed = {}
-        for e in evicted:
-            for pic in picture.devices.values():
-                for use in pic.processes:
-                    if use.pid == e.pid:
-                        freed[pic.device_id] = freed.get(pic.device_id, 0) + use.bytes
+        freed = freed_by(evicted, picture)
         ceiling_cells = result.estimate.n_ctx or 0
         shape_train = _train_ctx(spec, devices)
         best_ctx = fit_ctx(spec, lambda s: estimate(s, devices), picture, freed,

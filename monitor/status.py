@@ -44,6 +44,7 @@ def to_json(snap: Snapshot,
             f: v for f in _MEMORY_FIELDS if (v := getattr(m, f)) is not None
         }
     helpers = helper_parents({p.pid: p for p in snap.processes})
+    limits = {c.pid: c.cgroup for c in snap.cgroups}
     processes = []
     for p in sorted(snap.processes, key=lambda p: p.pid):
         row = dataclasses.asdict(p)
@@ -52,6 +53,8 @@ def to_json(snap: Snapshot,
         row["memory"] = by_pid.get(p.pid, {})
         row["model_path"] = model_path_of(p, env_for(p.pid) if env_for and p.engine else None)
         row["helper_of"] = helpers.get(p.pid)
+        limit = limits.get(p.pid)
+        row["cgroup"] = dataclasses.asdict(limit) if limit is not None else None
         processes.append(row)
     return {
         "schema": SCHEMA_ID,
