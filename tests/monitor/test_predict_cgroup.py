@@ -148,3 +148,18 @@ def test_status_json_carries_a_servers_cgroup_and_predict_judges_llama_swaps(
     host = host_of(json.loads(result.stdout))
     assert host["binding"] == "cgroup /system.slice/llama-swap.service"
     assert host["room_bytes"] == 1 * GIB
+
+
+def test_doctor_shows_each_servers_cgroup_and_warns_near_the_limit() -> None:
+    from collectors.base import ProcessCgroup, Snapshot
+    from monitor.doctor import cgroup_checks
+
+    server = ProcessInfo(77, 1, None, 1, 0, "llama-server", ("llama-server",), "llama.cpp")
+    calm = CgroupMemory("/system.slice/a.service", 8 * GIB, 6 * GIB, 2 * GIB)
+    full = CgroupMemory("/system.slice/a.service", 8 * GIB, None, int(7.6 * GIB))
+    (ok,) = cgroup_checks(Snapshot(0, (), (server,), (), (), (), (),
+                                   cgroups=(ProcessCgroup(77, calm),)))
+    assert ok.level == "info" and "2.00 GiB charged, max 8.00, high 6.00 GiB" in ok.detail
+    (warn,) = cgroup_checks(Snapshot(0, (), (server,), (), (), (), (),
+                                     cgroups=(ProcessCgroup(77, full),)))
+    assert warn.level == "warn" and "95% of its max" in warn.detail

@@ -105,3 +105,28 @@ def test_load_started_then_finished_with_measured_vs_estimated(tmp_path: Path) -
     assert done.kind == "load_finished" and done.data["load_time_ms"] == 5000
     assert done.data["measured_host"] == 2 * GIB and done.data["estimate_host"] > 0
     assert tick(7000, 2 * GIB) == []  # reported once
+
+
+def test_a_server_whose_cgroup_nears_its_limit_is_warned_once() -> None:
+    from collectors.base import CgroupMemory, ProcessCgroup
+
+    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
+                        available_bytes=54 * GIB)
+    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", "/nonexistent.gguf"), "llama.cpp",
+                       ("inference",))
+    watch = LoadWatch(Path("/proc"))
+
+    def tick(ts: int, current: int) -> list:
+        limit = CgroupMemory("/system.slice/llama.service", 4 * GIB, None, current)
+        return watch.observe(Snapshot(ts, (host,), (proc,), (), (), (), (),
+                                      cgroups=(ProcessCgroup(proc.pid, limit),)))
+
+    assert tick(0, 2 * GIB) == []  # primes
+    assert tick(1000, int(3.5 * GIB)) == []  # 87.5%: not yet
+    (near,) = tick(2000, int(3.8 * GIB))  # 95%
+    assert near.kind == "cgroup_near_limit" and near.severity == "warning"
+    assert "/system.slice/llama.service" in near.message and "95%" in near.message
+    assert tick(3000, int(3.9 * GIB)) == []  # once
+    assert tick(4000, 3 * GIB) == []
+    assert [e.kind for e in tick(5000, int(3.9 * GIB))] == ["cgroup_near_limit"]  # again
