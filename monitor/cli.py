@@ -275,7 +275,13 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             swap_config: Path | None, swap_url: str | None, margin_gib: float,
             want_fit_ctx: bool, bandwidths: tuple[str, ...], cgroup_path: str | None,
             unit: str | None, **kwargs: Any) -> None:
-    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error.
+    """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
+    load; 3: fits at load, OOM once the prompt cache / checkpoints fill (bound them with
+    the --cache-ram N / -ctxcp N it names); 2: error.
+
+    The room is the smallest of device free memory, host MemAvailable and the memory
+    cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
+    -c, the load is judged at the context llama.cpp's fit will choose.
 
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf

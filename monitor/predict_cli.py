@@ -18,6 +18,7 @@ from monitor.picture import GIB, Picture, ProcessUse, load_state, picture_from_s
 from monitor.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 
 EXIT_FITS, EXIT_OOM = 0, 1
+EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill
 
 
 @dataclasses.dataclass
@@ -148,6 +149,8 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     snap = take_snapshot(cfg, req, snapshot)
     limit, cgroup_note = launch_cgroup(cfg, req, snap, live=snapshot is None)
     picture = picture_from_snapshot(snap, int(req.margin_gib * GIB), limit)
+    # llama.cpp's fit reads device free memory: it does not know the launch's cgroup
+    fit_view = picture_from_snapshot(snap, int(req.margin_gib * GIB)) if limit else None
     devices = gpu_devices(snap, cfg)
     notes: list[str] = [cgroup_note] if cgroup_note else []
     evicted: list[ProcessUse] = []
@@ -162,7 +165,7 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
-    result = predict(spec, picture, devices, evicted, running)
+    result = predict(spec, picture, devices, evicted, running, fit_view=fit_view)
     best_ctx = None
     if req.want_fit_ctx:
         freed = freed_by(evicted, picture)
@@ -173,7 +176,8 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     bandwidth = None
     if req.bandwidth_gbs:
         bandwidth = _bandwidth_report(spec, devices, picture, result, req.bandwidth_gbs)
-    code = EXIT_OOM if result.verdict == "oom" else EXIT_FITS
+    code = EXIT_OOM if result.verdict == "oom" else (
+        EXIT_GROWS_OOM if result.grown_verdict == "oom" else EXIT_FITS)
     if req.want_fit_ctx and best_ctx is None:
         code = EXIT_OOM
     doc = to_json(result, picture, notes, best_ctx, req.want_fit_ctx, bandwidth)
@@ -236,6 +240,15 @@ def to_json(result: Prediction, picture: Picture, notes: list[str], best_ctx: in
         "model_path": result.estimate.model_path,
         "devices": [{**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
                     for d in result.devices],
+        "grown": None if result.grown_verdict is None else {
+            "verdict": result.grown_verdict,
+            "devices": [{**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
+                        for d in result.grown],
+            "bounds": [dataclasses.asdict(f) for f in result.growth_bounds],
+            "grows": [{"name": c.name, "device": c.device, "bytes": c.bytes,
+                       "formula": c.formula}
+                      for c in result.estimate.components if c.when == "grows"]},
+        "llama_fit": None if result.fit is None else dataclasses.asdict(result.fit),
         "would_unload": list(result.evicted),
         "fixes": [dataclasses.asdict(f) for f in result.fixes],
         "fit_ctx": best_ctx if want_fit_ctx else None,
@@ -257,6 +270,18 @@ def render_text(doc_json: str) -> str:
             f"{d['device_id']}: needs {_gib(d['need_bytes'])} GiB, can get "
             f"{_gib(d['room_bytes'])} GiB{freed} (binding: {d['binding'] or '-'}), margin "
             f"{_gib(d['margin_bytes'])} GiB -> {d['verdict'].upper()}, {tail}")
+    grown = doc.get("grown")
+    if grown:
+        what = ", ".join(f"{g['name']} {_gib(g['bytes'])} GiB" for g in grown["grows"])
+        lines.append(f"once the caches fill ({what}):")
+        for d in grown["devices"]:
+            tail = (f"short by {_gib(-d['slack_bytes'])} GiB" if d["verdict"] == "oom" else
+                    f"{_gib(d['slack_bytes'])} GiB to spare after the margin")
+            lines.append(f"  {d['device_id']}: needs {_gib(d['need_bytes'])} GiB, can get "
+                         f"{_gib(d['room_bytes'])} GiB -> {d['verdict'].upper()}, {tail}")
+        if grown["bounds"]:
+            lines.append("  bound the growth: " + "; or ".join(
+                f["change"] for f in grown["bounds"]))
     if doc["would_unload"]:
         lines.append(f"llama-swap would unload first: {', '.join(doc['would_unload'])}")
     if doc["fixes"]:
@@ -278,5 +303,8 @@ def render_text(doc_json: str) -> str:
                          "just to break even")
     for note in doc["notes"]:
         lines.append(f"note: {note}")
-    lines.append(f"verdict: {doc['verdict'].upper()}")
+    verdict = doc["verdict"].upper()
+    if grown and grown["verdict"] == "oom" and doc["verdict"] != "oom":
+        verdict += ", OOM once the caches fill"
+    lines.append(f"verdict: {verdict}")
     return "\n".join(lines)
