@@ -136,10 +136,12 @@ def pid_limit(roots: Roots, h: Hierarchy | None, pid: int | str) -> CgroupMemory
     return None if path is None else read_limit(h, path)
 
 
-def resolve(roots: Roots, given: str) -> tuple[Hierarchy, str]:
+def resolve(roots: Roots, given: str, named: str | None = None) -> tuple[Hierarchy, str]:
     """``--cgroup PATH`` (``/sys/fs/cgroup/...``, or a cgroup path like
     ``/system.slice/x.service``) -> (hierarchy, cgroup path). ValueError when there is
-    no memory controller, the path climbs out, or the cgroup does not exist."""
+    no memory controller, the path climbs out, or the cgroup does not exist; ``named``:
+    how the error names what was asked (default ``--cgroup GIVEN``)."""
+    named = named or f"--cgroup {given}"
     h = memory_hierarchy(roots)
     if h is None:
         raise ValueError("no memory cgroup controller is mounted under /sys/fs/cgroup")
@@ -148,9 +150,9 @@ def resolve(roots: Roots, given: str) -> tuple[Hierarchy, str]:
     if path == real_mount or path.startswith(real_mount + "/"):
         path = path[len(real_mount):] or "/"
     elif path.startswith("/sys/fs/cgroup"):
-        raise ValueError(f"--cgroup {given}: not under the memory controller's mount "
+        raise ValueError(f"{named}: not under the memory controller's mount "
                          f"({real_mount})")
     clean = _clean(path)
     if clean is None or not _fs.exists(h.mount / clean.lstrip("/")):
-        raise ValueError(f"--cgroup {given}: no such cgroup under {real_mount}")
+        raise ValueError(f"{named}: no such cgroup under {real_mount}")
     return h, clean

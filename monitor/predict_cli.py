@@ -72,7 +72,8 @@ def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
             raise EstimateError(f"--unit {req.unit}: expected a systemd unit name, "
                                 "e.g. llama-swap.service")
         given = req.cgroup if req.cgroup is not None else f"/system.slice/{req.unit}"
-        h, path = cgroup.resolve(cfg.roots, given)
+        h, path = cgroup.resolve(cfg.roots, given, None if req.unit is None or req.cgroup
+                                 else f"--unit {req.unit} ({given})")
         limit = cgroup.read_limit(h, path)
         return limit, f"the launch runs in the memory cgroup {path}" + (
             "" if limit is not None else " (no memory limit on it or its ancestors)")

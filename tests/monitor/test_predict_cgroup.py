@@ -163,3 +163,19 @@ def test_doctor_shows_each_servers_cgroup_and_warns_near_the_limit() -> None:
     (warn,) = cgroup_checks(Snapshot(0, (), (server,), (), (), (), (),
                                      cgroups=(ProcessCgroup(77, full),)))
     assert warn.level == "warn" and "95% of its max" in warn.detail
+
+
+def test_a_cgroup_or_unit_that_is_not_there_is_one_line_exit_2(tmp_path: Path) -> None:
+    if memory_hierarchy(Roots()) is None:
+        pytest.skip("no memory cgroup controller here")
+    model = two_gib_model(tmp_path)
+    launch = ["--", "llama-server", "-m", model, "-c", "4096"]
+    # (on a v1 or hybrid box /sys/fs/cgroup/X is outside the memory controller's mount)
+    for args, says in ((["--cgroup", "/sys/fs/cgroup/vramscope-no-such"], "cgroup"),
+                       (["--cgroup", "/system.slice/../../etc"], "no such cgroup"),
+                       (["--unit", "../x"], "expected a systemd unit name"),
+                       (["--unit", "vramscope-no-such.service"], "--unit vramscope-no-such")):
+        result = predict(*args, *launch)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("vramscope: error: ") and says in result.stderr
+        assert result.stderr.count("\n") == 1 and result.stdout == ""
