@@ -438,3 +438,27 @@ def test_no_c_is_oom_only_when_even_the_minimum_context_does_not_fit(tmp_path: P
     assert code == 1 and doc["verdict"] == "oom"
     assert doc["llama_fit"]["ctx"] == 4096  # it ran out of room at -fitc
     assert any("even at -fitc 4096" in n for n in doc["notes"])
+
+
+def test_context_checkpoints_that_outgrow_the_room_are_bounded_with_ctxcp(tmp_path: Path
+                                                                         ) -> None:
+    """A sliding-window model: each of the 32 default checkpoints per slot copies one
+    sequence's SWA cache (4096-token window) into host RAM. Exit 3 and -ctxcp N that fits."""
+    import tiny_models
+
+    model = tiny_models.write_gemma3(tmp_path / "swa.gguf", n_head_kv=8, head_dim=256,
+                                     sliding_window=4096, n_ctx_train=32768).path
+    state = write_state(tmp_path / "state.json", [host(4 * GIB, total=16 * GIB)], [])
+    launch = ["--state", str(state), "--", "llama-server", "-m", str(model), "-c", "16384",
+              "-np", "1", "--cache-ram", "0"]
+    code, doc = run_predict_json(*launch)
+    grown = doc["grown"]
+    assert (code, doc["verdict"], grown["verdict"]) == (3, "fits", "oom"), doc
+    assert [c["name"] for c in grown["grows"]] == ["checkpoints"]
+    (bound,) = grown["bounds"]
+    n = int(bound["change"].split()[1])
+    assert bound["change"] == f"-ctxcp {n}" and 0 <= n < 32
+    assert run_predict_json(*launch, "-ctxcp", str(n))[0] == 0
+    assert run_predict_json(*launch, "-ctxcp", str(n + 4))[0] in (0, 3)  # margin, then room
+    code, more = run_predict_json(*launch, "-ctxcp", "32")
+    assert code == 3 and more["grown"]["bounds"] == grown["bounds"]
