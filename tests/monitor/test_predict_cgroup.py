@@ -179,3 +179,33 @@ def test_a_cgroup_or_unit_that_is_not_there_is_one_line_exit_2(tmp_path: Path) -
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("vramscope: error: ") and says in result.stderr
         assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_status_json_shows_a_live_servers_cgroup_limit(tmp_path: Path) -> None:
+    """A process that looks like llama-server, started inside a 1 GiB memory cgroup:
+    `vramscope status --json` names its cgroup with the limit and the charge."""
+    group, procs = make_cgroup(1 * GIB)
+    join_then_sleep = ("import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                       "os.execv('/bin/sleep', ['llama-server', '120'])")
+    server = subprocess.Popen([sys.executable, "-c", join_then_sleep, str(procs)])
+    try:
+        doc = None
+        for _ in range(50):  # until it has joined and exec'd (polled, generous)
+            if Path(f"/proc/{server.pid}/cmdline").read_bytes().startswith(b"llama-server"):
+                break
+            subprocess.run(["sleep", "0.1"])
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        result = subprocess.run([sys.executable, "-m", "monitor", "status", "--json"],
+                                capture_output=True, text=True, timeout=120, env=env,
+                                cwd=ROOT)
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+    finally:
+        server.kill()
+        server.wait()
+        group.rmdir()
+    row = next(p for p in doc["processes"] if p["pid"] == server.pid)
+    assert row["engine"] == "llama.cpp"
+    cg = row["cgroup"]
+    assert cg["path"] == f"/{group.name}" and cg["memory_max_bytes"] == 1 * GIB
+    assert 0 < cg["memory_current_bytes"] < 1 * GIB
