@@ -167,6 +167,14 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
     result = predict(spec, picture, devices, evicted, running, fit_view=fit_view)
+    if limit is not None and limit.memory_high_bytes is not None:
+        host_need = result.estimate.by_device(include_growth=True).get("host", 0)
+        over = host_need - max(0, limit.memory_high_bytes - (limit.memory_current_bytes or 0))
+        if over > 0:
+            notes.append(f"the cgroup {limit.path} has memory.high (MemoryHigh=) "
+                         f"{_gib(limit.memory_high_bytes)} GiB: this load passes it by "
+                         f"{_gib(over)} GiB, so the kernel throttles and reclaims (slow, "
+                         "no kill) before memory.max")
     best_ctx = None
     if req.want_fit_ctx:
         freed = freed_by(evicted, picture)

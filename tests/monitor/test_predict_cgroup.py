@@ -148,6 +148,14 @@ def test_status_json_carries_a_servers_cgroup_and_predict_judges_llama_swaps(
     host = host_of(json.loads(result.stdout))
     assert host["binding"] == "cgroup /system.slice/llama-swap.service"
     assert host["room_bytes"] == 1 * GIB
+    assert any("llama-swap (pid 900) runs in the memory cgroup" in n
+               for n in json.loads(result.stdout)["notes"])
+    # with MemoryHigh= 5.5 GiB the load passes it: named, but it is not the kill limit
+    doc["processes"][0]["cgroup"]["memory_high_bytes"] = int(5.5 * GIB)
+    state.write_text(json.dumps(doc))
+    notes = json.loads(predict("--state", str(state), "--swap-config", str(config),
+                               "small").stdout)["notes"]
+    assert any("memory.high (MemoryHigh=) 5.5 GiB" in n and "throttles" in n for n in notes)
 
 
 def test_doctor_shows_each_servers_cgroup_and_warns_near_the_limit() -> None:
