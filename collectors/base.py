@@ -112,6 +112,34 @@ class DeviceSample:
 
 
 @dataclass(frozen=True, slots=True)
+class CgroupMemory:
+    """The memory cgroup limit that binds a process (collectors/cgroup.py): ``path`` is the
+    cgroup (as in ``/proc/PID/cgroup``) whose limit leaves the least room, with its
+    ``memory.max`` / ``memory.high`` (None: unlimited; v1 has no high) and its charge
+    ``memory.current`` (anonymous memory and page cache)."""
+
+    path: str
+    memory_max_bytes: int | None
+    memory_high_bytes: int | None
+    memory_current_bytes: int | None
+
+    @property
+    def room_bytes(self) -> int | None:
+        """What more the cgroup may charge before the kernel OOM-kills in it."""
+        if self.memory_max_bytes is None or self.memory_current_bytes is None:
+            return None
+        return max(0, self.memory_max_bytes - self.memory_current_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCgroup:
+    """A tracked server's memory cgroup limit, sampled each tick."""
+
+    pid: int
+    cgroup: CgroupMemory
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """Who a process is. Identity is ``(pid, start_ticks)``: PIDs are reused.
 
@@ -210,6 +238,7 @@ class Reading:
     hidden: tuple[HiddenProcess, ...] = ()
     exited: tuple[ExitedProcess, ...] = ()
     events: tuple[DeviceEvent, ...] = ()
+    cgroups: tuple[ProcessCgroup, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +265,7 @@ class Snapshot:
     exited: tuple[ExitedProcess, ...]
     runs: tuple[CollectorRun, ...]
     events: tuple[DeviceEvent, ...] = ()
+    cgroups: tuple[ProcessCgroup, ...] = ()
 
 
 @dataclass(slots=True)

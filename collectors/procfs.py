@@ -30,12 +30,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from collectors import _fs
+from collectors import _fs, cgroup
 from collectors.base import (
     CollectorOptions,
     DeviceSample,
     ExitedProcess,
     HiddenProcess,
+    ProcessCgroup,
     ProcessInfo,
     ProcessMemory,
     Reading,
@@ -193,6 +194,7 @@ class ProcfsCollector:
         self._top: set[int] = set()
         self._last_rescan_ms: int | None = None
         self._boot_ms = self._read_boot_ms()
+        self._cgroups = cgroup.memory_hierarchy(roots)
 
     def close(self) -> None:
         self._known.clear()
@@ -226,12 +228,19 @@ class ProcfsCollector:
         reasons = self._choose_tracked(tick.gpu_pids)
         infos, rows, hidden, zombies = self._read_tracked(reasons, tick.now_ms)
         exited += zombies
+        limits = []
+        for info in infos:  # servers only: their cgroup binds a load before host RAM does
+            if info.engine is not None and self._cgroups is not None:
+                found = cgroup.pid_limit(self.roots, self._cgroups, info.pid)
+                if found is not None:
+                    limits.append(ProcessCgroup(info.pid, found))
         return Reading(
             devices=(host,),
             processes=tuple(infos),
             memory=tuple(rows),
             hidden=tuple(hidden),
             exited=tuple(exited),
+            cgroups=tuple(limits),
         )
 
     def _refresh_identities(self, pids: dict[int, int]) -> None:

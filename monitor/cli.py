@@ -281,12 +281,24 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 @click.option("--bw", "bandwidths", multiple=True, metavar="DEVICE=GB/s",
               help="Memory bandwidth for the tokens/s ceiling, e.g. --bw gpu=272 --bw "
                    "host=76.8 (gpu = every GPU).")
+@click.option("--cgroup", "cgroup_path", metavar="PATH",
+              help="The memory cgroup the launch will run in (/sys/fs/cgroup/...); default: "
+                   "this shell's, or llama-swap's for a MODEL_ID.")
+@click.option("--unit", metavar="NAME", help="The systemd unit the launch will run in "
+              "(its cgroup system.slice/NAME bounds it: MemoryMax=).")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED)
 def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time: str | None,
             swap_config: Path | None, swap_url: str | None, margin_gib: float,
-            want_fit_ctx: bool, bandwidths: tuple[str, ...], **kwargs: Any) -> None:
-    """Will this load fit? Exit 0: fits, 1: OOM predicted, 2: error (a bad launch value,
-    or no device with a known free figure to judge against).
+            want_fit_ctx: bool, bandwidths: tuple[str, ...], cgroup_path: str | None,
+            unit: str | None, **kwargs: Any) -> None:
+    """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
+    load; 3: fits at load, OOM once the prompt cache / checkpoints fill (bound them with
+    the --cache-ram N / -ctxcp N it names); 2: error (a bad launch value, or no
+    device with a known free figure to judge against).
+
+    The room is the smallest of device free memory, host MemAvailable and the memory
+    cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
+    -c, the load is judged at the context llama.cpp's fit will choose.
 
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
@@ -317,6 +329,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
         req = PredictRequest(list(target))
     req.state, req.at, req.swap_config, req.swap_url = state, at_time, swap_config, swap_url
     req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
+    req.cgroup, req.unit = cgroup_path, unit
     try:
         doc, code = run_predict(cfg, req)
         text = doc if as_json else render_text(doc)

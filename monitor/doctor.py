@@ -143,6 +143,30 @@ def collector_checks(snap: Snapshot) -> list[Check]:
     return checks
 
 
+def cgroup_checks(snap: Snapshot, near_pct: float = 90.0) -> list[Check]:
+    """Each tracked server's memory cgroup limit and charge: the kernel OOM-kills inside a
+    cgroup at ``memory.max`` whatever host RAM has free (page cache is charged too)."""
+    names = {p.pid: p.comm for p in snap.processes}
+    checks = []
+    for c in snap.cgroups:
+        g = c.cgroup
+        gib = 1024**3
+        used = "?" if g.memory_current_bytes is None else f"{g.memory_current_bytes / gib:.2f}"
+        limit = "no max" if g.memory_max_bytes is None else f"max {g.memory_max_bytes / gib:.2f}"
+        high = "" if g.memory_high_bytes is None else \
+            f", high {g.memory_high_bytes / gib:.2f}"
+        detail = (f"{names.get(c.pid, '?')} (pid {c.pid}) runs in {g.path}: {used} GiB "
+                  f"charged, {limit}{high} GiB")
+        share = (100.0 * g.memory_current_bytes / g.memory_max_bytes
+                 if g.memory_max_bytes and g.memory_current_bytes is not None else None)
+        if share is not None and share > near_pct:
+            checks.append(Check("memory cgroup", "warn", f"{detail} ({share:.0f}% of its max)",
+                                "raise MemoryMax= of the unit, or load less in it"))
+        else:
+            checks.append(Check("memory cgroup", "info", detail))
+    return checks
+
+
 def database_checks(config: Config) -> list[Check]:
     return [*_database_state(config), *database_file_checks(config.db_path)]
 
@@ -263,6 +287,7 @@ def run_checks(config: Config) -> list[Check]:
         *(kernel := kernel_log_check()),
         *exit_status_check(kernel[0].level == "ok"),
         *collector_checks(snap),
+        *cgroup_checks(snap),
         *database_checks(config),
     ]
 

@@ -8,7 +8,11 @@ or a moment in the database). Rules (sources.md sections 3-4, estimation.md sect
   a new load can get whichever binds first of ``gtt_ceiling - gtt_used`` (+ free VRAM
   carve-out) and the host's ``MemAvailable``, minus the margin;
 - NVIDIA unified (GB10/Jetson): the pool is host RAM: ``MemAvailable - margin``;
-- host: ``MemAvailable - margin`` (page cache counts as available: it is reclaimable).
+- host: ``MemAvailable - margin`` (page cache counts as available: it is reclaimable);
+- a launch in a memory cgroup (systemd ``MemoryMax=``, a container, llama-swap's unit) gets
+  host memory only up to the cgroup's room, ``memory.max - memory.current`` of the tightest
+  ancestor (collectors/cgroup.py): where that is below ``MemAvailable`` the cgroup binds,
+  for the host and for a unified pool alike.
 
 ``others_bytes`` is device use not attributed to any tracked or hidden process (other
 users' processes, the display, CUDA contexts NVML does not list): :func:`unattributed_bytes`,
@@ -24,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import (
+    CgroupMemory,
+    DeviceSample,
+    HiddenProcess,
+    ProcessCgroup,
+    ProcessInfo,
+    ProcessMemory,
+    Snapshot,
+)
 
 GIB = 1024**3
 DEFAULT_MARGIN_BYTES = GIB // 2
@@ -42,6 +54,7 @@ class ProcessUse:
     engine: str | None = None
     argv: tuple[str, ...] = ()
     hidden: bool = False  # a process we cannot see here (another PID namespace)
+    cgroup_path: str | None = None  # its limiting memory cgroup, when it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +70,7 @@ class DevicePicture:
     margin_bytes: int
     processes: tuple[ProcessUse, ...] = ()
     others_bytes: int | None = None
-    binding: str = ""  # which limit binds: "VRAM", "GTT", "MemAvailable"
+    binding: str = ""  # which limit binds: "VRAM", "GTT", "MemAvailable", "cgroup /path"
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -99,9 +112,22 @@ def unattributed_bytes(used_bytes: int | None, attributed_bytes: int) -> int | N
     return max(0, used_bytes - attributed_bytes)
 
 
+def host_room(host: DeviceSample | None, cgroup: CgroupMemory | None
+              ) -> tuple[int | None, str]:
+    """(what a new load can get of host RAM, which limit binds): ``MemAvailable`` or the
+    launch's cgroup room, whichever is smaller."""
+    available = host.available_bytes if host is not None else None
+    room = cgroup.room_bytes if cgroup is not None else None
+    if room is not None and (available is None or room < available):
+        return room, f"cgroup {cgroup.path}" if cgroup is not None else ""
+    return available, "MemAvailable"
+
+
 def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int, ProcessInfo],
                     host: DeviceSample | None, margin: int,
-                    hidden: Sequence[HiddenProcess] = ()) -> DevicePicture:
+                    hidden: Sequence[HiddenProcess] = (),
+                    cgroup: CgroupMemory | None = None,
+                    cgroup_of: dict[int, str] | None = None) -> DevicePicture:
     uses = []
     for m in rows:
         if d.memory_kind == "host":
@@ -110,7 +136,8 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
             held = (m.vram_bytes or 0) + (m.gtt_bytes or 0)
         if held:
             name, engine, argv = _label(infos.get(m.pid), m.pid)
-            uses.append(ProcessUse(m.pid, name, held, engine, argv))
+            uses.append(ProcessUse(m.pid, name, held, engine, argv,
+                                   cgroup_path=(cgroup_of or {}).get(m.pid)))
     for h in hidden:
         if h.used_bytes:
             uses.append(ProcessUse(h.pid, f"pid {h.pid} (hidden)", h.used_bytes, hidden=True))
@@ -119,19 +146,19 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
     others = unattributed_bytes(used, sum(u.bytes for u in uses))
     binding = ""
     available: int | None = None
-    host_available = host.available_bytes if host is not None else None
+    host_available, host_binding = host_room(host, cgroup)
     if d.memory_kind == "host":
-        available, binding = d.available_bytes, "MemAvailable"
+        available, binding = host_room(d, cgroup)
     elif d.memory_kind == "unified" and d.gtt_total_bytes is not None:
         ceiling = d.gtt_ceiling_bytes or d.gtt_total_bytes
         gtt_room = max(0, ceiling - (d.gtt_used_bytes or 0))
         vram_room = max(0, (d.vram_total_bytes or 0) - (d.vram_used_bytes or 0))
         candidates = [(gtt_room + vram_room, "GTT")]
         if host_available is not None:
-            candidates.append((host_available, "MemAvailable"))
+            candidates.append((host_available, host_binding))
         available, binding = min(candidates)
     elif d.memory_kind == "unified":
-        available, binding = host_available, "MemAvailable"
+        available, binding = host_available, host_binding
     elif d.total_bytes is not None and used is not None:
         available = d.total_bytes - used - (d.reserved_bytes or 0)
         binding = "VRAM"
@@ -142,19 +169,23 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
         processes=tuple(uses), others_bytes=others, binding=binding)
 
 
-def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> Picture:
+def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES,
+                          cgroup: CgroupMemory | None = None) -> Picture:
+    """``cgroup``: the memory cgroup limit the new load will run under (None: none)."""
     infos = {p.pid: p for p in snap.processes}
     host = next((d for d in snap.devices if d.device_id == "host"), None)
     by_device: dict[str, list[ProcessMemory]] = {}
     for m in snap.memory:
         by_device.setdefault(m.device_id, []).append(m)
+    cgroup_of = {c.pid: c.cgroup.path for c in snap.cgroups}
     hidden: dict[str, list[HiddenProcess]] = {}
     for h in snap.hidden:
         if h.device_id is not None and h.used_bytes:
             hidden.setdefault(h.device_id, []).append(h)
     devices = {
         d.device_id: _device_picture(d, by_device.get(d.device_id, []), infos, host,
-                                     margin_bytes, hidden.get(d.device_id, []))
+                                     margin_bytes, hidden.get(d.device_id, []), cgroup,
+                                     cgroup_of)
         for d in snap.devices
     }
     return Picture(snap.ts_ms, devices)
@@ -179,7 +210,12 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
     hidden_fields = set(HiddenProcess.__dataclass_fields__)
     hidden = tuple(HiddenProcess(**{k: v for k, v in h.items() if k in hidden_fields})
                    for h in doc.get("hidden", ()))
-    return Snapshot(doc["ts_ms"], devices, tuple(infos), tuple(rows), hidden, (), ())
+    cgroup_fields = set(CgroupMemory.__dataclass_fields__)
+    cgroups = tuple(ProcessCgroup(p["pid"], CgroupMemory(**{
+        k: v for k, v in p["cgroup"].items() if k in cgroup_fields}))
+        for p in doc["processes"] if isinstance(p.get("cgroup"), dict))
+    return Snapshot(doc["ts_ms"], devices, tuple(infos), tuple(rows), hidden, (), (),
+                    cgroups=cgroups)
 
 
 def load_state(path: Path) -> Snapshot:

@@ -7,6 +7,16 @@ says a new load can get (``available``), plus what the evicted models free. Verd
 
 Fixes are priced by re-running the estimator on a changed launch (``dataclasses.replace``
 of the spec), so each one says exactly how many bytes it frees on each device.
+
+Two moments are judged: at load (the components llama.cpp allocates at start) and once
+the caches fill (plus the components that grow with use: the ``--cache-ram`` prompt
+cache, context checkpoints). A load that fits but grows past the room is named with the
+flag that bounds the growth and a value that fits (:func:`bound_growth`).
+
+With no ``-c`` and ``--fit`` on, llama.cpp's own fit chooses the context: the largest (in
+steps of 256 per stream) that leaves ``-fitt`` MiB (1024) free on each device, never
+below ``-fitc`` (4096) (estimation.md 1e). :func:`llama_fit` simulates it, and that
+context is what is judged.
 """
 
 from __future__ import annotations
@@ -20,6 +30,10 @@ from monitor.estimate import MemoryEstimate, estimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
 from monitor.picture import Picture, ProcessUse
+
+FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
+FIT_MIN_CTX = 4096  # llama.cpp -fitc default
+MIB = 1024 * 1024
 
 Verdict = Literal["fits", "tight", "oom"]
 _ORDER = {"fits": 0, "tight": 1, "oom": 2}
@@ -49,37 +63,58 @@ class Fix:
 
 
 @dataclass(frozen=True, slots=True)
+class LlamaFit:
+    """What llama.cpp's fit will choose for a launch with no ``-c``."""
+
+    ctx: int  # the -c it will run with
+    full_ctx: int  # n_ctx_train x streams: where it starts
+    min_ctx: int  # -fitc
+    target_mib: tuple[int, ...]  # -fitt, per device
+    devices: tuple[str, ...]  # the devices it fits on
+
+
+@dataclass(frozen=True, slots=True)
 class Prediction:
     estimate: MemoryEstimate
     devices: tuple[DeviceVerdict, ...]
     evicted: tuple[str, ...] = ()
     fixes: tuple[Fix, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    grown: tuple[DeviceVerdict, ...] = ()  # once the caches fill; () when nothing grows
+    growth_bounds: tuple[Fix, ...] = ()  # --cache-ram N / -ctxcp N that make it fit then
+    fit: LlamaFit | None = None
 
     @property
     def verdict(self) -> Verdict:
         worst = max((d.verdict for d in self.devices), key=_ORDER.__getitem__, default="fits")
         return worst
 
+    @property
+    def grown_verdict(self) -> Verdict | None:
+        """The verdict once every growing cache is full; None when nothing grows."""
+        return _worst(self.grown) if self.grown else None
+
 
 def _unified_ids(picture: Picture) -> set[str]:
     return {d.device_id for d in picture.devices.values() if d.memory_kind == "unified"}
 
 
-def need_by_device(est: MemoryEstimate, picture: Picture) -> dict[str, int]:
-    """Load-time bytes per picture device; host components also load a unified pool."""
-    need = est.by_device()
+def need_by_device(est: MemoryEstimate, picture: Picture, include_growth: bool = False
+                   ) -> dict[str, int]:
+    """Load-time bytes per picture device (with ``include_growth``: once the caches fill);
+    host components also load a unified pool."""
+    need = est.by_device(include_growth)
     host_need = need.get(HOST, 0)
     for device_id in _unified_ids(picture):
         need[device_id] = need.get(device_id, 0) + host_need
     return need
 
 
-def judge(est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = None
-          ) -> tuple[DeviceVerdict, ...]:
+def judge(est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = None,
+          include_growth: bool = False) -> tuple[DeviceVerdict, ...]:
     freed = freed or {}
     out = []
-    for device_id, need in sorted(need_by_device(est, picture).items()):
+    for device_id, need in sorted(need_by_device(est, picture, include_growth).items()):
         pic = picture.get(device_id)
         if pic is None or pic.available_bytes is None or need <= 0:
             continue
@@ -99,12 +134,15 @@ def judge(est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = 
 
 
 def freed_by(processes: Iterable[ProcessUse], picture: Picture) -> dict[str, int]:
-    """Bytes each device gets back when these processes stop (as measured)."""
+    """Bytes each device gets back when these processes stop (as measured). Where a
+    cgroup binds the new load, only what a process in that cgroup frees makes room."""
     pids = {p.pid for p in processes}
     out: dict[str, int] = {}
     for pic in picture.devices.values():
+        in_cgroup = pic.binding.removeprefix("cgroup ") if pic.binding.startswith(
+            "cgroup ") else None
         for use in pic.processes:
-            if use.pid in pids:
+            if use.pid in pids and (in_cgroup is None or use.cgroup_path == in_cgroup):
                 out[pic.device_id] = out.get(pic.device_id, 0) + use.bytes
     return out
 
@@ -265,21 +303,140 @@ def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, pictur
     return fixes
 
 
+def _grows(est: MemoryEstimate) -> bool:
+    return any(c.when == "grows" for c in est.components)
+
+
+def bound_growth(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator,
+                 picture: Picture, freed: dict[str, int]) -> list[Fix]:
+    """The flags that bound what grows, each with the largest value whose full caches
+    still fit (``fits``: the margin kept): ``--cache-ram N`` (MiB), ``-ctxcp N`` (per
+    slot), and both together when neither alone is enough. Priced by re-estimating."""
+    def grown_fits(changed: LaunchSpec) -> MemoryEstimate | None:
+        try:
+            est = estimator(changed)
+        except EstimateError:
+            return None
+        ok = _worst(judge(est, picture, freed, include_growth=True)) == "fits"
+        return est if ok else None
+
+    def largest(make: Callable[[int], LaunchSpec], high: int) -> int | None:
+        if grown_fits(make(0)) is None:
+            return None
+        low = 0
+        while low < high:
+            mid = (low + high + 1) // 2
+            if grown_fits(make(mid)) is not None:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def fix(label: str, changed: LaunchSpec) -> Fix | None:
+        est = grown_fits(changed)
+        if est is None:
+            return None
+        before = need_by_device(base, picture, include_growth=True)
+        after = need_by_device(est, picture, include_growth=True)
+        frees = {d: before[d] - after.get(d, 0) for d in before if before[d] > after.get(d, 0)}
+        return Fix(label, frees, "fits")
+
+    out: list[Fix] = []
+    cache = base.total_bytes("cache_ram", include_growth=True) // MIB
+    per_slot = spec.ctx_checkpoints if spec.ctx_checkpoints is not None else 32
+    checkpoints = base.total_bytes("checkpoints", include_growth=True) > 0
+    if cache > 0:
+        n = largest(lambda v: replace(spec, cache_ram_mib=v), cache)
+        if n is not None and (f := fix(f"--cache-ram {n}", replace(spec, cache_ram_mib=n))):
+            out.append(f)
+    if checkpoints and per_slot > 0:
+        n = largest(lambda v: replace(spec, ctx_checkpoints=v), per_slot)
+        if n is not None and (f := fix(f"-ctxcp {n}", replace(spec, ctx_checkpoints=n))):
+            out.append(f)
+    if not out and cache > 0 and checkpoints:
+        n = largest(lambda v: replace(spec, cache_ram_mib=0, ctx_checkpoints=v), per_slot)
+        if n is not None and (f := fix(f"--cache-ram 0 -ctxcp {n}",
+                                       replace(spec, cache_ram_mib=0, ctx_checkpoints=n))):
+            out.append(f)
+    return out
+
+
+def _fit_targets(spec: LaunchSpec, base: MemoryEstimate, picture: Picture
+                 ) -> tuple[Picture, tuple[int, ...]]:
+    """The picture as llama.cpp's fit sees it: the devices it fits on (the GPUs the model
+    uses; the host when it runs on CPU only), each with its -fitt margin."""
+    on = sorted({c.device for c in base.components if c.device != HOST} & set(picture.devices))
+    if not on:
+        on = [HOST] if HOST in picture.devices else []
+    given = spec.fit_target_mib or (FIT_TARGET_MIB,)
+    targets = tuple(given[min(i, len(given) - 1)] for i in range(len(on)))
+    devices = {d: replace(picture.devices[d], margin_bytes=t * MIB)
+               for d, t in zip(on, targets, strict=True)}
+    return Picture(picture.ts_ms, devices), targets
+
+
+def llama_fit(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, picture: Picture,
+              freed: dict[str, int]) -> LlamaFit | None:
+    """The context llama.cpp's fit will run with (no -c, --fit on): the full n_ctx_train x
+    streams when that leaves -fitt free on every device it fits on; else the largest
+    multiple of 256 per stream that does, never below -fitc. None: fit does not apply."""
+    if spec.engine != "llama.cpp" or spec.ctx_size is not None or spec.fit is False:
+        return None
+    full = base.n_ctx or 0
+    if full <= 0:
+        return None
+    view, targets = _fit_targets(spec, base, picture)
+    if not view.devices:
+        return None
+    minimum = min(full, spec.fit_ctx if spec.fit_ctx is not None else FIT_MIN_CTX)
+    ids = tuple(view.devices)
+    if _worst(judge(base, view, freed)) == "fits":
+        return LlamaFit(full, full, minimum, targets, ids)
+    best = fit_ctx(spec, estimator, view, freed, full) or 0
+    return LlamaFit(max(best, minimum), full, minimum, targets, ids)
+
+
 def predict(spec: LaunchSpec, picture: Picture, devices: Sequence[DeviceInfo],
             evicted: Sequence[ProcessUse] = (), running: Sequence[ProcessUse] = (),
             read_header: Callable[[str], Any] | None = None,
-            with_fixes: bool = True) -> Prediction:
+            with_fixes: bool = True, fit_view: Picture | None = None) -> Prediction:
+    """``fit_view``: the box as llama.cpp's fit sees it, when that differs from
+    ``picture`` (fit reads device free memory; it does not know the launch's cgroup)."""
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header)
 
     base = estimator(spec)
     freed = freed_by(evicted, picture)
+    notes: list[str] = []
+    fit = llama_fit(spec, base, estimator, fit_view or picture, freed)
+    if fit is not None and fit.ctx < fit.full_ctx:
+        spec = replace(spec, ctx_size=fit.ctx)
+        base = estimator(spec)
+        target = f"-fitt {'/'.join(str(t) for t in fit.target_mib)} MiB free on " \
+                 f"{', '.join(fit.devices)}"
+        if fit.ctx > fit.min_ctx or _worst(judge(base, _fit_targets(spec, base, fit_view or
+                                                                    picture)[0], freed)) \
+                == "fits":
+            notes.append(f"no -c: llama.cpp's fit will shrink the context from "
+                         f"{fit.full_ctx} to -c {fit.ctx}, the largest that leaves {target} "
+                         f"(not below -fitc {fit.min_ctx}); judged at -c {fit.ctx}")
+        else:
+            notes.append(f"no -c: llama.cpp's fit cannot leave {target} even at -fitc "
+                         f"{fit.min_ctx}; it runs at -c {fit.ctx}, judged here")
+        if fit.ctx == fit.min_ctx and spec.n_gpu_layers is None and fit.devices != (HOST,):
+            notes.append("at its minimum context llama.cpp's fit may also move layers to the "
+                         "CPU (-ngl unset); that is not simulated here")
     verdicts = judge(base, picture, freed)
+    grown = judge(base, picture, freed, include_growth=True) if _grows(base) else ()
     fixes: list[Fix] = []
     if with_fixes and _worst(verdicts) != "fits":
         evicted_pids = {p.pid for p in evicted}
         fixes = suggest(spec, base, estimator, picture, freed,
                         [p for p in running if p.pid not in evicted_pids], read_header)
-    notes = [] if verdicts else ["no device with a known free figure: nothing to judge"]
+    bounds: list[Fix] = []
+    if grown and _worst(verdicts) != "oom" and _worst(grown) == "oom":
+        bounds = bound_growth(spec, base, estimator, picture, freed)
+    if not verdicts:
+        notes.append("no device with a known free figure: nothing to judge")
     return Prediction(base, verdicts, tuple(p.name for p in evicted), tuple(fixes),
-                      tuple(notes))
+                      tuple(notes), grown, tuple(bounds), fit)

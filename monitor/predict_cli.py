@@ -8,16 +8,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from collectors.base import CollectorOptions, Snapshot
+from collectors.base import CgroupMemory, CollectorOptions, Snapshot
 from monitor.config import Config
 from monitor.engines import parse_command
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import EstimateError, estimate
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
-from monitor.predict import Prediction, _worst, fit_ctx, judge, predict
+from monitor.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 
 EXIT_FITS, EXIT_OOM = 0, 1
+EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill
 
 
 @dataclasses.dataclass
@@ -31,6 +32,8 @@ class PredictRequest:
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = dataclasses.field(default_factory=dict)
+    cgroup: str | None = None  # --cgroup PATH: the memory cgroup the launch will run in
+    unit: str | None = None  # --unit NAME: a systemd unit's cgroup (system.slice/NAME)
 
 
 def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
@@ -52,6 +55,44 @@ def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = 
         return sampler.sample()
     finally:
         sampler.close()
+
+
+def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
+                  ) -> tuple[CgroupMemory | None, str | None]:
+    """(the memory cgroup limit the launch will run under, a note saying which one).
+
+    ``--cgroup``/``--unit`` name it; ``predict MODEL_ID`` takes llama-swap's (its children
+    inherit it); otherwise a live prediction takes predict's own (/proc/self/cgroup: a
+    launch from this shell inherits it). A recorded state (--state, --at) or the daemon's
+    snapshot (the HTTP API: the daemon is not the launcher) has no "self"."""
+    from collectors import cgroup
+
+    if req.cgroup is not None or req.unit is not None:
+        if req.unit is not None and ("/" in req.unit or req.unit in ("", ".", "..")):
+            raise EstimateError(f"--unit {req.unit}: expected a systemd unit name, "
+                                "e.g. llama-swap.service")
+        given = req.cgroup if req.cgroup is not None else f"/system.slice/{req.unit}"
+        h, path = cgroup.resolve(cfg.roots, given, None if req.unit is None or req.cgroup
+                                 else f"--unit {req.unit} ({given})")
+        limit = cgroup.read_limit(h, path)
+        return limit, f"the launch runs in the memory cgroup {path}" + (
+            "" if limit is not None else " (no memory limit on it or its ancestors)")
+    if req.model_id is not None:
+        swap = [p for p in snap.processes if p.engine == "llama-swap"]
+        limits = {c.pid: c.cgroup for c in snap.cgroups}
+        for proc in swap:
+            if proc.pid in limits:
+                found = limits[proc.pid]
+                return found, (f"llama-swap (pid {proc.pid}) runs in the memory cgroup "
+                               f"{found.path}; the models it starts inherit it")
+        return None, None
+    if live and req.state is None and req.at is None:
+        h = cgroup.memory_hierarchy(cfg.roots)
+        found = cgroup.pid_limit(cfg.roots, h, "self")
+        if found is not None:
+            return found, (f"this shell runs in the memory cgroup {found.path}; a launch "
+                           "from it inherits it (--cgroup/--unit to judge another)")
+    return None, None
 
 
 def gpu_devices(snap: Snapshot, cfg: Config) -> list[DeviceInfo]:
@@ -108,13 +149,17 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
 def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
                 ) -> tuple[str, int]:
     snap = take_snapshot(cfg, req, snapshot)
-    picture = picture_from_snapshot(snap, int(req.margin_gib * GIB))
+    limit, cgroup_note = launch_cgroup(cfg, req, snap, live=snapshot is None)
+    picture = picture_from_snapshot(snap, int(req.margin_gib * GIB), limit)
+    # llama.cpp's fit reads device free memory: it does not know the launch's cgroup
+    fit_view = picture_from_snapshot(snap, int(req.margin_gib * GIB)) if limit else None
     devices = gpu_devices(snap, cfg)
-    notes: list[str] = []
+    notes: list[str] = [cgroup_note] if cgroup_note else []
     evicted: list[ProcessUse] = []
     command = req.command
     if req.model_id is not None:
-        command, evicted, notes = swap_target(req, picture)
+        command, evicted, swap_notes = swap_target(req, picture)
+        notes += swap_notes
     if not command:
         raise EstimateError("nothing to predict: give a command after -- or a llama-swap "
                             "model id with --swap-config")
@@ -125,17 +170,20 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
         where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
         raise EstimateError(where + spec.refused[0])
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
-    result = predict(spec, picture, devices, evicted, running)
+    result = predict(spec, picture, devices, evicted, running, fit_view=fit_view)
+    if limit is not None and limit.memory_high_bytes is not None:
+        host_need = result.estimate.by_device(include_growth=True).get("host", 0)
+        over = host_need - max(0, limit.memory_high_bytes - (limit.memory_current_bytes or 0))
+        if over > 0:
+            notes.append(f"the cgroup {limit.path} has memory.high (MemoryHigh=) "
+                         f"{_gib(limit.memory_high_bytes)} GiB: this load passes it by "
+                         f"{_gib(over)} GiB, so the kernel throttles and reclaims (slow, "
+                         "no kill) before memory.max")
     if not result.devices:  # no verdict is not "fits"
         raise EstimateError("nothing to judge: " + _why_nothing(result))
     best_ctx = None
     if req.want_fit_ctx:
-        freed = {}
-        for e in evicted:
-            for pic in picture.devices.values():
-                for use in pic.processes:
-                    if use.pid == e.pid:
-                        freed[pic.device_id] = freed.get(pic.device_id, 0) + use.bytes
+        freed = freed_by(evicted, picture)
         ceiling_cells = result.estimate.n_ctx or 0
         shape_train = _train_ctx(spec, devices)
         best_ctx = fit_ctx(spec, lambda s: estimate(s, devices), picture, freed,
@@ -143,7 +191,8 @@ def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = No
     bandwidth = None
     if req.bandwidth_gbs:
         bandwidth = _bandwidth_report(spec, devices, picture, result, req.bandwidth_gbs)
-    code = EXIT_OOM if result.verdict == "oom" else EXIT_FITS
+    code = EXIT_OOM if result.verdict == "oom" else (
+        EXIT_GROWS_OOM if result.grown_verdict == "oom" else EXIT_FITS)
     if req.want_fit_ctx and best_ctx is None:
         code = EXIT_OOM
     doc = to_json(result, picture, notes, best_ctx, req.want_fit_ctx, bandwidth)
@@ -215,6 +264,15 @@ def to_json(result: Prediction, picture: Picture, notes: list[str], best_ctx: in
         "model_path": result.estimate.model_path,
         "devices": [{**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
                     for d in result.devices],
+        "grown": None if result.grown_verdict is None else {
+            "verdict": result.grown_verdict,
+            "devices": [{**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
+                        for d in result.grown],
+            "bounds": [dataclasses.asdict(f) for f in result.growth_bounds],
+            "grows": [{"name": c.name, "device": c.device, "bytes": c.bytes,
+                       "formula": c.formula}
+                      for c in result.estimate.components if c.when == "grows"]},
+        "llama_fit": None if result.fit is None else dataclasses.asdict(result.fit),
         "would_unload": list(result.evicted),
         "fixes": [dataclasses.asdict(f) for f in result.fixes],
         "fit_ctx": best_ctx if want_fit_ctx else None,
@@ -236,6 +294,18 @@ def render_text(doc_json: str) -> str:
             f"{d['device_id']}: needs {_gib(d['need_bytes'])} GiB, can get "
             f"{_gib(d['room_bytes'])} GiB{freed} (binding: {d['binding'] or '-'}), margin "
             f"{_gib(d['margin_bytes'])} GiB -> {d['verdict'].upper()}, {tail}")
+    grown = doc.get("grown")
+    if grown:
+        what = ", ".join(f"{g['name']} {_gib(g['bytes'])} GiB" for g in grown["grows"])
+        lines.append(f"once the caches fill ({what}):")
+        for d in grown["devices"]:
+            tail = (f"short by {_gib(-d['slack_bytes'])} GiB" if d["verdict"] == "oom" else
+                    f"{_gib(d['slack_bytes'])} GiB to spare after the margin")
+            lines.append(f"  {d['device_id']}: needs {_gib(d['need_bytes'])} GiB, can get "
+                         f"{_gib(d['room_bytes'])} GiB -> {d['verdict'].upper()}, {tail}")
+        if grown["bounds"]:
+            lines.append("  bound the growth: " + "; or ".join(
+                f["change"] for f in grown["bounds"]))
     if doc["would_unload"]:
         lines.append(f"llama-swap would unload first: {', '.join(doc['would_unload'])}")
     if doc["fixes"]:
@@ -257,5 +327,8 @@ def render_text(doc_json: str) -> str:
                          "just to break even")
     for note in doc["notes"]:
         lines.append(f"note: {note}")
-    lines.append(f"verdict: {doc['verdict'].upper()}")
+    verdict = doc["verdict"].upper()
+    if grown and grown["verdict"] == "oom" and doc["verdict"] != "oom":
+        verdict += ", OOM once the caches fill"
+    lines.append(f"verdict: {verdict}")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from collectors.base import (
     ExitedProcess,
     GuardedCollector,
     HiddenProcess,
+    ProcessCgroup,
     ProcessInfo,
     ProcessMemory,
     Roots,
@@ -62,6 +63,7 @@ class Sampler:
         hidden: list[HiddenProcess] = []
         exited: list[ExitedProcess] = []
         events: list[DeviceEvent] = []
+        cgroups: list[ProcessCgroup] = []
         runs: list[CollectorRun] = []
         for guard in self.guards:
             reading, run = guard.run(tick)
@@ -76,6 +78,7 @@ class Sampler:
             hidden.extend(reading.hidden)
             exited.extend(reading.exited)
             events.extend(reading.events)
+            cgroups.extend(reading.cgroups)
             tick.gpu_pids.update(m.pid for m in reading.memory if m.device_id != "host")
         return Snapshot(
             ts_ms=tick.now_ms,
@@ -86,6 +89,7 @@ class Sampler:
             exited=tuple(exited),
             runs=tuple(runs),
             events=tuple(events),
+            cgroups=tuple(cgroups),
         )
 
     def close(self) -> None:

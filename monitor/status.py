@@ -54,6 +54,7 @@ def to_json(snap: Snapshot,
         }
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = _measured_of(snap, helpers)
+    limits = {c.pid: c.cgroup for c in snap.cgroups}
     processes = []
     for p in sorted(snap.processes, key=lambda p: p.pid):
         row = dataclasses.asdict(p)
@@ -63,6 +64,8 @@ def to_json(snap: Snapshot,
         row["model_path"] = model_path_of(p, env_for(p.pid) if env_for and p.engine else None)
         row["helper_of"] = helpers.get(p.pid)
         row["measured"] = held[p.pid].as_dict()
+        limit = limits.get(p.pid)
+        row["cgroup"] = dataclasses.asdict(limit) if limit is not None else None
         processes.append(row)
     return {
         "schema": SCHEMA_ID,

@@ -4,9 +4,12 @@ allocations complete, and record when its load finishes.
 A process the collectors newly see with an inference engine is parsed (argv + allow-listed
 ``LLAMA_ARG_*`` env), estimated for the devices of this tick, and judged against the
 picture of this tick with its own already-measured memory given back (it is mid-load).
-``oom_predicted`` (critical) is recorded at once when it will not fit; ``load_started``
-always. ``load_finished`` follows when its memory has been steady for ``steady_ticks``
-ticks (or after ``max_load_s``), with the load time and measured vs estimated per device.
+``oom_predicted`` (critical) is recorded at once when it will not fit (a server in a memory
+cgroup is judged against its cgroup's room); ``load_started`` always. ``cgroup_near_limit``
+(warning) when a server's cgroup charge passes ``cgroup_near_pct`` of its ``memory.max``,
+once until it falls back below. ``load_finished`` follows when its memory has been steady
+for ``steady_ticks`` ticks (or after ``max_load_s``), with the load time and measured vs
+estimated per device.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class LoadWatch:
     _seen: set[tuple[int, int]] = field(default_factory=set)
     _loading: dict[tuple[int, int], _Loading] = field(default_factory=dict)
     _primed: bool = False
+    cgroup_near_pct: float = 90.0
+    _near: set[tuple[int, str]] = field(default_factory=set)
 
     def is_loading(self, pid: int, start_ticks: int) -> bool:
         return (pid, start_ticks) in self._loading
@@ -78,7 +83,36 @@ class LoadWatch:
                 events += self._on_new(snap, info)
         events += self._progress(snap, current)
         events += self._swap(snap)
+        events += self._cgroups(snap)
         self._seen &= set(current) | set(self._loading)
+        return events
+
+    def _cgroups(self, snap: Snapshot) -> list[DeviceEvent]:
+        """A server's memory cgroup near its limit: the kernel kills inside it next."""
+        events = []
+        names = {p.pid: p.comm for p in snap.processes}
+        now = set()
+        for c in snap.cgroups:
+            g = c.cgroup
+            if not g.memory_max_bytes or g.memory_current_bytes is None:
+                continue
+            share = 100.0 * g.memory_current_bytes / g.memory_max_bytes
+            if share <= self.cgroup_near_pct:
+                continue
+            key = (c.pid, g.path)
+            now.add(key)
+            if key in self._near:
+                continue
+            events.append(DeviceEvent(
+                snap.ts_ms, "host", "cgroup_near_limit", "warning",
+                f"{names.get(c.pid, '?')}[{c.pid}]: its memory cgroup {g.path} is at "
+                f"{share:.0f}% of memory.max ({g.memory_current_bytes / GIB:.2f} of "
+                f"{g.memory_max_bytes / GIB:.2f} GiB, page cache included); the kernel "
+                "OOM-kills in it at 100%",
+                {"pid": c.pid, "cgroup": g.path, "memory_max_bytes": g.memory_max_bytes,
+                 "memory_current_bytes": g.memory_current_bytes}))
+            log.warning("%s", events[-1].message)
+        self._near = now
         return events
 
     def _swap(self, snap: Snapshot) -> list[DeviceEvent]:
@@ -114,7 +148,9 @@ class LoadWatch:
             except (ValueError, GgufError, OSError) as exc:
                 log.debug("llama-swap watch: %s: %s", model_id, exc)
                 continue
-            picture = picture_from_snapshot(snap, self.margin_bytes)
+            swap_limit = next((c.cgroup for c in snap.cgroups for p in snap.processes
+                               if p.pid == c.pid and p.engine == "llama-swap"), None)
+            picture = picture_from_snapshot(snap, self.margin_bytes, swap_limit)
             paths = set()
             for m in evict:
                 evicted_spec = parse_command(list(config.models[m].cmd))
@@ -149,7 +185,8 @@ class LoadWatch:
             return [DeviceEvent(snap.ts_ms, "host", "load_started", "info",
                                 f"{subject} started loading; no estimate: {exc}",
                                 {"pid": info.pid})]
-        picture = picture_from_snapshot(snap, self.margin_bytes)
+        limit = next((c.cgroup for c in snap.cgroups if c.pid == info.pid), None)
+        picture = picture_from_snapshot(snap, self.margin_bytes, limit)
         own = {m.device_id: (m.vram_bytes or 0) + (m.gtt_bytes or 0) + (
             (m.rss_anon_bytes or 0) if m.device_id == "host" else 0)
             for m in snap.memory if m.pid == info.pid}

@@ -11,16 +11,14 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from memcg import make_cgroup
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024**2
-V1 = Path("/sys/fs/cgroup/memory")
-V2 = Path("/sys/fs/cgroup/unified")
 
 GROW = """
 import os, sys, time
@@ -33,24 +31,6 @@ while True:   # 2 MiB every 0.1 s: the daemon (0.2 s ticks) sees it within ~4 Mi
     chunks.append(block)
     time.sleep(0.1)
 """
-
-
-def make_cgroup(limit_bytes: int) -> tuple[Path, Path]:
-    """(cgroup dir, its procs file); skips when this machine does not allow it."""
-    if os.geteuid() != 0:
-        pytest.skip("creating a memory cgroup needs root")
-    name = f"vramscope-test-{uuid.uuid4().hex[:8]}"
-    if (V1 / "memory.limit_in_bytes").exists():
-        group = V1 / name
-        group.mkdir()
-        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
-        return group, group / "cgroup.procs"
-    if V2.exists() and "memory" in (V2 / "cgroup.controllers").read_text():
-        group = V2 / name
-        group.mkdir()
-        (group / "memory.max").write_text(str(limit_bytes))
-        return group, group / "cgroup.procs"
-    pytest.skip("no memory cgroup controller here")
 
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:

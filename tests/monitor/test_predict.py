@@ -69,7 +69,7 @@ def laptop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def predict_json(*args: str) -> tuple[int, dict]:
     result = vramscope("predict", "--json", *args)
-    assert result.returncode in (0, 1), result.stderr
+    assert result.returncode in (0, 1, 3), result.stderr
     return result.returncode, json.loads(result.stdout)
 
 
@@ -464,3 +464,119 @@ def test_predict_model_id_from_the_fixture_config_reaches_its_model(tmp_path: Pa
     assert result.returncode == 2, result.stdout
     assert result.stderr.strip() == ("vramscope: error: /models/qwen2.5-32b-q4_k_m.gguf: "
                                      "no such file")
+
+
+# -- issue 18: growth is judged, and llama.cpp's own fit is simulated ----------------------
+
+def run_predict_json(*args: str) -> tuple[int, dict]:
+    result = vramscope("predict", "--json", *args)
+    assert result.returncode in (0, 1, 3), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_a_load_that_fits_but_whose_prompt_cache_does_not_exits_3(tmp_path: Path) -> None:
+    """Host-only box, 6 GiB available: a ~2.2 GiB load fits; the default --cache-ram
+    8192 MiB prompt cache does not once it fills. Exit 3, and --cache-ram N that fits."""
+    model = qwen(tmp_path / "m.gguf", 4, 4096, 32, 8, 12288, g.Q8_0)
+    state = write_state(tmp_path / "state.json", [host(6 * GIB, total=16 * GIB)], [])
+    launch = ["--state", str(state), "--", "llama-server", "-m", model, "-c", "4096",
+              "-np", "1"]
+    code, doc = run_predict_json(*launch)
+    assert code == 3 and doc["verdict"] == "fits"
+    grown = doc["grown"]
+    assert grown["verdict"] == "oom"
+    assert [c["name"] for c in grown["grows"]] == ["cache_ram"]
+    load, full = doc["devices"][0], grown["devices"][0]
+    assert full["need_bytes"] == load["need_bytes"] + 8192 * MIB
+    (bound,) = grown["bounds"]
+    n = int(bound["change"].split()[1])
+    assert bound["change"] == f"--cache-ram {n}" and bound["verdict"] == "fits"
+    spare = load["room_bytes"] - load["margin_bytes"] - load["need_bytes"]
+    assert n * MIB <= spare < (n + 1) * MIB  # the largest that keeps the margin
+    # the bound it names does fit, and exits 0
+    code, doc = run_predict_json(*launch, "--cache-ram", str(n))
+    assert code == 0 and doc["grown"]["verdict"] == "fits"
+    code, doc = run_predict_json(*launch, "--cache-ram", str(n + 64))  # into the margin
+    assert code == 0 and doc["grown"]["verdict"] == "tight"
+    code, _ = run_predict_json(*launch, "--cache-ram", str(n + 600))  # past the room
+    assert code == 3
+    text = vramscope("predict", *launch).stdout
+    assert "once the caches fill" in text and f"bound the growth: --cache-ram {n}" in text
+    assert "verdict: FITS, OOM once the caches fill" in text
+
+
+def test_a_load_that_does_not_fit_at_all_exits_1_not_3(tmp_path: Path) -> None:
+    model = qwen(tmp_path / "m.gguf", 4, 4096, 32, 8, 12288, g.Q8_0)
+    state = write_state(tmp_path / "state.json", [host(1 * GIB, total=16 * GIB)], [])
+    code, doc = run_predict_json("--state", str(state), "--", "llama-server", "-m", model,
+                                 "-c", "4096", "-np", "1")
+    assert code == 1 and doc["verdict"] == "oom" and doc["grown"]["bounds"] == []
+
+
+def fit_box(tmp_path: Path, gpu_gib: int) -> tuple[str, str]:
+    """A 36-layer Qwen3-8B shape at Q4_K (n_ctx_train 40960: 5.6 GiB of f16 KV at full
+    context) and a box with one empty dedicated GPU of ``gpu_gib`` GiB."""
+    model = qwen(tmp_path / "m.gguf", 36, 4096, 32, 8, 12288, g.Q4_K, ctx=40960)
+    gpu = DeviceSample("nvml:GPU-fit", "nvml", "nvidia", "RTX", "dedicated", gpu_gib * GIB,
+                       0, free_bytes=gpu_gib * GIB)
+    state = write_state(tmp_path / "state.json", [gpu, host(40 * GIB)], [])
+    return model, str(state)
+
+
+def test_no_c_is_judged_at_the_context_llama_cpp_fit_will_choose(tmp_path: Path) -> None:
+    model, state = fit_box(tmp_path, 10)
+    launch = ["--state", state, "--", "llama-server", "-m", model, "-np", "1", "-fa", "on"]
+    code, doc = run_predict_json(*launch)
+    fit = doc["llama_fit"]
+    assert (code, doc["verdict"]) == (0, "fits"), doc
+    assert fit["full_ctx"] == 40960 and fit["min_ctx"] == 4096
+    assert fit["target_mib"] == [1024] and fit["devices"] == ["nvml:GPU-fit"]
+    ctx = fit["ctx"]
+    assert 4096 <= ctx < 40960 and ctx % 256 == 0
+    gpu = next(d for d in doc["devices"] if d["device_id"] == "nvml:GPU-fit")
+    assert gpu["room_bytes"] - gpu["need_bytes"] >= 1024 * MIB  # fit's target left free
+    # one step more leaves less than the target free: the largest, as fit picks it
+    _, more = run_predict_json("--state", state, "--", "llama-server", "-m", model, "-np",
+                               "1", "-fa", "on", "-c", str(ctx + 256))
+    gpu_more = next(d for d in more["devices"] if d["device_id"] == "nvml:GPU-fit")
+    assert gpu_more["room_bytes"] - gpu_more["need_bytes"] < 1024 * MIB
+    assert any(f"-c {ctx}" in n and "fit" in n for n in doc["notes"])
+    # -fitt 2048 leaves more free, so a smaller context
+    _, wider = run_predict_json(*launch, "-fitt", "2048")
+    assert wider["llama_fit"]["ctx"] < ctx
+    # the full context, asked for with -c 0 (never reduced), does not fit
+    code, full = run_predict_json(*launch, "-c", "0")
+    assert code == 1 and full["llama_fit"] is None
+
+
+def test_no_c_is_oom_only_when_even_the_minimum_context_does_not_fit(tmp_path: Path) -> None:
+    model, state = fit_box(tmp_path, 4)  # 4.3 GiB of weights on a 4 GiB GPU
+    code, doc = run_predict_json("--state", state, "--", "llama-server", "-m", model, "-np",
+                                 "1", "-fa", "on", "-ngl", "99")
+    assert code == 1 and doc["verdict"] == "oom"
+    assert doc["llama_fit"]["ctx"] == 4096  # it ran out of room at -fitc
+    assert any("even at -fitc 4096" in n for n in doc["notes"])
+
+
+def test_context_checkpoints_that_outgrow_the_room_are_bounded_with_ctxcp(tmp_path: Path
+                                                                         ) -> None:
+    """A sliding-window model: each of the 32 default checkpoints per slot copies one
+    sequence's SWA cache (4096-token window) into host RAM. Exit 3 and -ctxcp N that fits."""
+    import tiny_models
+
+    model = tiny_models.write_gemma3(tmp_path / "swa.gguf", n_head_kv=8, head_dim=256,
+                                     sliding_window=4096, n_ctx_train=32768).path
+    state = write_state(tmp_path / "state.json", [host(4 * GIB, total=16 * GIB)], [])
+    launch = ["--state", str(state), "--", "llama-server", "-m", str(model), "-c", "16384",
+              "-np", "1", "--cache-ram", "0"]
+    code, doc = run_predict_json(*launch)
+    grown = doc["grown"]
+    assert (code, doc["verdict"], grown["verdict"]) == (3, "fits", "oom"), doc
+    assert [c["name"] for c in grown["grows"]] == ["checkpoints"]
+    (bound,) = grown["bounds"]
+    n = int(bound["change"].split()[1])
+    assert bound["change"] == f"-ctxcp {n}" and 0 <= n < 32
+    assert run_predict_json(*launch, "-ctxcp", str(n))[0] == 0
+    assert run_predict_json(*launch, "-ctxcp", str(n + 4))[0] in (0, 3)  # margin, then room
+    code, more = run_predict_json(*launch, "-ctxcp", "32")
+    assert code == 3 and more["grown"]["bounds"] == grown["bounds"]

@@ -152,3 +152,28 @@ def test_load_finished_never_counts_unknown_gpu_memory_as_0(tmp_path: Path) -> N
     assert "measured_nvml:GPU-x" not in done.data
     assert done.data["measured_host"] == GIB
     assert "measured unknown" in done.message, done.message
+
+
+def test_a_server_whose_cgroup_nears_its_limit_is_warned_once() -> None:
+    from collectors.base import CgroupMemory, ProcessCgroup
+
+    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
+                        available_bytes=54 * GIB)
+    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", "/nonexistent.gguf"), "llama.cpp",
+                       ("inference",))
+    watch = LoadWatch(Path("/proc"))
+
+    def tick(ts: int, current: int) -> list:
+        limit = CgroupMemory("/system.slice/llama.service", 4 * GIB, None, current)
+        return watch.observe(Snapshot(ts, (host,), (proc,), (), (), (), (),
+                                      cgroups=(ProcessCgroup(proc.pid, limit),)))
+
+    assert tick(0, 2 * GIB) == []  # primes
+    assert tick(1000, int(3.5 * GIB)) == []  # 87.5%: not yet
+    (near,) = tick(2000, int(3.8 * GIB))  # 95%
+    assert near.kind == "cgroup_near_limit" and near.severity == "warning"
+    assert "/system.slice/llama.service" in near.message and "95%" in near.message
+    assert tick(3000, int(3.9 * GIB)) == []  # once
+    assert tick(4000, 3 * GIB) == []
+    assert [e.kind for e in tick(5000, int(3.9 * GIB))] == ["cgroup_near_limit"]  # again

@@ -1,0 +1,158 @@
+"""Memory cgroups: the limit that binds a process before host RAM does.
+
+A process in a memory cgroup (systemd ``MemoryMax=``/``MemoryHigh=``, a container, a
+llama-swap unit) is OOM-killed when its cgroup's charge reaches the limit, whatever
+``MemAvailable`` says. The charge (``memory.current``; v1 ``memory.usage_in_bytes``)
+counts anonymous memory *and* the page cache of files it read or mapped, so an mmap'd
+model's pages count. Every ancestor's limit applies too: the room left is the smallest
+``max - current`` on the path from the cgroup up to the root.
+
+- cgroup v2: ``/sys/fs/cgroup`` (or ``/sys/fs/cgroup/unified`` on a hybrid box, when the
+  memory controller lives there), files ``memory.max`` / ``memory.high`` ("max" =
+  unlimited) and ``memory.current``; a process's path is the ``0::PATH`` line of
+  ``/proc/PID/cgroup``.
+- cgroup v1: ``/sys/fs/cgroup/memory``, files ``memory.limit_in_bytes`` (unlimited is
+  PAGE_COUNTER_MAX pages, ~2^63) and ``memory.usage_in_bytes``; no ``memory.high``; the
+  path is the ``N:memory:PATH`` line.
+
+Everything is read through :mod:`collectors._fs` under :class:`Roots`, so a recorded tree
+answers like the live one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from collectors import _fs
+from collectors.base import CgroupMemory, Roots
+
+_UNLIMITED_V1 = 1 << 62  # anything above is "no limit" (PAGE_COUNTER_MAX * page size)
+_MAX_DEPTH = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    """Where the memory controller is mounted (under ``Roots.sys``) and its version."""
+
+    mount: Path
+    version: int  # 1 or 2
+
+
+def memory_hierarchy(roots: Roots) -> Hierarchy | None:
+    """The mounted memory controller: pure v2, hybrid v2 (``unified``), or v1."""
+    base = roots.sys / "fs" / "cgroup"
+    for mount in (base, base / "unified"):
+        controllers = _fs.try_read_text(mount / "cgroup.controllers")
+        if controllers is not None and "memory" in controllers.split():
+            return Hierarchy(mount, 2)
+    if _fs.exists(base / "memory" / "memory.limit_in_bytes"):
+        return Hierarchy(base / "memory", 1)
+    return None
+
+
+def parse_proc_cgroup(data: bytes, version: int) -> str | None:
+    """The memory cgroup path from ``/proc/PID/cgroup`` (``0::/a/b`` or ``4:memory:/a/b``)."""
+    for line in data[:65536].decode("utf-8", "replace").splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if version == 2 and hier == "0" and controllers == "":
+            return path or "/"
+        if version == 1 and "memory" in controllers.split(","):
+            return path or "/"
+    return None
+
+
+def _clean(path: str) -> str | None:
+    """A cgroup path as ``/a/b``; None for one that climbs (``..``) or is not absolute."""
+    p = PurePosixPath("/" + path.strip().lstrip("/"))
+    if any(part in ("..", ".") for part in p.parts):
+        return None
+    return str(p)
+
+
+def _limit(raw: str | None, version: int) -> int | None:
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if raw == "max" or not raw.isdigit():
+        return None
+    value = int(raw)
+    return None if version == 1 and value >= _UNLIMITED_V1 else value
+
+
+def _node(h: Hierarchy, path: str) -> CgroupMemory | None:
+    """One cgroup's own figures; None when its directory is not there."""
+    d = h.mount / path.lstrip("/")
+    if h.version == 2:
+        current = _fs.try_read_int(d / "memory.current")
+        max_ = _limit(_fs.try_read_text(d / "memory.max"), 2)
+        high = _limit(_fs.try_read_text(d / "memory.high"), 2)
+    else:
+        current = _fs.try_read_int(d / "memory.usage_in_bytes")
+        max_ = _limit(_fs.try_read_text(d / "memory.limit_in_bytes"), 1)
+        high = None
+    if current is None and max_ is None and high is None:
+        return None
+    return CgroupMemory(path, max_, high, current)
+
+
+def _tighter(got: CgroupMemory, best: CgroupMemory | None) -> bool:
+    """A limit with less room than ``best``; with no ``max`` anywhere, the first ``high``."""
+    if got.room_bytes is not None:
+        return best is None or best.room_bytes is None or got.room_bytes < best.room_bytes
+    return best is None and got.memory_high_bytes is not None
+
+
+def read_limit(h: Hierarchy, path: str) -> CgroupMemory | None:
+    """The binding memory limit for a process in cgroup ``path``: of the cgroup and its
+    ancestors, the one with the least room (``max - current``; ``high`` where no ``max``);
+    None when none is limited or the path is unreadable."""
+    clean = _clean(path)
+    if clean is None:
+        return None
+    best: CgroupMemory | None = None
+    node = PurePosixPath(clean)
+    for _ in range(_MAX_DEPTH):
+        got = _node(h, str(node))
+        if got is not None and _tighter(got, best):
+            best = got
+        if node.parent == node:
+            break
+        node = node.parent
+    return best
+
+
+def pid_cgroup(roots: Roots, h: Hierarchy, pid: int | str) -> str | None:
+    """The memory cgroup path of ``pid`` (or ``"self"``)."""
+    data = _fs.try_read_bytes(roots.proc / str(pid) / "cgroup")
+    return None if data is None else parse_proc_cgroup(data, h.version)
+
+
+def pid_limit(roots: Roots, h: Hierarchy | None, pid: int | str) -> CgroupMemory | None:
+    if h is None:
+        return None
+    path = pid_cgroup(roots, h, pid)
+    return None if path is None else read_limit(h, path)
+
+
+def resolve(roots: Roots, given: str, named: str | None = None) -> tuple[Hierarchy, str]:
+    """``--cgroup PATH`` (``/sys/fs/cgroup/...``, or a cgroup path like
+    ``/system.slice/x.service``) -> (hierarchy, cgroup path). ValueError when there is
+    no memory controller, the path climbs out, or the cgroup does not exist; ``named``:
+    how the error names what was asked (default ``--cgroup GIVEN``)."""
+    named = named or f"--cgroup {given}"
+    h = memory_hierarchy(roots)
+    if h is None:
+        raise ValueError("no memory cgroup controller is mounted under /sys/fs/cgroup")
+    path = given
+    real_mount = "/sys/" + str(h.mount.relative_to(roots.sys))  # as the user names it
+    if path == real_mount or path.startswith(real_mount + "/"):
+        path = path[len(real_mount):] or "/"
+    elif path.startswith("/sys/fs/cgroup"):
+        raise ValueError(f"{named}: not under the memory controller's mount "
+                         f"({real_mount})")
+    clean = _clean(path)
+    if clean is None or not _fs.exists(h.mount / clean.lstrip("/")):
+        raise ValueError(f"{named}: no such cgroup under {real_mount}")
+    return h, clean
