@@ -135,6 +135,12 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     return _traced("file", path, _read_whole)
 
 
+def read_unrecorded(path: str | os.PathLike[str]) -> bytes:
+    """As :func:`read_bytes`, kept inside a --proc-root tree the same way, but never
+    recorded by ``vramscope capture``: for /proc/PID/environ, which no capture holds."""
+    return _read_whole(path)
+
+
 def listdir(path: str | os.PathLike[str]) -> list[str]:
     """``os.listdir``; raises OSError."""
     return _traced("dir", path, lambda p: os.listdir(_inside(p) or p))

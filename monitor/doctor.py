@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from collectors import _fs
 from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.config import Config
 from monitor.daemon import lock_holder
@@ -62,7 +63,7 @@ def kernel_checks(release: str) -> list[Check]:
 
 def _has_capability(proc: Path, bit: int) -> bool:
     try:
-        for line in (proc / "self" / "status").read_text().splitlines():
+        for line in _fs.read_bytes(proc / "self" / "status").decode(errors="replace").splitlines():
             if line.startswith("CapEff:"):
                 return bool(int(line.split()[1], 16) >> bit & 1)
     except (OSError, ValueError):
@@ -100,7 +101,7 @@ def privilege_checks(roots: Roots) -> list[Check]:
 
 def hidepid_check(roots: Roots) -> list[Check]:
     try:
-        mounts = (roots.proc / "self" / "mountinfo").read_text()
+        mounts = _fs.read_bytes(roots.proc / "self" / "mountinfo").decode(errors="replace")
     except OSError:
         return []
     for line in mounts.splitlines():

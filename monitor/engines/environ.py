@@ -67,9 +67,10 @@ def filter_env(entries: bytes) -> dict[str, str]:
 
 def read_llama_env(proc_root: Path, pid: int) -> dict[str, str]:
     """The allow-listed environment of ``pid`` under ``proc_root``; ``{}`` when unreadable."""
+    from collectors import _fs  # a --proc-root tree is read inside it, links not followed
+
     try:
-        with open(Path(proc_root) / str(int(pid)) / "environ", "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        raw = _fs.read_unrecorded(Path(proc_root) / str(int(pid)) / "environ")[:MAX_BYTES + 1]
     except (OSError, ValueError):
         return {}
     if len(raw) > MAX_BYTES:  # drop the entry cut in half

@@ -31,10 +31,11 @@ def live_devices(cfg: Config) -> list[DeviceInfo]:
 
 def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
     """A running process's command line and allow-listed environment."""
+    from collectors import _fs
     from monitor.engines import read_llama_env
 
     try:
-        raw = (cfg.roots.proc / str(pid) / "cmdline").read_bytes()
+        raw = _fs.read_bytes(cfg.roots.proc / str(pid) / "cmdline")
     except OSError as exc:
         raise EstimateError(f"cannot read the command line of pid {pid}: "
                             f"{exc.strerror or exc}") from None

@@ -103,3 +103,32 @@ def test_links_inside_the_root_are_followed_and_fd_links_read(tmp_path: Path) ->
         _fs.read_bytes(card / "leak")
     assert _fs.try_read_text(card / "leak") is None
     assert not _fs.exists(card / "leak")
+
+
+def test_environ_cmdline_and_doctor_reads_stay_inside_the_tree(tmp_path: Path) -> None:
+    """The readers outside the collectors (the allow-listed environment, estimate --pid's
+    command line, doctor's own status) keep to the tree too: a link out is not followed."""
+    from collectors import _fs
+    from collectors.base import Roots
+    from monitor.config import Config
+    from monitor.engines import read_llama_env
+    from monitor.estimate.cli import EstimateError, argv_of
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "environ").write_bytes(b"LLAMA_ARG_CTX_SIZE=4242\0")
+    (outside / "cmdline").write_bytes(b"llama-server\0-m\0/secret/model.gguf\0")
+    proc = tmp_path / "tree" / "proc"
+    (proc / "77").mkdir(parents=True)
+    (proc / "77" / "environ").symlink_to(outside / "environ")
+    (proc / "77" / "cmdline").symlink_to(outside / "cmdline")
+    roots = Roots(proc=proc, sys=tmp_path / "tree" / "sys")
+    assert _fs.read_bytes(outside / "environ")  # readable when named directly
+    assert read_llama_env(roots.proc, 77) == {}
+    cfg = Config(db_path=tmp_path / "v.db", roots=roots)
+    try:
+        argv, _env = argv_of(cfg, 77)
+    except EstimateError as exc:
+        assert "cannot read the command line of pid 77" in str(exc)
+    else:
+        raise AssertionError(f"read through a link out of the tree: {argv}")
