@@ -45,7 +45,9 @@ _ENV_ASSIGN = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 # Greedy to the last "@": a password may hold "/" or "@"; over-redacting is the safe side.
-_URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
+# A scheme starts where a run of scheme characters starts (not at each of them: linear).
+_URL_PASSWORD = re.compile(
+    r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
 _URL_PARAM = re.compile(
     r"([?&;#](?:[a-z0-9_-]*(?:token|key|secret|password|passwd|sig|signature|auth)[a-z0-9_-]*)=)"
     r"[^&;#\s]+",
@@ -59,7 +61,11 @@ _KNOWN_TOKENS = re.compile(
 
 
 def _scrub(text: str) -> str:
-    text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
+    if "://" in text and "@" in text:
+        # only up to the last "@": past it ``\S*@`` could never match, and trying costs
+        # the rest of the text at every "://" (quadratic on a crafted argument)
+        end = text.rfind("@") + 1
+        text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text[:end]) + text[end:]
     text = _URL_PARAM.sub(rf"\1{REDACTED}", text)
     text = _BEARER.sub(rf"\1 {REDACTED}", text)
     return _KNOWN_TOKENS.sub(REDACTED, text)

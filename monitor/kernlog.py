@@ -204,20 +204,23 @@ def _split_line(line: str) -> tuple[str, int | None, bool]:
 
 # --- kernel OOM patterns --------------------------------------------------------------
 
-_INVOKED = re.compile(r"(.{1,64}?) invoked oom-killer: (.*)")
-_GFP = re.compile(r"gfp_mask=(0x[0-9a-fA-F]+)(?:\(([^)]*)\))?")
+# Every pattern below runs on up to MAX_MESSAGE_CHARS of hostile text (a followed engine
+# log): no nested or unbounded lazy quantifiers; a pattern that would start at every
+# position of a long run (``\w*X``) is anchored at a word start or found by its literal.
+_INVOKED = " invoked oom-killer: "
+_GFP = re.compile(r"gfp_mask=(0x[0-9a-fA-F]{1,16})(?:\(([^)]{0,256})\))?")
 _ORDER = re.compile(r"\border=(-?\d+)")
 _SCORE_ADJ = re.compile(r"\boom_score_adj=(-?\d+)")
-_SUMMARY = re.compile(
-    r"oom-kill:constraint=(\w+)"
-    r"(?:,nodemask=(.*?))?"
-    r"(?:,cpuset=(.*?),mems_allowed=(.*?))?"
-    r"(?:,(global_oom)|,oom_memcg=(.*?))?"
-    r"(?:,task_memcg=(.*?))?"
-    r",task=(.{0,64}),pid=\s*(\d+),uid=\s*(\d+)\s*$"
-)
+# The summary (dump_oom_summary, 4.19+) is cut at its known keys with str.find, not one
+# regex: lazy ``(.*?)`` groups for each optional key backtrack exponentially on a crafted
+# line (issue 14: 64 s for 4 KiB). Cgroup paths and comms may hold commas.
+_SUMMARY_HEAD = re.compile(r"oom-kill:constraint=(\w{1,64})")
+_SUMMARY_TAIL = re.compile(r",task=(.{0,64}),pid=\s{0,8}(\d{1,10}),uid=\s{0,8}(\d{1,10})\s*$")
+_SUMMARY_KEYS = (",nodemask=", ",cpuset=", ",mems_allowed=", ",global_oom", ",oom_memcg=",
+                 ",task_memcg=")
+_KILLED_PREFIX = re.compile(r"([^:]{0,80}): $")  # "Out of memory" / "Memory cgroup out of memory"
 _KILLED = re.compile(
-    r"(?:([^:]{0,80}): )?Killed process (\d+) \((.{0,64}?)\) "
+    r"Killed process (\d{1,10}) \((.{0,64}?)\) "
     r"(?:total-vm|vsz):(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB"
     r"(?:, shmem-rss:(\d+)kB)?"
     r"(?:,? UID:(\d+))?"
@@ -236,14 +239,15 @@ _AMD_DEV = re.compile(r"amdgpu (\d{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)")
 _AMD_FAULT = re.compile(
     r"\[(\w+)\]\s+(?:(retry|no-retry)\s+)?(?:VMC\s+)?page fault\s*"
     r"\(src_id:(\d+) ring:(\d+) vmid:(\d+) pasid:(\d+)"
-    r"(?:, for process (.*?) pid (\d+) thread (.*?) pid (\d+))?"
+    r"(?:, for process (.{0,64}?) pid (\d+) thread (.{0,64}?) pid (\d+))?"
 )
-_AMD_PROCESS = re.compile(r"(?:in process|Process information: process) (.*?) pid (\d+) thread")
+_AMD_PROCESS = re.compile(
+    r"(?:in process|Process information: process) (.{0,64}?) pid (\d+) thread")
 _AMD_ADDRESS = re.compile(
     r"(?:in page starting at address|at page|at address) (0x[0-9a-fA-F]+) from "
     r"(?:IH client |client )?(\S+)"
 )
-_AMD_STATUS = re.compile(r"(\w*_L2_PROTECTION_FAULT_STATUS):\s*(0x[0-9a-fA-F]+)")
+_AMD_STATUS = re.compile(r"(?<!\w)(\w{0,32}_L2_PROTECTION_FAULT_STATUS):\s*(0x[0-9a-fA-F]+)")
 _AMD_RING = re.compile(
     r"ring (\S+) timeout(?:, signaled seq=(\d+), emitted seq=(\d+))?"
 )
@@ -254,7 +258,8 @@ _AMD_GEM = re.compile(r"Failed to allocate GEM object \((\d+), (\d+), (\d+), (-?
 
 _OOMD = re.compile(r"\b(Killed|Marked) (/\S*) (?:for killing )?due to (.*)")
 _OOMD_PRESSURE = re.compile(
-    r"memory pressure for (\S+) being ([\d.]+)% > ([\d.]+)% for > (.+?)(?: with reclaim activity)?$"
+    r"memory pressure for (\S+) being ([\d.]+)% > ([\d.]+)% for > (.{1,64}?)"
+    r"(?: with reclaim activity)?$"
 )
 _OOMD_SWAP = re.compile(r"swap used \((\d+)\) / total \((\d+)\) being more than ([\d.]+)%")
 _OOMD_UNIT = re.compile(r"^(\S+): systemd-oomd killed (\d+) process")
@@ -271,6 +276,34 @@ def _int(text: str | None) -> int | None:
     if text is None or not text.isdigit() and not (text[:1] == "-" and text[1:].isdigit()):
         return None
     return int(text) if len(text) <= 20 else None
+
+
+def _parse_summary(msg: str) -> dict[str, str] | None:
+    """The fields of an ``oom-kill:constraint=...,task=C,pid=N,uid=N`` summary, or None.
+
+    Keys come in the kernel's order, each optional (``cpuset`` with ``mems_allowed``); a
+    value runs to the next key that follows it. Linear in the line's length.
+    """
+    head = _SUMMARY_HEAD.search(msg)
+    if not head:
+        return None
+    tail = _SUMMARY_TAIL.search(msg, head.end())
+    if not tail:
+        return None
+    middle = msg[head.end():tail.start()]
+    out = {"constraint": head.group(1), "task": tail.group(1), "pid": tail.group(2),
+           "uid": tail.group(3)}
+    pos = 0
+    for i, key in enumerate(_SUMMARY_KEYS):
+        if not middle.startswith(key, pos):
+            continue
+        start = pos + len(key)
+        ends = [e for k in _SUMMARY_KEYS[i + 1:] if (e := middle.find(k, start)) >= 0]
+        pos = min(ends, default=len(middle))
+        out[key] = middle[start:pos]
+    if pos != len(middle) or out.get(",global_oom", "") != "":
+        return None
+    return out
 
 
 # --- the parser -----------------------------------------------------------------------
@@ -363,10 +396,10 @@ class KernelLogParser:
     # -- OOM killer ---------------------------------------------------------------------
 
     def _on_invoked(self, msg: str, ts: int | None) -> KernelEvent | None:
-        m = _INVOKED.search(msg)
-        if not m:
+        at = msg.find(_INVOKED)
+        if at < 1:
             return None
-        comm, rest = m.group(1).strip(), m.group(2)
+        comm, rest = msg[max(0, at - 64):at].strip(), msg[at + len(_INVOKED):]
         data: dict[str, object] = {}
         if g := _GFP.search(rest):
             data["gfp_mask"] = g.group(1)
@@ -382,37 +415,39 @@ class KernelLogParser:
         return KernelEvent("oom_invoked", ts, msg, None, comm, data)
 
     def _on_summary(self, msg: str, ts: int | None) -> None:
-        m = _SUMMARY.search(msg)
+        m = _parse_summary(msg)
         if not m:
             return
-        pid = int(m.group(9))
+        pid = int(m["pid"])
         if pid in self._recent_kills:
             return  # its Killed line came first
-        memcg = m.group(6)
+        memcg = m.get(",oom_memcg=")
         data: dict[str, object] = {
-            "constraint": m.group(1),
-            "nodemask": m.group(2),
-            "cpuset": m.group(3),
-            "mems_allowed": m.group(4),
+            "constraint": m["constraint"],
+            "nodemask": m.get(",nodemask="),
+            "cpuset": m.get(",cpuset="),
+            "mems_allowed": m.get(",mems_allowed="),
             "memcg": memcg,
-            "task_memcg": m.group(7),
-            "comm": m.group(8),
-            "uid": int(m.group(10)),
+            "task_memcg": m.get(",task_memcg="),
+            "comm": m["task"],
+            "uid": int(m["uid"]),
         }
-        if m.group(5):
+        if ",global_oom" in m:
             data["scope"] = "global"
-        elif memcg is not None or m.group(1) == "CONSTRAINT_MEMCG":
+        elif memcg is not None or m["constraint"] == "CONSTRAINT_MEMCG":
             data["scope"] = "memcg"
         if len(self._summaries) >= _MAX_PENDING_SUMMARIES and pid not in self._summaries:
             self._summaries.pop(next(iter(self._summaries)))
         self._summaries[pid] = (self._records, data, ts)
 
     def _on_killed(self, msg: str, ts: int | None) -> KernelEvent | None:
-        m = _KILLED.search(msg)
+        at = msg.find("Killed process ")
+        m = _KILLED.match(msg, at) if at >= 0 else None
         if not m:
             return None
-        prefix = (m.group(1) or "").strip()
-        pid = int(m.group(2))
+        before = _KILLED_PREFIX.search(msg, max(0, at - 82), at)
+        prefix = before.group(1).strip() if before else ""
+        pid = int(m.group(1))
         summary: dict[str, object] = {}
         pending = self._summaries.pop(pid, None)
         if pending is not None:
@@ -421,19 +456,19 @@ class KernelLogParser:
             summary.setdefault("scope", "memcg")
         elif prefix.startswith("Out of memory"):
             summary.setdefault("scope", "global")
-        uid = _int(m.group(8))
+        uid = _int(m.group(7))
         if uid is None and isinstance(summary.get("uid"), int):
             uid = summary["uid"]  # type: ignore[assignment]
         kill = OomKill(
             pid=pid,
-            comm=m.group(3),
-            total_vm_kb=int(m.group(4)),
-            anon_rss_kb=int(m.group(5)),
-            file_rss_kb=int(m.group(6)),
-            shmem_rss_kb=_int(m.group(7)),
+            comm=m.group(2),
+            total_vm_kb=int(m.group(3)),
+            anon_rss_kb=int(m.group(4)),
+            file_rss_kb=int(m.group(5)),
+            shmem_rss_kb=_int(m.group(6)),
             uid=uid,
-            pgtables_kb=_int(m.group(9)),
-            oom_score_adj=_int(m.group(10)),
+            pgtables_kb=_int(m.group(8)),
+            oom_score_adj=_int(m.group(9)),
             constraint=summary.get("constraint"),  # type: ignore[arg-type]
             memcg=summary.get("memcg"),  # type: ignore[arg-type]
             task_memcg=summary.get("task_memcg"),  # type: ignore[arg-type]
