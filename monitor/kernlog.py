@@ -23,6 +23,12 @@ Inputs (../shared/research/sources.md section 5):
 - Userspace out-of-memory lines (llama.cpp/ggml, PyTorch ``CUDA out of memory``) from
   non-kernel sources (a unit's journal, a bare line) are reported as kind ``app_oom``,
   using :mod:`monitor.llamalog`'s pattern.
+- An engine's own log (``KernelLogParser(source=...)``: a followed file, llama-swap's
+  stream, a unit's stdout in the journal) is anyone's text: a line there that looks like
+  the kernel's or systemd-oomd's is not evidence of a kill. Such a parser reports only the
+  engine's out-of-memory lines, as kind ``engine_oom`` with ``data["source"]`` the log;
+  kernel kinds come from ``/dev/kmsg`` or the journal's ``_TRANSPORT=kernel`` records, and
+  oomd kills from records journald says systemd-oomd or PID 1 wrote (``_COMM``, ``_PID``).
 
 Timestamps: ``ts_usec`` is the source's clock: CLOCK_MONOTONIC µs since boot for kmsg and
 dmesg, ``__REALTIME_TIMESTAMP`` (µs since the epoch) for the journal; ``data["clock"]``
@@ -129,6 +135,7 @@ _OOM_FIELDS = tuple(f.name for f in fields(OomKill))
 @dataclass(frozen=True, slots=True)
 class KernelEvent:
     kind: str  # "oom_kill" | "oom_invoked" | "xid" | "amdgpu_error" | "oomd_kill" | "app_oom"
+    # | "engine_oom"
     ts_usec: int | None
     message: str
     pid: int | None
@@ -312,7 +319,10 @@ def _parse_summary(msg: str) -> dict[str, str] | None:
 class KernelLogParser:
     """Feed kernel-log messages one record at a time; merges multi-record reports."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str | None = None) -> None:
+        """``source``: the engine log this parser reads (its path, URL or ``journal:UNIT``);
+        None for the kernel log or text of unknown origin."""
+        self.source = source
         self._records = 0
         # pid -> (record number, summary fields, ts_usec)
         self._summaries: dict[int, tuple[int, dict[str, object], int | None]] = {}
@@ -324,9 +334,10 @@ class KernelLogParser:
     # -- public -------------------------------------------------------------------------
 
     def feed(self, message: str, ts_usec: int | None = None, *, kernel: bool = False,
-             clock: str | None = None) -> list[KernelEvent]:
+             clock: str | None = None, oomd: bool = False) -> list[KernelEvent]:
         """One record's message. ``kernel``: known to come from the kernel log (then
-        userspace OOM lines are not looked for); ``clock``: "monotonic" / "realtime"."""
+        userspace OOM lines are not looked for); ``clock``: "monotonic" / "realtime";
+        ``oomd``: known to come from systemd-oomd or PID 1 (for a parser with a source)."""
         try:
             if isinstance(message, bytes | bytearray):
                 message = bytes(message[:MAX_MESSAGE_CHARS]).decode("utf-8", "replace")
@@ -334,8 +345,10 @@ class KernelLogParser:
                 return []
             if ts_usec is not None and (not isinstance(ts_usec, int) or ts_usec < 0):
                 ts_usec = None
-            return self._feed(message[:MAX_MESSAGE_CHARS].rstrip("\r\n"), ts_usec,
-                              kernel, clock)
+            message = message[:MAX_MESSAGE_CHARS].rstrip("\r\n")
+            if self.source is not None and not kernel and not oomd:
+                return self._feed_engine(message, ts_usec, clock)
+            return self._feed(message, ts_usec, kernel, clock)
         except Exception:  # noqa: BLE001 - a log parser must never take its caller down
             return []
 
@@ -384,6 +397,16 @@ class KernelLogParser:
                 if e.ts_usec is not None:
                     e.data.setdefault("clock", clock)
         return out
+
+    def _feed_engine(self, msg: str, ts: int | None, clock: str | None) -> list[KernelEvent]:
+        """An engine log's line: its own out-of-memory errors, nothing the kernel says."""
+        if any(w in msg for w in _KERNEL_OOM_WORDS) or not _APP_OOM.search(msg):
+            return []
+        event = self._on_app_oom(msg, ts)
+        data = {"source": self.source, "engine": event.data.pop("source"), **event.data}
+        if clock and ts is not None:
+            data["clock"] = clock
+        return [KernelEvent("engine_oom", ts, event.message, None, None, data)]
 
     def _expire(self, out: list[KernelEvent]) -> None:
         for pid, (record, _, _) in list(self._summaries.items()):
@@ -681,10 +704,11 @@ def parse_journal_json(
         if not message:
             return None
         ts = _int(str(entry.get("__REALTIME_TIMESTAMP", ""))) or None
-        kernel = entry.get("_TRANSPORT") == "kernel"
+        kernel = entry.get("_TRANSPORT") == "kernel"  # set by journald, not by the writer
+        oomd = entry.get("_COMM") == "systemd-oomd" or str(entry.get("_PID")) == "1"
         own = parser is None
         p = parser if parser is not None else KernelLogParser()
-        events = p.feed(message, ts, kernel=kernel, clock="realtime")
+        events = p.feed(message, ts, kernel=kernel, clock="realtime", oomd=oomd)
         if own:
             events.extend(p.flush())
         for event in events:
@@ -694,7 +718,7 @@ def parse_journal_json(
                     event.data.setdefault("monotonic_usec", mono)
                 if isinstance(entry.get("_BOOT_ID"), str):
                     event.data.setdefault("boot_id", entry["_BOOT_ID"])
-            if event.kind == "app_oom":
+            if event.kind in ("app_oom", "engine_oom"):
                 pid = _int(str(entry.get("_PID", "")))
                 comm = entry.get("_COMM") or entry.get("SYSLOG_IDENTIFIER")
                 unit = entry.get("_SYSTEMD_UNIT") or entry.get("UNIT")
