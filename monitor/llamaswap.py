@@ -321,7 +321,7 @@ def _substitute_env(doc: _Doc, text: str) -> str:
         return text
     try:
         scan = list(_strings_in(yaml.safe_load(text)))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         scan = [text]
     for chunk in scan:
         for match in _ENV_REF.finditer(chunk):
@@ -418,6 +418,22 @@ def _strip_comment_lines(text: str) -> str:
 # --------------------------------------------------------------------------- loading
 
 
+_MAX_FLOW_DEPTH = 200
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest ``[``/``{`` nesting, counting brackets in strings too (over-counting
+    only refuses configs no one writes)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def load_config(path: str | os.PathLike[str]) -> SwapConfig:
     """Read a llama-swap config.yaml; raises SwapConfigError (one line, file:line)."""
     doc = _Doc(str(path))
@@ -425,6 +441,8 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
         raw = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise doc.error(None, f"cannot read: {exc}") from None
+    if _flow_depth(raw) > _MAX_FLOW_DEPTH:  # PyYAML's scanner is quadratic in the depth
+        raise doc.error(None, f"invalid YAML: nested deeper than {_MAX_FLOW_DEPTH} levels")
     text = _substitute_env(doc, raw)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -435,6 +453,8 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
         raise SwapConfigError(f"{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise doc.error(None, f"invalid YAML: {exc}") from None
+    except RecursionError:  # PyYAML composes recursively: "[[[[..." thousands deep
+        raise doc.error(None, "invalid YAML: nested too deeply") from None
     if root is None:
         raise doc.error(None, "empty config: no models defined")
     top = {key: (key_node, value) for key, key_node, value in _items(doc, root, "config")}

@@ -245,7 +245,8 @@ ADVERSARIAL: dict[str, list[str]] = {
     ],
     "command line": ["A" * 4096 + "=", "a" * 4096 + "::" + "b" * 10, "1" * 4096 + "x"],
     "llama-swap config": [_LAUGHS, _LAUGHS.replace("${PORT}", "${PORT} ${env.HOME}"),
-                          _MERGE_LAUGHS, _MACRO_LAUGHS, _SELF_MERGE, _MATRIX_OR],
+                          _MERGE_LAUGHS, _MACRO_LAUGHS, _SELF_MERGE, _MATRIX_OR,
+                          "models: " + "[{a: " * 1500, "x: ${env.HOME}\nm: " + "[" * 3000],
 }
 
 
