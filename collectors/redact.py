@@ -54,7 +54,8 @@ _ENV_ASSIGN = re.compile(
 _URL_PASSWORD = re.compile(
     r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
 _URL_PARAM = re.compile(
-    r"([?&;#](?:[a-z0-9_-]*(?:token|key|secret|password|passwd|sig|signature|auth)[a-z0-9_-]*)=)"
+    r"([?&;#](?:[a-z0-9_-]{0,40}(?:token|key|secret|password|passwd|sig|signature|auth)"
+    r"[a-z0-9_-]{0,40})=)"
     r"[^&;#\s]+",
     re.IGNORECASE,
 )
@@ -92,7 +93,10 @@ def redact_text(text: str) -> str:
     return _scrub(text)
 
 
-def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+_MAX_NESTING = 4  # sh -c 'sh -c "..."' levels split and redacted word by word
+
+
+def redact_argv(argv: list[str] | tuple[str, ...], _depth: int = 0) -> tuple[str, ...]:
     """The command line with every secret replaced; the shape (argument count) is kept.
 
     An argument that holds a whole command (``sh -c 'llama-server --api-key X'``) is
@@ -126,7 +130,7 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
         elif arg.lstrip().startswith(("{", "[")):  # JSON: its secret keys' values
             out.append(_scrub(arg))
         elif " " in arg.strip():
-            out.append(_redact_words(arg))
+            out.append(_redact_words(arg, _depth + 1))
         else:
             out.append(_redact_word(arg))
     return tuple(out)
@@ -147,13 +151,16 @@ def _redact_word(word: str) -> str:
     return _scrub(word)
 
 
-def _redact_words(text: str) -> str:
-    """A command held in one argument: redact its words as if they were argv."""
+def _redact_words(text: str, depth: int) -> str:
+    """A command held in one argument: redact its words as if they were argv. Nested
+    deeper than ``_MAX_NESTING`` it is hidden whole (the safe side, and bounded work)."""
+    if depth > _MAX_NESTING:
+        return REDACTED
     try:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: fall back to whitespace
         words = text.split()
-    redacted = redact_argv(words)
+    redacted = redact_argv(words, depth)
     if redacted == tuple(words):
         return _scrub(text)  # nothing found word by word: keep the original spacing
     return shlex.join(redacted)
