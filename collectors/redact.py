@@ -2,12 +2,16 @@
 
 Redacted, each replaced by ``<redacted>``:
 - the value of a flag whose name says it is secret: ``--api-key X``, ``--api-key=X``,
-  ``--hf-token``, ``--token``, ``--password``, ``--secret``, ``--auth`` ...;
-- ``NAME=value`` arguments whose NAME ends in KEY, TOKEN, SECRET, PASSWORD, ... (``env
-  HF_TOKEN=hf_x python ...``);
+  ``--hf-token``, ``--token``, ``--password``, ``--passphrase``, ``--secret``, ``--auth`` ...;
+- ``NAME=value`` arguments whose NAME is or ends in KEY, TOKEN, SECRET, PASSWORD, ...
+  (``env HF_TOKEN=hf_x python ...``, ``TOKEN=x``);
 - passwords in URLs (``https://user:pw@host``) and secret query parameters (``?token=``,
   ``&api_key=``, ``&sig=``);
-- bearer tokens, and tokens with well-known shapes (``hf_...``, ``sk-...``) wherever they are.
+- the values of secret keys in JSON held in an argument (``--header '{"Authorization":
+  "Bearer x"}'``, ``-o '{"api_key": "x"}'``);
+- bearer tokens of any length, and tokens with well-known shapes (``hf_...``, ``sk-...``)
+  wherever they are.
+:data:`SPELLINGS` lists every spelling handled, one tested row each.
 Flags that only name a file (``--api-key-file``, ``--ssl-key-file``) keep their path, and
 ``--no-...`` switches take no value. A command inside one argument (``sh -c '...'``) is
 redacted word by word. Over-redacting is the safe side: ``--auth --port 8080`` loses the
@@ -22,8 +26,8 @@ import shlex
 REDACTED = "<redacted>"
 
 _SECRET_WORDS = (
-    r"(?:api[-_]?keys?|apikey|keys?|tokens?|secrets?|password|passwd|pass|auth|bearer"
-    r"|credentials?)"
+    r"(?:api[-_]?keys?|apikey|keys?|tokens?|secrets?|passwords?|passwd|passphrase|pass|pwd"
+    r"|auth|authorization|bearer|credentials?)"
 )
 # A flag whose last words name a secret: --api-key, --hf-token, --auth, -password ...
 _SECRET_FLAG = re.compile(rf"^--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS}$", re.IGNORECASE)
@@ -41,17 +45,29 @@ _HEADER = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _ENV_ASSIGN = re.compile(
-    r"^([A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?))=(.+)$",
+    r"^((?:[A-Za-z_][A-Za-z0-9_]*)?(?:KEYS?|TOKENS?|SECRETS?|PASSWORDS?|PASSWD|PASS|PASSPHRASE"
+    r"|PWD|CREDENTIALS?|AUTH))=(.+)$",
     re.IGNORECASE | re.DOTALL,
 )
 # Greedy to the last "@": a password may hold "/" or "@"; over-redacting is the safe side.
-_URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
+# A scheme starts where a run of scheme characters starts (not at each of them: linear).
+_URL_PASSWORD = re.compile(
+    r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
 _URL_PARAM = re.compile(
-    r"([?&;#](?:[a-z0-9_-]*(?:token|key|secret|password|passwd|sig|signature|auth)[a-z0-9_-]*)=)"
+    r"([?&;#](?:[a-z0-9_-]{0,40}(?:token|key|secret|password|passwd|sig|signature|auth)"
+    r"[a-z0-9_-]{0,40})=)"
     r"[^&;#\s]+",
     re.IGNORECASE,
 )
-_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_BEARER = re.compile(
+    r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|\b(Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+# A secret key's value in JSON: "api_key": "x", "Authorization": "Bearer x", "token": 123.
+# An unterminated string is hidden to its end (possessive: no backtracking on hostile text).
+_JSON_SECRET = re.compile(
+    r"(\"[A-Za-z0-9_.-]{0,40}?" + _SECRET_WORDS + r"\"\s{0,8}:\s{0,8})"
+    r"(?:\"(?:[^\"\\]|\\.)*+\"?|[^\s,}\]]++)",
+    re.IGNORECASE,
+)
 _KNOWN_TOKENS = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|xox[abposr]-[A-Za-z0-9-]{10,})\b"
@@ -59,13 +75,28 @@ _KNOWN_TOKENS = re.compile(
 
 
 def _scrub(text: str) -> str:
-    text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
+    if "://" in text and "@" in text:
+        # only up to the last "@": past it ``\S*@`` could never match, and trying costs
+        # the rest of the text at every "://" (quadratic on a crafted argument)
+        end = text.rfind("@") + 1
+        text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text[:end]) + text[end:]
     text = _URL_PARAM.sub(rf"\1{REDACTED}", text)
-    text = _BEARER.sub(rf"\1 {REDACTED}", text)
+    if '"' in text:
+        text = _JSON_SECRET.sub(rf'\1"{REDACTED}"', text)
+    text = _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)} {REDACTED}", text)
     return _KNOWN_TOKENS.sub(REDACTED, text)
 
 
-def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+def redact_text(text: str) -> str:
+    """Secrets in one free-text value (an environment value, a URL): URL passwords, secret
+    query parameters and JSON keys, bearer and well-known tokens."""
+    return _scrub(text)
+
+
+_MAX_NESTING = 4  # sh -c 'sh -c "..."' levels split and redacted word by word
+
+
+def redact_argv(argv: list[str] | tuple[str, ...], _depth: int = 0) -> tuple[str, ...]:
     """The command line with every secret replaced; the shape (argument count) is kept.
 
     An argument that holds a whole command (``sh -c 'llama-server --api-key X'``) is
@@ -96,8 +127,10 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
         elif m := _HEADER.match(arg):
             scheme = f"{m.group(2)} " if m.group(2) else ""
             out.append(f"{m.group(1)}{scheme}{REDACTED}")
+        elif arg.lstrip().startswith(("{", "[")):  # JSON: its secret keys' values
+            out.append(_scrub(arg))
         elif " " in arg.strip():
-            out.append(_redact_words(arg))
+            out.append(_redact_words(arg, _depth + 1))
         else:
             out.append(_redact_word(arg))
     return tuple(out)
@@ -118,13 +151,58 @@ def _redact_word(word: str) -> str:
     return _scrub(word)
 
 
-def _redact_words(text: str) -> str:
-    """A command held in one argument: redact its words as if they were argv."""
+def _redact_words(text: str, depth: int) -> str:
+    """A command held in one argument: redact its words as if they were argv. Nested
+    deeper than ``_MAX_NESTING`` it is hidden whole (the safe side, and bounded work)."""
+    if depth > _MAX_NESTING:
+        return REDACTED
     try:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: fall back to whitespace
         words = text.split()
-    redacted = redact_argv(words)
+    redacted = redact_argv(words, depth)
     if redacted == tuple(words):
         return _scrub(text)  # nothing found word by word: keep the original spacing
     return shlex.join(redacted)
+
+
+# Every spelling handled: (what, argv, argv as stored). The secret is always "S3CRET" (or a
+# part of it), so each row's test can also check it is gone; tests/collectors/test_redact.py
+# runs one test per row.
+_R = REDACTED
+SPELLINGS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("--api-key X", ("--api-key", "S3CRET"), ("--api-key", _R)),
+    ("--api-key=X", ("--api-key=S3CRET",), (f"--api-key={_R}",)),
+    ("--api-key-file keeps its path", ("--api-key-file", "/etc/k"), ("--api-key-file", "/etc/k")),
+    ("--hf-token X", ("--hf-token", "S3CRET"), ("--hf-token", _R)),
+    ("-hft X", ("-hft", "S3CRET"), ("-hft", _R)),
+    ("--passphrase X", ("--passphrase", "S3CRET"), ("--passphrase", _R)),
+    ("--password X", ("--password", "S3CRET"), ("--password", _R)),
+    ("--password=X", ("--password=S3CRET",), (f"--password={_R}",)),
+    ("--secret X", ("--secret", "S3CRET"), ("--secret", _R)),
+    ("--token X", ("--token", "S3CRET"), ("--token", _R)),
+    ("-u user:X", ("-u", "me:S3CRET"), ("-u", f"me:{_R}")),
+    ("-H 'Authorization: Bearer x'", ("-H", "Authorization: Bearer S3"),
+     ("-H", f"Authorization: Bearer {_R}")),
+    ("-H 'x-api-key: X'", ("-H", "x-api-key: S3CRET"), ("-H", f"x-api-key: {_R}")),
+    ("a short Bearer token anywhere", ("--note", "use Bearer S3 here"),
+     ("--note", f"use Bearer {_R} here")),
+    ("FOO_TOKEN=X", ("FOO_TOKEN=S3CRET",), (f"FOO_TOKEN={_R}",)),
+    ("TOKEN=X", ("TOKEN=S3CRET",), (f"TOKEN={_R}",)),
+    ("API_KEY=X", ("API_KEY=S3CRET",), (f"API_KEY={_R}",)),
+    ("PASSWORD=X", ("PASSWORD=S3CRET",), (f"PASSWORD={_R}",)),
+    ("--env=HF_TOKEN=X", ("--env=HF_TOKEN=S3CRET",), (f"--env=HF_TOKEN={_R}",)),
+    ("URL userinfo", ("https://u:S3CRET@host/x",), (f"https://u:{_R}@host/x",)),
+    ("URL query ?token=x&key=y", ("https://host/x?token=S3CRET&key=S3CRET&n=1",),
+     (f"https://host/x?token={_R}&key={_R}&n=1",)),
+    ('JSON "Authorization"', ("--header", '{"Authorization": "Bearer S3CRET"}'),
+     ("--header", f'{{"Authorization": "{_R}"}}')),
+    ('JSON "api_key"', ("-o", '{"api_key":"S3CRET","n":1}'), ("-o", f'{{"api_key":"{_R}","n":1}}')),
+    ('JSON "token"', ("-o", '{"token": "S3CRET"}'), ("-o", f'{{"token": "{_R}"}}')),
+    ('JSON "password"', ("-o", '{"db": {"password": "S3\\"CRET"}}'),
+     ("-o", f'{{"db": {{"password": "{_R}"}}}}')),
+    ('JSON "secret" unterminated', ("-o", '{"secret": "S3CRET'), ("-o", f'{{"secret": "{_R}"')),
+    ("known shape hf_...", ("hf_S3CRETS3CRETS3CRETS3CRET",), (_R,)),
+    ("inside sh -c", ("sh", "-c", "llama-server --passphrase S3CRET"),
+     ("sh", "-c", f"llama-server --passphrase '{_R}'")),
+)

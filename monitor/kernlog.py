@@ -23,6 +23,12 @@ Inputs (../shared/research/sources.md section 5):
 - Userspace out-of-memory lines (llama.cpp/ggml, PyTorch ``CUDA out of memory``) from
   non-kernel sources (a unit's journal, a bare line) are reported as kind ``app_oom``,
   using :mod:`monitor.llamalog`'s pattern.
+- An engine's own log (``KernelLogParser(source=...)``: a followed file, llama-swap's
+  stream, a unit's stdout in the journal) is anyone's text: a line there that looks like
+  the kernel's or systemd-oomd's is not evidence of a kill. Such a parser reports only the
+  engine's out-of-memory lines, as kind ``engine_oom`` with ``data["source"]`` the log;
+  kernel kinds come from ``/dev/kmsg`` or the journal's ``_TRANSPORT=kernel`` records, and
+  oomd kills from records journald says systemd-oomd or PID 1 wrote (``_COMM``, ``_PID``).
 
 Timestamps: ``ts_usec`` is the source's clock: CLOCK_MONOTONIC µs since boot for kmsg and
 dmesg, ``__REALTIME_TIMESTAMP`` (µs since the epoch) for the journal; ``data["clock"]``
@@ -129,6 +135,7 @@ _OOM_FIELDS = tuple(f.name for f in fields(OomKill))
 @dataclass(frozen=True, slots=True)
 class KernelEvent:
     kind: str  # "oom_kill" | "oom_invoked" | "xid" | "amdgpu_error" | "oomd_kill" | "app_oom"
+    # | "engine_oom"
     ts_usec: int | None
     message: str
     pid: int | None
@@ -204,20 +211,23 @@ def _split_line(line: str) -> tuple[str, int | None, bool]:
 
 # --- kernel OOM patterns --------------------------------------------------------------
 
-_INVOKED = re.compile(r"(.{1,64}?) invoked oom-killer: (.*)")
-_GFP = re.compile(r"gfp_mask=(0x[0-9a-fA-F]+)(?:\(([^)]*)\))?")
+# Every pattern below runs on up to MAX_MESSAGE_CHARS of hostile text (a followed engine
+# log): no nested or unbounded lazy quantifiers; a pattern that would start at every
+# position of a long run (``\w*X``) is anchored at a word start or found by its literal.
+_INVOKED = " invoked oom-killer: "
+_GFP = re.compile(r"gfp_mask=(0x[0-9a-fA-F]{1,16})(?:\(([^)]{0,256})\))?")
 _ORDER = re.compile(r"\border=(-?\d+)")
 _SCORE_ADJ = re.compile(r"\boom_score_adj=(-?\d+)")
-_SUMMARY = re.compile(
-    r"oom-kill:constraint=(\w+)"
-    r"(?:,nodemask=(.*?))?"
-    r"(?:,cpuset=(.*?),mems_allowed=(.*?))?"
-    r"(?:,(global_oom)|,oom_memcg=(.*?))?"
-    r"(?:,task_memcg=(.*?))?"
-    r",task=(.{0,64}),pid=\s*(\d+),uid=\s*(\d+)\s*$"
-)
+# The summary (dump_oom_summary, 4.19+) is cut at its known keys with str.find, not one
+# regex: lazy ``(.*?)`` groups for each optional key backtrack exponentially on a crafted
+# line (issue 14: 64 s for 4 KiB). Cgroup paths and comms may hold commas.
+_SUMMARY_HEAD = re.compile(r"oom-kill:constraint=(\w{1,64})")
+_SUMMARY_TAIL = re.compile(r",task=(.{0,64}),pid=\s{0,8}(\d{1,10}),uid=\s{0,8}(\d{1,10})\s*$")
+_SUMMARY_KEYS = (",nodemask=", ",cpuset=", ",mems_allowed=", ",global_oom", ",oom_memcg=",
+                 ",task_memcg=")
+_KILLED_PREFIX = re.compile(r"([^:]{0,80}): $")  # "Out of memory" / "Memory cgroup out of memory"
 _KILLED = re.compile(
-    r"(?:([^:]{0,80}): )?Killed process (\d+) \((.{0,64}?)\) "
+    r"Killed process (\d{1,10}) \((.{0,64}?)\) "
     r"(?:total-vm|vsz):(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB"
     r"(?:, shmem-rss:(\d+)kB)?"
     r"(?:,? UID:(\d+))?"
@@ -236,14 +246,15 @@ _AMD_DEV = re.compile(r"amdgpu (\d{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)")
 _AMD_FAULT = re.compile(
     r"\[(\w+)\]\s+(?:(retry|no-retry)\s+)?(?:VMC\s+)?page fault\s*"
     r"\(src_id:(\d+) ring:(\d+) vmid:(\d+) pasid:(\d+)"
-    r"(?:, for process (.*?) pid (\d+) thread (.*?) pid (\d+))?"
+    r"(?:, for process (.{0,64}?) pid (\d+) thread (.{0,64}?) pid (\d+))?"
 )
-_AMD_PROCESS = re.compile(r"(?:in process|Process information: process) (.*?) pid (\d+) thread")
+_AMD_PROCESS = re.compile(
+    r"(?:in process|Process information: process) (.{0,64}?) pid (\d+) thread")
 _AMD_ADDRESS = re.compile(
     r"(?:in page starting at address|at page|at address) (0x[0-9a-fA-F]+) from "
     r"(?:IH client |client )?(\S+)"
 )
-_AMD_STATUS = re.compile(r"(\w*_L2_PROTECTION_FAULT_STATUS):\s*(0x[0-9a-fA-F]+)")
+_AMD_STATUS = re.compile(r"(?<!\w)(\w{0,32}_L2_PROTECTION_FAULT_STATUS):\s*(0x[0-9a-fA-F]+)")
 _AMD_RING = re.compile(
     r"ring (\S+) timeout(?:, signaled seq=(\d+), emitted seq=(\d+))?"
 )
@@ -254,7 +265,8 @@ _AMD_GEM = re.compile(r"Failed to allocate GEM object \((\d+), (\d+), (\d+), (-?
 
 _OOMD = re.compile(r"\b(Killed|Marked) (/\S*) (?:for killing )?due to (.*)")
 _OOMD_PRESSURE = re.compile(
-    r"memory pressure for (\S+) being ([\d.]+)% > ([\d.]+)% for > (.+?)(?: with reclaim activity)?$"
+    r"memory pressure for (\S+) being ([\d.]+)% > ([\d.]+)% for > (.{1,64}?)"
+    r"(?: with reclaim activity)?$"
 )
 _OOMD_SWAP = re.compile(r"swap used \((\d+)\) / total \((\d+)\) being more than ([\d.]+)%")
 _OOMD_UNIT = re.compile(r"^(\S+): systemd-oomd killed (\d+) process")
@@ -273,13 +285,44 @@ def _int(text: str | None) -> int | None:
     return int(text) if len(text) <= 20 else None
 
 
+def _parse_summary(msg: str) -> dict[str, str] | None:
+    """The fields of an ``oom-kill:constraint=...,task=C,pid=N,uid=N`` summary, or None.
+
+    Keys come in the kernel's order, each optional (``cpuset`` with ``mems_allowed``); a
+    value runs to the next key that follows it. Linear in the line's length.
+    """
+    head = _SUMMARY_HEAD.search(msg)
+    if not head:
+        return None
+    tail = _SUMMARY_TAIL.search(msg, head.end())
+    if not tail:
+        return None
+    middle = msg[head.end():tail.start()]
+    out = {"constraint": head.group(1), "task": tail.group(1), "pid": tail.group(2),
+           "uid": tail.group(3)}
+    pos = 0
+    for i, key in enumerate(_SUMMARY_KEYS):
+        if not middle.startswith(key, pos):
+            continue
+        start = pos + len(key)
+        ends = [e for k in _SUMMARY_KEYS[i + 1:] if (e := middle.find(k, start)) >= 0]
+        pos = min(ends, default=len(middle))
+        out[key] = middle[start:pos]
+    if pos != len(middle) or out.get(",global_oom", "") != "":
+        return None
+    return out
+
+
 # --- the parser -----------------------------------------------------------------------
 
 
 class KernelLogParser:
     """Feed kernel-log messages one record at a time; merges multi-record reports."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str | None = None) -> None:
+        """``source``: the engine log this parser reads (its path, URL or ``journal:UNIT``);
+        None for the kernel log or text of unknown origin."""
+        self.source = source
         self._records = 0
         # pid -> (record number, summary fields, ts_usec)
         self._summaries: dict[int, tuple[int, dict[str, object], int | None]] = {}
@@ -291,9 +334,10 @@ class KernelLogParser:
     # -- public -------------------------------------------------------------------------
 
     def feed(self, message: str, ts_usec: int | None = None, *, kernel: bool = False,
-             clock: str | None = None) -> list[KernelEvent]:
+             clock: str | None = None, oomd: bool = False) -> list[KernelEvent]:
         """One record's message. ``kernel``: known to come from the kernel log (then
-        userspace OOM lines are not looked for); ``clock``: "monotonic" / "realtime"."""
+        userspace OOM lines are not looked for); ``clock``: "monotonic" / "realtime";
+        ``oomd``: known to come from systemd-oomd or PID 1 (for a parser with a source)."""
         try:
             if isinstance(message, bytes | bytearray):
                 message = bytes(message[:MAX_MESSAGE_CHARS]).decode("utf-8", "replace")
@@ -301,8 +345,10 @@ class KernelLogParser:
                 return []
             if ts_usec is not None and (not isinstance(ts_usec, int) or ts_usec < 0):
                 ts_usec = None
-            return self._feed(message[:MAX_MESSAGE_CHARS].rstrip("\r\n"), ts_usec,
-                              kernel, clock)
+            message = message[:MAX_MESSAGE_CHARS].rstrip("\r\n")
+            if self.source is not None and not kernel and not oomd:
+                return self._feed_engine(message, ts_usec, clock)
+            return self._feed(message, ts_usec, kernel, clock)
         except Exception:  # noqa: BLE001 - a log parser must never take its caller down
             return []
 
@@ -352,6 +398,16 @@ class KernelLogParser:
                     e.data.setdefault("clock", clock)
         return out
 
+    def _feed_engine(self, msg: str, ts: int | None, clock: str | None) -> list[KernelEvent]:
+        """An engine log's line: its own out-of-memory errors, nothing the kernel says."""
+        if any(w in msg for w in _KERNEL_OOM_WORDS) or not _APP_OOM.search(msg):
+            return []
+        event = self._on_app_oom(msg, ts)
+        data = {"source": self.source, "engine": event.data.pop("source"), **event.data}
+        if clock and ts is not None:
+            data["clock"] = clock
+        return [KernelEvent("engine_oom", ts, event.message, None, None, data)]
+
     def _expire(self, out: list[KernelEvent]) -> None:
         for pid, (record, _, _) in list(self._summaries.items()):
             if self._records - record > PENDING_RECORDS:
@@ -363,10 +419,10 @@ class KernelLogParser:
     # -- OOM killer ---------------------------------------------------------------------
 
     def _on_invoked(self, msg: str, ts: int | None) -> KernelEvent | None:
-        m = _INVOKED.search(msg)
-        if not m:
+        at = msg.find(_INVOKED)
+        if at < 1:
             return None
-        comm, rest = m.group(1).strip(), m.group(2)
+        comm, rest = msg[max(0, at - 64):at].strip(), msg[at + len(_INVOKED):]
         data: dict[str, object] = {}
         if g := _GFP.search(rest):
             data["gfp_mask"] = g.group(1)
@@ -382,37 +438,39 @@ class KernelLogParser:
         return KernelEvent("oom_invoked", ts, msg, None, comm, data)
 
     def _on_summary(self, msg: str, ts: int | None) -> None:
-        m = _SUMMARY.search(msg)
+        m = _parse_summary(msg)
         if not m:
             return
-        pid = int(m.group(9))
+        pid = int(m["pid"])
         if pid in self._recent_kills:
             return  # its Killed line came first
-        memcg = m.group(6)
+        memcg = m.get(",oom_memcg=")
         data: dict[str, object] = {
-            "constraint": m.group(1),
-            "nodemask": m.group(2),
-            "cpuset": m.group(3),
-            "mems_allowed": m.group(4),
+            "constraint": m["constraint"],
+            "nodemask": m.get(",nodemask="),
+            "cpuset": m.get(",cpuset="),
+            "mems_allowed": m.get(",mems_allowed="),
             "memcg": memcg,
-            "task_memcg": m.group(7),
-            "comm": m.group(8),
-            "uid": int(m.group(10)),
+            "task_memcg": m.get(",task_memcg="),
+            "comm": m["task"],
+            "uid": int(m["uid"]),
         }
-        if m.group(5):
+        if ",global_oom" in m:
             data["scope"] = "global"
-        elif memcg is not None or m.group(1) == "CONSTRAINT_MEMCG":
+        elif memcg is not None or m["constraint"] == "CONSTRAINT_MEMCG":
             data["scope"] = "memcg"
         if len(self._summaries) >= _MAX_PENDING_SUMMARIES and pid not in self._summaries:
             self._summaries.pop(next(iter(self._summaries)))
         self._summaries[pid] = (self._records, data, ts)
 
     def _on_killed(self, msg: str, ts: int | None) -> KernelEvent | None:
-        m = _KILLED.search(msg)
+        at = msg.find("Killed process ")
+        m = _KILLED.match(msg, at) if at >= 0 else None
         if not m:
             return None
-        prefix = (m.group(1) or "").strip()
-        pid = int(m.group(2))
+        before = _KILLED_PREFIX.search(msg, max(0, at - 82), at)
+        prefix = before.group(1).strip() if before else ""
+        pid = int(m.group(1))
         summary: dict[str, object] = {}
         pending = self._summaries.pop(pid, None)
         if pending is not None:
@@ -421,19 +479,19 @@ class KernelLogParser:
             summary.setdefault("scope", "memcg")
         elif prefix.startswith("Out of memory"):
             summary.setdefault("scope", "global")
-        uid = _int(m.group(8))
+        uid = _int(m.group(7))
         if uid is None and isinstance(summary.get("uid"), int):
             uid = summary["uid"]  # type: ignore[assignment]
         kill = OomKill(
             pid=pid,
-            comm=m.group(3),
-            total_vm_kb=int(m.group(4)),
-            anon_rss_kb=int(m.group(5)),
-            file_rss_kb=int(m.group(6)),
-            shmem_rss_kb=_int(m.group(7)),
+            comm=m.group(2),
+            total_vm_kb=int(m.group(3)),
+            anon_rss_kb=int(m.group(4)),
+            file_rss_kb=int(m.group(5)),
+            shmem_rss_kb=_int(m.group(6)),
             uid=uid,
-            pgtables_kb=_int(m.group(9)),
-            oom_score_adj=_int(m.group(10)),
+            pgtables_kb=_int(m.group(8)),
+            oom_score_adj=_int(m.group(9)),
             constraint=summary.get("constraint"),  # type: ignore[arg-type]
             memcg=summary.get("memcg"),  # type: ignore[arg-type]
             task_memcg=summary.get("task_memcg"),  # type: ignore[arg-type]
@@ -646,10 +704,11 @@ def parse_journal_json(
         if not message:
             return None
         ts = _int(str(entry.get("__REALTIME_TIMESTAMP", ""))) or None
-        kernel = entry.get("_TRANSPORT") == "kernel"
+        kernel = entry.get("_TRANSPORT") == "kernel"  # set by journald, not by the writer
+        oomd = entry.get("_COMM") == "systemd-oomd" or str(entry.get("_PID")) == "1"
         own = parser is None
         p = parser if parser is not None else KernelLogParser()
-        events = p.feed(message, ts, kernel=kernel, clock="realtime")
+        events = p.feed(message, ts, kernel=kernel, clock="realtime", oomd=oomd)
         if own:
             events.extend(p.flush())
         for event in events:
@@ -659,7 +718,7 @@ def parse_journal_json(
                     event.data.setdefault("monotonic_usec", mono)
                 if isinstance(entry.get("_BOOT_ID"), str):
                     event.data.setdefault("boot_id", entry["_BOOT_ID"])
-            if event.kind == "app_oom":
+            if event.kind in ("app_oom", "engine_oom"):
                 pid = _int(str(entry.get("_PID", "")))
                 comm = entry.get("_COMM") or entry.get("SYSLOG_IDENTIFIER")
                 unit = entry.get("_SYSTEMD_UNIT") or entry.get("UNIT")

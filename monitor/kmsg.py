@@ -25,7 +25,8 @@ from monitor.kernlog import KernelEvent, KernelLogParser, parse_kmsg_record
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_TICK = 2000
 SEVERITY = {"oom_kill": "critical", "oomd_kill": "critical", "xid": "critical",
-            "amdgpu_error": "warning", "oom_invoked": "warning", "app_oom": "critical"}
+            "amdgpu_error": "warning", "oom_invoked": "warning", "app_oom": "critical",
+            "engine_oom": "critical"}
 
 
 def boot_offset_ms() -> float:

@@ -93,6 +93,7 @@ _ENV_REF = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 _VAR_KEY = re.compile(r"^[a-zA-Z0-9.-]{1,32}$")
 _YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _MAX_RUNNING_BYTES = 4 << 20
+_MAX_CMD_CHARS = 1 << 20  # a cmd whose macros expand past this is refused (nested macros)
 
 
 class SwapConfigError(ValueError):
@@ -141,6 +142,9 @@ class _Doc:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        # mappings already read, by node: YAML aliases share nodes, and a merge key
+        # (``<<: [*a, *a]``) repeated down a chain would read them 2**depth times
+        self.items: dict[int, list[tuple[str, yaml.Node, yaml.Node]]] = {}
 
     def error(self, node: yaml.Node | None, message: str) -> SwapConfigError:
         message = " ".join(str(message).split())
@@ -171,6 +175,9 @@ def _items(doc: _Doc, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, 
         return []
     if not isinstance(node, yaml.MappingNode):
         raise doc.error(node, f"{what}: expected a mapping, got {_kind(node)}")
+    if id(node) in doc.items:
+        return doc.items[id(node)]
+    doc.items[id(node)] = []  # a mapping that merges itself (``&a {<<: *a}``) adds nothing
     merged: list[tuple[str, yaml.Node, yaml.Node]] = []
     explicit: list[tuple[str, yaml.Node, yaml.Node]] = []
     seen: dict[str, int] = {}
@@ -193,7 +200,9 @@ def _items(doc: _Doc, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, 
             )
         seen[key] = key_node.start_mark.line + 1
         explicit.append((key, key_node, value_node))
-    return [m for m in merged if m[0] not in seen] + explicit
+    out = [m for m in merged if m[0] not in seen] + explicit
+    doc.items[id(node)] = out
+    return out
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
@@ -288,22 +297,31 @@ def _str_list(doc: _Doc, node: yaml.Node, what: str) -> list[str]:
 
 
 def _strings_in(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield str(key)
-            yield from _strings_in(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings_in(item)
+    """Every string in a loaded YAML tree, each list or mapping visited once: an alias
+    (``*a``) shares its object, so a "billion laughs" file stays as small as its text."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict | list) and id(item) not in seen:
+            seen.add(id(item))
+            if isinstance(item, dict):
+                for key, sub in item.items():
+                    yield str(key)
+                    stack.append(sub)
+            else:
+                stack.extend(reversed(item))
 
 
 def _substitute_env(doc: _Doc, text: str) -> str:
     """``substituteEnvMacros``: only references outside YAML comments count."""
+    if "${env." not in text:
+        return text
     try:
         scan = list(_strings_in(yaml.safe_load(text)))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         scan = [text]
     for chunk in scan:
         for match in _ENV_REF.finditer(chunk):
@@ -400,6 +418,22 @@ def _strip_comment_lines(text: str) -> str:
 # --------------------------------------------------------------------------- loading
 
 
+_MAX_FLOW_DEPTH = 200
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest ``[``/``{`` nesting, counting brackets in strings too (over-counting
+    only refuses configs no one writes)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def load_config(path: str | os.PathLike[str]) -> SwapConfig:
     """Read a llama-swap config.yaml; raises SwapConfigError (one line, file:line)."""
     doc = _Doc(str(path))
@@ -407,6 +441,8 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
         raw = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise doc.error(None, f"cannot read: {exc}") from None
+    if _flow_depth(raw) > _MAX_FLOW_DEPTH:  # PyYAML's scanner is quadratic in the depth
+        raise doc.error(None, f"invalid YAML: nested deeper than {_MAX_FLOW_DEPTH} levels")
     text = _substitute_env(doc, raw)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -417,6 +453,8 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
         raise SwapConfigError(f"{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise doc.error(None, f"invalid YAML: {exc}") from None
+    except RecursionError:  # PyYAML composes recursively: "[[[[..." thousands deep
+        raise doc.error(None, "invalid YAML: nested too deeply") from None
     if root is None:
         raise doc.error(None, "empty config: no models defined")
     top = {key: (key_node, value) for key, key_node, value in _items(doc, root, "config")}
@@ -490,6 +528,11 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
                 raise doc.error(
                     key_node, f"model {mid}: mapping macro '{name}' cannot be used in cmd or proxy"
                 )
+            grow = len(rendered) - len(slug)
+            if max(len(cmd) + cmd.count(slug) * grow,
+                   len(proxy) + proxy.count(slug) * grow) > _MAX_CMD_CHARS:
+                raise doc.error(key_node, f"model {mid}: cmd grows past {_MAX_CMD_CHARS} "
+                                f"characters when macro '{name}' is expanded")
             cmd = cmd.replace(slug, rendered)
             proxy = proxy.replace(slug, rendered)
 

@@ -4,10 +4,14 @@ Configured in ``[logs]``: ``files`` (a llama-server ``--log-file``, llama-swap's
 ``journal_units`` (``llama-server@x.service``, ``ollama.service``, ``systemd-oomd.service``);
 and, when ``[llama_swap] url`` is set, llama-swap's upstream log stream (the output of every
 model it runs, which goes nowhere else by default: :class:`SwapLogTail`).
-Each tick drains what arrived, without blocking: lines go through the kernel-log parser,
-which recognises engine out-of-memory lines (``cudaMalloc failed: out of memory``,
-``failed to allocate ... buffer``, PyTorch's ``CUDA out of memory. Tried to allocate``) and
-systemd-oomd kills. A rotated or truncated file is reopened from its start.
+Each tick drains what arrived, without blocking: lines go through the kernel-log parser in
+its engine-log mode (``KernelLogParser(source=...)``), which recognises engine
+out-of-memory lines (``cudaMalloc failed: out of memory``, ``failed to allocate ... buffer``,
+PyTorch's ``CUDA out of memory. Tried to allocate``) as ``engine_oom`` events naming the
+log. Anyone can write to an engine's log, so kernel OOM kills, Xids and systemd-oomd kills
+are taken from a journal only where journald vouches for the writer (``_TRANSPORT=kernel``,
+``_COMM=systemd-oomd``, ``_PID=1``), never from a file or llama-swap's stream.
+A rotated or truncated file is reopened from its start.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import socket
 import subprocess
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.kernlog import KernelEvent, KernelLogParser, parse_journal_json
@@ -32,10 +36,14 @@ MAX_BYTES_PER_TICK = 1 << 20
 @dataclass
 class FileTail:
     path: Path
-    parser: KernelLogParser = field(default_factory=KernelLogParser)
+    parser: KernelLogParser = None  # type: ignore[assignment]  # set in __post_init__
     _fd: int | None = None
     _ino: int | None = None
     _buf: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.parser is None:
+            self.parser = KernelLogParser(source=str(self.path))
 
     def _open(self, at_end: bool) -> bool:
         try:
@@ -82,10 +90,14 @@ class JournalTail:
 
     unit: str
     journalctl: str = "journalctl"
-    parser: KernelLogParser = field(default_factory=KernelLogParser)
+    parser: KernelLogParser = None  # type: ignore[assignment]  # set in __post_init__
     _proc: subprocess.Popen[bytes] | None = None
     _buf: bytes = b""
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.parser is None:
+            self.parser = KernelLogParser(source=f"journal:{self.unit}")
 
     def start(self) -> bool:
         try:
@@ -149,7 +161,7 @@ class SwapLogTail:
         self._https = parts.scheme == "https"
         self._path = parts.path.rstrip("/") + "/logs/stream/upstream?no-history"
         self.retry_s, self.connect_timeout_s = retry_s, connect_timeout_s
-        self.parser = KernelLogParser()
+        self.parser = KernelLogParser(source=base_url)
         self.error: str | None = None
         self.connected = False
         self.dropped = 0

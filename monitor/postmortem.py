@@ -301,7 +301,7 @@ def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int
         parts.append(f"{name} died while loading, before its memory settled.")
     else:
         parts.append(f"{name} {how}.")
-    apps = [e for e in nearby if e["kind"] == "app_oom"]
+    apps = [e for e in nearby if e["kind"] in ("app_oom", "engine_oom")]
     if apps:
         parts.append(f"The engine reported: \"{apps[-1]['message']}\".")
         fixes.append("The GPU allocation failed: lower -c / -np or the KV type, or offload "

@@ -33,7 +33,7 @@ EVENT_TTL_MS = 10 * 60 * 1000  # an event-like alert resolves itself this long a
 SEEN_TTL_MS = 60 * 60 * 1000  # fired event keys are remembered this long (never re-fired)
 KILL_MATCH_MS = 120 * 1000  # a crash this close to a kill of its pid is that kill, not a 2nd
 KILL_KINDS = ("oom_kill", "oomd_kill")
-EVENT_KINDS = ("crash", "oom_kill", "oomd_kill", "app_oom")
+EVENT_KINDS = ("crash", "oom_kill", "oomd_kill", "app_oom", "engine_oom")
 
 Level = Literal["warning", "critical"]
 ChangeKind = Literal["fired", "resolved", "escalated"]
@@ -46,6 +46,7 @@ RULE_LABELS = {
     "oom_kill": "killed by the kernel OOM killer",
     "oomd_kill": "killed by systemd-oomd",
     "app_oom": "out of memory",
+    "engine_oom": "the engine ran out of memory",
     "surprise": "memory surprise",
     "collector": "collector failing",
     "unclean_restart": "daemon restarted after an unclean stop",
@@ -287,7 +288,7 @@ def _events(ev: _Eval, snap: Snapshot) -> None:
             ev.fire(Alert(key, "oom_predicted", "critical", e.device_id, one_line(e.message),
                           {**e.data, "device_id": e.device_id, "event_ts_ms": e.ts_ms}),
                     event=True)
-        elif e.kind in KILL_KINDS or e.kind == "app_oom":
+        elif e.kind in KILL_KINDS or e.kind in ("app_oom", "engine_oom"):
             key = f"{e.kind}:{e.device_id}:{pid if pid is not None else '-'}:{e.ts_ms}"
             ev.fire(Alert(key, e.kind, "critical", _subject(e, snap), one_line(e.message),
                           {**e.data, "device_id": e.device_id, "event_ts_ms": e.ts_ms}),

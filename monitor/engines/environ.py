@@ -4,19 +4,24 @@ DESIGN.md, security: ``/proc/PID/environ`` is never stored. This module reads it
 only allow-listed keys, and returns a fresh dict of those; the raw bytes never leave the
 function. Allowed:
 
-- ``LLAMA_ARG_*``: llama.cpp's flag environment (``common/arg.cpp`` ``set_env``), minus
-  any key whose name says it holds a secret (``..._KEY``, ``..._TOKEN`` ...);
+- the ``LLAMA_ARG_*`` keys the estimator reads (llama.cpp's flag environment,
+  ``common/arg.cpp`` ``set_env``; the list is :data:`monitor.engines.llamacpp.ENV_KEYS`),
+  minus any key whose name says it holds a secret (``..._KEY``, ``..._TOKEN`` ...);
 - a fixed list of ``OLLAMA_*`` keys that size models (context, parallel, KV type ...);
 - a fixed list of ``VLLM_*`` keys (``VLLM_PROCESS_NAME_PREFIX`` renames the workers).
 
 A process that is gone, not ours to read (another user's, without CAP_SYS_PTRACE), or a
-kernel thread gives ``{}``.
+kernel thread gives ``{}``. Each kept value goes through
+:func:`collectors.redact.redact_text` (a model URL with a password or ``?token=``).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from collectors.redact import redact_text
+from monitor.engines.llamacpp import ENV_KEYS as LLAMA_KEYS
 
 # /proc/PID/environ is at most the exec-time environment (ARG_MAX-bounded); read a bounded
 # prefix so a huge environment cannot cost unbounded memory.
@@ -41,7 +46,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECA
 def allowed(key: str) -> bool:
     """Whether an environment key may be read and kept."""
     if key.startswith("LLAMA_ARG_"):
-        return not _SECRET_NAME.search(key)
+        return key in LLAMA_KEYS and not _SECRET_NAME.search(key)
     return key in OLLAMA_KEYS or key in VLLM_KEYS
 
 
@@ -61,7 +66,7 @@ def filter_env(entries: bytes) -> dict[str, str]:
         text = value.decode("utf-8", errors="replace")
         if name == "OLLAMA_HOST" and "@" in text:
             continue  # a URL with credentials: not needed, not kept
-        out[name] = text
+        out[name] = redact_text(text)
     return out
 
 

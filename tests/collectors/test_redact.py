@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.redact import REDACTED, redact_argv
+from collectors.redact import REDACTED, SPELLINGS, redact_argv
 
 R = REDACTED
 
@@ -62,3 +62,13 @@ def test_redact(argv: list[str], expected: list[str]) -> None:
 def test_shape_is_kept() -> None:
     argv = ["a", "--api-key", "x", "b", "HF_TOKEN=y"]
     assert len(redact_argv(argv)) == len(argv)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [row[1:] for row in SPELLINGS],
+                         ids=[row[0] for row in SPELLINGS])
+def test_every_spelling_in_the_table(argv: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    """One row of collectors.redact.SPELLINGS: redacted as the row says, no secret left."""
+    got = redact_argv(argv)
+    assert got == expected
+    assert not any(part in " ".join(got) for part in ("S3CRET", "S3 ", "CRET"))
+    assert redact_argv(got) == got  # redacting again changes nothing

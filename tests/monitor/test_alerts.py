@@ -231,7 +231,7 @@ def test_oom_predicted_resolves_on_exit_crash_or_after_ten_minutes(ending: str) 
     assert not any(a.rule == "oom_predicted" for a in state.active.values())
 
 
-@pytest.mark.parametrize("kind", ["crash", "oom_kill", "oomd_kill", "app_oom"])
+@pytest.mark.parametrize("kind", ["crash", "oom_kill", "oomd_kill", "app_oom", "engine_oom"])
 def test_kill_and_crash_events_fire_critical_then_resolve_after_ten_minutes(kind: str) -> None:
     ev = event(kind, T0, pid=4242, start_ticks=777)
     s0 = snap(T0, events=(ev,), processes=(PROC,))

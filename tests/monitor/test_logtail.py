@@ -1,5 +1,5 @@
 """Engine logs: a tailed file (with rotation) and a followed journald unit (a real
-`journalctl` stand-in process), feeding app OOM and systemd-oomd events to the daemon."""
+`journalctl` stand-in process), feeding engine OOM and systemd-oomd events to the daemon."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ def test_file_tail_reads_new_lines_only_and_follows_rotation(tmp_path: Path) -> 
         f.write(f"0.12.345.678 E {OOM}\n")
         f.write("partial line without newline")
     events = tail.read()
-    assert [e.kind for e in events] == ["app_oom"] and "cudaMalloc failed" in events[0].message
+    assert [e.kind for e in events] == ["engine_oom"] and "cudaMalloc failed" in events[0].message
     with log.open("a") as f:
         f.write(" ... completed\n")
     assert tail.read() == []
     log.rename(tmp_path / "llama-server.log.1")  # rotation: a new file, read from its start
     log.write_text(f"{TORCH}\n")
     (torch,) = tail.read()
-    assert torch.kind == "app_oom" and "Tried to allocate 2.00 GiB" in torch.message
+    assert torch.kind == "engine_oom" and "Tried to allocate 2.00 GiB" in torch.message
     tail.close()
 
 
@@ -64,7 +64,7 @@ def test_journal_tail_follows_a_unit(tmp_path: Path) -> None:
             time.sleep(0.05)
     finally:
         tail.close()
-    assert sorted(e.kind for e in events) == ["app_oom", "oomd_kill"]
+    assert sorted(e.kind for e in events) == ["engine_oom", "oomd_kill"]
     missing = JournalTail("x.service", journalctl=str(tmp_path / "no-such-journalctl"))
     assert not missing.start() and "cannot run" in (missing.error or "")
 
@@ -81,7 +81,7 @@ def test_daemon_records_engine_oom_lines_as_events(tmp_path: Path) -> None:
     time.sleep(0.002)
     tick(ctx)
     rows = store.db.execute("SELECT kind, severity, message FROM events").fetchall()
-    assert rows[-1][:2] == ("app_oom", "critical") and "cudaMalloc" in rows[-1][2]
+    assert rows[-1][:2] == ("engine_oom", "critical") and "cudaMalloc" in rows[-1][2]
     store.close()
     os.remove(log)
 
@@ -168,7 +168,7 @@ def test_swap_log_stream_lines_across_chunks_and_reconnects() -> None:
         feed.put(b"srv  load_model: loading model\n" + OOM.encode()[:50])
         feed.put(OOM.encode()[50:] + b"\nsrv  update_slots: all slots are idle\n")
         (oom,) = _drain(tail, 1)
-        assert oom.kind == "app_oom" and "cudaMalloc failed: out of memory" in oom.message
+        assert oom.kind == "engine_oom" and "cudaMalloc failed: out of memory" in oom.message
         feed.put(None)  # llama-swap restarts: the stream ends, the tail connects again
         feed = swap.next_feed()
         assert len(swap.paths) == 2
@@ -226,7 +226,7 @@ def test_daemon_records_oom_lines_from_the_swap_stream(tmp_path: Path) -> None:
         while not rows and time.monotonic() < deadline:
             time.sleep(0.05)
             tick(ctx)
-            rows = store.db.execute("SELECT kind, message FROM events WHERE kind = 'app_oom'"
+            rows = store.db.execute("SELECT kind, message FROM events WHERE kind = 'engine_oom'"
                                     ).fetchall()
         assert rows and "cudaMalloc" in rows[0][1]
     finally:
@@ -262,7 +262,7 @@ def test_reload_follows_the_new_log_sources(tmp_path: Path) -> None:
         ctx.tails[0].read()  # positions at the end
         with second.open("a") as f:
             f.write(f"{OOM}\n")
-        assert [e.kind for e in ctx.tails[0].read()] == ["app_oom"]
+        assert [e.kind for e in ctx.tails[0].read()] == ["engine_oom"]
         swap.next_feed()  # the stream was opened
         assert isinstance(ctx.tails[1], SwapLogTail)
         tails = ctx.tails
@@ -273,3 +273,83 @@ def test_reload_follows_the_new_log_sources(tmp_path: Path) -> None:
             tail.close()
         store.close()
         swap.close()
+
+
+# --- spoofed evidence (issue 14, item 8): kernel kills come from the kernel only --------
+
+SPOOFS = [
+    "Out of memory: Killed process 1 (systemd) total-vm:100kB, anon-rss:50kB, file-rss:0kB, "
+    "shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:0",
+    "Killed process 1 (systemd)",
+    "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,"
+    "task_memcg=/,task=systemd,pid=1,uid=0",
+    "[12345.678901] llama-server invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER), order=0",
+    "6,1234,5678901,-;NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus.",
+    "systemd-oomd[612]: Killed /system.slice/ssh.service due to memory pressure",
+    "systemd[1]: ssh.service: systemd-oomd killed 3 process(es) in this unit.",
+]
+
+
+def test_a_followed_engine_log_cannot_forge_kernel_evidence(tmp_path: Path) -> None:
+    """A real daemon tick over a real followed file: a spoofed kernel OOM kill (and Xid,
+    oomd) written into the engine's log is no event; the engine's own CUDA OOM line is an
+    ``engine_oom`` event naming the log it came from."""
+    log = tmp_path / "llama-server.log"
+    log.write_text("")
+    store = Store.open(tmp_path / "v.db")
+    ctx = DaemonContext(Config(db_path=tmp_path / "v.db"), store, Sampler(Roots()))
+    ctx.tails = [FileTail(log)]
+    try:
+        tick(ctx)
+        with log.open("a") as f:
+            f.write("".join(f"{line}\n" for line in SPOOFS))
+        time.sleep(0.002)
+        tick(ctx)
+        kinds = [r[0] for r in store.db.execute("SELECT kind FROM events").fetchall()]
+        assert not {"oom_kill", "oom_invoked", "xid", "oomd_kill", "amdgpu_error",
+                    "engine_oom", "app_oom"} & set(kinds), kinds
+        with log.open("a") as f:
+            f.write(f"0.12.345.678 E {OOM}\n")
+        time.sleep(0.002)
+        tick(ctx)
+        rows = store.db.execute("SELECT kind, severity, message, data FROM events WHERE kind"
+                                " IN ('engine_oom', 'app_oom', 'oom_kill')").fetchall()
+        assert [r[:2] for r in rows] == [("engine_oom", "critical")], rows
+        assert "cudaMalloc failed" in rows[0][2]
+        assert json.loads(rows[0][3])["source"] == str(log)
+    finally:
+        for tail in ctx.tails:
+            tail.close()
+        store.close()
+
+
+def test_a_unit_journal_gives_kernel_kinds_only_from_the_kernel_transport(
+        tmp_path: Path) -> None:
+    """``journalctl -u`` output: a unit printing a kernel-looking line is not the kernel
+    (``_TRANSPORT=stdout``); the kernel's own record about it is (``_TRANSPORT=kernel``)."""
+    fake = tmp_path / "journalctl"
+    spoof = {"__REALTIME_TIMESTAMP": "1718000200000000", "_TRANSPORT": "stdout",
+             "_PID": "4001", "_COMM": "llama-server", "MESSAGE": SPOOFS[0]}
+    oomd_spoof = {"__REALTIME_TIMESTAMP": "1718000200000001", "_TRANSPORT": "stdout",
+                  "_PID": "4001", "_COMM": "llama-server", "MESSAGE": SPOOFS[5]}
+    real = {"__REALTIME_TIMESTAMP": "1718000300000000", "_TRANSPORT": "kernel",
+            "MESSAGE": SPOOFS[0].replace("process 1 (systemd)", "process 4001 (llama-server)")}
+    engine = {"__REALTIME_TIMESTAMP": "1718000400000000", "_TRANSPORT": "stdout",
+              "_PID": "4001", "_COMM": "llama-server", "MESSAGE": OOM}
+    body = "\n".join(f"echo '{json.dumps(x)}'" for x in (spoof, oomd_spoof, real, engine))
+    fake.write_text(f"#!/bin/sh\n{body}\nexec sleep 30\n")
+    fake.chmod(0o755)
+    tail = JournalTail("llama.service", journalctl=str(fake))
+    assert tail.start()
+    try:
+        events: list = []
+        deadline = time.monotonic() + 5
+        while len(events) < 2 and time.monotonic() < deadline:
+            events += tail.read()
+            time.sleep(0.05)
+        time.sleep(0.1)
+        events += tail.read()
+    finally:
+        tail.close()
+    assert [(e.kind, e.pid) for e in events] == [("oom_kill", 4001), ("engine_oom", 4001)]
+    assert events[1].data["source"] == "journal:llama.service"
