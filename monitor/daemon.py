@@ -344,7 +344,7 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
             constraint = ev.data.get("constraint")
             ctx.recent_kills[pid] = (ev.ts_ms, ev.kind,
                                      constraint if isinstance(constraint, str) else None)
-        elif ev.kind == "app_oom":
+        elif ev.kind in ("app_oom", "engine_oom"):  # an engine log's out-of-memory line
             ctx.last_app_oom_ms = ev.ts_ms
     ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items()
                         if snap.ts_ms - k[0] < 120_000}

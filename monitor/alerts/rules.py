@@ -345,7 +345,8 @@ def _crash(ev: _Eval, pid: int | None, start_ticks: Any, subject: str, message: 
             parts = seen_key.split(":")
             same_kill = parts[0] in KILL_KINDS and parts[-2] == str(pid)
             # an engine OOM exit is the engine's out-of-memory line that already alerted
-            same_oom = parts[0] == "app_oom" and data.get("cause") == "engine_oom"
+            same_oom = (parts[0] in ("app_oom", "engine_oom")
+                        and data.get("cause") == "engine_oom")
             if (same_kill or same_oom) and parts[-1].isdigit() and (
                     abs(int(parts[-1]) - ts_ms) <= KILL_MATCH_MS):
                 ev.seen.setdefault(key, fired)
