@@ -8,7 +8,7 @@ daemon's figures are printed every minute, straight to the terminal, so a CI log
 progress.
 
 ``VRAMSCOPE_SOAK_MINUTES`` changes the length (60 gives the hour with a 5-minute warm-up);
-``bash scripts/test --slow -m "not soak"`` leaves it out.
+``bash scripts/test --slow -m "slow and not soak"`` leaves it out.
 """
 
 from __future__ import annotations
