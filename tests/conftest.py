@@ -72,3 +72,14 @@ def wait_for_ticks():
 
     wait.ticks_in = _ticks_in  # type: ignore[attr-defined]
     return wait
+
+
+@pytest.fixture
+def fresh_pynvml():
+    """pynvml keeps the library and its symbols in module globals: reset around each test."""
+    import pynvml
+
+    yield
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml._nvmlLib_refcount = 0

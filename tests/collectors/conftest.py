@@ -8,17 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 
-@pytest.fixture
-def fresh_pynvml() -> Iterator[None]:
-    """pynvml keeps the library and its symbols in module globals: reset around each test."""
-    import pynvml
-
-    yield
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml._nvmlLib_refcount = 0
-
-
 @pytest.fixture(scope="module")
 def procs() -> Iterator[dict[str, int]]:
     """Real sleeping processes standing in for llama-server, a draft model, vLLM ..."""

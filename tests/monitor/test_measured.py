@@ -31,16 +31,6 @@ NOT_AVAILABLE = 2**64 - 1
 
 
 @pytest.fixture
-def fresh_pynvml() -> Iterator[None]:
-    import pynvml
-
-    yield
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml._nvmlLib_refcount = 0
-
-
-@pytest.fixture
 def server(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real process that looks like llama-server, serving a real (sparse) small GGUF."""
     md, tensors = g.qwen3_8b(n_layer=2, n_vocab=4096)
