@@ -147,26 +147,21 @@ def _list(v: str, expected: str = "a list") -> list[str]:
     return parts
 
 
+def _numbers(v: str, expected: str, parse: Callable[[str], Any]) -> tuple[Any, ...]:
+    """A ','- or '/'-separated list, each part read by ``parse``; a bad part names the
+    whole value."""
+    try:
+        return tuple(parse(p) for p in _list(v, expected))
+    except _Bad as exc:
+        raise _Bad(v, expected, exc.llama) from None
+
+
 def _floats(v: str) -> tuple[float, ...]:
-    expected = "proportions separated by ',' or '/', e.g. 3,1"
-    out = []
-    for p in _list(v, expected):
-        try:
-            out.append(_float(p))
-        except _Bad as exc:
-            raise _Bad(v, expected, exc.llama) from None
-    return tuple(out)
+    return _numbers(v, "proportions separated by ',' or '/', e.g. 3,1", _float)
 
 
 def _ints(v: str) -> tuple[int, ...]:
-    expected = "MiB values separated by ',' or '/'"
-    out = []
-    for p in _list(v, expected):
-        try:
-            out.append(_int(p))
-        except _Bad as exc:
-            raise _Bad(v, expected, exc.llama) from None
-    return tuple(out)
+    return _numbers(v, "MiB values separated by ',' or '/'", _int)
 
 
 def _word(v: str) -> str:
