@@ -31,7 +31,7 @@ from collectors.base import (  # noqa: E402
     ProcessMemory,
     Snapshot,
 )
-from monitor.store import Retention, Store  # noqa: E402
+from monitor.store.database import Retention, Store  # noqa: E402
 
 GIB = 1024**3
 DAY_S = 86_400

@@ -1,4 +1,4 @@
-"""Cost of reading a big-vocabulary GGUF header: monitor.gguf.read_header vs gguf.GGUFReader.
+"""Cost of reading a big-vocabulary GGUF header: monitor.gguf.reader.read_header vs gguf.GGUFReader.
 
 Method (results in bench/RESULTS.md): tests/fakes/gguf_models.py writes, with gguf's own
 GGUFWriter, a Qwen3-8B-shaped Q8_0 header (399 tensor infos) with a 151,936-entry
@@ -42,7 +42,7 @@ def child(which: str, path: str, runs: int, trace: bool) -> dict:
     """Runs in a fresh interpreter: import, then measure ``which`` on ``path``."""
     import gguf
 
-    from monitor import gguf as mg
+    from monitor.gguf import reader as mg
 
     def read() -> object:
         if which == "ours":
@@ -127,7 +127,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = write(Path(tmp))
-        from monitor.gguf import read_header
+        from monitor.gguf.reader import read_header
 
         h = read_header(path)
         header_end = _header_bytes(path)
@@ -149,7 +149,7 @@ def main() -> None:
     print("| reader | runs | median ms | min ms | max ms | peak RSS delta MiB | "
           "tracemalloc peak MiB |")
     print("|---|---|---|---|---|---|---|")
-    print(row("monitor.gguf.read_header (cache cleared)", ours, ours_tm))
+    print(row("monitor.gguf.reader.read_header (cache cleared)", ours, ours_tm))
     print(row("gguf.GGUFReader(path)", ref, ref_tm))
     ratio_t = statistics.median(ref["times_s"]) / statistics.median(ours["times_s"])
     ratio_m = ref_tm["tracemalloc_peak_bytes"] / ours_tm["tracemalloc_peak_bytes"]
@@ -161,7 +161,7 @@ def main() -> None:
 
 def _header_bytes(path: Path) -> int:
     """Where the tensor infos end: the parser's cursor after a full parse."""
-    from monitor.gguf import _Parser
+    from monitor.gguf.reader import _Parser
 
     with open(path, "rb", buffering=0) as f:
         p = _Parser(f, str(path), path.stat().st_size, 4096)

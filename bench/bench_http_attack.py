@@ -48,7 +48,7 @@ def status_of(pid: int) -> dict[str, int]:
 
 
 def fill_events(db: Path, n: int) -> None:
-    from monitor.store import Store
+    from monitor.store.database import Store
 
     store = Store.open(db)
     store.close()

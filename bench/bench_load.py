@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 
 from collectors.base import CollectorOptions, Roots  # noqa: E402
-from monitor.sampler import Sampler  # noqa: E402
+from monitor.daemon.sampler import Sampler  # noqa: E402
 
 
 def measure(ticks: int) -> tuple[float, float, float]:

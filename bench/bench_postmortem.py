@@ -3,7 +3,7 @@
 Method (results in bench/RESULTS.md): a real database through the store's migrations:
 30 days of per-minute rollups (1 device + host, 20 processes), the last 6 hours at 1 s
 (raw, as retention keeps them), events over the month (loads, exits) and one OOM kill with
-its crash an hour ago. ``monitor.postmortem.build`` (find the crash, read the 11-minute
+its crash an hour ago. ``monitor.analysis.postmortem.build`` (find the crash, read the 11-minute
 window, the kernel record, loads, the cause) is timed cold (fresh connection) ``--runs``
 times, plus the rendering of the text and HTML reports.
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.postmortem import build  # noqa: E402
-from monitor.postmortem_render import render_html, render_text  # noqa: E402
-from monitor.store import Store  # noqa: E402
+from monitor.analysis.postmortem import build  # noqa: E402
+from monitor.report.postmortem import render_html, render_text  # noqa: E402
+from monitor.store.database import Store  # noqa: E402
 
 GIB = 1024**3
 DAY_MS = 86_400_000

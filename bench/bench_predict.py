@@ -30,8 +30,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fakes")]
 
 import gguf_models as g  # noqa: E402
 
+from monitor.cli.predict import PredictRequest, run_predict  # noqa: E402
 from monitor.config import Config  # noqa: E402
-from monitor.predict_cli import PredictRequest, run_predict  # noqa: E402
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ import psutil  # noqa: E402
 
 from collectors.base import CollectorOptions, Roots, Tick  # noqa: E402
 from collectors.drm import DrmCollector  # noqa: E402
-from monitor.sampler import Sampler  # noqa: E402
+from monitor.daemon.sampler import Sampler  # noqa: E402
 
 FDINFO = """pos:\t0
 flags:\t02100002

@@ -5,7 +5,7 @@ Method (results in bench/RESULTS.md):
   source and runs the app headless; the time is from just before the spawn until the first
   frame has been applied and the screen refreshed after it (``call_after_refresh``). Run
   ``--starts`` times for a live source (the real ``/proc`` and ``/sys``; NVML if present)
-  and for a database source (a database written by ``monitor.store.Store``).
+  and for a database source (a database written by ``monitor.store.database.Store``).
 - **One refresh, 4 devices x 30 models**: 30 llama-servers over 4 GPUs, each with a
   Qwen3-8B-shaped GGUF header (sparse files from ``tests/fakes/gguf_models.py``). Frames
   are built off the event loop, as the app does; then each frame is posted as the poll
@@ -98,7 +98,7 @@ def child(kind: str, mode: str, arg: str = "0") -> dict[str, float]:
 def write_db(folder: Path, models: dict[str, str]) -> Path:
     from fake_source import discrete_three
 
-    from monitor.store import Store
+    from monitor.store.database import Store
 
     path = folder / "vramscope.db"
     store = Store.open(path)

@@ -5,7 +5,7 @@ of every file we read except a long command line, for which we loop. Functions n
 ``try_*`` return ``None`` for a file that is missing, unreadable or whose process is gone.
 
 Because every read passes here, :func:`recording` can capture exactly what the collectors
-read (``vramscope capture``, monitor/capture.py): each file's bytes, each listing, each
+read (``vramscope capture``, monitor/cli/capture.py): each file's bytes, each listing, each
 link, and each failure, in the order they happened.
 
 A tree given as ``--proc-root``/``--sys-root`` (a capture someone sent) is hostile input:

@@ -43,7 +43,7 @@ Every call is guarded on its own: an unsupported or failing call (``AmdSmiLibrar
 skipped (without a ``drm:<bdf>`` id its figures could not be merged and would be shown twice).
 
 Device ids and the merge with DRM: a GPU is ``device_id = "drm:<BDF>"``, exactly the DRM
-collector's id, so the sampler merges the two field by field (monitor/sampler.py). DRM runs
+collector's id, so the sampler merges the two field by field (monitor/daemon/sampler.py). DRM runs
 first in the registry and wins every field both know (memory totals come from the same sysfs
 files anyway); amdsmi only fills fields DRM left ``None``: temperature, power, utilisation,
 visible VRAM, a name, and process rows DRM did not produce. Per process and memory kind

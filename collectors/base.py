@@ -213,7 +213,8 @@ class ExitedProcess:
     exit_signal: int | None = None
     core_dumped: bool | None = None
     exit_source: str | None = None  # "connector" | "zombie" | "kernel log": status from where
-    cause: str | None = None  # monitor/exits.py: "exited", "stopped", "crashed", "oom_killed", ...
+    # monitor/analysis/exits.py: "exited", "stopped", "crashed", "oom_killed", ...
+    cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """``python -m monitor`` is the ``vramscope`` command."""
 
-from monitor.cli import main
+from monitor.cli.main import main
 
 main()

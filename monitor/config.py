@@ -22,7 +22,7 @@ from typing import Any
 
 from collectors.base import CollectorOptions, Roots
 from collectors.registry import REGISTRY
-from monitor.retention import Retention
+from monitor.store.retention import Retention
 
 DB_NAME = "vramscope.db"
 
@@ -110,7 +110,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "clear_drop_pct": (_NUM, (0, 50)),
         "hold_s": (_NUM, (0, 86400)),
         "collector_hold_s": (_NUM, (0, 86400)),
-        "surprise_pct": (_NUM, (0, 1000)),  # monitor/judge.py: over by this much AND
+        "surprise_pct": (_NUM, (0, 1000)),  # monitor/analysis/judge.py: over by this much AND
         "surprise_min_mib": (_NUM, (0, 1024 * 1024)),  # by this many MiB
     },
 }

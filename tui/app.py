@@ -55,7 +55,7 @@ class VramscopeApp(App[None]):
         if self._swap_models is None:
             self._swap_models = []
             if self.swap_config is not None:
-                from monitor.llamaswap import load_config
+                from monitor.integrations.llamaswap import load_config
 
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
@@ -100,7 +100,7 @@ def open_source(db: Path | None, at: str | None, *, default_db: Path | None = No
         return LiveSource(roots, enabled, builder), None
     at_ms = None
     if at is not None:
-        from monitor.history import parse_time
+        from monitor.store.history import parse_time
 
         at_ms = parse_time(at)
     if db is None and default_db is not None and (

@@ -1,7 +1,7 @@
 """The ``vramscope`` console script: the daemon-side CLI plus the ``tui`` command.
 
 The arrows of DESIGN.md point one way (tui -> monitor), so the command that opens the TUI
-is added here, to monitor's click group, rather than in monitor/cli.py; textual is
+is added here, to monitor's click group, rather than in monitor/cli/main.py; textual is
 imported only when the TUI really opens. ``python -m monitor`` is the same CLI without it.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from monitor.cli import Finite, UserError, cli, common_options, load_config
-from monitor.cli import main as cli_main
+from monitor.cli.main import Finite, UserError, cli, common_options, load_config
+from monitor.cli.main import main as cli_main
 
 
 @cli.command()

@@ -5,7 +5,7 @@ and one :class:`ModelRow` per inference server (measured vs estimated, KV size, 
 the diagnosis). Frames are built by :func:`build_frame`, which reads GGUF headers: every
 ``SampleSource`` method is blocking and is only ever called from worker threads.
 
-- :class:`LiveSource` samples in-process (a :class:`~monitor.sampler.Sampler`);
+- :class:`LiveSource` samples in-process (a :class:`~monitor.daemon.sampler.Sampler`);
 - :class:`StoreSource` reads the daemon's WAL database read-only (the daemon keeps
   writing while we read);
 - ``tests/tui/fake_source.py`` replays synthetic snapshots.
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
-from monitor.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
+from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
-    from monitor.diagnose import Diagnosis
+    from monitor.analysis.diagnose import Diagnosis
+    from monitor.analysis.measured import Measured
     from monitor.engines.spec import LaunchSpec
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
-    from monitor.measured import Measured
 
 HOST = "host"
 
@@ -58,7 +58,7 @@ class ModelRow:
     model: str
     ctx_slots: str
     cache_types: str
-    measured_bytes: int | None  # monitor/measured.py; None = unknown, never 0
+    measured_bytes: int | None  # monitor/analysis/measured.py; None = unknown, never 0
     estimate_bytes: int | None
     kv_bytes: int | None
     flags: tuple[str, ...] = ()
@@ -67,7 +67,7 @@ class ModelRow:
     diagnosis: Diagnosis | None = None
     need_by_device: dict[str, int] = field(default_factory=dict)
     error: str | None = None
-    held: Measured | None = None  # the parts of measured_bytes (monitor/measured.py)
+    held: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
 
     @property
     def delta_bytes(self) -> int | None:
@@ -144,7 +144,7 @@ class FrameBuilder:
                 return cached
         reader = self._reader
         if reader is None:
-            from monitor.gguf import read_header as reader
+            from monitor.gguf.reader import read_header as reader
         try:
             header = reader(path)
         except Exception as exc:  # unreadable file: remembered, so not re-read each tick
@@ -206,10 +206,10 @@ class FrameBuilder:
         spec, est, error = self._estimate(info, devices)
         if spec is None:
             return None
-        from monitor.diagnose import diagnose
+        from monitor.analysis.diagnose import diagnose
+        from monitor.analysis.measured import measure
+        from monitor.analysis.predict import need_by_device
         from monitor.estimate import estimate
-        from monitor.measured import measure
-        from monitor.predict import need_by_device
 
         held = measure(info.pid, snap.memory, helpers)
         measured = held.total_bytes
@@ -308,7 +308,7 @@ class LiveSource:
     def latest(self) -> Frame:
         with self._lock:
             if self._sampler is None:
-                from monitor.sampler import Sampler
+                from monitor.daemon.sampler import Sampler
 
                 self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0),
                                         self.enabled)
@@ -381,7 +381,7 @@ class StoreSource:
     def describe(self) -> str:
         """The database and who writes it (the daemon holding ``<db>.lock``), for the header:
         a root TUI may be reading another daemon's database than the one meant."""
-        from monitor.daemon import lock_holder
+        from monitor.daemon.loop import lock_holder
 
         holder = lock_holder(self.db_path)
         who = ("no daemon writing it" if holder is None
@@ -390,7 +390,7 @@ class StoreSource:
 
     def _conn(self) -> Any:
         if self._db is None:
-            from monitor.store import StoreError, open_readonly
+            from monitor.store.database import StoreError, open_readonly
 
             try:
                 self._db = open_readonly(self.db_path)
@@ -404,7 +404,7 @@ class StoreSource:
         with self._lock:
             self._conn()
         if at_ms is not None:
-            from monitor.history import check_moment
+            from monitor.store.history import check_moment
 
             first, last = self._query("SELECT min(ts_ms), max(ts_ms) FROM device_samples")[0]
             try:
@@ -428,7 +428,7 @@ class StoreSource:
             return cached[1]
         from types import SimpleNamespace
 
-        from monitor.diagnose_cli import usage_p99
+        from monitor.cli.diagnose import usage_p99
 
         value = usage_p99(SimpleNamespace(db_path=self.db_path), model_path)  # type: ignore[arg-type]
         self._p99_cache[model_path] = (now, value)
@@ -441,8 +441,8 @@ class StoreSource:
         return self.at(int(row[0][0]))
 
     def at(self, ts_ms: int) -> Frame:
-        from monitor.history import snapshot_at
-        from monitor.store import StoreError
+        from monitor.store.database import StoreError
+        from monitor.store.history import snapshot_at
 
         try:
             snap = snapshot_at(self.db_path, ts_ms)
@@ -484,7 +484,7 @@ class StoreSource:
                 "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
                 (*args, since_ms, width)):
             out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
-        # a model's series is its measured total (monitor/measured.py: VRAM+GTT + RssAnon +
+        # a model's series is its measured total (monitor/analysis/measured.py: VRAM+GTT + RssAnon +
         # RssFile; per minute, the sum of each part's maximum); a tick where a GPU lists it
         # without its memory is unknown and left out, never drawn as 0
         vram, gtt, anon, file = (
@@ -593,7 +593,7 @@ class RemoteSource(LiveSource):
                               "not a vramscope daemon?") from None
 
     def latest(self) -> Frame:
-        from monitor.picture import snapshot_from_status_json
+        from monitor.analysis.picture import snapshot_from_status_json
 
         doc = self._get("/api/v1/snapshot")
         problem = status_doc_problem(doc)

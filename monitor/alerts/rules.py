@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collectors.base import DeviceEvent, DeviceSample, Snapshot
-from monitor.exits import ALERT_CAUSES, classify_legacy
-from monitor.judge import Tolerance, is_over
+from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+from monitor.analysis.judge import Tolerance, is_over
 
 GIB = 1024**3
 EVENT_TTL_MS = 10 * 60 * 1000  # an event-like alert resolves itself this long after it fired
@@ -309,7 +309,7 @@ def _events(ev: _Eval, snap: Snapshot) -> None:
         if e.kind in ("load_finished", "crash", "process_exit") and pid is not None:
             finished.add(pid)
     for gone in snap.exited:
-        # monitor/exits.py: crashes, OOM kills and engine OOMs alert; exits and stops
+        # monitor/analysis/exits.py: crashes, OOM kills and engine OOMs alert; exits and stops
         # (a llama-swap swap, during load or not) never do
         cause, _, how = classify_legacy(gone)
         if cause in ALERT_CAUSES:

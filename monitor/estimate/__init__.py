@@ -24,7 +24,7 @@ VLLM_DEFAULT_UTILIZATION = 0.92  # vllm/config/cache.py (0.90 in older releases)
 
 
 def _default_reader(path: str) -> Any:
-    from monitor.gguf import read_header
+    from monitor.gguf.reader import read_header
 
     return read_header(path)
 

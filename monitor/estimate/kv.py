@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monitor.estimate.shape import ModelShape
-from monitor.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
+from monitor.gguf.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 PAD = 256  # GGML_PAD(n_ctx, 256): PR #17046
 DEFAULT_SLOTS = 4  # -np auto -> 4 slots, unified KV (PR #16736)

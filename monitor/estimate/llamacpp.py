@@ -29,7 +29,7 @@ def _whole(read_header: Callable[[str], Any], path: str) -> Any:
     header = read_header(path)
     problem = getattr(header, "truncated", None)
     if problem:
-        from monitor.gguf import GgufError
+        from monitor.gguf.reader import GgufError
 
         raise GgufError(path, problem)
     return header

@@ -143,7 +143,7 @@ def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int]
 
 
 def shape_from_header(header: Any) -> ModelShape:
-    """Build the shape from a ``monitor.gguf.GgufHeader`` (duck-typed: ``arch_get``,
+    """Build the shape from a ``monitor.gguf.reader.GgufHeader`` (duck-typed: ``arch_get``,
     ``architecture``, ``n_vocab``, ``tensors``)."""
     arch = header.architecture or "llama"
 

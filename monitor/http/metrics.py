@@ -22,7 +22,7 @@ Metrics and labels:
   (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
   never a label. Only tracked processes (bounded by ``[collectors] max_tracked``);
 - ``vramscope_process_measured_bytes{pid,comm,model}``: what a tracked process holds by
-  the one definition every view uses (monitor/measured.py: VRAM+GTT on every GPU, with its
+  the one definition every view uses (monitor/analysis/measured.py: VRAM+GTT on every GPU, with its
   forked helpers' GPU memory, + RssAnon + RssFile); left out when a GPU lists it without
   its memory (unknown, never 0), and for a helper (its GPU memory is in its server's).
   Its parts are ``vramscope_process_memory_bytes``;
@@ -56,8 +56,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import ProcessInfo, Snapshot
+from monitor.analysis.measured import measure
 from monitor.engines.recognise import helper_parents
-from monitor.measured import measure
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class SnapshotCollector:
                  ) -> None:
         self._latest = latest
         self._estimates = estimates
-        self._health = health  # () -> monitor.store.WriterHealth | None
+        self._health = health  # () -> monitor.store.database.WriterHealth | None
         # (pid, start_ticks) -> model label; pruned to the processes present at each scrape
         self._models: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()  # scrapes run in the server's request threads

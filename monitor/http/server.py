@@ -8,7 +8,7 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
   refuses writes (``database: cannot write ...``: the reason, since when, the backlog);
 - ``GET /metrics``: Prometheus text format (monitor/http/metrics.py lists the metrics);
 - ``GET /api/v1/snapshot``: the latest snapshot as ``vramscope.status/1``
-  (monitor/status.py), 503 before the first tick;
+  (monitor/report/status.py), 503 before the first tick;
 - ``GET /api/v1/events?since_ms=MS&kind=K[&kind=K2|,K2]&limit=N``: events from the
   database in time order (default: the last 24 hours, at most 1000; ``truncated`` says
   when more matched - ask again from the last ``ts_ms``);
@@ -57,7 +57,7 @@ from monitor.http.metrics import CONTENT_TYPE_LATEST, Estimates, build_registry,
 
 if TYPE_CHECKING:
     from monitor.config import Config
-    from monitor.store import WriterHealth
+    from monitor.store.database import WriterHealth
 
 log = logging.getLogger(__name__)
 
@@ -303,14 +303,14 @@ class HttpServer:
         return 200, CONTENT_TYPE_LATEST, render(self.registry)
 
     def snapshot(self) -> tuple[int, str, bytes]:
-        from monitor.status import to_json
+        from monitor.report.status import to_json
 
         snap = self._need_snapshot()
         return 200, _JSON, _dump(to_json(snap))
 
     def events(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
-        from monitor.postmortem import list_events
-        from monitor.store import StoreError
+        from monitor.analysis.postmortem import list_events
+        from monitor.store.database import StoreError
 
         now = int(time.time() * 1000)
         since_ms = _int_param(query, "since_ms", now - EVENTS_DEFAULT_WINDOW_MS, 0)
@@ -336,8 +336,8 @@ class HttpServer:
             raise _RequestError(503, f"busy: {MAX_PREDICTS} predictions are running",
                                 {"Retry-After": "1"})
         try:
-            from monitor.gguf import GgufError
-            from monitor.predict_cli import PredictRequest, run_predict
+            from monitor.cli.predict import PredictRequest, run_predict
+            from monitor.gguf.reader import GgufError
 
             req = PredictRequest(request["command"], margin_gib=request["margin_gib"])
             try:

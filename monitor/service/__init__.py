@@ -1,1 +1,2 @@
-"""Running as a systemd service: the sd_notify protocol and `vramscope service install`."""
+"""Running as a systemd service: `vramscope service install/uninstall`
+(the sd_notify protocol is daemon/notify.py)."""

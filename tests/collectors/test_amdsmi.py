@@ -30,8 +30,8 @@ from collectors.amdsmi import LIB_MISSING, NOT_INSTALLED, AmdsmiCollector
 from collectors.base import CollectorOptions, NoData, ProcessMemory, Reading, Roots, Tick
 from collectors.drm import DrmCollector
 from collectors.registry import CollectorSpec
-from monitor import sampler as sampler_mod
-from monitor.sampler import Sampler
+from monitor.daemon import sampler as sampler_mod
+from monitor.daemon.sampler import Sampler
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -146,7 +146,7 @@ def test_status_json_end_to_end_on_the_fake_driver(procs: dict[str, int]) -> Non
     script = (
         "import sys, nvml_fake\n"
         f"nvml_fake.install('rtx4060', {procs!r})\n"
-        "from monitor.cli import main\n"
+        "from monitor.cli.main import main\n"
         "sys.argv = ['vramscope', 'status', '--json']\n"
         "main()\n"
     )

@@ -292,7 +292,7 @@ def test_vramscope_capture_writes_the_drivers_answers(procs: dict[str, int],
                                                       tmp_path: Path) -> None:
     """`capture()` end to end on the fake driver: the collector read it, and nvml.json is a
     recording that replays to the same devices."""
-    from monitor.capture import capture
+    from monitor.cli.capture import capture
 
     nvml_fake.install(nvml_fake.load("rtx4060"), procs)
     result = capture(Roots(), tmp_path / "box", enabled=["nvml", "procfs"])

@@ -17,11 +17,11 @@ import nvml_fake
 import pytest
 
 from collectors.base import Roots, Snapshot
+from monitor.analysis.picture import picture_from_snapshot
+from monitor.daemon.sampler import Sampler
 from monitor.http.metrics import build_registry, render
-from monitor.picture import picture_from_snapshot
-from monitor.sampler import Sampler
-from monitor.status import render_text, to_json
-from monitor.store import Store
+from monitor.report.status import render_text, to_json
+from monitor.store.database import Store
 from tui.source import StoreSource
 
 MIB, GIB = 1024**2, 1024**3

@@ -8,7 +8,7 @@ MiB on disk, and ``gguf.GGUFReader`` can map it. Split files are named and keyed
 ``gguf-split`` output: ``{stem}-00001-of-0000N.gguf``, full metadata in split 1 only,
 ``split.no`` / ``split.count`` / ``split.tensors.count`` in every split.
 
-Shapes are **ne0 first**, as stored in the file and as ``monitor.gguf.TensorInfo.shape``
+Shapes are **ne0 first**, as stored in the file and as ``monitor.gguf.reader.TensorInfo.shape``
 (a ``[n_embd, n_vocab]`` token_embd is ``(4096, 151936)``).
 
     tensors = dense_tensors(n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128,

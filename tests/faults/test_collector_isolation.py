@@ -12,11 +12,11 @@ import pytest
 from collectors import base
 from collectors.base import DeviceSample, GuardedCollector, ProcessMemory, Reading, Roots, Tick
 from collectors.registry import CollectorSpec
-from monitor import sampler as sampler_mod
 from monitor.config import Config
-from monitor.daemon import DaemonContext, tick
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.daemon import sampler as sampler_mod
+from monitor.daemon.loop import DaemonContext, tick
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store
 
 GOOD = DeviceSample("fake:0", "good", "fake", "Good GPU", "dedicated", 100, 40)
 

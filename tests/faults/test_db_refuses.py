@@ -280,7 +280,7 @@ def test_a_daemon_started_while_another_writer_holds_the_lock_waits_for_it(
         tmp_path: Path) -> None:
     """The start itself writes (daemon_started): a lock held longer than SQLite's busy
     timeout must not end the daemon; the event is written with the backlog."""
-    from monitor.store import Store
+    from monitor.store.database import Store
 
     db = tmp_path / "v.db"
     Store.open(db).close()  # an existing vramscope database

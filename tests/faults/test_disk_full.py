@@ -16,9 +16,9 @@ import pytest
 
 from collectors.base import Roots
 from monitor.config import Config
-from monitor.daemon import DaemonContext, tick
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.daemon.loop import DaemonContext, tick
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store
 
 
 class TinyDisk:
@@ -90,7 +90,7 @@ def test_disk_full_keeps_ticks_in_memory_then_writes_them(
             pages = store.db.execute("PRAGMA page_count").fetchone()[0]
             store.db.execute(f"PRAGMA max_page_count = {pages}")
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="monitor.daemon"):
+        with caplog.at_level(logging.INFO, logger="monitor.daemon.loop"):
             for _ in range(40):  # the first few may still fit in pages already allocated
                 _tick(ctx)
         assert ctx.db_error is not None and "full" in ctx.db_error, ctx.db_error
@@ -107,7 +107,7 @@ def test_disk_full_keeps_ticks_in_memory_then_writes_them(
         else:
             store.db.execute("PRAGMA max_page_count = 1073741823")
         queued = {s.ts_ms for s in ctx.pending}
-        with caplog.at_level(logging.INFO, logger="monitor.daemon"):
+        with caplog.at_level(logging.INFO, logger="monitor.daemon.loop"):
             _tick(ctx)
         assert not ctx.pending and ctx.db_error is None
         assert any("accepts writes again" in r.getMessage() for r in caplog.records)

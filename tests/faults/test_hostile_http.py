@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.store import Store
+from monitor.store.database import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hostile-test-token-0123456789"

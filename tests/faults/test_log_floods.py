@@ -11,7 +11,7 @@ from apscheduler.events import EVENT_JOB_MISSED
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from monitor.daemon import quiet_repeated_warnings
+from monitor.daemon.loop import quiet_repeated_warnings
 
 
 def test_ticks_skipped_every_interval_are_logged_once(caplog: pytest.LogCaptureFixture
@@ -22,7 +22,7 @@ def test_ticks_skipped_every_interval_are_logged_once(caplog: pytest.LogCaptureF
     caplog.set_level(logging.DEBUG)
     filt = quiet_repeated_warnings()
     runs = threading.Event()
-    jobs_log = logging.getLogger("monitor.daemon.jobs")
+    jobs_log = logging.getLogger("monitor.daemon.loop.jobs")
 
     def slow_tick() -> None:
         runs.set()

@@ -110,9 +110,9 @@ def test_environ_cmdline_and_doctor_reads_stay_inside_the_tree(tmp_path: Path) -
     command line, doctor's own status) keep to the tree too: a link out is not followed."""
     from collectors import _fs
     from collectors.base import Roots
+    from monitor.cli.estimate import EstimateError, argv_of
     from monitor.config import Config
     from monitor.engines import read_llama_env
-    from monitor.estimate.cli import EstimateError, argv_of
 
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from monitor.store import open_readonly
+from monitor.store.database import open_readonly
 
 INTERVAL_S = 0.1
 HOLD_S = 3.0

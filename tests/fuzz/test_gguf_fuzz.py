@@ -15,8 +15,8 @@ from gguf_models import qwen3_8b, write_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor import gguf as mg
-from monitor.gguf import GgufError, GgufHeader, read_header
+from monitor.gguf import reader as mg
+from monitor.gguf.reader import GgufError, GgufHeader, read_header
 
 TIME_BOUND_S = 0.5
 PEAK_BOUND_BYTES = 32 * 1024 * 1024  # the seed header itself reads in well under 2 MiB

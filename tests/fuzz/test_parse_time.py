@@ -30,8 +30,11 @@ import pytest
 
 from collectors import drm, procfs
 from collectors.redact import redact_argv
-from monitor import kernlog, llamalog, llamaswap, usage
 from monitor.engines.recognise import parse_command
+from monitor.integrations import llamaswap
+from monitor.integrations import slots as usage
+from monitor.logs import engine as llamalog
+from monitor.logs import kernel as kernlog
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LINE_CHARS = 4096

@@ -21,7 +21,9 @@ from collectors.drm import (
 )
 from collectors.procfs import host_device, parse_cmdline, parse_stat, parse_status
 from monitor import config as config_mod
-from monitor import kernlog, llamalog, llamaswap
+from monitor.integrations import llamaswap
+from monitor.logs import engine as llamalog
+from monitor.logs import kernel as kernlog
 
 FAST = settings(max_examples=300, deadline=500, database=None,
                 suppress_health_check=[HealthCheck.too_slow])

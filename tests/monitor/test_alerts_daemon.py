@@ -15,9 +15,9 @@ from pathlib import Path
 from collectors.base import Roots
 from monitor import config as config_mod
 from monitor.alerts.engine import AlertEngine
-from monitor.daemon import DaemonContext, reload_config, tick
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.daemon.loop import DaemonContext, reload_config, tick
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

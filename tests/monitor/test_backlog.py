@@ -18,7 +18,7 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
-from monitor import backlog
+from monitor.store import backlog
 
 GIB = 1024**3
 

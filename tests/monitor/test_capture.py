@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from collectors.base import Roots
-from monitor.capture import OMITTED_LINK, CaptureError, capture
-from monitor.sampler import Sampler
+from monitor.cli.capture import OMITTED_LINK, CaptureError, capture
+from monitor.daemon.sampler import Sampler
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drm"
 SECRET = "sk-capture-secret-1234"
@@ -171,7 +171,7 @@ def untouched(victim: dict[str, Path]) -> None:
 
 def plant_during_sample(monkeypatch: pytest.MonkeyPatch, plant) -> None:  # noqa: ANN001
     """Run ``plant`` after capture checked its folder and before it writes: the race."""
-    from monitor.sampler import Sampler as RealSampler
+    from monitor.daemon.sampler import Sampler as RealSampler
 
     original = RealSampler.sample
 

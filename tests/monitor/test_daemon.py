@@ -14,9 +14,9 @@ import pytest
 
 from collectors.base import Roots
 from monitor.config import Config
-from monitor.daemon import DaemonContext, acquire_lock, lock_holder, tick
-from monitor.sampler import Sampler
-from monitor.store import Store, StoreError
+from monitor.daemon.loop import DaemonContext, acquire_lock, lock_holder, tick
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store, StoreError
 
 SAMPLE_TABLES = ("devices", "device_samples", "processes", "process_samples", "collector_runs")
 
@@ -158,8 +158,9 @@ import sys, time
 from pathlib import Path
 from collectors.base import Reading
 from collectors.registry import REGISTRY, CollectorSpec
-import monitor.sampler
-from monitor import config, daemon
+import monitor.daemon.sampler
+from monitor import config
+from monitor.daemon import loop as daemon
 
 marker = Path(sys.argv[2])
 
@@ -176,7 +177,7 @@ class Slow:
     def close(self):
         pass
 
-monitor.sampler.REGISTRY = (*REGISTRY, CollectorSpec("slow", Slow, True, "test"))
+monitor.daemon.sampler.REGISTRY = (*REGISTRY, CollectorSpec("slow", Slow, True, "test"))
 sys.exit(daemon.run(config.load(db=Path(sys.argv[1]), interval_s=0.2)))
 """
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.base import DeviceSample, Snapshot
-from monitor.store import Store
+from monitor.store.database import Store
 from tui.entry import cli  # `vramscope` with the tui command registered
 
 GIB = 1024**3
@@ -88,7 +88,7 @@ def test_every_reader_on_every_bad_file_is_one_line_and_exit_2(
 
 
 def test_open_readonly_is_the_one_check_and_accepts_a_real_database(tmp_path: Path) -> None:
-    from monitor.store import classify, open_readonly
+    from monitor.store.database import classify, open_readonly
 
     db = tmp_path / "v.db"
     Store.open(db).close()

@@ -12,7 +12,7 @@ import gguf_models as g
 import pytest
 
 from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
-from monitor.status import to_json
+from monitor.report.status import to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB = 1024**3, 1024**2
@@ -111,11 +111,11 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from collectors.base import Roots
+    from monitor.cli.diagnose import run_diagnose
     from monitor.config import Config
-    from monitor.daemon import DaemonContext, poll_slots, tick
-    from monitor.diagnose_cli import run_diagnose
-    from monitor.sampler import Sampler
-    from monitor.store import Store
+    from monitor.daemon.loop import DaemonContext, poll_slots, tick
+    from monitor.daemon.sampler import Sampler
+    from monitor.store.database import Store
 
     use = iter([(1500, 900), (1700, 1200), (1600, 400), (1650, 1000)] * 10)
     served: list[int] = []  # this server's answers: other llama-servers may run on the box
@@ -153,7 +153,7 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
         cfg = Config(db_path=tmp_path / "v.db")
         store = Store.open(cfg.db_path)
         ctx = DaemonContext(cfg, store, Sampler(Roots()))
-        from monitor.usage import SlotPoller
+        from monitor.integrations.slots import SlotPoller
 
         ctx.slot_poller = SlotPoller(min_interval_s=10.0, timeout_s=5.0)  # a busy CI box
         import time

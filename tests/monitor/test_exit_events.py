@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
-from monitor.store import Store
+from monitor.store.database import Store
 
 GIB = 1024**3
 T0 = 1_800_000_000_000
@@ -65,7 +65,7 @@ def test_only_exits_worth_telling_become_events(tmp_path: Path) -> None:
 
 def test_doctor_names_the_exit_status_source() -> None:
     from collectors.proc_events import ProcEventListener
-    from monitor.doctor import exit_status_check
+    from monitor.cli.doctor import exit_status_check
 
     probe = ProcEventListener()
     works = probe.open() and probe.verify()

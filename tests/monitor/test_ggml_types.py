@@ -1,4 +1,4 @@
-"""gguf's type tables without the gguf package (monitor/ggml_types.py)."""
+"""gguf's type tables without the gguf package (monitor/gguf/ggml_types.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def fresh_python(code: str) -> str:
 
 
 def test_reading_headers_does_not_import_numpy_or_the_gguf_package():
-    code = ("import sys, monitor.gguf, monitor.estimate.kv;"
+    code = ("import sys, monitor.gguf.reader, monitor.estimate.kv;"
             "print(sorted(m for m in ('numpy', 'gguf') if m in sys.modules))")
     assert fresh_python(code) == "[]"
 
@@ -24,7 +24,7 @@ def test_reading_headers_does_not_import_numpy_or_the_gguf_package():
 def test_tables_agree_with_the_gguf_package():
     import gguf
 
-    from monitor import ggml_types as t
+    from monitor.gguf import ggml_types as t
 
     assert set(t.GGML_QUANT_SIZES) == set(gguf.GGML_QUANT_SIZES)
     for qtype, sizes in gguf.GGML_QUANT_SIZES.items():
@@ -35,6 +35,6 @@ def test_tables_agree_with_the_gguf_package():
 
 
 def test_loaded_after_gguf_it_reuses_gguf_constants():
-    code = ("import gguf, monitor.ggml_types as t;"
+    code = ("import gguf, monitor.gguf.ggml_types as t;"
             "print(t.GGMLQuantizationType is gguf.GGMLQuantizationType)")
     assert fresh_python(code) == "True"

@@ -1,4 +1,4 @@
-"""monitor.gguf: real-shape headers written by gguf's GGUFWriter, read back and cross-checked
+"""monitor.gguf.reader: real-shape headers written by gguf's GGUFWriter, read back and cross-checked
 with gguf.GGUFReader; malformed and random files end in GgufError within a time bound."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from gguf_models import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor import gguf as mg
-from monitor.gguf import GgufError, GgufHeader, SkippedArray, TensorInfo, read_header
+from monitor.gguf import reader as mg
+from monitor.gguf.reader import GgufError, GgufHeader, SkippedArray, TensorInfo, read_header
 
 TIME_BOUND_S = 0.5
 STRING = GGUFValueType.STRING

@@ -19,8 +19,8 @@ from collectors.base import CollectorRun, DeviceSample, ProcessInfo, ProcessMemo
 from monitor.config import Config
 from monitor.http import HttpConfigError, HttpServer, is_loopback, parse_listen
 from monitor.http.server import MAX_BODY_BYTES
-from monitor.status import to_json
-from monitor.store import Store
+from monitor.report.status import to_json
+from monitor.store.database import Store
 
 GIB, MIB = 1024**3, 1024**2
 GPU = "nvml:GPU-0123"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.base import DeviceSample
-from monitor.kernlog import (
+from monitor.logs.kernel import (
     PENDING_RECORDS,
     KernelEvent,
     KernelLogParser,
@@ -20,7 +20,7 @@ from monitor.kernlog import (
     parse_kmsg_record,
     parse_lines,
 )
-from monitor.kmsg import device_for_pci, to_device_events
+from monitor.logs.kmsg import device_for_pci, to_device_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernlog"
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.llamalog import (
+from monitor.logs.engine import (
     BreakdownRow,
     BufferLine,
     KvLine,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.llamaswap import (
+from monitor.integrations.llamaswap import (
     DEFAULT_GROUP_ID,
     SwapConfigError,
     evictions,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from collectors.base import Roots
 from monitor.config import Config
-from monitor.daemon import DaemonContext, tick
-from monitor.logtail import FileTail, JournalTail
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.daemon.loop import DaemonContext, tick
+from monitor.daemon.sampler import Sampler
+from monitor.logs.follow import FileTail, JournalTail
+from monitor.store.database import Store
 
 OOM = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 10956.01 MiB on device 0: "
        "cudaMalloc failed: out of memory")
@@ -157,7 +157,7 @@ def _drain(tail, want: int, timeout_s: float = 5.0) -> list:  # noqa: ANN001
 
 
 def test_swap_log_stream_lines_across_chunks_and_reconnects() -> None:
-    from monitor.logtail import SwapLogTail
+    from monitor.logs.follow import SwapLogTail
 
     swap = _SwapLogs()
     tail = SwapLogTail(swap.url, retry_s=0.1)
@@ -185,7 +185,7 @@ def test_swap_log_stream_lines_across_chunks_and_reconnects() -> None:
 def test_swap_log_stream_is_bounded_and_says_why_it_is_not_followed() -> None:
     import pytest
 
-    from monitor.logtail import SwapLogTail
+    from monitor.logs.follow import SwapLogTail
 
     swap = _SwapLogs()
     tail = SwapLogTail(swap.url, max_lines=5)
@@ -212,7 +212,7 @@ def test_swap_log_stream_is_bounded_and_says_why_it_is_not_followed() -> None:
 
 
 def test_daemon_records_oom_lines_from_the_swap_stream(tmp_path: Path) -> None:
-    from monitor.logtail import SwapLogTail, open_tails
+    from monitor.logs.follow import SwapLogTail, open_tails
 
     swap = _SwapLogs()
     store = Store.open(tmp_path / "v.db")
@@ -239,8 +239,8 @@ def test_daemon_records_oom_lines_from_the_swap_stream(tmp_path: Path) -> None:
 def test_reload_follows_the_new_log_sources(tmp_path: Path) -> None:
     """SIGHUP with a changed [logs] / [llama_swap] section: old tails closed, new ones read."""
     from monitor import config as config_mod
-    from monitor.daemon import reload_config
-    from monitor.logtail import SwapLogTail, open_tails
+    from monitor.daemon.loop import reload_config
+    from monitor.logs.follow import SwapLogTail, open_tails
 
     first, second = tmp_path / "a.log", tmp_path / "b.log"
     first.write_text("")

@@ -1,4 +1,5 @@
-"""One definition of "measured" (monitor/measured.py) and one judgement (monitor/judge.py):
+"""One definition of "measured" (monitor/analysis/measured.py) and one judgement
+(monitor/analysis/judge.py):
 unknown is never judged as 0, "as expected" is relative and absolute, paged-out weights are
 named (issue 16, items 1, 7 and 8)."""
 
@@ -17,14 +18,14 @@ import pytest
 
 from collectors.base import CollectorOptions, DeviceEvent, ProcessMemory, Roots
 from monitor.alerts.rules import AlertSettings, AlertState, evaluate
+from monitor.analysis.diagnose import diagnose
+from monitor.analysis.judge import Tolerance, is_over
+from monitor.analysis.measured import measure
+from monitor.cli.diagnose import render, run_diagnose
 from monitor.config import Config
-from monitor.diagnose import diagnose
-from monitor.diagnose_cli import render, run_diagnose
+from monitor.daemon.sampler import Sampler
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate.model import Component, MemoryEstimate
-from monitor.judge import Tolerance, is_over
-from monitor.measured import measure
-from monitor.sampler import Sampler
 
 MIB, GIB = 1024**2, 1024**3
 NOT_AVAILABLE = 2**64 - 1
@@ -76,7 +77,7 @@ def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
     """Issue 16 item 1: NVML 'not available' for the server is '-' in `status` text (its GPU
     column and MEASURED), null in the JSON's measured object, and '-' in the TUI's models
     table (measured and difference) and in its GPU bar legend: never 0 B or a difference."""
-    from monitor.status import render_text, to_json
+    from monitor.report.status import render_text, to_json
     from tui.source import FrameBuilder
     from tui.widgets.device_panel import DevicePanel, panels_from_frame
     from tui.widgets.models_table import ModelsTable

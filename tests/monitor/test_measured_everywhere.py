@@ -29,11 +29,11 @@ import tiny_models
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.cli import cli
-from monitor.history import snapshot_at
+from monitor.cli.main import cli
 from monitor.http.metrics import build_registry, render
-from monitor.postmortem_render import fmt_bytes
-from monitor.status import human_bytes, render_text, to_json
+from monitor.report.postmortem import fmt_bytes
+from monitor.report.status import human_bytes, render_text, to_json
+from monitor.store.history import snapshot_at
 from tui.format import size
 from tui.source import StoreSource
 from tui.widgets.device_panel import DevicePanel, panels_from_frame

@@ -122,7 +122,7 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
 
 
 def test_postmortem_without_a_crash_is_one_line(tmp_path: Path) -> None:
-    from monitor.store import Store
+    from monitor.store.database import Store
 
     Store.open(tmp_path / "v.db").close()
     result = vramscope("postmortem", "--last", "--db", str(tmp_path / "v.db"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.postmortem_render import downsample, render_html, render_svg, render_text
+from monitor.report.postmortem import downsample, render_html, render_svg, render_text
 
 SVG = "{http://www.w3.org/2000/svg}"
 MIB = 1024**2
@@ -288,7 +288,7 @@ def test_monitor_module_imports_no_ui() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, monitor.postmortem_render;"
+    code = ("import sys, monitor.report.postmortem;"
             "print(','.join(sorted(m for m in sys.modules "
             "if m.split('.')[0] in {'textual', 'rich', 'tui'})))")
     root = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
-from monitor.postmortem import at_death_bytes, build
-from monitor.postmortem_render import render_html, render_text
-from monitor.store import Store
+from monitor.analysis.postmortem import at_death_bytes, build
+from monitor.report.postmortem import render_html, render_text
+from monitor.store.database import Store
 
 GIB = 1024**3
 MIB = 1024**2

@@ -13,7 +13,7 @@ import gguf_models as g
 import pytest
 
 from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
-from monitor.status import to_json
+from monitor.report.status import to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB = 1024**3, 1024**2
@@ -109,7 +109,7 @@ def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[
 
 def test_bandwidth_ceiling_formula() -> None:
     """1 / (weight bytes on the GPU / 272 GB/s + weight bytes on the host / 76.8 GB/s)."""
-    from monitor.bandwidth import ceiling
+    from monitor.analysis.bandwidth import ceiling
     from monitor.estimate.model import Component, MemoryEstimate
 
     est = MemoryEstimate("llama.cpp", "m", (
@@ -315,7 +315,7 @@ def test_fit_ctx_falls_as_the_mtp_draft_depth_grows(tmp_path: Path) -> None:
 def test_predict_at_a_moment_in_the_database(tmp_path: Path, laptop: dict[str, str]) -> None:
     from datetime import datetime
 
-    from monitor.store import Store
+    from monitor.store.database import Store
 
     used = 6 * GIB
     gpu = DeviceSample("nvml:GPU-laptop", "nvml", "nvidia", "RTX 4060 Laptop", "dedicated",

@@ -123,7 +123,7 @@ def test_status_json_carries_a_servers_cgroup_and_predict_judges_llama_swaps(
     """A recorded state: llama-swap in a 6 GiB unit with 5 GiB charged; host RAM has 40 GiB.
     ``predict MODEL_ID`` judges the model against llama-swap's cgroup."""
     from collectors.base import ProcessCgroup, Snapshot
-    from monitor.status import to_json
+    from monitor.report.status import to_json
 
     model = two_gib_model(tmp_path)
     swap = ProcessInfo(900, 1, None, 1, 0, "llama-swap", ("llama-swap", "--config", "x"),
@@ -160,7 +160,7 @@ def test_status_json_carries_a_servers_cgroup_and_predict_judges_llama_swaps(
 
 def test_doctor_shows_each_servers_cgroup_and_warns_near_the_limit() -> None:
     from collectors.base import ProcessCgroup, Snapshot
-    from monitor.doctor import cgroup_checks
+    from monitor.cli.doctor import cgroup_checks
 
     server = ProcessInfo(77, 1, None, 1, 0, "llama-server", ("llama-server",), "llama.cpp")
     calm = CgroupMemory("/system.slice/a.service", 8 * GIB, 6 * GIB, 2 * GIB)

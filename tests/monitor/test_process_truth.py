@@ -20,7 +20,7 @@ import pytest
 import tiny_models
 
 from collectors.base import Roots
-from monitor.sampler import Sampler
+from monitor.daemon.sampler import Sampler
 from tui.source import FrameBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_llama_arg_model_in_the_environment_resolves_against_the_cwd_too(
 
 def test_capture_records_the_cwd_link_and_the_tree_replays_resolved(
         models: Path, tmp_path: Path) -> None:
-    from monitor.capture import capture
+    from monitor.cli.capture import capture
 
     with fake_server.running(["llama-server", "-m", "x.gguf"], cwd=models) as server:
         capture(Roots(), tmp_path / "cap", enabled=["procfs"], nvml=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collectors.base import DeviceSample, ProcessMemory, Reading, Roots
 from collectors.registry import CollectorSpec
-from monitor import sampler as sampler_mod
-from monitor.sampler import Sampler, fill
+from monitor.daemon import sampler as sampler_mod
+from monitor.daemon.sampler import Sampler, fill
 
 GIB = 1024**3
 DEV = "drm:0000:03:00.0"

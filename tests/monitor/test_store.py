@@ -16,7 +16,7 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
-from monitor.store import MINUTE_MS, Retention, Store, StoreError, open_readonly
+from monitor.store.database import MINUTE_MS, Retention, Store, StoreError, open_readonly
 
 GIB = 1024**3
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE_MS

@@ -15,8 +15,8 @@ import pytest
 from hostile_process import CSI_CLEAR, MARKUP, OSC_TITLE, hostile_server
 
 from collectors.base import Roots
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store
 from monitor.textsafe import terminal_safe, terminal_safe_lines
 
 # C0 but newline, DEL, C1: what must never reach the terminal from a report.

@@ -37,7 +37,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.usage import (
+from monitor.integrations.slots import (
     SlotPoller,
     SlotSample,
     UsageStats,

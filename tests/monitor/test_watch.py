@@ -12,7 +12,7 @@ from pathlib import Path
 import gguf_models as g
 
 from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
-from monitor.watch import LoadWatch
+from monitor.daemon.watch import LoadWatch
 
 GIB = 1024**3
 
@@ -130,7 +130,7 @@ def test_a_truncated_model_is_flagged_not_fatal(tmp_path: Path) -> None:
 def test_load_finished_never_counts_unknown_gpu_memory_as_0(tmp_path: Path) -> None:
     """A GPU that lists the server without its memory (NVML 'not available'): the
     load_finished event has no measured figure for that GPU and says the total is unknown
-    (monitor/measured.py), instead of "measured_<gpu>: 0" and the host part as the total."""
+    (analysis/measured.py), instead of "measured_<gpu>: 0" and the host part as the total."""
     md, tensors = g.qwen3_8b(n_layer=2)
     md["qwen3.block_count"] = 2
     model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]

@@ -2,7 +2,7 @@
 
 For each configuration the server is started on 127.0.0.1 with ``-lv 4`` (the memory
 lines are TRACE level since llama.cpp PR #23021), the log is parsed with
-``monitor.llamalog.parse_llama_log`` and compared with ``monitor.estimate.estimate_command``
+``monitor.logs.engine.parse_llama_log`` and compared with ``monitor.estimate.estimate_command``
 on the very same argv:
 
 - cells / n_ctx_seq: equal to ``llama_context: n_ctx / n_ctx_seq``;
@@ -122,7 +122,7 @@ def run(case: Case, llama_server, tiny, tmp_path_factory):
 
 
 def _parse(run):
-    from monitor.llamalog import parse_llama_log
+    from monitor.logs.engine import parse_llama_log
 
     return parse_llama_log(run.log)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
-from monitor.picture import picture_from_snapshot
+from monitor.analysis.picture import picture_from_snapshot
 from tui.source import EventRow, Frame, FrameBuilder, Series
 
 GIB = 1024**3

@@ -10,8 +10,8 @@ from hostile_process import CSI_CLEAR, MARKUP, OSC_TITLE, hostile_server
 from pilot_helpers import settle, sync
 
 from collectors.base import Roots
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store
 from tui.app import VramscopeApp
 from tui.source import StoreSource
 from tui.widgets.events_pane import EventsPane

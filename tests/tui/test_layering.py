@@ -1,7 +1,7 @@
 """The TUI sits on top: nothing below it imports it, and its data layer needs no textual.
 
-(``tests/test_import_hygiene.py`` already checks, in a subprocess, that ``monitor.daemon``
-and ``monitor.cli`` import neither textual, rich nor tui.)
+(``tests/test_import_hygiene.py`` already checks, in a subprocess, that ``monitor.daemon.loop``
+and ``monitor.cli.main`` import neither textual, rich nor tui.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def loaded_after(statement: str) -> set[str]:
 
 
 def test_the_daemon_never_imports_textual() -> None:
-    assert not loaded_after("import monitor.daemon") & {"textual", "rich", "tui"}
+    assert not loaded_after("import monitor.daemon.loop") & {"textual", "rich", "tui"}
 
 
 def test_the_tui_data_layer_needs_no_textual_and_no_nvml_at_import() -> None:

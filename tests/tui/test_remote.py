@@ -8,9 +8,9 @@ import pytest
 
 from collectors.base import Roots
 from monitor.config import Config
+from monitor.daemon.sampler import Sampler
 from monitor.http import HttpServer
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.store.database import Store
 from tui.source import RemoteSource, SourceError
 
 

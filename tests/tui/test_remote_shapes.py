@@ -15,8 +15,8 @@ import pytest
 from pilot_helpers import settle, sync
 
 from collectors.base import Roots
-from monitor.sampler import Sampler
-from monitor.status import to_json
+from monitor.daemon.sampler import Sampler
+from monitor.report.status import to_json
 from tui.app import VramscopeApp, main
 from tui.source import REMOTE_MAX_BYTES, RemoteSource, SourceError
 

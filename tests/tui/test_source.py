@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fake_source import T0, discrete_three
 
-from monitor.store import Store
+from monitor.store.database import Store
 from tui.app import VramscopeApp, open_source
 from tui.source import SourceError, StoreSource, downsample
 
@@ -93,7 +93,7 @@ def test_without_a_daemon_the_tui_samples_live(tmp_path: Path) -> None:
 
 
 def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) -> None:  # noqa: ANN001
-    from monitor.usage import SlotSample
+    from monitor.integrations.slots import SlotSample
 
     path = tmp_path / "usage.db"
     store = Store.open(path)

@@ -15,10 +15,10 @@ from pilot_helpers import settle, sync
 
 from collectors.base import Roots
 from monitor.config import Config
-from monitor.daemon import acquire_lock
+from monitor.daemon.loop import acquire_lock
+from monitor.daemon.sampler import Sampler
 from monitor.http import HttpServer
-from monitor.sampler import Sampler
-from monitor.store import Store
+from monitor.store.database import Store
 from tui.app import VramscopeApp, main, open_source
 from tui.source import LiveSource, RemoteSource, SampleSource, StoreSource
 

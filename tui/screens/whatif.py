@@ -108,7 +108,7 @@ class WhatIfScreen(ModalScreen[None]):
             return
         result = message.prediction
         self.prediction = result
-        from monitor.predict import need_by_device
+        from monitor.analysis.predict import need_by_device
 
         need = need_by_device(result.estimate, self.frame.picture)  # type: ignore[union-attr]
         verdicts = {d.device_id: d.verdict for d in result.devices}  # type: ignore[union-attr]
@@ -141,9 +141,9 @@ class WhatIfScreen(ModalScreen[None]):
 def predict_for(app: object, frame: Frame, command: str, model_id: str | None
                 ) -> tuple[object, list[str]]:
     """Blocking: estimate a launch against the frame's picture (worker threads only)."""
+    from monitor.analysis.predict import predict
+    from monitor.cli.predict import PredictRequest, running_servers, swap_target
     from monitor.engines import parse_command
-    from monitor.predict import predict
-    from monitor.predict_cli import PredictRequest, running_servers, swap_target
 
     source = app.source  # type: ignore[attr-defined]
     builder = source.builder

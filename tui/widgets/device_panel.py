@@ -5,7 +5,7 @@ VRAM carve-out, GTT and host RAM parts (never summed away).
 A model's segment is the part of its memory this device holds: VRAM+GTT on a GPU, anonymous
 + shared memory (``anon+shm``) on the host bar (its mmap'd weights are page cache, counted
 as available). The legend names that part and, where it differs, the model's measured
-total (monitor/measured.py, the figure the models table shows)."""
+total (monitor/analysis/measured.py, the figure the models table shows)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
-from monitor.picture import DevicePicture
+from monitor.analysis.picture import DevicePicture
 from tui.format import safe, size
 
 PALETTE = ("$primary", "$accent", "$secondary", "$success", "$primary-lighten-2",
@@ -38,7 +38,7 @@ class Segment:
 
 
 def part_of(memory_kind: str) -> str:
-    """The part of a process's memory a device's bar shows (monitor/picture.py)."""
+    """The part of a process's memory a device's bar shows (monitor/analysis/picture.py)."""
     return "anon+shm" if memory_kind == "host" else "GPU"
 
 

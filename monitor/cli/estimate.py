@@ -12,12 +12,12 @@ from collectors.procfs import parse_cmdline
 from monitor.config import Config
 from monitor.estimate import EstimateError, estimate_command
 from monitor.estimate.model import DeviceInfo, devices_from_samples
-from monitor.estimate.render import compare_with_log, render_comparison, render_text, to_json
+from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
 
 
 def live_devices(cfg: Config) -> list[DeviceInfo]:
     """The GPUs the collectors see now, with their free memory (host RAM is implicit)."""
-    from monitor.sampler import Sampler
+    from monitor.daemon.sampler import Sampler
 
     wanted = [n for n in ("nvml", "drm", "amdsmi") if cfg.collectors is None
               or n in cfg.collectors]
@@ -88,7 +88,7 @@ def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool
         est = dataclasses.replace(est, notes=est.notes + skipped)
     rows = None
     if log_path is not None:
-        from monitor.llamalog import parse_llama_log
+        from monitor.logs.engine import parse_llama_log
 
         try:
             with open(log_path, encoding="utf-8", errors="replace") as handle:

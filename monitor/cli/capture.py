@@ -32,7 +32,7 @@ from collectors import _fs
 from collectors.base import CollectorOptions, Roots
 from collectors.procfs import parse_cmdline
 from collectors.redact import redact_argv
-from monitor.outdir import OutDir, OutDirError, pack
+from monitor.report.outdir import OutDir, OutDirError, pack
 
 OMITTED_LINK = "capture:omitted"
 _DRM_LINK_PREFIXES = ("/dev/dri/renderD", "/dev/dri/card")
@@ -169,9 +169,9 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
     """Sample once with every read recorded, and write the tree (and ``nvml.json``).
 
     The folder is made here (or is an empty one of ours) and written only through its
-    descriptor (monitor/outdir.py): a link planted in it, or at ``FOLDER.tar.gz``, is a
+    descriptor (monitor/report/outdir.py): a link planted in it, or at ``FOLDER.tar.gz``, is a
     :class:`CaptureError`, never written through."""
-    from monitor.sampler import Sampler
+    from monitor.daemon.sampler import Sampler
 
     out = Path(out)
     archive_path = out.with_name(out.name + ".tar.gz") if archive else None

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
-from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
-from monitor.store import open_readonly
+from monitor.store.database import open_readonly
+from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
 
 _STATIC = ("collector", "vendor", "name", "memory_kind", "pci_bus_id", "vram_total_bytes",
            "vis_vram_total_bytes", "gtt_total_bytes", "hugepages_total_bytes",

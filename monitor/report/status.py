@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
-from monitor.measured import Measured, measure
 from monitor.textsafe import terminal_safe
 
 SCHEMA_ID = "vramscope.status/1"

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from monitor.analysis.judge import Tolerance, is_over
+from monitor.analysis.measured import Measured
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
-from monitor.judge import Tolerance, is_over
-from monitor.measured import Measured
 
 GIB = 1024**3
 MIB = 1024**2
@@ -40,13 +40,13 @@ class Finding:
 class Diagnosis:
     pid: int
     model: str
-    measured_bytes: int | None  # None: unknown (monitor/measured.py), never judged as 0
+    measured_bytes: int | None  # None: unknown (monitor/analysis/measured.py), never judged as 0
     estimated_bytes: int
     budget_bytes: int | None
     findings: tuple[Finding, ...]
     summary: str
     verdict: str = "as_expected"  # as_expected | over | under | unknown | error
-    parts: Measured | None = None  # the parts of measured_bytes (monitor/measured.py)
+    parts: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
 
     @property
     def excess_bytes(self) -> int | None:
@@ -91,8 +91,8 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
              measured: Measured, estimator: Callable[[LaunchSpec], MemoryEstimate],
              budget: int | None = None, usage_p99_tokens: int | None = None,
              tolerance: Tolerance | None = None) -> Diagnosis:
-    """Measured (monitor/measured.py) against the budget or the estimate, judged by
-    monitor/judge.py; an unknown measurement is said so, never judged as 0."""
+    """Measured (monitor/analysis/measured.py) against the budget or the estimate, judged by
+    monitor/analysis/judge.py; an unknown measurement is said so, never judged as 0."""
     tol = tolerance or Tolerance()
     findings: list[Finding] = []
     kv = est.total_bytes("kv") + est.total_bytes("kv_swa")

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import CgroupMemory, CollectorOptions, Snapshot
+from monitor.analysis.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
+from monitor.analysis.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 from monitor.config import Config
 from monitor.engines import parse_command
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import EstimateError, estimate
 from monitor.estimate.model import DeviceInfo, devices_from_samples
-from monitor.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
-from monitor.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 
 EXIT_FITS, EXIT_OOM = 0, 1
 EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill
@@ -45,10 +45,10 @@ def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = 
     if req.state is not None:
         return load_state(req.state)
     if req.at is not None:
-        from monitor.history import parse_time, snapshot_at
+        from monitor.store.history import parse_time, snapshot_at
 
         return snapshot_at(cfg.db_path, parse_time(req.at))
-    from monitor.sampler import Sampler
+    from monitor.daemon.sampler import Sampler
 
     sampler = Sampler(cfg.roots, CollectorOptions(pss_per_tick=0), cfg.collectors)
     try:
@@ -116,7 +116,7 @@ def running_servers(picture: Picture) -> list[ProcessUse]:
 def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[ProcessUse],
                                                                  list[str]]:
     """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``."""
-    from monitor import llamaswap
+    from monitor.integrations import llamaswap
 
     if req.swap_config is None:
         raise EstimateError("predicting a llama-swap model needs --swap-config FILE (or "
@@ -218,7 +218,7 @@ def _train_ctx(spec: LaunchSpec, devices: list[DeviceInfo]) -> int:
 
 def _bandwidth_report(spec: LaunchSpec, devices: list[DeviceInfo], picture: Picture,
                       result: Prediction, gbs: dict[str, float]) -> dict[str, Any]:
-    from monitor.bandwidth import ceiling
+    from monitor.analysis.bandwidth import ceiling
 
     bw = {k: v * 1e9 for k, v in gbs.items()}
     if "gpu" in bw:  # shorthand for every GPU

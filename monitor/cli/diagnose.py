@@ -6,15 +6,15 @@ import dataclasses
 import json
 from pathlib import Path
 
+from monitor.analysis.diagnose import GIB, Diagnosis, diagnose
+from monitor.analysis.judge import Tolerance
+from monitor.analysis.measured import measure
+from monitor.cli.predict import PredictRequest, gpu_devices, take_snapshot
 from monitor.config import Config
-from monitor.diagnose import GIB, Diagnosis, diagnose
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import EstimateError, estimate
-from monitor.gguf import GgufError
-from monitor.judge import Tolerance
-from monitor.measured import measure
-from monitor.predict_cli import PredictRequest, gpu_devices, take_snapshot
+from monitor.gguf.reader import GgufError
 
 
 def budget_for(cfg: Config, spec_model: str | None) -> int | None:
@@ -28,8 +28,8 @@ def budget_for(cfg: Config, spec_model: str | None) -> int | None:
 
 def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     """p99 tokens in use per busy slot over the daemon's recorded /slots polls, if any."""
-    from monitor.store import StoreError, open_readonly
-    from monitor.usage import SlotSample, UsageTracker
+    from monitor.integrations.slots import SlotSample, UsageTracker
+    from monitor.store.database import StoreError, open_readonly
 
     try:
         db = open_readonly(cfg.db_path)

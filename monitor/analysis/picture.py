@@ -46,7 +46,7 @@ DEFAULT_MARGIN_BYTES = GIB // 2
 class ProcessUse:
     """One process's part of one device: VRAM+GTT on a GPU, RssAnon+RssShmem on the host
     (its mmap'd file pages are page cache, counted as available). Not its measured total
-    (monitor/measured.py): views that show this part name it."""
+    (monitor/analysis/measured.py): views that show this part name it."""
 
     pid: int
     name: str  # comm, or engine + model file name when known

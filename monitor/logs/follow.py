@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.kernlog import KernelEvent, KernelLogParser, parse_journal_json
+from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_journal_json
 
 log = logging.getLogger(__name__)
 MAX_BYTES_PER_TICK = 1 << 20
@@ -153,7 +153,7 @@ class SwapLogTail:
 
     def __init__(self, base_url: str, *, retry_s: float = 10.0, max_lines: int = 10_000,
                  connect_timeout_s: float = 2.0) -> None:
-        from monitor.llamaswap import _check_loopback
+        from monitor.integrations.llamaswap import _check_loopback
 
         parts = _check_loopback(base_url)  # ValueError for anything but loopback
         self.base_url = base_url

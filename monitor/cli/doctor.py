@@ -15,8 +15,8 @@ from typing import Literal
 from collectors import _fs
 from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.config import Config
-from monitor.daemon import lock_holder
-from monitor.sampler import Sampler
+from monitor.daemon.loop import lock_holder
+from monitor.daemon.sampler import Sampler
 
 Level = Literal["ok", "info", "warn", "fail"]
 CAP_SYS_PTRACE = 19
@@ -113,7 +113,7 @@ def hidepid_check(roots: Roots) -> list[Check]:
 
 
 def kernel_log_check(path: Path = Path("/dev/kmsg")) -> list[Check]:
-    """OOM kills are read from the kernel log (monitor/kmsg.py)."""
+    """OOM kills are read from the kernel log (monitor/logs/kmsg.py)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         os.close(fd)
@@ -175,7 +175,7 @@ def database_checks(config: Config) -> list[Check]:
 def database_file_checks(path: Path) -> list[Check]:
     """Files beside the database that need a look: databases moved aside as corrupt, and
     ticks a stopped daemon could not write (written by the next start)."""
-    from monitor import backlog
+    from monitor.store import backlog
 
     checks = []
     try:
@@ -239,7 +239,7 @@ def _database_state(config: Config) -> list[Check]:
                           "when it can")]
         return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
     if path.exists():
-        from monitor.store import classify
+        from monitor.store.database import classify
 
         kind, detail = classify(path)
         if kind in ("foreign", "not_sqlite", "directory", "unreadable"):

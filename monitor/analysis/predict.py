@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from monitor.analysis.picture import Picture, ProcessUse
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate, estimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
-from monitor.picture import Picture, ProcessUse
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
@@ -219,7 +219,7 @@ def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
     if not spec.draft_model or not spec.model_path:
         return []
     if read_header is None:
-        from monitor.gguf import read_header as reader
+        from monitor.gguf.reader import read_header as reader
     else:
         reader = read_header
     from pathlib import Path

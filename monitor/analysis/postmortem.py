@@ -3,10 +3,10 @@
 The crash is a ``crash`` event (a tracked process OOM-killed or dead during its load) or a
 kernel ``oom_kill``/``oomd_kill`` record. Around it: the kernel's own figures, the memory
 timeline of every tracked process and device from 10 minutes before to 1 minute after
-(full resolution: retention keeps it, monitor/store.py), what was loading, the estimate
+(full resolution: retention keeps it, monitor/store/database.py), what was loading, the estimate
 re-made from the victim's command line against what was measured at death, the ceiling,
 the likely cause in one paragraph and the fix. The document is ``vramscope.postmortem/1``;
-monitor/postmortem_render.py turns it into text or one self-contained HTML file.
+monitor/report/postmortem.py turns it into text or one self-contained HTML file.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from monitor.store import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
+from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 
 GIB = 1024**3
 MIB = 1024**2
@@ -90,7 +90,7 @@ def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> di
     db = open_readonly(db_path)
     try:
         if at_ms is not None:  # the moment must be one the database knows
-            from monitor.history import check_moment
+            from monitor.store.history import check_moment
 
             first, last = db.execute(
                 "SELECT min(t), max(t) FROM (SELECT min(ts_ms) AS t FROM device_samples"
@@ -196,7 +196,7 @@ def at_death_bytes(points: list[list[int]]) -> int:
 def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
     """"OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
     post-mortem" for a crash; "exit post-mortem" for anything else."""
-    from monitor.exits import OOM_CAUSES
+    from monitor.analysis.exits import OOM_CAUSES
 
     cause = exit_data.get("cause")
     if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (
@@ -231,10 +231,10 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
 
 def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, Any] | None:
     """What the victim held at its last recorded tick by the one definition every view
-    uses (monitor/measured.py, its helpers' GPU memory included), with that tick's time."""
+    uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
+    from monitor.analysis.measured import measure
     from monitor.engines.recognise import helper_parents
-    from monitor.history import snapshot_in
-    from monitor.measured import measure
+    from monitor.store.history import snapshot_in
 
     ticks = [q[0] for p in mine for q in p["points"]]
     if pid is None or not ticks:

@@ -27,8 +27,8 @@ from typing import IO, Any
 
 from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
-from monitor.sampler import Sampler
-from monitor.store import Store, StoreError, WriterHealth
+from monitor.daemon.sampler import Sampler
+from monitor.store.database import Store, StoreError, WriterHealth
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,14 @@ class DaemonContext:
     pending: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
     last_errors: dict[str, str | None] = field(default_factory=dict)
     failures: dict[int, int] = field(default_factory=dict)  # ts_ms -> failed writes
-    watch: Any = None  # monitor.watch.LoadWatch: judges new servers on the tick they appear
-    slot_poller: Any = None  # monitor.usage.SlotPoller
+    watch: Any = None  # monitor.daemon.watch.LoadWatch: judges new servers on the tick they appear
+    slot_poller: Any = None  # monitor.integrations.slots.SlotPoller
     last_snapshot: Snapshot | None = None
-    kmsg: Any = None  # monitor.kmsg.KmsgFollower
-    notify: Any = None  # monitor.service.notify.Notifier (systemd)
+    kmsg: Any = None  # monitor.logs.kmsg.KmsgFollower
+    notify: Any = None  # monitor.daemon.notify.Notifier (systemd)
     reload_requested: bool = False  # set by SIGHUP, acted on by the next tick
     scheduler: Any = None
-    tails: list[Any] = field(default_factory=list)  # monitor.logtail: engine logs
+    tails: list[Any] = field(default_factory=list)  # monitor.logs.follow: engine logs
     recent_kills: dict[int, tuple[int, str, str | None]] = field(
         default_factory=dict)  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
     last_app_oom_ms: int | None = None  # an engine log's out-of-memory line
@@ -306,7 +306,7 @@ def reload_config(ctx: DaemonContext) -> bool:
         ctx.scheduler.reschedule_job("sample", trigger="interval", seconds=new.interval_s)
     logs = (new.log_files, new.journal_units, new.swap_url)
     if logs != (old.log_files, old.journal_units, old.swap_url):
-        from monitor.logtail import open_tails
+        from monitor.logs.follow import open_tails
 
         for tail in ctx.tails:
             tail.close()
@@ -324,12 +324,12 @@ def reload_config(ctx: DaemonContext) -> bool:
 
 def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     """Kernel log records of this tick as events, and how each tracked exit happened,
-    classified by monitor/exits.py from its exit status (the process-event connector,
+    classified by monitor/analysis/exits.py from its exit status (the process-event connector,
     else the zombie's /proc/PID/stat), a kernel OOM kill record naming its pid, an
     engine's out-of-memory line and the load watch."""
     found = []
     if ctx.kmsg is not None or ctx.tails:
-        from monitor.kmsg import to_device_events
+        from monitor.logs.kmsg import to_device_events
 
         try:
             raw = ctx.kmsg.read() if ctx.kmsg is not None else []
@@ -356,7 +356,7 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
 
 
 def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: float) -> Any:
-    from monitor.exits import ExitFacts, classify
+    from monitor.analysis.exits import ExitFacts, classify
 
     code, sig, core, source = gone.exit_code, gone.exit_signal, gone.core_dumped, None
     if code is not None or sig is not None:
@@ -424,7 +424,7 @@ def poll_slots(ctx: DaemonContext) -> int:
     most every 10 s) and store the tokens in use; returns the servers answered."""
     from monitor.engines import parse_command
     from monitor.engines.recognise import helper_parents
-    from monitor.usage import SlotPoller
+    from monitor.integrations.slots import SlotPoller
 
     snap = ctx.last_snapshot
     if snap is None:
@@ -548,8 +548,8 @@ def run(config: Config) -> int:
         file_lock = lock_database_file(config.db_path)
     store.set_busy_timeout(min(2.0, max(0.05, config.interval_s / 4)))
     sampler = Sampler(config.roots, config.options, config.collectors)
-    from monitor.kmsg import KmsgFollower
-    from monitor.watch import LoadWatch
+    from monitor.daemon.watch import LoadWatch
+    from monitor.logs.kmsg import KmsgFollower
 
     ctx = DaemonContext(config, store, sampler)
     _queue_backlog(ctx)
@@ -566,7 +566,7 @@ def run(config: Config) -> int:
         log.warning("kernel log not followed (%s): OOM kills will not be recorded; run as "
                     "root or with CAP_SYSLOG", ctx.kmsg.error)
         ctx.kmsg = None
-    from monitor.logtail import open_tails
+    from monitor.logs.follow import open_tails
 
     ctx.tails = open_tails(list(config.log_files), list(config.journal_units), config.swap_url)
     ctx.watch = LoadWatch(config.roots.proc,
@@ -618,7 +618,7 @@ def run(config: Config) -> int:
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     ctx.scheduler = sched
-    from monitor.service.notify import Notifier
+    from monitor.daemon.notify import Notifier
 
     ctx.notify = Notifier()
     holder.append(ctx)
@@ -675,7 +675,7 @@ FINAL_FLUSH_WAIT_S = 2.0
 def _queue_backlog(ctx: DaemonContext) -> None:
     """Queue the ticks a previous run saved beside the database, ahead of the first
     sample; the file is removed once they are all written (see _write_pending)."""
-    from monitor import backlog
+    from monitor.store import backlog
 
     try:
         snaps, bad, found = backlog.load(ctx.config.db_path)
@@ -694,7 +694,7 @@ def _queue_backlog(ctx: DaemonContext) -> None:
 def _final_flush(ctx: DaemonContext) -> None:
     """On stop: record daemon_stopped and try once more to write everything queued; what
     the database still refuses goes to the backlog file for the next start."""
-    from monitor import backlog
+    from monitor.store import backlog
 
     stopped = DeviceEvent(now_ms(), "daemon", "daemon_stopped", "info",
                           f"vramscope daemon stopped after {ctx.ticks} ticks",

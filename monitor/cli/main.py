@@ -108,8 +108,8 @@ def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None
     Only one daemon may write a database; a second one exits with an error.
     Example: vramscope daemon --interval 0.5 --db /tmp/vs.db
     """
-    from monitor import daemon as daemon_mod
-    from monitor.store import StoreError
+    from monitor.daemon import loop as daemon_mod
+    from monitor.store.database import StoreError
 
     cfg = load_config(interval_s=interval, log_level=log_level, **kwargs)
     logging.basicConfig(
@@ -144,8 +144,8 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     FILE); GPU is VRAM+GTT per device. Unknown values print as '-', never 0.
     """
     from collectors.base import CollectorOptions
-    from monitor import status as status_mod
-    from monitor.sampler import Sampler
+    from monitor.daemon.sampler import Sampler
+    from monitor.report import status as status_mod
 
     cfg = load_config(**kwargs)
     options = CollectorOptions(
@@ -177,7 +177,7 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
     """
     import dataclasses
 
-    from monitor import doctor as doctor_mod
+    from monitor.cli import doctor as doctor_mod
 
     cfg = load_config(**kwargs)
     checks = doctor_mod.run_checks(cfg)
@@ -209,8 +209,8 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
       vramscope capture ./my-box --archive      # then attach my-box.tar.gz
       vramscope status --proc-root ./my-box/proc --sys-root ./my-box/sys
     """
-    from monitor.capture import CaptureError, replay_command
-    from monitor.capture import capture as capture_tree
+    from monitor.cli.capture import CaptureError, replay_command
+    from monitor.cli.capture import capture as capture_tree
 
     cfg = load_config(**kwargs)
     try:
@@ -253,8 +253,8 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
     The GPUs of this machine (and their free memory) decide placement; --cpu-only ignores
     them. Each line says the formula behind it; 'grows' lines fill at run time.
     """
-    from monitor.estimate.cli import run_estimate
-    from monitor.gguf import GgufError
+    from monitor.cli.estimate import run_estimate
+    from monitor.gguf.reader import GgufError
 
     cfg = load_config(**kwargs)
     try:
@@ -307,9 +307,9 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
       vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
     Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
     """
-    from monitor.gguf import GgufError
-    from monitor.predict_cli import PredictRequest, render_text, run_predict
-    from monitor.store import StoreError
+    from monitor.cli.predict import PredictRequest, render_text, run_predict
+    from monitor.gguf.reader import GgufError
+    from monitor.store.database import StoreError
 
     cfg = load_config(**kwargs)
     bw: dict[str, float] = {}
@@ -360,8 +360,8 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
     (KV cells x bytes, SWA, compute from -ub or -fa off, the draft's KV, host buffers,
     unaccounted), the cause in one sentence and the fixes with the GiB they free.
     """
-    from monitor.diagnose_cli import render, run_diagnose
-    from monitor.store import StoreError
+    from monitor.cli.diagnose import render, run_diagnose
+    from monitor.store.database import StoreError
 
     cfg = load_config(**kwargs)
     try:
@@ -389,10 +389,10 @@ def postmortem(last: bool, pid: int | None, at_time: str | None, as_json: bool,
     estimate vs what was measured at death, the ceiling, the likely cause and the fix.
       vramscope postmortem --last --html crash.html
     """
-    from monitor.history import parse_time
-    from monitor.postmortem import build
-    from monitor.postmortem_render import render_html, render_text
-    from monitor.store import StoreError
+    from monitor.analysis.postmortem import build
+    from monitor.report.postmortem import render_html, render_text
+    from monitor.store.database import StoreError
+    from monitor.store.history import parse_time
 
     cfg = load_config(**kwargs)
     try:
@@ -412,7 +412,7 @@ def _since(text: str) -> int:
     import re
     import time as time_mod
 
-    from monitor.history import parse_time
+    from monitor.store.history import parse_time
 
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text.strip())
     if m:
@@ -436,8 +436,8 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
     from datetime import datetime
 
-    from monitor.postmortem import list_events
-    from monitor.store import StoreError
+    from monitor.analysis.postmortem import list_events
+    from monitor.store.database import StoreError
 
     cfg = load_config(**kwargs)
     try:

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from monitor.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys
+from monitor.gguf.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys
 
 _MAGIC = b"GGUF"
 _SUPPORTED_VERSIONS = (2, 3)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.base import DeviceEvent, DeviceSample
-from monitor.kernlog import KernelEvent, KernelLogParser, parse_kmsg_record
+from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_kmsg_record
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_TICK = 2000

@@ -262,7 +262,7 @@ TITLES = ("OOM post-mortem", "crash post-mortem", "exit post-mortem")
 
 
 def _title(doc: dict) -> str:
-    """The document's title (by the real cause: monitor/postmortem.py); a document from
+    """The document's title (by the real cause: monitor/analysis/postmortem.py); a document from
     before titles is an OOM post-mortem only when a kernel kill is in it."""
     title = doc.get("title")
     if title in TITLES:
@@ -275,7 +275,7 @@ def _title(doc: dict) -> str:
 
 def measured_line(m: dict) -> str:
     """The victim's memory at death by the definition status, the TUI, diagnose and
-    /metrics use (monitor/measured.py); unknown parts print as '-'."""
+    /metrics use (monitor/analysis/measured.py); unknown parts print as '-'."""
     def part(key: str) -> str:
         return "-" if _num(m.get(key)) is None else fmt_bytes(m.get(key))
     return (f"measured at its last tick: {part('total_bytes')} (GPU {part('device_bytes')}"

@@ -1,6 +1,6 @@
 """SQLite storage: one transaction per tick, retention with per-minute downsampling.
 
-The schema lives in monitor/migrations.py. The file is created 0640 and runs in WAL mode
+The schema lives in monitor/store/migrations.py. The file is created 0640 and runs in WAL mode
 with ``synchronous=NORMAL``: a killed daemon loses at most the tick in flight (WAL
 survives process death; only power loss can drop the last commits). Readers (``status``,
 the TUI) open it read-only and never block the writer.
@@ -30,9 +30,9 @@ from typing import Any
 from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
-from monitor.exits import signal_name
-from monitor.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
-from monitor.retention import Retention
+from monitor.analysis.exits import signal_name
+from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
+from monitor.store.retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +434,7 @@ class Store:
         """Mark the process row exited with its status; a ``process_exit`` event (see
         :func:`exit_is_event` for which exits are not worth one), and a ``crash`` event
         for an exit that alerts (crash, OOM kill, engine OOM)."""
-        from monitor.exits import ALERT_CAUSES, classify_legacy
+        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
 
         pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
@@ -487,7 +487,7 @@ class Store:
         )
 
     def add_slot_usage(self, ts_ms: int, model: str, slots: list[Any]) -> None:
-        """One /slots poll of one server (monitor/usage.py SlotSample rows)."""
+        """One /slots poll of one server (monitor/integrations/slots.py SlotSample rows)."""
         with self.db.atomic():
             self.db.conn.executemany(
                 "INSERT OR REPLACE INTO slot_usage VALUES (?, ?, ?, ?, ?, ?)",

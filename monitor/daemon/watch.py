@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.base import DeviceEvent, Snapshot
+from monitor.analysis.measured import measure
+from monitor.analysis.picture import GIB, picture_from_snapshot
+from monitor.analysis.predict import judge
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
-from monitor.gguf import GgufError
-from monitor.measured import measure
-from monitor.picture import GIB, picture_from_snapshot
-from monitor.predict import judge
+from monitor.gguf.reader import GgufError
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,8 @@ class LoadWatch:
         if not self.swap_url or not self.swap_config or snap.ts_ms < self._swap_next_ms:
             return []
         self._swap_next_ms = snap.ts_ms + int(self.swap_poll_s * 1000)
-        from monitor import llamaswap
-        from monitor.predict import freed_by
+        from monitor.analysis.predict import freed_by
+        from monitor.integrations import llamaswap
 
         try:
             states = llamaswap.fetch_running(self.swap_url, timeout=0.5)
@@ -220,7 +220,7 @@ class LoadWatch:
             if key not in current:
                 del self._loading[key]  # gone mid-load: the exit is recorded elsewhere
                 continue
-            measured: dict[str, int] = {}  # the parts of monitor/measured.py, per device
+            measured: dict[str, int] = {}  # the parts of monitor/analysis/measured.py, per device
             for m in snap.memory:
                 if m.pid == key[0]:
                     if m.device_id != "host" and m.vram_bytes is None and m.gtt_bytes is None:

@@ -1,0 +1,1 @@
+"""GGUF model files: a header-only reader and the GGML type tables."""

@@ -1,0 +1,1 @@
+"""Renderings for people and scripts: status, estimate and post-mortem as text, JSON and HTML."""

@@ -1,0 +1,1 @@
+"""The SQLite database: schema migrations, the per-tick writer, retention, and every read query."""
