@@ -62,9 +62,13 @@ def status_rss_anon(pid: int) -> int:
 def test_rss_anon_of_a_256_mib_child_is_reported_within_5_percent() -> None:
     child = spawn(ALLOC)
     try:
-        reading = collect(ProcfsCollector(REAL, CollectorOptions(top_n=3, pss_per_tick=64)))
+        # Every process is "top N" here: the child need not be among the biggest on a busy
+        # box (other tests, other servers), only measured right once it is tracked.
+        every = 1_000_000
+        reading = collect(ProcfsCollector(REAL, CollectorOptions(
+            top_n=every, max_tracked=every, pss_per_tick=every)))
         rows = {m.pid: m for m in reading.memory}
-        assert child.pid in rows, "the biggest process must be tracked as a top-N process"
+        assert child.pid in rows, "a process with resident memory must be tracked as top N"
         anon = rows[child.pid].rss_anon_bytes
         assert anon is not None
         assert abs(anon - 256 * MIB) <= 0.05 * 256 * MIB, anon / MIB

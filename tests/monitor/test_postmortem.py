@@ -80,7 +80,8 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
         daemon.send_signal(signal.SIGTERM)
         daemon.communicate(timeout=30)
         group.rmdir()
-    result = vramscope("postmortem", "--last", "--json", "--db", str(db))
+    # --pid, not --last: another OOM kill on this busy box may come after ours
+    result = vramscope("postmortem", "--pid", str(victim.pid), "--json", "--db", str(db))
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     v = doc["victim"]
@@ -98,7 +99,7 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     assert series and len(series[0]["points"]) >= 5
     # the HTML report: one file, its chart well-formed with a series for the victim
     html = tmp_path / "crash.html"
-    assert vramscope("postmortem", "--last", "--db", str(db), "--html", str(html)
+    assert vramscope("postmortem", "--pid", str(victim.pid), "--db", str(db), "--html", str(html)
                      ).returncode == 0
     text = html.read_text()
     svg = text[text.index("<svg"): text.index("</svg>") + len("</svg>")]
@@ -107,7 +108,7 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     # the events command lists it
     listed = json.loads(vramscope("events", "--since", "1h", "--kind", "oom_kill", "--json",
                                   "--db", str(db)).stdout)
-    assert [e["data"]["pid"] for e in listed] == [victim.pid]
+    assert [e["data"]["pid"] for e in listed].count(victim.pid) == 1
     conn = sqlite3.connect(db)
     kinds = {r[0] for r in conn.execute("SELECT kind FROM events")}
     assert {"oom_kill", "crash", "process_exit"} <= kinds
