@@ -153,7 +153,7 @@ class SwapLogTail:
 
     def __init__(self, base_url: str, *, retry_s: float = 10.0, max_lines: int = 10_000,
                  connect_timeout_s: float = 2.0) -> None:
-        from monitor.integrations.llamaswap import _check_loopback
+        from monitor.integrations.llamaswap.client import _check_loopback
 
         parts = _check_loopback(base_url)  # ValueError for anything but loopback
         self.base_url = base_url

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from monitor.integrations.llamaswap import (
+from monitor.integrations.llamaswap.client import fetch_running, parse_event_frame
+from monitor.integrations.llamaswap.config import (
     DEFAULT_GROUP_ID,
     SwapConfigError,
-    evictions,
-    fetch_running,
     load_config,
-    parse_event_frame,
     resolve,
 )
+from monitor.integrations.llamaswap.evictions import evictions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llamaswap"
 
