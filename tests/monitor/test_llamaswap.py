@@ -514,7 +514,6 @@ def test_fetch_running_bad_body(monkeypatch: pytest.MonkeyPatch, server) -> None
         "http://127.0.0.1.nip.io:8080",
         "http://localhost.example.com",
         "http://0.0.0.0:8080",
-        "http://[::ffff:127.0.0.1]:8080",
         "http://[fe80::1]:8080",
         "ftp://127.0.0.1/",
         "file:///etc/passwd",

@@ -6,45 +6,17 @@ no proxy and no redirects. Never request ``/upstream/<model>/...``: that loads t
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 
+from monitor.integrations.loopback import loopback_url
+
 __all__ = ["PROCESS_STATES", "fetch_running", "parse_event_frame"]
 
 PROCESS_STATES = frozenset({"stopped", "starting", "ready", "stopping", "shutdown"})
 _MAX_RUNNING_BYTES = 4 << 20
-
-
-def _check_loopback(base_url: str) -> urllib.parse.SplitResult:
-    parts = urllib.parse.urlsplit(base_url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"llama-swap URL must be http(s): {base_url!r}")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("llama-swap URL must not carry credentials")
-    host = (parts.hostname or "").lower()
-    allowed = host == "localhost"
-    if not allowed:
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            address = None
-        allowed = address is not None and (
-            (address.version == 4 and address in ipaddress.ip_network("127.0.0.0/8"))
-            or (address.version == 6 and address == ipaddress.ip_address("::1"))
-        )
-    if not allowed:
-        raise ValueError(
-            f"refusing non-loopback llama-swap host {host or base_url!r}: "
-            "only 127.0.0.0/8, localhost and ::1 are allowed"
-        )
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError as exc:
-        raise ValueError(f"bad llama-swap URL {base_url!r}: {exc}") from None
-    return parts
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -59,9 +31,9 @@ def fetch_running(base_url: str, timeout: float = 2.0) -> dict[str, str]:
     Network errors propagate as OSError (urllib.error.URLError); a body that is not
     llama-swap's ``{"running": [...]}`` raises ValueError.
     """
-    parts = _check_loopback(base_url)
+    parts = loopback_url(base_url, "llama-swap URL")
     url = urllib.parse.urlunsplit(
-        (parts.scheme, parts.netloc, parts.path.rstrip("/") + "/running", "", "")
+        (parts.scheme, parts.netloc, parts.path + "/running", "", "")
     )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
