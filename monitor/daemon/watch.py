@@ -23,6 +23,7 @@ from monitor.analysis.measured import measure
 from monitor.analysis.picture import GIB, picture_from_snapshot
 from monitor.analysis.predict import judge
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.capabilities import ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 def _gib(n: int | None) -> str:
     return "unknown (a GPU lists it without its memory)" if n is None else f"{n / GIB:.2f} GiB"
 
-SERVER_ENGINES = frozenset({"llama.cpp", "ollama", "vllm", "sglang"})
 
 
 @dataclass
@@ -79,7 +79,7 @@ class LoadWatch:
             if key in self._seen:
                 continue
             self._seen.add(key)
-            if info.engine in SERVER_ENGINES and info.pid not in helpers:
+            if info.engine in ESTIMATED and info.pid not in helpers:
                 events += self._on_new(snap, info)
         events += self._progress(snap, current)
         events += self._swap(snap)
