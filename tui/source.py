@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
 
 HOST = "host"
 
-GIB = 1024**3
 MINUTE_MS = 60_000
 
 Series = dict[str, list[tuple[int, int]]]

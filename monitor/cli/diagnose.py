@@ -6,7 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from monitor.analysis.diagnose import GIB, Diagnosis, diagnose
+from monitor.analysis.diagnose import Diagnosis, diagnose
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.measured import measure
 from monitor.cli.predict import PredictRequest, gpu_devices, take_snapshot
@@ -16,6 +16,7 @@ from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import EstimateError, estimate
 from monitor.gguf.reader import GgufError
+from monitor.units import GIB
 
 
 def budget_for(cfg: Config, spec_model: str | None) -> int | None:
