@@ -32,8 +32,8 @@ from collectors.base import (  # noqa: E402
     Snapshot,
 )
 from monitor.store.database import Retention, Store  # noqa: E402
+from monitor.units import GIB  # noqa: E402
 
-GIB = 1024**3
 DAY_S = 86_400
 GPU = "drm:0000:c5:00.0"
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fakes")]
 
-MIB = 1024**2
+from monitor.units import MIB  # noqa: E402
 
 
 def child(which: str, path: str, runs: int, trace: bool) -> dict:

@@ -28,8 +28,7 @@ import nvml_fake  # noqa: E402
 
 from collectors.base import CollectorOptions, Roots, Tick  # noqa: E402
 from collectors.nvml import NvmlCollector  # noqa: E402
-
-MIB = 1024**2
+from monitor.units import MIB  # noqa: E402
 
 
 def scenario(pids: list[int], legacy: bool) -> dict:

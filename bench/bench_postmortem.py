@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from monitor.analysis.postmortem import build  # noqa: E402
 from monitor.report.postmortem import render_html, render_text  # noqa: E402
 from monitor.store.database import Store  # noqa: E402
+from monitor.units import GIB  # noqa: E402
 
-GIB = 1024**3
 DAY_MS = 86_400_000
 
 

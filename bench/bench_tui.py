@@ -39,8 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fakes"), str(ROOT / "tests" / "tui")]
 
-GIB = 1024**3
-MIB = 1024**2
+from monitor.units import GIB, MIB  # noqa: E402
 
 CHILD = textwrap.dedent("""
     import sys, time

@@ -9,10 +9,7 @@ from rich.text import Text
 from textual.content import Content
 
 from monitor.textsafe import terminal_safe
-
-GIB = 1024**3
-MIB = 1024**2
-
+from monitor.units import GIB, MIB
 
 UNKNOWN = "-"
 """How every view prints a figure that is not known: never 0, never a guess."""

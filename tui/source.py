@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
 
 HOST = "host"
 
-GIB = 1024**3
 MINUTE_MS = 60_000
 
 Series = dict[str, list[tuple[int, int]]]
@@ -162,6 +161,7 @@ class FrameBuilder:
 
     def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True
               ) -> Frame:
+        from monitor.engines.capabilities import ESTIMATED
         from monitor.engines.recognise import helper_parents
 
         picture = picture_from_snapshot(snap, self.margin_bytes)
@@ -170,7 +170,7 @@ class FrameBuilder:
         rows = [self._row(snap, picture, devices, info,
                           [h for h, owner in helpers.items() if owner == info.pid])
                 for info in snap.processes
-                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")
+                if info.engine in ESTIMATED
                 and info.pid not in helpers]
         rows = [r for r in rows if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
@@ -209,6 +209,7 @@ class FrameBuilder:
         from monitor.analysis.diagnose import diagnose
         from monitor.analysis.measured import measure
         from monitor.analysis.predict import need_by_device
+        from monitor.engines.capabilities import LLAMACPP_ESTIMATED
         from monitor.estimate import estimate
 
         held = measure(info.pid, snap.memory, helpers)
@@ -224,7 +225,7 @@ class FrameBuilder:
             flags.append("draft KV in f16")
         if spec.engine == "llama.cpp" and spec.ctx_size is None:
             flags.append("no -c: fit will grow the context")
-        if est is None and spec.engine in ("llama.cpp", "ollama"):
+        if est is None and spec.engine in LLAMACPP_ESTIMATED:
             flags.append("unknown model")
         slots = spec.n_parallel or (est.n_seq_max if est else None)
         ctx = (est.n_ctx if est and est.n_ctx else spec.ctx_size or spec.max_model_len)
@@ -232,7 +233,7 @@ class FrameBuilder:
         caches = f"{spec.cache_type_k}/{spec.cache_type_v}"
         kv = est.total_bytes("kv") + est.total_bytes("kv_swa") if est else None
         diag = None
-        if est is not None and spec.engine in ("llama.cpp", "ollama"):
+        if est is not None and spec.engine in LLAMACPP_ESTIMATED:
             key = (info.pid, info.start_ticks,
                    None if measured is None else measured // (64 * 1024 * 1024))
             diag = self._diag.get(key)

@@ -27,8 +27,8 @@ from typing import Any, Literal
 from collectors.base import DeviceEvent, DeviceSample, Snapshot
 from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
 from monitor.analysis.judge import Tolerance, is_over
+from monitor.units import GIB, gib
 
-GIB = 1024**3
 EVENT_TTL_MS = 10 * 60 * 1000  # an event-like alert resolves itself this long after it fired
 SEEN_TTL_MS = 60 * 60 * 1000  # fired event keys are remembered this long (never re-fired)
 KILL_MATCH_MS = 120 * 1000  # a crash this close to a kill of its pid is that kill, not a 2nd
@@ -105,10 +105,6 @@ class AlertState:
     @classmethod
     def empty(cls) -> AlertState:
         return cls()
-
-
-def gib(n: int | float) -> str:
-    return f"{n / GIB:.1f} GiB"
 
 
 def one_line(text: str) -> str:

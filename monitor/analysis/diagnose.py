@@ -18,9 +18,8 @@ from monitor.analysis.measured import Measured
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
+from monitor.units import MIB, gib
 
-GIB = 1024**3
-MIB = 1024**2
 # mmap'd weights count as paged out when less than this share of them is resident, and at
 # least EVICTED_MIN_BYTES are missing (small files come and go with the page cache).
 EVICTED_SHARE = 0.5
@@ -56,10 +55,6 @@ class Diagnosis:
         return self.measured_bytes - expected
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
 def _price(spec: LaunchSpec, est: MemoryEstimate, change: dict,
            estimator: Callable[[LaunchSpec], MemoryEstimate]) -> int:
     try:
@@ -82,8 +77,8 @@ def _paged_out(spec: LaunchSpec, est: MemoryEstimate, m: Measured) -> Finding | 
     if m.host_file_bytes >= dense * EVICTED_SHARE or missing < EVICTED_MIN_BYTES:
         return None
     return Finding("weights_paged_out", missing,
-                   f"weights evicted from the page cache: {_gib(m.host_file_bytes)} of the "
-                   f"{_gib(dense)} mmap'd weights read every token are resident; the next "
+                   f"weights evicted from the page cache: {gib(m.host_file_bytes)} of the "
+                   f"{gib(dense)} mmap'd weights read every token are resident; the next "
                    "tokens read the rest from disk (slow)", "--mlock (or free host memory)", 0)
 
 
@@ -125,7 +120,7 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
         elif spec.ctx_size is None:
             frees = _price(spec, est, {"ctx_size": 8192}, estimator)
             fix = "-c 8192 (set a context: fit will not grow it)"
-        findings.append(Finding("kv", kv, f"KV cache {_gib(kv)}: {rule}, type "
+        findings.append(Finding("kv", kv, f"KV cache {gib(kv)}: {rule}, type "
                                 f"{spec.cache_type_k}/{spec.cache_type_v}", fix, frees))
     compute = est.total_bytes("compute")
     ub = spec.n_ubatch or 512
@@ -134,7 +129,7 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
         frees = _price(spec, est, change, estimator)
         why = f"-ub {ub}" if ub > 512 else "-fa off"
         findings.append(Finding("compute", compute,
-                                f"compute buffer {_gib(compute)} comes from {why}",
+                                f"compute buffer {gib(compute)} comes from {why}",
                                 "-ub 512" if ub > 512 else "-fa on", frees))
     draft_kv = est.total_bytes("draft_kv")
     if draft_kv:
@@ -142,14 +137,14 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
                                    "draft_cache_type_v": "q8_0"}, estimator)
         findings.append(Finding(
             "draft_kv", draft_kv, f"the draft model keeps its own KV of the same {cells} cells "
-            f"({_gib(draft_kv)}, {spec.draft_cache_type_k}: -ctkd is not inherited from -ctk)",
+            f"({gib(draft_kv)}, {spec.draft_cache_type_k}: -ctkd is not inherited from -ctk)",
             "-ctkd q8_0 -ctvd q8_0" if spec.draft_cache_type_k == "f16" else None, frees))
     grows = est.total_bytes("cache_ram", include_growth=True) + est.total_bytes(
         "checkpoints", include_growth=True)
     if grows:
         findings.append(Finding("host_buffers", grows,
                                 f"host buffers that fill with use: prompt cache and context "
-                                f"checkpoints up to {_gib(grows)}",
+                                f"checkpoints up to {gib(grows)}",
                                 "--cache-ram 1024 -ctxcp 4", 0))
     estimated = est.total_bytes()
     expected = budget if budget is not None else estimated
@@ -158,7 +153,7 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
     if total is None:
         findings.sort(key=lambda f: -f.bytes)
         summary = (f"{model}: cannot judge: {measured.why_unknown}; the {what} is "
-                   f"{_gib(expected)}")
+                   f"{gib(expected)}")
         return Diagnosis(pid, model, None, estimated, budget, tuple(findings), summary,
                          "unknown", measured)
     paged = _paged_out(spec, est, measured)
@@ -167,7 +162,7 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
     unaccounted = total - estimated
     if is_over(total, estimated, tol):
         findings.append(Finding("unaccounted", unaccounted,
-                                f"{_gib(unaccounted)} measured beyond the model's own buffers "
+                                f"{gib(unaccounted)} measured beyond the model's own buffers "
                                 "(driver context, allocations outside llama.cpp)"))
     findings.sort(key=lambda f: -f.bytes)
     excess = total - expected
@@ -178,16 +173,16 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
         cause = top.cause if top else "unexplained"
         fix = next((f for f in findings if f.fix and f.frees_bytes), None)
         pct = f" (+{100 * excess / expected:.0f}%)" if expected > 0 else ""
-        summary = (f"{model} holds {_gib(total)}, {_gib(excess)}{pct} over the {what} of "
-                   f"{_gib(expected)}: {cause}"
-                   + (f"; {fix.fix} frees {_gib(fix.frees_bytes)}" if fix else ""))
+        summary = (f"{model} holds {gib(total)}, {gib(excess)}{pct} over the {what} of "
+                   f"{gib(expected)}: {cause}"
+                   + (f"; {fix.fix} frees {gib(fix.frees_bytes)}" if fix else ""))
         verdict = "over"
     elif paged is not None:
-        summary = (f"{model} holds {_gib(total)}, less than the {what} of {_gib(expected)} "
+        summary = (f"{model} holds {gib(total)}, less than the {what} of {gib(expected)} "
                    f"because its {paged.cause}; {paged.fix}")
         verdict = "under"
     else:
-        summary = f"{model} holds {_gib(total)}, as expected ({what} {_gib(expected)})"
+        summary = f"{model} holds {gib(total)}, as expected ({what} {gib(expected)})"
         verdict = "as_expected"
     return Diagnosis(pid, model, total, estimated, budget, tuple(findings), summary, verdict,
                      measured)

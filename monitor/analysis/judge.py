@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIB = 1024**2
+from monitor.units import MIB
+
 DEFAULT_OVER_PCT = 20.0
 DEFAULT_OVER_MIN_MIB = 128.0
 

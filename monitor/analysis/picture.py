@@ -37,8 +37,8 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
+from monitor.units import GIB
 
-GIB = 1024**3
 DEFAULT_MARGIN_BYTES = GIB // 2
 
 

@@ -16,14 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
+from monitor.units import gib_or_mib as _gib
 
-GIB = 1024**3
-MIB = 1024**2
 CRASH_KINDS = ("crash", "oom_kill", "oomd_kill")
-
-
-def _gib(n: int | None) -> str:
-    return "?" if n is None else (f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB")
 
 
 def _event_rows(db: Any, where: str, params: tuple) -> list[dict[str, Any]]:

@@ -30,10 +30,10 @@ from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate, estimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
+from monitor.units import MIB
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
-MIB = 1024 * 1024
 
 Verdict = Literal["fits", "tight", "oom"]
 _ORDER = {"fits": 0, "tight": 1, "oom": 2}

@@ -6,15 +6,17 @@ import dataclasses
 import json
 from pathlib import Path
 
-from monitor.analysis.diagnose import GIB, Diagnosis, diagnose
+from monitor.analysis.diagnose import Diagnosis, diagnose
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.measured import measure
 from monitor.cli.predict import PredictRequest, gpu_devices, take_snapshot
 from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import EstimateError, estimate
 from monitor.gguf.reader import GgufError
+from monitor.units import GIB
 
 
 def budget_for(cfg: Config, spec_model: str | None) -> int | None:
@@ -64,7 +66,7 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
     for info in snap.processes:
         if pid is not None and info.pid != pid:
             continue
-        if info.engine not in ("llama.cpp", "ollama") or info.pid in helpers:
+        if info.engine not in LLAMACPP_ESTIMATED or info.pid in helpers:
             continue  # a server's forked helper is part of that server
         env = read_llama_env(cfg.roots.proc, info.pid) if live else {}
         spec = parse_command(list(info.argv), env, cwd=info.cwd)

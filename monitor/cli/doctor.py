@@ -17,6 +17,7 @@ from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.config import Config
 from monitor.daemon.loop import lock_holder
 from monitor.daemon.sampler import Sampler
+from monitor.units import GIB
 
 Level = Literal["ok", "info", "warn", "fail"]
 CAP_SYS_PTRACE = 19
@@ -151,7 +152,7 @@ def cgroup_checks(snap: Snapshot, near_pct: float = 90.0) -> list[Check]:
     checks = []
     for c in snap.cgroups:
         g = c.cgroup
-        gib = 1024**3
+        gib = GIB
         used = "?" if g.memory_current_bytes is None else f"{g.memory_current_bytes / gib:.2f}"
         limit = "no max" if g.memory_max_bytes is None else f"max {g.memory_max_bytes / gib:.2f}"
         high = "" if g.memory_high_bytes is None else \

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import CgroupMemory, CollectorOptions, Snapshot
-from monitor.analysis.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
+from monitor.analysis.picture import Picture, ProcessUse, load_state, picture_from_snapshot
 from monitor.analysis.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 from monitor.config import Config
 from monitor.engines import parse_command
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import EstimateError, estimate
 from monitor.estimate.model import DeviceInfo, devices_from_samples
+from monitor.units import GIB
+from monitor.units import gib_number as _gib
 
 EXIT_FITS, EXIT_OOM = 0, 1
 EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill
@@ -249,10 +251,6 @@ def _best_baseline(spec: LaunchSpec, devices: list[DeviceInfo], picture: Picture
         if _worst(judge(est, picture)) == "fits":
             return ngl, est
     return None
-
-
-def _gib(n: int) -> float:
-    return round(n / GIB, 2)
 
 
 def to_json(result: Prediction, picture: Picture, notes: list[str], best_ctx: int | None,

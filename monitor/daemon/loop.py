@@ -423,6 +423,7 @@ def poll_slots(ctx: DaemonContext) -> int:
     """Poll /slots of the llama.cpp servers seen in the last tick (loopback only, each at
     most every 10 s) and store the tokens in use; returns the servers answered."""
     from monitor.engines import parse_command
+    from monitor.engines.capabilities import SLOTS
     from monitor.engines.recognise import helper_parents
     from monitor.integrations.slots import SlotPoller
 
@@ -434,7 +435,7 @@ def poll_slots(ctx: DaemonContext) -> int:
     answered = 0
     helpers = helper_parents({p.pid: p for p in snap.processes})
     for info in snap.processes:
-        if info.engine not in ("llama.cpp", "ollama") or info.pid in helpers:
+        if info.engine not in SLOTS or info.pid in helpers:
             continue  # a forked helper answers on its server's port: polled once
         spec = parse_command(list(info.argv), cwd=info.cwd)
         if spec is None or not spec.model_path or spec.role == "proxy":

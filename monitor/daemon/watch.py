@@ -20,21 +20,19 @@ from pathlib import Path
 
 from collectors.base import DeviceEvent, Snapshot
 from monitor.analysis.measured import measure
-from monitor.analysis.picture import GIB, picture_from_snapshot
+from monitor.analysis.picture import picture_from_snapshot
 from monitor.analysis.predict import judge
 from monitor.engines import parse_command, read_llama_env
+from monitor.engines.capabilities import ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
 from monitor.gguf.reader import GgufError
+from monitor.units import GIB, gib
 
 log = logging.getLogger(__name__)
 
 
-def _gib(n: int | None) -> str:
-    return "unknown (a GPU lists it without its memory)" if n is None else f"{n / GIB:.2f} GiB"
-
-SERVER_ENGINES = frozenset({"llama.cpp", "ollama", "vllm", "sglang"})
 
 
 @dataclass
@@ -79,7 +77,7 @@ class LoadWatch:
             if key in self._seen:
                 continue
             self._seen.add(key)
-            if info.engine in SERVER_ENGINES and info.pid not in helpers:
+            if info.engine in ESTIMATED and info.pid not in helpers:
                 events += self._on_new(snap, info)
         events += self._progress(snap, current)
         events += self._swap(snap)
@@ -244,10 +242,12 @@ class LoadWatch:
                     data[f"measured_{device_id}"] = held
                 for device_id, need in state.estimated.items():
                     data[f"estimate_{device_id}"] = need
+                measured_text = gib(measure(key[0], snap.memory, helpers).total_bytes, 2,
+                                    unknown="unknown (a GPU lists it without its memory)")
                 events.append(DeviceEvent(
                     snap.ts_ms, "host", "load_finished", "info",
                     f"{info.comm}[{key[0]}] finished loading in {elapsed:.1f} s: measured "
-                    f"{_gib(measure(key[0], snap.memory, helpers).total_bytes)} vs estimated "
-                    f"{sum(state.estimated.values()) / GIB:.2f} GiB", data))
+                    f"{measured_text} vs estimated {gib(sum(state.estimated.values()), 2)}",
+                    data))
                 del self._loading[key]
         return events

@@ -8,6 +8,8 @@ Public API (others code against exactly this):
   tied to the process that owns their model);
 - :func:`read_llama_env` (the allow-listed environment of a process; nothing else is
   ever read from ``/proc/PID/environ``).
+- :mod:`monitor.engines.capabilities` (``ENGINES``: the one table of engines and what
+  each supports; modules ask it instead of listing engine names).
 """
 
 from monitor.engines.environ import read_llama_env

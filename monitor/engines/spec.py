@@ -11,6 +11,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field, replace
 
+from monitor.engines.capabilities import MODEL_PATH_IS_FILE
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
@@ -77,8 +79,6 @@ class LaunchSpec:
     refused: tuple[str, ...] = ()
 
 
-# Engines whose model flags are file paths (vLLM/SGLang's --model is often a hub id).
-_FILE_PATH_ENGINES = frozenset({"llama.cpp", "ollama"})
 
 
 def resolve_paths(spec: LaunchSpec, cwd: str | None) -> LaunchSpec:
@@ -90,7 +90,7 @@ def resolve_paths(spec: LaunchSpec, cwd: str | None) -> LaunchSpec:
     as text, never followed. No cwd (unreadable, another user's process) or a cwd that is
     not absolute leaves the paths as they are.
     """
-    if not cwd or not cwd.startswith("/") or spec.engine not in _FILE_PATH_ENGINES:
+    if not cwd or not cwd.startswith("/") or spec.engine not in MODEL_PATH_IS_FILE:
         return spec
 
     def join(path: str | None) -> str | None:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from monitor.engines.capabilities import ENGINES
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.llamacpp import estimate_llamacpp
@@ -35,9 +36,10 @@ def estimate(spec: LaunchSpec, devices: Sequence[DeviceInfo] = (),
     """``outputs``: "server" (llama-server's logit reservation) or "batch" (llama.cpp's
     library default, what llama-fit-params measures)."""
     reader = read_header or _default_reader
-    if spec.engine in ("llama.cpp", "ollama") and spec.role != "proxy":
+    estimator = ENGINES[spec.engine].estimator if spec.engine in ENGINES else None
+    if estimator == "llama.cpp" and spec.role != "proxy":
         return estimate_llamacpp(spec, devices, reader, outputs)
-    if spec.engine in ("vllm", "sglang"):
+    if estimator == "vllm":
         return estimate_vllm(spec, devices)
     raise EstimateError(f"no estimator for {spec.engine} ({spec.role})")
 

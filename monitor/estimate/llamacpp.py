@@ -16,9 +16,9 @@ from monitor.estimate import compute, kv
 from monitor.estimate.model import HOST, Component, DeviceInfo, MemoryEstimate, Residency
 from monitor.estimate.placement import Placement, place
 from monitor.estimate.shape import ModelShape, shape_from_header
+from monitor.units import GIB, MIB
+from monitor.units import mib as _mib
 
-MIB = 1024 * 1024
-GIB = 1024 * MIB
 FIT_TARGET_MIB = 1024
 MTP_LIKE = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
@@ -33,10 +33,6 @@ def _whole(read_header: Callable[[str], Any], path: str) -> Any:
 
         raise GgufError(path, problem)
     return header
-
-
-def _mib(n: int) -> str:
-    return f"{n / MIB:.2f} MiB"
 
 
 def _host_residency(spec: LaunchSpec) -> Residency:

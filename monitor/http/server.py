@@ -54,6 +54,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from collectors.base import Snapshot
 from monitor.http.metrics import CONTENT_TYPE_LATEST, Estimates, build_registry, render
+from monitor.integrations.loopback import is_loopback_host as is_loopback
 
 if TYPE_CHECKING:
     from monitor.config import Config
@@ -118,19 +119,6 @@ def parse_listen(text: str) -> tuple[str, int]:
             raise HttpConfigError(f"listen {text!r}: the host must be an IP address or "
                                   "localhost") from None
     return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1, ::ffff:127.x)."""
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        addr = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped.is_loopback
-    return addr.is_loopback
 
 
 def _host_port(host: str, port: int) -> str:

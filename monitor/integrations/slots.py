@@ -30,14 +30,13 @@ The sizing rule is llama.cpp's (``src/llama-context.cpp``): ``n_ctx = pad256(-c)
 one buffer of n_ctx cells that every slot may fill; split KV (``-np N`` without ``-kvu``): each
 slot gets ``pad256(n_ctx / np)`` cells and the total is that times np, which can round *up*.
 
-The poller is loopback-only (127.0.0.0/8, ``localhost``, ``::1``), never uses a proxy, follows
+The poller is loopback-only (:mod:`monitor.integrations.loopback`), never uses a proxy, follows
 no redirects, is throttled per base URL and backs off after errors.
 """
 
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import json
 import math
 import random
@@ -46,7 +45,8 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+from monitor.integrations.loopback import loopback_url
 
 __all__ = [
     "Recommendation",
@@ -466,34 +466,6 @@ def recommend(
 # --- polling ------------------------------------------------------------------------------
 
 
-def _loopback_host(base_url: str) -> tuple[str, str, int, str, str]:
-    """(scheme, host, port, path prefix, query) of a loopback http(s) URL, else ValueError."""
-    try:
-        parts = urlsplit(base_url)
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"not a valid URL: {base_url!r}") from exc
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"only http(s) URLs are polled: {base_url!r}")
-    host = parts.hostname or ""
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(f"credentials in the URL are not accepted: {base_url!r}")
-    ok = host == "localhost"
-    if not ok:
-        try:
-            addr = ipaddress.ip_address(host.split("%", 1)[0])
-        except ValueError:
-            addr = None
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
-        ok = addr is not None and addr.is_loopback
-    if not ok:
-        raise ValueError(f"only loopback hosts (127.0.0.0/8, localhost, ::1) are polled: {host!r}")
-    if port is None:
-        port = 443 if parts.scheme == "https" else 80
-    return parts.scheme, host, port, parts.path.rstrip("/"), parts.query
-
-
 class _HttpError(Exception):
     pass
 
@@ -550,7 +522,8 @@ class SlotPoller:
     def poll(self, base_url: str, model: str, now_s: float) -> list[SlotSample] | None:
         """Fresh slots of the server at ``base_url``, or None (throttled, backing off, or the
         request failed). ValueError, before any traffic, for a non-loopback URL."""
-        scheme, host, port, prefix, query = _loopback_host(base_url)
+        url = loopback_url(base_url, "llama-server URL")
+        scheme, host, port, prefix, query = url.scheme, url.host, url.port, url.path, url.query
         key = base_url.rstrip("/")
         suffix = f"?{query}" if query else ""
         with self._lock:

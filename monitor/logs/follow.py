@@ -153,13 +153,13 @@ class SwapLogTail:
 
     def __init__(self, base_url: str, *, retry_s: float = 10.0, max_lines: int = 10_000,
                  connect_timeout_s: float = 2.0) -> None:
-        from monitor.integrations.llamaswap import _check_loopback
+        from monitor.integrations.loopback import loopback_url
 
-        parts = _check_loopback(base_url)  # ValueError for anything but loopback
+        parts = loopback_url(base_url, "llama-swap URL")  # ValueError unless loopback
         self.base_url = base_url
-        self._host, self._port = parts.hostname or "localhost", parts.port
+        self._host, self._port = parts.host, parts.port
         self._https = parts.scheme == "https"
-        self._path = parts.path.rstrip("/") + "/logs/stream/upstream?no-history"
+        self._path = parts.path + "/logs/stream/upstream?no-history"
         self.retry_s, self.connect_timeout_s = retry_s, connect_timeout_s
         self.parser = KernelLogParser(source=base_url)
         self.error: str | None = None

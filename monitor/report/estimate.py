@@ -6,8 +6,7 @@ import dataclasses
 from typing import Any
 
 from monitor.estimate.model import MemoryEstimate
-
-MIB = 1024 * 1024
+from monitor.units import MIB
 
 
 def to_json(est: MemoryEstimate) -> dict[str, Any]:

@@ -24,10 +24,7 @@ from html import escape
 from typing import Any
 
 from monitor.textsafe import terminal_safe
-
-KIB = 1024
-MIB = 1024**2
-GIB = 1024**3
+from monitor.units import GIB, precise_bytes
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
@@ -91,18 +88,8 @@ def _h(x: Any, default: str = "?") -> str:
 
 
 def fmt_bytes(n: Any) -> str:
-    v = _num(n)
-    if v is None:
-        return "?"
-    sign = "-" if v < 0 else ""
-    a = abs(v)
-    if a >= GIB:
-        return f"{sign}{a / GIB:.2f} GiB"
-    if a >= MIB:
-        return f"{sign}{a / MIB:.1f} MiB"
-    if a >= KIB:
-        return f"{sign}{a / KIB:.1f} KiB"
-    return f"{sign}{int(a)} B"
+    """A byte count from the JSON document (any type), written by :func:`precise_bytes`."""
+    return precise_bytes(_num(n))
 
 
 def _dt(ms: Any) -> datetime | None:

@@ -16,6 +16,7 @@ from collectors.base import ProcessInfo, ProcessMemory, Snapshot
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
 from monitor.textsafe import terminal_safe
+from monitor.units import human_bytes
 
 SCHEMA_ID = "vramscope.status/1"
 _MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
@@ -80,18 +81,6 @@ def to_json(snap: Snapshot,
             for r in snap.runs
         ],
     }
-
-
-def human_bytes(value: int | None) -> str:
-    """1536 -> '1.5 KiB'; None -> '-' (unknown is never printed as 0)."""
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:

@@ -31,8 +31,8 @@ import pytest
 from collectors import drm, procfs
 from collectors.redact import redact_argv
 from monitor.engines.recognise import parse_command
-from monitor.integrations import llamaswap
 from monitor.integrations import slots as usage
+from monitor.integrations.llamaswap import config as llamaswap
 from monitor.logs import engine as llamalog
 from monitor.logs import kernel as kernlog
 

@@ -21,7 +21,7 @@ from collectors.drm import (
 )
 from collectors.procfs import host_device, parse_cmdline, parse_stat, parse_status
 from monitor import config as config_mod
-from monitor.integrations import llamaswap
+from monitor.integrations.llamaswap import config as llamaswap
 from monitor.logs import engine as llamalog
 from monitor.logs import kernel as kernlog
 

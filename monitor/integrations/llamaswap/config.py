@@ -1,9 +1,8 @@
-"""llama-swap: read its config, predict which models a swap unloads, read its live state.
+"""llama-swap's config.yaml, read and validated as llama-swap reads it.
 
 Facts and sources: ../shared/research/estimation.md section 5, checked against
-mostlygeek/llama-swap (``internal/config/{load,config,macros,commands,model_config,matrix}.go``,
-``internal/router/{group,matrix,loadmetrics,base}.go``, ``internal/router/scheduler/fifo.go``,
-``internal/matrix/{dsl,program}.go``). What this module reproduces:
+mostlygeek/llama-swap ``internal/config/{load,config,macros,commands,model_config,matrix}.go``.
+What this module reproduces:
 
 Config loading (``LoadConfigFromReader``):
 
@@ -30,43 +29,24 @@ are still read (mixing both styles is an error). Group defaults: swap=true,
 exclusive=true, persistent=false. Models in no group go to the ``(default)`` group
 (swap and exclusive); with no groups at all every model is in it: one model at a time.
 
-Eviction (``groupSwapper.EvictionFor``), for each running model other than the target:
-
-- same group as the target and the group has swap=true: unloaded;
-- another group, the target's group is exclusive, the other group is not persistent:
-  unloaded. Loading a model of a *non*-exclusive group never unloads other groups, even
-  exclusive ones (a kept "gotcha" of llama-swap).
-
-Matrix (``internal/matrix``): every set is a DSL expression (``a & b``, ``a | b``,
-parentheses, ``+set`` references) describing model sets that may coexist; identifiers
-are ``vars`` keys or model IDs. For a target that is not running, the solver looks at
-every set containing it and evicts the running models outside the cheapest one (ties:
-set order — referenced sets first — then expression order); a target in no set evicts
-everything. The cost of evicting a model is its ``evict_costs`` multiplier (default 1)
-times llama-swap's measured median load time in ms, which it learns at run time and is 1
-before any load was measured. :func:`evictions` uses 1 unless you pass ``load_ms``.
-
-HTTP: :func:`fetch_running` reads ``GET /running`` from a loopback llama-swap only, with
-no proxy and no redirects. Never request ``/upstream/<model>/...``: that loads the model.
+Matrix sets are parsed and checked here (:mod:`.matrix` holds the DSL); which models a
+swap unloads is :mod:`.evictions`.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import os
 import re
 import shlex
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from monitor.integrations.llamaswap.matrix import Node, parse_dsl, support, walk
 
 __all__ = [
     "DEFAULT_GROUP_ID",
@@ -75,24 +55,19 @@ __all__ = [
     "SwapGroup",
     "SwapMatrix",
     "SwapModel",
-    "evictions",
-    "fetch_running",
     "load_config",
-    "parse_event_frame",
     "resolve",
 ]
 
 DEFAULT_GROUP_ID = "(default)"
 DEFAULT_START_PORT = 5800
 DEFAULT_PROXY = "http://localhost:${PORT}"
-PROCESS_STATES = frozenset({"stopped", "starting", "ready", "stopping", "shutdown"})
 
 _MACRO_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 _MACRO_REF = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
 _ENV_REF = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 _VAR_KEY = re.compile(r"^[a-zA-Z0-9.-]{1,32}$")
 _YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
-_MAX_RUNNING_BYTES = 4 << 20
 _MAX_CMD_CHARS = 1 << 20  # a cmd whose macros expand past this is refused (nested macros)
 
 
@@ -705,106 +680,7 @@ def _load_groups(
     return tuple(groups)
 
 
-# --------------------------------------------------------------------------- matrix DSL
-
-
-class _Node:
-    __slots__ = ("children", "kind", "name", "ref")
-
-    def __init__(self, kind: str, name: str = "", children: list[_Node] | None = None) -> None:
-        self.kind = kind  # "leaf" | "ref" | "and" | "or"
-        self.name = name
-        self.children = children or []
-        self.ref: _Node | None = None
-
-
-def _is_ident(ch: str) -> bool:
-    return ch.isalpha() or ch.isdigit() or ch in "_-."
-
-
-def _tokenize(text: str) -> list[tuple[str, str]]:
-    tokens: list[tuple[str, str]] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isspace():
-            i += 1
-        elif ch in "&|()":
-            tokens.append((ch, ch))
-            i += 1
-        elif ch == "+":
-            i += 1
-            start = i
-            while i < len(text) and _is_ident(text[i]):
-                i += 1
-            if i == start:
-                raise ValueError(f"expected set name after '+' at position {start}")
-            tokens.append(("ref", text[start:i]))
-        elif _is_ident(ch):
-            start = i
-            while i < len(text) and _is_ident(text[i]):
-                i += 1
-            tokens.append(("ident", text[start:i]))
-        else:
-            raise ValueError(f"unexpected character {ch!r} at position {i}")
-    tokens.append(("eof", ""))
-    return tokens
-
-
-def _parse_dsl(text: str) -> _Node:
-    text = text.strip()
-    if not text:
-        raise ValueError("empty DSL expression")
-    tokens = _tokenize(text)
-    pos = 0
-
-    def peek() -> str:
-        return tokens[pos][0]
-
-    def take() -> tuple[str, str]:
-        nonlocal pos
-        token = tokens[pos]
-        if token[0] != "eof":
-            pos += 1
-        return token
-
-    def parse_or() -> _Node:
-        children = [parse_and()]
-        while peek() == "|":
-            take()
-            children.append(parse_and())
-        return children[0] if len(children) == 1 else _Node("or", children=children)
-
-    def parse_and() -> _Node:
-        children = [parse_atom()]
-        while peek() == "&":
-            take()
-            children.append(parse_atom())
-        return children[0] if len(children) == 1 else _Node("and", children=children)
-
-    def parse_atom() -> _Node:
-        kind, value = take()
-        if kind == "ident":
-            return _Node("leaf", value)
-        if kind == "ref":
-            return _Node("ref", value)
-        if kind == "(":
-            inner = parse_or()
-            if take()[0] != ")":
-                raise ValueError("missing closing parenthesis")
-            return inner
-        raise ValueError(f"unexpected token {value!r}")
-
-    root = parse_or()
-    if peek() != "eof":
-        raise ValueError(f"unexpected token {tokens[pos][1]!r} after expression")
-    return root
-
-
-def _walk(node: _Node) -> Iterable[_Node]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+# --------------------------------------------------------------------------- matrix sets
 
 
 def _load_matrix(doc: _Doc, node: yaml.Node, models: dict[str, SwapModel]) -> SwapMatrix:
@@ -847,17 +723,17 @@ def _load_matrix(doc: _Doc, node: yaml.Node, models: dict[str, SwapModel]) -> Sw
     if not set_items:
         raise doc.error(node, "matrix must define at least one set")
     names = {name for name, _, _ in set_items}
-    roots: dict[str, _Node] = {}
+    roots: dict[str, Node] = {}
     deps: dict[str, list[str]] = {}
     sets: list[tuple[str, str]] = []
     for name, _key_node, value in set_items:
         dsl = _str(doc, value, f"matrix.sets.{name}")
         try:
-            root = _parse_dsl(dsl)
+            root = parse_dsl(dsl)
         except ValueError as exc:
             raise doc.error(value, f"matrix: set '{name}': {exc}") from None
         refs: list[str] = []
-        for item in _walk(root):
+        for item in walk(root):
             if item.kind == "leaf":
                 real = lookup(item.name)
                 if real is None:
@@ -892,89 +768,12 @@ def _load_matrix(doc: _Doc, node: yaml.Node, models: dict[str, SwapModel]) -> Sw
     for name, _dsl in sets:
         visit(name)
     for root in roots.values():
-        for item in _walk(root):
+        for item in walk(root):
             if item.kind == "ref":
                 item.ref = roots[item.name]
 
-    program = tuple((name, roots[name], frozenset(_support(roots[name]))) for name in order)
+    program = tuple((name, roots[name], frozenset(support(roots[name]))) for name in order)
     return SwapMatrix(vars=variables, evict_costs=costs, sets=tuple(sets), _program=program)
-
-
-def _support(node: _Node) -> set[str]:
-    if node.kind == "leaf":
-        return {node.name}
-    if node.kind == "ref":
-        assert node.ref is not None
-        return _support(node.ref)
-    out: set[str] = set()
-    for child in node.children:
-        out |= _support(child)
-    return out
-
-
-def _add_to_frontier(states: list[frozenset[str]], candidate: frozenset[str]) -> None:
-    """``addToFrontier``: keep only maximal masks, in first-seen order."""
-    if any(candidate <= state for state in states):
-        return
-    states[:] = [state for state in states if not state <= candidate]
-    states.append(candidate)
-
-
-def _evaluate(
-    node: _Node, relevant: frozenset[str], memo: dict[int, list[frozenset[str]]]
-) -> list[frozenset[str]]:
-    cached = memo.get(id(node))
-    if cached is not None:
-        return cached
-    states: list[frozenset[str]]
-    if node.kind == "leaf":
-        states = [frozenset({node.name}) & relevant]
-    elif node.kind == "ref":
-        assert node.ref is not None
-        states = _evaluate(node.ref, relevant, memo)
-    elif node.kind == "or":
-        states = []
-        for child in node.children:
-            for state in _evaluate(child, relevant, memo):
-                _add_to_frontier(states, state)
-    else:
-        states = [frozenset()]
-        for child in node.children:
-            combined: list[frozenset[str]] = []
-            for left in states:
-                for right in _evaluate(child, relevant, memo):
-                    _add_to_frontier(combined, left | right)
-            states = combined
-    memo[id(node)] = states
-    return states
-
-
-def _matrix_evictions(
-    matrix: SwapMatrix, running: list[str], target: str, load_ms: Mapping[str, int] | None
-) -> list[str]:
-    if target in running:
-        return []
-    relevant = frozenset([target, *running])
-
-    def cost(model: str) -> int:
-        estimate = max(int((load_ms or {}).get(model, 1)), 1)
-        return matrix.evict_costs.get(model, 1) * estimate
-
-    best: frozenset[str] | None = None
-    best_cost = -1
-    memo: dict[int, list[frozenset[str]]] = {}
-    for _name, root, support in matrix._program:
-        if target not in support:
-            continue
-        for state in _evaluate(root, relevant, memo):
-            if target not in state:
-                continue
-            total = sum(cost(m) for m in running if m not in state)
-            if best is None or total < best_cost:
-                best, best_cost = state, total
-    if best is None:
-        return list(running)
-    return [m for m in running if m not in best]
 
 
 # --------------------------------------------------------------------------- queries
@@ -990,146 +789,3 @@ def resolve(config: SwapConfig, name: str) -> SwapModel:
     known = ", ".join(sorted(config.models))
     raise SwapConfigError(f"unknown model '{name}' (known: {known})")
 
-
-def evictions(
-    config: SwapConfig,
-    running: Iterable[str],
-    target: str,
-    *,
-    load_ms: Mapping[str, int] | None = None,
-) -> tuple[str, ...]:
-    """Running models llama-swap stops before it loads ``target`` (sorted model IDs).
-
-    ``running`` is every model whose state is not stopped/shutdown (IDs or aliases).
-    ``load_ms`` matters only for the matrix router: the per-model load-time estimate
-    llama-swap's cost tracker holds (its evict cost is multiplier x estimate); models not
-    listed, and every model when it is None, count 1 — llama-swap's value before it has
-    measured any load.
-    """
-    target_id = resolve(config, target).model_id
-    running_ids = sorted({resolve(config, name).model_id for name in running})
-    if config.matrix is not None:
-        return tuple(sorted(_matrix_evictions(config.matrix, running_ids, target_id, load_ms)))
-    group_of = {member: group for group in config.groups for member in group.members}
-    target_group = group_of[target_id]
-    evict = []
-    for model in running_ids:
-        if model == target_id:
-            continue
-        group = group_of[model]
-        if group is target_group:
-            if target_group.swap:
-                evict.append(model)
-        elif target_group.exclusive and not group.persistent:
-            evict.append(model)
-    return tuple(evict)
-
-
-# --------------------------------------------------------------------------- HTTP / SSE
-
-
-def _check_loopback(base_url: str) -> urllib.parse.SplitResult:
-    parts = urllib.parse.urlsplit(base_url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"llama-swap URL must be http(s): {base_url!r}")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("llama-swap URL must not carry credentials")
-    host = (parts.hostname or "").lower()
-    allowed = host == "localhost"
-    if not allowed:
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            address = None
-        allowed = address is not None and (
-            (address.version == 4 and address in ipaddress.ip_network("127.0.0.0/8"))
-            or (address.version == 6 and address == ipaddress.ip_address("::1"))
-        )
-    if not allowed:
-        raise ValueError(
-            f"refusing non-loopback llama-swap host {host or base_url!r}: "
-            "only 127.0.0.0/8, localhost and ::1 are allowed"
-        )
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError as exc:
-        raise ValueError(f"bad llama-swap URL {base_url!r}: {exc}") from None
-    return parts
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
-        raise urllib.error.HTTPError(req.full_url, code, f"redirect refused: {msg}", headers, fp)
-
-
-def fetch_running(base_url: str, timeout: float = 2.0) -> dict[str, str]:
-    """``GET {base_url}/running`` -> {model ID: state}. Loopback hosts only (else ValueError).
-
-    Reads nothing but ``/running``: it never loads a model. No proxy, no redirects.
-    Network errors propagate as OSError (urllib.error.URLError); a body that is not
-    llama-swap's ``{"running": [...]}`` raises ValueError.
-    """
-    parts = _check_loopback(base_url)
-    url = urllib.parse.urlunsplit(
-        (parts.scheme, parts.netloc, parts.path.rstrip("/") + "/running", "", "")
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with opener.open(request, timeout=timeout) as response:
-        body = response.read(_MAX_RUNNING_BYTES + 1)
-    if len(body) > _MAX_RUNNING_BYTES:
-        raise ValueError(f"{url}: response larger than {_MAX_RUNNING_BYTES} bytes")
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{url}: not JSON: {exc}") from None
-    entries = payload.get("running") if isinstance(payload, dict) else None
-    if not isinstance(entries, list):
-        raise ValueError(f'{url}: expected {{"running": [...]}}')
-    out: dict[str, str] = {}
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise ValueError(f"{url}: running entry is not an object")
-        model, state = entry.get("model"), entry.get("state")
-        if not isinstance(model, str) or not isinstance(state, str):
-            raise ValueError(f"{url}: running entry without string model/state")
-        out[model] = state
-    return out
-
-
-def parse_event_frame(text: str) -> list[tuple[str, str]]:
-    """(model ID, state) pairs from ``/api/events`` SSE frames of type ``modelStatus``.
-
-    ``text`` is one frame (``event:message`` / ``data:{"type":..,"data":"<json>"}``) or
-    several separated by blank lines. Other event types and malformed frames give nothing;
-    this never raises, so it can sit on a live stream.
-    """
-    out: list[tuple[str, str]] = []
-    for frame in text.replace("\r\n", "\n").split("\n\n"):
-        data_lines = []
-        for line in frame.split("\n"):
-            if line.startswith("data:"):
-                value = line[5:]
-                data_lines.append(value[1:] if value.startswith(" ") else value)
-        if not data_lines:
-            continue
-        try:
-            envelope = json.loads("\n".join(data_lines))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(envelope, dict) or envelope.get("type") != "modelStatus":
-            continue
-        inner = envelope.get("data")
-        if isinstance(inner, str):
-            try:
-                inner = json.loads(inner)
-            except json.JSONDecodeError:
-                continue
-        if not isinstance(inner, list):
-            continue
-        for item in inner:
-            if isinstance(item, dict):
-                model, state = item.get("id"), item.get("state")
-                if isinstance(model, str) and isinstance(state, str):
-                    out.append((model, state))
-    return out
