@@ -14,12 +14,22 @@ from tui.app import VramscopeApp, open_source
 from tui.source import SourceError, StoreSource, downsample
 
 
+def write_as_the_daemon(store: Store, snaps, proc_root: Path) -> None:  # noqa: ANN001
+    """Each tick written, then its servers assessed and stored, as the daemon's tick does
+    (``proc_root``: where their LLAMA_ARG_* environment is read; none for these)."""
+    from monitor.daemon.assessor import Assessor
+
+    assessor = Assessor(proc_root, threaded=False)
+    for snap in snaps:
+        store.write(snap)
+        assessor.on_tick(snap, store)
+
+
 @pytest.fixture
 def db(tmp_path: Path, models: dict[str, str]) -> Path:
     path = tmp_path / "vramscope.db"
     store = Store.open(path)
-    for snap in discrete_three(models, ticks=5):
-        store.write(snap)
+    write_as_the_daemon(store, discrete_three(models, ticks=5), tmp_path / "no-proc")
     store.add_event("crash", "critical", "llama-server[4099]", "killed by the OOM killer",
                     ts_ms=T0 + 1500)
     store.close()
@@ -97,9 +107,7 @@ def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) 
 
     path = tmp_path / "usage.db"
     store = Store.open(path)
-    snaps = discrete_three(models, ticks=2)
-    for snap in snaps:
-        store.write(snap)
+    write_as_the_daemon(store, discrete_three(models, ticks=2), tmp_path / "no-proc")
     q4 = models["qwen3-8b-q4_k.gguf"]
     for i in range(200):
         store.add_slot_usage(T0 - 200_000 + i * 1000, q4,
