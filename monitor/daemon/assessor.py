@@ -17,7 +17,7 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ class Assessor:
     proc_root: Path = Path("/proc")
     gpu_overhead_bytes: int = 300 * 1024 * 1024
     threaded: bool = True  # False: assess inside on_tick (tests, tools)
+    read_header: Callable[[str], Any] | None = None  # None: monitor.gguf.reader.read_header
     assessed: int = 0  # assessments computed (model headers read), not taken up from the db
     _current: Mapping[Key, Assessment] = field(default_factory=dict)
     _launch: dict[Key, tuple[tuple[str, ...], str | None, str]] = field(default_factory=dict)
@@ -176,7 +177,7 @@ class Assessor:
 
         try:
             env = read_llama_env(self.proc_root, job.info.pid)
-            a = assess(job.info, job.devices, job.ts_ms, env=env)
+            a = assess(job.info, job.devices, job.ts_ms, env=env, read_header=self.read_header)
         except Exception as exc:  # a bug here must not stop the thread
             log.error("assessing pid %d failed: %r", job.info.pid, exc)
             return
