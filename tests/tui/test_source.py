@@ -150,3 +150,21 @@ def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> 
         assert 200 <= len(series) <= HISTORY_POINTS
         assert spike in series
         assert [t for t, _ in series] == sorted(t for t, _ in series)
+
+
+def test_a_server_a_gpu_lists_without_its_memory_has_a_breakdown(models) -> None:  # noqa: ANN001
+    """NVML 'not available' (WSL2, GB10 containers): measured is unknown, so is the excess;
+    the breakdown says so instead of failing to draw (it compared None with a number)."""
+    from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+    from tui.source import FrameBuilder
+    from tui.widgets.breakdown import Breakdown
+
+    info = ProcessInfo(10, 1, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", models["qwen3-8b-q4_k.gguf"], "-c", "4096"),
+                       "llama.cpp")
+    snap = Snapshot(T0, (), (info,), (ProcessMemory(10, "nvml:GPU-0"),), (), (), ())
+    (row,) = FrameBuilder().build(snap).models
+    assert row.measured_bytes is None and row.diagnosis is not None
+    assert row.diagnosis.verdict == "unknown" and row.diagnosis.excess_bytes is None
+    text = Breakdown.describe(row, 100).plain
+    assert "cannot judge" in text and "without its memory" in text
