@@ -382,3 +382,25 @@ def test_the_api_serves_what_the_daemon_assessed_and_nothing_else(tmp_path: Path
         http.stop()
     with pytest.raises(SourceError, match="cannot reach"):
         RemoteSource(url, timeout_s=1).latest()
+
+
+def test_retention_drops_the_estimates_of_processes_it_forgets(tmp_path: Path,
+                                                               model: Path) -> None:
+    from monitor.store.retention import Retention
+
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    assessor = Assessor(tmp_path / "no-proc", threaded=False)
+    server = _server(["llama-server", "-m", str(model), "-c", "512"])
+    snap = _snap(T0, [server])
+    store.write(snap)
+    assessor.on_tick(snap, store)
+    assert estimate_rows(db, server.pid) == 1
+    store.prune(T0 + 3600_000, Retention())  # still within every window: kept
+    assert estimate_rows(db, server.pid) == 1
+    counts = store.prune(T0 + 400 * 86400_000, Retention())
+    assert counts["deleted_processes"] == 1 and counts["deleted_estimates"] == 1
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM estimates").fetchone()[0] == 0
+    conn.close()
+    store.close()
