@@ -39,7 +39,7 @@ from monitor.estimate import ESTIMATOR_VERSION
 from monitor.estimate.model import devices_from_samples
 from monitor.gguf.reader import read_header
 from monitor.store.database import Store
-from tui.source import RemoteSource, SourceError, StoreSource
+from tui.source import FrameBuilder, RemoteSource, SourceError, StoreSource
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -137,6 +137,10 @@ def test_a_remote_tui_and_metrics_show_the_daemons_estimate_after_the_model_file
             assert row.estimate_bytes == expected.estimate.total_bytes() > 0
             assert row.model == "x.gguf" and row.ctx_slots.startswith("512×")
             assert row.measured_bytes is not None  # judged from the remote tick
+            # what the remote source did before: estimate here, from a file that is gone
+            (local,) = [r for r in FrameBuilder().build(frame.snapshot).models
+                        if r.pid == server.pid]
+            assert local.estimate_bytes is None and "unknown model" in local.flags
             assert first_rows == 1 and estimate_rows(db, server.pid) == 1  # once, not per tick
 
             stored = StoreSource(db)
