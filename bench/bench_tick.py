@@ -10,6 +10,9 @@ Method (results in bench/RESULTS.md):
   separately on a generated tree: N processes with 4 fds each, 20 of them DRM clients.
 - Floor for comparison: ``psutil.process_iter(['memory_info', 'cmdline'])`` over the same
   processes, which is what a Python monitor that looks at every process each tick pays.
+- The daemon's whole ``tick`` (sample, load watch, write) with ``--servers`` fake
+  llama-servers, without and with the assessor (issue 15: each server estimated once per
+  launch), in steady state.
 
 Run: .venv/bin/python bench/bench_tick.py [--procs 300] [--ticks 200]
 """
@@ -139,10 +142,74 @@ def bench_drm(procs: int, ticks: int) -> tuple[list[float], list[float], float]:
         return steady, rescans, first
 
 
+def bench_daemon_tick(ticks: int, servers: int) -> dict[str, list[float]]:
+    """The daemon's ``tick`` (sample + load watch + write + assessments) with ``servers``
+    real processes that read as ``llama-server -m x.gguf`` (tests/fakes/fake_server.py, a
+    real small GGUF): CPU per tick without the assessor and with it, after its first
+    assessments are done (steady state: nothing new to assess)."""
+    import contextlib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fakes"))
+    import fake_server
+    import tiny_models
+
+    from monitor.config import Config
+    from monitor.daemon.assessor import Assessor
+    from monitor.daemon.loop import DaemonContext, tick
+    from monitor.daemon.watch import LoadWatch
+    from monitor.store.database import Store
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        root = Path(tmp)
+        model = tiny_models.write_llama(root / "x.gguf").path
+        for i in range(servers):
+            stack.enter_context(fake_server.running(
+                ["llama-server", "-m", str(model), "-c", str(512 * (i + 1))], cwd=root))
+        contexts = {}
+        for label in ("without", "with"):
+            config = Config(db_path=root / f"{label}.db")
+            store = Store.open(config.db_path)
+            store.add_event("daemon_started", "info", "daemon", "bench")  # as run() does
+            ctx = DaemonContext(config, store, Sampler(Roots(), CollectorOptions()))
+            ctx.watch = LoadWatch(Path("/proc"))
+            if label == "with":
+                ctx.assessor = Assessor(Path("/proc"))
+            for _ in range(5):  # warm-up: first sight, assessments done on their thread
+                tick(ctx)
+            contexts[label] = ctx
+        assessor = contexts["with"].assessor
+        deadline = time.monotonic() + 30
+        while len(assessor.current()) < servers and time.monotonic() < deadline:
+            time.sleep(0.05)
+            tick(contexts["with"])
+        assert len(assessor.current()) >= servers, "assessments missing"
+        out: dict[str, list[float]] = {"without": [], "with": [], "on_tick": []}
+        for _ in range(ticks):  # interleaved: the machine's drift falls on both alike
+            for label, ctx in contexts.items():
+                cpu0 = time.process_time()
+                tick(ctx)
+                out[label].append(time.process_time() - cpu0)
+            ctx = contexts["with"]
+            cpu0 = time.process_time()
+            ctx.assessor.on_tick(ctx.last_snapshot, ctx.store)
+            out["on_tick"].append(time.process_time() - cpu0)
+        print(f"assessments computed: {assessor.assessed} for {len(assessor.current())} "
+              f"servers seen (other servers on this box count too)", file=sys.stderr)
+        for ctx in contexts.values():
+            if ctx.assessor is not None:
+                ctx.assessor.close()
+            ctx.sampler.close()
+            ctx.store.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=300)
     parser.add_argument("--ticks", type=int, default=200)
+    parser.add_argument("--servers", type=int, default=4,
+                        help="fake llama-servers for the daemon tick with and without "
+                             "assessments (0: skip that part)")
     args = parser.parse_args()
     sleepers = spawn_sleepers(args.procs)
     try:
@@ -150,6 +217,7 @@ def main() -> None:
         n = len(psutil.pids())
         steady, rescans, first = bench_sampler(args.ticks)
         floor = bench_psutil(max(20, args.ticks // 5))
+        daemon = bench_daemon_tick(args.ticks, args.servers) if args.servers else {}
     finally:
         for p in sleepers:
             p.kill()
@@ -169,6 +237,10 @@ def main() -> None:
         (f"drm collector on {args.procs}-process tree, steady", d_steady),
         ("drm collector on that tree, rescan tick", d_rescans),
         ("psutil.process_iter(['memory_info','cmdline'])", floor),
+        *((f"daemon tick, {args.servers} servers, {label} assessments", daemon[label])
+          for label in ("without", "with") if label in daemon),
+        *((("the assessor's part of a tick (Assessor.on_tick, nothing new)",
+            daemon["on_tick"]),) if daemon else ()),
     ):
         s = stats(data)
         print(f"| {label} | {s['median_ms']:.2f} | {s['p90_ms']:.2f} | {s['max_ms']:.2f} |")

@@ -2,12 +2,15 @@
 
 A :class:`Frame` is everything one screen refresh shows: the snapshot, its memory picture
 and one :class:`ModelRow` per inference server (measured vs estimated, KV size, flags and
-the diagnosis). Frames are built by :func:`build_frame`, which reads GGUF headers: every
-``SampleSource`` method is blocking and is only ever called from worker threads.
+the diagnosis). Frames are built by :class:`FrameBuilder`; every ``SampleSource`` method
+is blocking and is only ever called from worker threads.
 
-- :class:`LiveSource` samples in-process (a :class:`~monitor.daemon.sampler.Sampler`);
+- :class:`LiveSource` samples in-process (a :class:`~monitor.daemon.sampler.Sampler`) and
+  is the only source that estimates (it reads GGUF headers, once per process);
 - :class:`StoreSource` reads the daemon's WAL database read-only (the daemon keeps
-  writing while we read);
+  writing while we read), its stored estimates included;
+- :class:`RemoteSource` reads a daemon's HTTP API, its estimates from
+  ``/api/v1/estimates`` (the model files need not exist here);
 - ``tests/tui/fake_source.py`` replays synthetic snapshots.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,9 +28,9 @@ from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
+    from monitor.analysis.assess import Assessment, Launch
     from monitor.analysis.diagnose import Diagnosis
     from monitor.analysis.measured import Measured
-    from monitor.engines.spec import LaunchSpec
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
 
@@ -61,12 +64,13 @@ class ModelRow:
     estimate_bytes: int | None
     kv_bytes: int | None
     flags: tuple[str, ...] = ()
-    spec: LaunchSpec | None = None
+    launch: Launch | None = None  # what it was asked to do (monitor/analysis/assess.py)
     estimate: MemoryEstimate | None = None
     diagnosis: Diagnosis | None = None
     need_by_device: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     held: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
+    assessment: Assessment | None = None  # whole, judged for this frame
 
     @property
     def delta_bytes(self) -> int | None:
@@ -114,11 +118,16 @@ class SampleSource(Protocol):
 
 
 HeaderReader = Callable[[str], Any]
+Assessments = Mapping[tuple[int, int], "Assessment"]
+"""(pid, start_ticks) -> the daemon's stored assessment (monitor/analysis/assess.py)."""
 
 
 class FrameBuilder:
-    """Snapshot -> Frame, with per-process estimates and diagnoses cached (a process's argv
-    never changes, and GGUF headers are read once per file)."""
+    """Snapshot -> Frame. Live, each server is assessed here once per process and launch
+    (monitor/analysis/assess.py reads its GGUF headers, each file once); the database and
+    remote sources hand ``build`` the daemon's stored assessments instead and nothing is
+    estimated. The verdict is judged for every frame from the assessment and the frame's
+    measured memory (pure)."""
 
     def __init__(self, margin_bytes: int = DEFAULT_MARGIN_BYTES,
                  overhead_bytes: int = 300 * 1024 * 1024,
@@ -131,8 +140,8 @@ class FrameBuilder:
         self._headers: dict[str, Any] = {}
         self._reader = read_header
         self._lock = threading.Lock()
-        self._estimates: dict[tuple[int, int, tuple[str, ...], str | None], tuple[Any, ...]] = {}
-        self._diag: dict[tuple[int, int, int], Diagnosis] = {}
+        self._assessed: dict[tuple[int, int, tuple[str, ...], str | None],
+                             Assessment | None] = {}
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -159,8 +168,11 @@ class FrameBuilder:
 
         return devices_from_samples(snap.devices, self.overhead_bytes)
 
-    def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True
+    def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True,
+              assessments: Assessments | None = None, missing: str | None = None
               ) -> Frame:
+        """``assessments``: the daemon's, for a database or remote frame (None: assess
+        here, live); a server without one shows ``missing`` as its reason, unestimated."""
         from monitor.engines.capabilities import ESTIMATED
         from monitor.engines.recognise import helper_parents
 
@@ -168,7 +180,8 @@ class FrameBuilder:
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
         rows = [self._row(snap, picture, devices, info,
-                          [h for h, owner in helpers.items() if owner == info.pid])
+                          [h for h, owner in helpers.items() if owner == info.pid],
+                          assessments, missing)
                 for info in snap.processes
                 if info.engine in ESTIMATED
                 and info.pid not in helpers]
@@ -176,85 +189,73 @@ class FrameBuilder:
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
 
-    def _estimate(self, info: Any, devices: list[DeviceInfo]
-                  ) -> tuple[LaunchSpec | None, MemoryEstimate | None, str | None]:
+    def assess(self, info: Any, devices: list[DeviceInfo], ts_ms: int) -> Assessment | None:
+        """Live only: the one assessment of this process and launch (cached)."""
         key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
-        if key in self._estimates:
-            return self._estimates[key]  # type: ignore[return-value]
+        if key in self._assessed:
+            return self._assessed[key]
+        from monitor.analysis.assess import assess
+
+        result = assess(info, devices, ts_ms, read_header=self.read_header)
+        if len(self._assessed) > 512:
+            self._assessed.clear()
+        self._assessed[key] = result
+        return result
+
+    @staticmethod
+    def unassessed(info: Any, ts_ms: int, reason: str) -> Assessment | None:
+        """A server the daemon has no assessment of: its launch from its argv (parsing
+        only, no file is read), no estimate, ``reason`` as its error."""
+        from monitor.analysis.assess import Assessment, Launch, launch_key
         from monitor.engines import parse_command
-        from monitor.estimate import EstimateError, estimate
 
         spec = parse_command(list(info.argv), cwd=info.cwd)
-        est, error = None, None
         if spec is None or spec.role in ("proxy", "worker"):
-            result: tuple[Any, ...] = (None, None, None)
-        else:
-            try:
-                est = estimate(spec, devices, self.read_header)
-            except (EstimateError, OSError, ValueError) as exc:
-                error = str(exc) or type(exc).__name__
-            except Exception as exc:  # a GGUF we cannot parse is an unknown model
-                error = f"{type(exc).__name__}: {exc}"
-            result = (spec, est, error)
-        if len(self._estimates) > 512:
-            self._estimates.clear()
-        self._estimates[key] = result
-        return result  # type: ignore[return-value]
+            return None
+        return Assessment(info.pid, info.start_ticks, ts_ms, launch_key(info),
+                          Launch.from_spec(spec), None, (), reason)
 
     def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any,
-             helpers: Sequence[int] = ()) -> ModelRow | None:
-        spec, est, error = self._estimate(info, devices)
-        if spec is None:
-            return None
-        from monitor.analysis.diagnose import diagnose
-        from monitor.analysis.measured import measure
+             helpers: Sequence[int] = (), stored: Assessments | None = None,
+             missing: str | None = None) -> ModelRow | None:
+        from monitor.analysis.assess import judged
         from monitor.analysis.predict import need_by_device
         from monitor.engines.capabilities import LLAMACPP_ESTIMATED
-        from monitor.estimate import estimate
 
-        held = measure(info.pid, snap.memory, helpers)
-        measured = held.total_bytes
-        model = Path(spec.model_path).name if spec.model_path else (spec.model_name or "?")
+        if stored is None:
+            found = self.assess(info, devices, snap.ts_ms)
+        else:
+            found = stored.get((info.pid, info.start_ticks)) or self.unassessed(
+                info, snap.ts_ms, missing or "not assessed by the daemon yet")
+        if found is None:
+            return None
+        a = judged(found, snap.memory, helpers)
+        launch, est = a.launch, a.estimate
+        measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []
-        p99 = self.p99_tokens(spec.model_path) if spec.model_path else None
+        p99 = self.p99_tokens(launch.model_path) if launch.model_path else None
         if est is not None and p99 and est.n_ctx_seq:
             ratio = est.n_ctx_seq / max(1, p99)
             if ratio >= 2:
                 flags.append(f"KV {ratio:.0f}× the p99 context in use")
-        if spec.draft_model and spec.draft_cache_type_k == "f16":
+        if launch.draft_model and launch.draft_cache_type_k == "f16":
             flags.append("draft KV in f16")
-        if spec.engine == "llama.cpp" and spec.ctx_size is None:
+        if launch.engine == "llama.cpp" and launch.ctx_size is None:
             flags.append("no -c: fit will grow the context")
-        if est is None and spec.engine in LLAMACPP_ESTIMATED:
+        if est is None and launch.engine in LLAMACPP_ESTIMATED:
             flags.append("unknown model")
-        slots = spec.n_parallel or (est.n_seq_max if est else None)
-        ctx = (est.n_ctx if est and est.n_ctx else spec.ctx_size or spec.max_model_len)
+        slots = launch.n_parallel or (est.n_seq_max if est else None)
+        ctx = (est.n_ctx if est and est.n_ctx else launch.ctx_size or launch.max_model_len)
         ctx_slots = f"{ctx or '?'}×{slots or '?'}"
-        caches = f"{spec.cache_type_k}/{spec.cache_type_v}"
+        caches = f"{launch.cache_type_k}/{launch.cache_type_v}"
         kv = est.total_bytes("kv") + est.total_bytes("kv_swa") if est else None
-        diag = None
-        if est is not None and spec.engine in LLAMACPP_ESTIMATED:
-            key = (info.pid, info.start_ticks,
-                   None if measured is None else measured // (64 * 1024 * 1024))
-            diag = self._diag.get(key)
-            if diag is None:
-                try:
-                    diag = diagnose(info.pid, model, spec, est, held,
-                                    lambda s: estimate(s, devices, self.read_header),
-                                    None, p99)
-                except Exception:  # a diagnosis is a bonus; never break the frame
-                    diag = None
-                if len(self._diag) > 512:
-                    self._diag.clear()
-                if diag is not None:
-                    self._diag[key] = diag
         return ModelRow(
-            pid=info.pid, engine=spec.engine, model=model, ctx_slots=ctx_slots,
+            pid=info.pid, engine=launch.engine, model=launch.model, ctx_slots=ctx_slots,
             cache_types=caches, measured_bytes=measured,
             estimate_bytes=est.total_bytes() if est else None, kv_bytes=kv or None,
-            flags=tuple(flags), spec=spec, estimate=est, diagnosis=diag,
-            need_by_device=need_by_device(est, picture) if est else {}, error=error,
-            held=held)
+            flags=tuple(flags), launch=launch, estimate=est, diagnosis=a.diagnosis,
+            need_by_device=need_by_device(est, picture) if est else {}, error=a.error,
+            held=a.measured, assessment=a)
 
 
 def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
@@ -450,7 +451,25 @@ class StoreSource:
         except (ValueError, StoreError) as exc:
             raise SourceError(str(exc)) from None
         events = self.events(snap.ts_ms - 24 * 3600_000, until_ms=snap.ts_ms)
-        return self.builder.build(snap, events[-100:], live=False)
+        stored, missing = self._assessments(snap.ts_ms)
+        return self.builder.build(snap, events[-100:], live=False, assessments=stored,
+                                  missing=missing)
+
+    def _assessments(self, ts_ms: int) -> tuple[Assessments, str]:
+        """The daemon's stored assessments at ``ts_ms`` (monitor/store/estimates.py), and
+        what a server without one shows."""
+        import sqlite3
+
+        from monitor.store import estimates
+
+        with self._lock:
+            try:
+                conn = self._conn().conn
+                if not estimates.has_table(conn):
+                    return {}, "no estimates in this database (an older vramscope wrote it)"
+                return estimates.at(conn, ts_ms), "not assessed by the daemon yet"
+            except sqlite3.Error as exc:
+                raise SourceError(f"cannot read {self.db_path}: {exc}") from None
 
     def ticks(self, since_ms: int, until_ms: int) -> list[int]:
         rows = self._query("SELECT DISTINCT ts_ms FROM device_samples WHERE ts_ms BETWEEN ? "
@@ -601,6 +620,7 @@ class RemoteSource(LiveSource):
         if problem is not None:
             raise SourceError(f"{self.url}/api/v1/snapshot: not a vramscope snapshot: {problem}")
         snap = snapshot_from_status_json(doc)
+        stored, missing = self._assessments()
         page = self._get(f"/api/v1/events?since_ms={self._since_ms}")
         problem = events_doc_problem(page)
         if problem is not None:
@@ -611,9 +631,27 @@ class RemoteSource(LiveSource):
                 self._events.append(EventRow(e["ts_ms"], e["kind"], e["severity"],
                                              e.get("subject"), e["message"]))
                 self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
-            frame = self.builder.build(snap, list(self._events)[-100:], live=True)
+            frame = self.builder.build(snap, list(self._events)[-100:], live=True,
+                                       assessments=stored, missing=missing)
             self._frames.append(frame)
             return frame
+
+    def _assessments(self) -> tuple[Assessments, str]:
+        """The daemon's assessments (``vramscope.estimates/1``): estimated over there, from
+        its model files; a daemon without the endpoint gives none (never estimated here)."""
+        from monitor.analysis.assess import assessments_from_document
+
+        try:
+            doc = self._get("/api/v1/estimates")
+        except SourceError as exc:
+            if "HTTP 404" in str(exc):
+                return {}, "the daemon serves no estimates (an older vramscope)"
+            raise
+        try:
+            return assessments_from_document(doc), "not assessed by the daemon yet"
+        except ValueError as exc:
+            raise SourceError(f"{self.url}/api/v1/estimates: not a vramscope estimates "
+                              f"document: {str(exc)[:200]}") from None
 
 
 # --------------------------------------------------------------------------- remote shapes

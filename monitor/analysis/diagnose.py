@@ -64,14 +64,14 @@ def _price(spec: LaunchSpec, est: MemoryEstimate, change: dict,
     return est.total_bytes() - after.total_bytes()
 
 
-def _paged_out(spec: LaunchSpec, est: MemoryEstimate, m: Measured) -> Finding | None:
+def _paged_out(load_mode: str | None, est: MemoryEstimate, m: Measured) -> Finding | None:
     """mmap'd weights the kernel took back from the page cache: the next tokens read them
     from disk. Only when the weights are mmap'd (llama.cpp's default; not --no-mmap, not
     --mlock) and the resident file-backed memory is well below them."""
     mapped = sum(c.bytes for c in est.components if c.residency == "file" and c.when == "load")
     dense = mapped - est.host_sparse_bytes  # token_embd is read by row: never all resident
     if (dense <= 0 or m.host_file_bytes is None
-            or spec.load_mode not in (None, "mmap")):
+            or load_mode not in (None, "mmap")):
         return None
     missing = dense - m.host_file_bytes
     if m.host_file_bytes >= dense * EVICTED_SHARE or missing < EVICTED_MIN_BYTES:
@@ -88,7 +88,18 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
              tolerance: Tolerance | None = None) -> Diagnosis:
     """Measured (monitor/analysis/measured.py) against the budget or the estimate, judged by
     monitor/analysis/judge.py; an unknown measurement is said so, never judged as 0."""
-    tol = tolerance or Tolerance()
+    return judge_findings(pid, model, est, launch_findings(spec, est, estimator,
+                                                           usage_p99_tokens),
+                          measured, spec.load_mode, budget, tolerance)
+
+
+def launch_findings(spec: LaunchSpec, est: MemoryEstimate,
+                    estimator: Callable[[LaunchSpec], MemoryEstimate],
+                    usage_p99_tokens: int | None = None) -> tuple[Finding, ...]:
+    """What the launch itself costs and how to shrink it (KV, compute, draft KV, host
+    buffers), each fix priced by re-estimating: it depends on the launch and the model,
+    never on what the process holds now, so it is computed once per launch
+    (monitor/analysis/assess.py) and stored with the estimate."""
     findings: list[Finding] = []
     kv = est.total_bytes("kv") + est.total_bytes("kv_swa")
     cells = est.cells or 0
@@ -146,6 +157,17 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
                                 f"host buffers that fill with use: prompt cache and context "
                                 f"checkpoints up to {gib(grows)}",
                                 "--cache-ram 1024 -ctxcp 4", 0))
+    return tuple(findings)
+
+
+def judge_findings(pid: int, model: str, est: MemoryEstimate, launch: tuple[Finding, ...],
+                   measured: Measured, load_mode: str | None = None,
+                   budget: int | None = None, tolerance: Tolerance | None = None
+                   ) -> Diagnosis:
+    """The verdict from a launch's findings (:func:`launch_findings`) and what the process
+    holds now: pure and cheap, so every reader recomputes it from a stored estimate."""
+    tol = tolerance or Tolerance()
+    findings = list(launch)
     estimated = est.total_bytes()
     expected = budget if budget is not None else estimated
     what = "budget" if budget is not None else "estimate"
@@ -156,7 +178,7 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
                    f"{gib(expected)}")
         return Diagnosis(pid, model, None, estimated, budget, tuple(findings), summary,
                          "unknown", measured)
-    paged = _paged_out(spec, est, measured)
+    paged = _paged_out(load_mode, est, measured)
     if paged is not None:
         findings.append(paged)
     unaccounted = total - estimated

@@ -6,16 +6,14 @@ import dataclasses
 import json
 from pathlib import Path
 
-from monitor.analysis.diagnose import Diagnosis, diagnose
+from monitor.analysis.assess import assess, judged
+from monitor.analysis.diagnose import Diagnosis
 from monitor.analysis.judge import Tolerance
-from monitor.analysis.measured import measure
 from monitor.cli.predict import PredictRequest, gpu_devices, take_snapshot
 from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
-from monitor.estimate import EstimateError, estimate
-from monitor.gguf.reader import GgufError
 from monitor.units import GIB
 
 
@@ -58,10 +56,13 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
 
 def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | None
                  ) -> list[Diagnosis]:
+    """Each llama.cpp / ollama server assessed (monitor/analysis/assess.py: here and now,
+    from its model files) and judged against what it holds in the snapshot."""
     snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
     devices = gpu_devices(snap, cfg)
     live = state is None and at is None
     helpers = helper_parents({p.pid: p for p in snap.processes})
+    tolerance = Tolerance.from_settings(cfg.alert_settings)
     out = []
     for info in snap.processes:
         if pid is not None and info.pid != pid:
@@ -72,20 +73,19 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
         spec = parse_command(list(info.argv), env, cwd=info.cwd)
         if spec is None or not spec.model_path:
             continue
-        try:
-            est = estimate(spec, devices)
-        except (EstimateError, GgufError, OSError) as exc:
-            out.append(Diagnosis(info.pid, spec.model_path, None, 0, None, (),
-                                 f"{Path(spec.model_path).name}: cannot estimate: {exc}",
-                                 "error"))
+        found = assess(info, devices, snap.ts_ms, env=env,
+                       usage_p99_tokens=usage_p99(cfg, spec.model_path))
+        if found is None:
             continue
-        measured = measure(info.pid, snap.memory,
-                           [h for h, owner in helpers.items() if owner == info.pid])
-        out.append(diagnose(info.pid, Path(spec.model_path).name, spec, est, measured,
-                            lambda s: estimate(s, devices),
-                            budget_for(cfg, spec.model_path),
-                            usage_p99(cfg, spec.model_path),
-                            Tolerance.from_settings(cfg.alert_settings)))
+        if found.estimate is None:
+            out.append(Diagnosis(info.pid, spec.model_path, None, 0, None, (),
+                                 f"{Path(spec.model_path).name}: cannot estimate: "
+                                 f"{found.error}", "error"))
+            continue
+        a = judged(found, snap.memory, [h for h, owner in helpers.items() if owner == info.pid],
+                   budget_for(cfg, spec.model_path), tolerance)
+        assert a.diagnosis is not None  # an estimated llama.cpp / ollama server
+        out.append(a.diagnosis)
     return out
 
 

@@ -51,6 +51,7 @@ class DaemonContext:
     last_errors: dict[str, str | None] = field(default_factory=dict)
     failures: dict[int, int] = field(default_factory=dict)  # ts_ms -> failed writes
     watch: Any = None  # monitor.daemon.watch.LoadWatch: judges new servers on the tick they appear
+    assessor: Any = None  # monitor.daemon.assessor.Assessor: each server estimated once per launch
     slot_poller: Any = None  # monitor.integrations.slots.SlotPoller
     last_snapshot: Snapshot | None = None
     kmsg: Any = None  # monitor.logs.kmsg.KmsgFollower
@@ -203,6 +204,11 @@ def tick(ctx: DaemonContext) -> Snapshot:
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
     _write_pending(ctx)
+    if ctx.assessor is not None:
+        try:
+            ctx.assessor.on_tick(snap, ctx.store if ctx.db_error is None else None)
+        except Exception as exc:  # the estimates must never cost a sample
+            log.error("assessing servers failed: %r", exc)
     if ctx.notify is not None:
         if ctx.ticks == 1:
             ctx.notify.ready(f"sampling every {ctx.config.interval_s} s")
@@ -518,7 +524,8 @@ def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
     return shared
 
 
-def _http_server(config: Config, latest: Any, health: Any = None) -> Any:
+def _http_server(config: Config, latest: Any, health: Any = None,
+                 assessments: Any = None) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
     if not config.http_listen:
@@ -527,7 +534,7 @@ def _http_server(config: Config, latest: Any, health: Any = None) -> Any:
 
     try:
         return HttpServer(config.http_listen, config.http_token, latest, config.db_path,
-                          config, health=health)
+                          config, health=health, assessments=assessments)
     except HttpConfigError as exc:
         raise StoreError(str(exc)) from None
 
@@ -541,7 +548,8 @@ def run(config: Config) -> int:
     lock = acquire_lock(config.db_path)
     holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
     http = _http_server(config, lambda: holder[0].last_snapshot if holder else None,
-                        lambda: holder[0].health() if holder else None)
+                        lambda: holder[0].health() if holder else None,
+                        lambda: holder[0].assessor.current() if holder else {})
     file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path)
     if store.recovered_from:  # a new file now: lock it, not the one moved aside
@@ -573,6 +581,10 @@ def run(config: Config) -> int:
     ctx.watch = LoadWatch(config.roots.proc,
                           gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
                           swap_url=config.swap_url, swap_config=config.swap_config)
+    from monitor.daemon.assessor import Assessor
+
+    ctx.assessor = Assessor(config.roots.proc,
+                            gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024)
     from monitor.alerts.engine import AlertEngine
 
     unclean = _previous_run_unclean(store)
@@ -659,6 +671,7 @@ def run(config: Config) -> int:
             http.stop()
         if ctx.alerts is not None:
             ctx.alerts.close()
+        ctx.assessor.close()
         if ctx.kmsg is not None:
             ctx.kmsg.close()
         if ctx.proc_events is not None:

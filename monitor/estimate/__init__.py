@@ -16,10 +16,10 @@ from monitor.engines.capabilities import ENGINES
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.llamacpp import estimate_llamacpp
-from monitor.estimate.model import HOST, Component, DeviceInfo, MemoryEstimate
+from monitor.estimate.model import ESTIMATOR_VERSION, HOST, Component, DeviceInfo, MemoryEstimate
 
-__all__ = ["Component", "DeviceInfo", "EstimateError", "MemoryEstimate", "estimate",
-           "estimate_command", "HOST"]
+__all__ = ["Component", "DeviceInfo", "ESTIMATOR_VERSION", "EstimateError", "MemoryEstimate",
+           "estimate", "estimate_command", "HOST"]
 
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm/config/cache.py (0.90 in older releases)
 

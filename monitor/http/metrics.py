@@ -30,8 +30,9 @@ Metrics and labels:
   we cannot see holding (NVML, a pid outside our PID namespace: run with ``--pid=host``);
   counted as attributed on the device, never as unattributed;
 - ``vramscope_process_estimate_bytes{pid,model,device}``: what the estimator expects the
-  process to hold on the device (only for tracked processes, when the daemon gives
-  estimates);
+  server to hold on the device at load (``host`` included), from the daemon's stored
+  assessment of it (monitor/daemon/assessor.py: once per launch, never at scrape time);
+  absent while it is not assessed yet and when its model cannot be estimated;
 - ``vramscope_collector_up{collector}``: 1 when the collector's last run succeeded, 0 when
   it failed; a collector whose hardware is absent here (status ``nodata``) has no series;
 - ``vramscope_collector_duration_seconds{collector}``: wall time of its last run;
@@ -48,7 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -61,10 +62,11 @@ from monitor.engines.recognise import helper_parents
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONTENT_TYPE_LATEST", "SnapshotCollector", "build_registry", "model_label",
-           "render"]
+__all__ = ["CONTENT_TYPE_LATEST", "Assessments", "Estimates", "SnapshotCollector",
+           "build_registry", "estimates_from_assessments", "model_label", "render"]
 
 Estimates = Callable[[], dict[int, dict[str, int]]]
+Assessments = Callable[[], Mapping[tuple[int, int], Any]]  # (pid, start_ticks) -> Assessment
 _DEVICE_LABELS = ["device", "name", "kind"]
 _PROCESS_KINDS = (("vram", "vram_bytes"), ("gtt", "gtt_bytes"),
                   ("rss_anon", "rss_anon_bytes"), ("rss_file", "rss_file_bytes"))
@@ -244,6 +246,22 @@ class SnapshotCollector:
             duration.add_metric([run.collector], run.duration_s)
         yield up
         yield duration
+
+
+def estimates_from_assessments(latest: Callable[[], Snapshot | None],
+                               assessments: Assessments) -> Estimates:
+    """pid -> bytes per device from the daemon's assessments (monitor/analysis/assess.py),
+    for the processes of the latest tick only (a pid reused since is not the same
+    process)."""
+    def rows() -> dict[int, dict[str, int]]:
+        snap = latest()
+        if snap is None:
+            return {}
+        live = {(p.pid, p.start_ticks) for p in snap.processes}
+        return {k[0]: a.by_device for k, a in assessments().items()
+                if k in live and a.estimate is not None}
+
+    return rows
 
 
 def build_registry(latest: Callable[[], Snapshot | None],

@@ -12,6 +12,12 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
 - ``GET /api/v1/events?since_ms=MS&kind=K[&kind=K2|,K2]&limit=N``: events from the
   database in time order (default: the last 24 hours, at most 1000; ``truncated`` says
   when more matched - ask again from the last ``ts_ms``);
+- ``GET /api/v1/estimates``: ``vramscope.estimates/1``, the daemon's stored assessment of
+  each server of the latest tick (monitor/analysis/assess.py: launch, estimate per
+  component and device, the launch's findings, the estimator version, or ``error`` when
+  the model cannot be estimated), computed once per launch and never from this request,
+  each with what the process holds at the latest tick (``measured``) and the ``verdict``
+  and ``summary`` judged from them; 503 before the first tick;
 - ``POST /api/v1/predict`` (``Content-Type: application/json``, body at most 64 KiB):
   ``{"command": ["llama-server", "-m", "/models/x.gguf", ...], "margin_gib": 0.5}`` ->
   the ``vramscope.predict/1`` document judged against the latest snapshot, status 200
@@ -53,7 +59,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from collectors.base import Snapshot
-from monitor.http.metrics import CONTENT_TYPE_LATEST, Estimates, build_registry, render
+from monitor.http.metrics import (
+    CONTENT_TYPE_LATEST,
+    Assessments,
+    Estimates,
+    build_registry,
+    estimates_from_assessments,
+    render,
+)
 from monitor.integrations.loopback import is_loopback_host as is_loopback
 
 if TYPE_CHECKING:
@@ -191,7 +204,8 @@ class HttpServer:
 
     def __init__(self, listen: str, token: str | None, latest: Callable[[], Snapshot | None],
                  db_path: Path, config: Config, estimates: Estimates | None = None,
-                 health: Callable[[], WriterHealth | None] | None = None) -> None:
+                 health: Callable[[], WriterHealth | None] | None = None,
+                 assessments: Assessments | None = None) -> None:
         host, port = parse_listen(listen)
         if token is not None:
             token = token.strip()
@@ -211,6 +225,9 @@ class HttpServer:
         self.db_path = Path(db_path)
         self.config = config
         self.health = health
+        self.assessments = assessments
+        if estimates is None and assessments is not None:
+            estimates = estimates_from_assessments(latest, assessments)
         self.registry = build_registry(latest, estimates, health)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
         self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
@@ -295,6 +312,21 @@ class HttpServer:
 
         snap = self._need_snapshot()
         return 200, _JSON, _dump(to_json(snap))
+
+    def estimates(self) -> tuple[int, str, bytes]:
+        from monitor.analysis.assess import assessments_document, judged
+        from monitor.analysis.judge import Tolerance
+        from monitor.engines.recognise import helper_parents
+
+        snap = self._need_snapshot()
+        stored = self.assessments() if self.assessments is not None else {}
+        helpers = helper_parents({p.pid: p for p in snap.processes})
+        live = {(p.pid, p.start_ticks) for p in snap.processes}
+        tolerance = Tolerance.from_settings(self.config.alert_settings)
+        items = [judged(a, snap.memory, [h for h, o in helpers.items() if o == a.pid],
+                        tolerance=tolerance)
+                 for k, a in sorted(stored.items()) if k in live]
+        return 200, _JSON, _dump(assessments_document(items, snap.ts_ms))
 
     def events(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
         from monitor.analysis.postmortem import list_events
@@ -629,6 +661,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "/healthz": ("GET", app.healthz),
                 "/metrics": ("GET", app.metrics),
                 "/api/v1/snapshot": ("GET", app.snapshot),
+                "/api/v1/estimates": ("GET", app.estimates),
                 "/api/v1/events": ("GET", lambda: app.events(_query(url.query))),
                 "/api/v1/predict": ("POST", self._predict),
             }

@@ -494,6 +494,29 @@ class Store:
                 [(ts_ms, model, s.slot_id, s.tokens, int(s.busy), s.n_ctx) for s in slots
                  if s.exact])
 
+    def add_assessment(self, a: Any, started_at_ms: int | None) -> bool:
+        """Store one server's assessment (monitor/analysis/assess.py); False while its
+        process row is not written yet (its tick waits for the database): try again."""
+        from monitor.store import estimates
+
+        with self.db.atomic():
+            process_id = estimates.process_row(self.db.conn, a.pid, a.start_ticks,
+                                               started_at_ms)
+            if process_id is None:
+                return False
+            estimates.insert(self.db.conn, process_id, a)
+        return True
+
+    def stored_assessment(self, pid: int, start_ticks: int, started_at_ms: int | None,
+                          key: str, version: int) -> Any:
+        """The assessment stored for this process and launch, or None."""
+        from monitor.store import estimates
+
+        process_id = estimates.process_row(self.db.conn, pid, start_ticks, started_at_ms)
+        if process_id is None:
+            return None
+        return estimates.stored(self.db.conn, process_id, key, version)
+
     # -- retention ----------------------------------------------------------------
 
     def prune(self, now_ms: int, retention: Retention) -> dict[str, int]:
@@ -541,6 +564,9 @@ class Store:
                 "DELETE FROM processes WHERE last_seen_ms < ? AND id NOT IN"
                 " (SELECT process_id FROM process_samples"
                 " UNION SELECT process_id FROM process_minutes)", (minute_cut,)).rowcount
+            counts["deleted_estimates"] = conn.execute(
+                "DELETE FROM estimates WHERE process_id NOT IN (SELECT id FROM processes)"
+            ).rowcount
         return counts
 
     @staticmethod

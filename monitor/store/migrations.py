@@ -152,6 +152,26 @@ def m006_exit_status(db: Database) -> None:
         db["processes"].add_column(name, kind)
 
 
+@migrations()
+def m007_estimates(db: Database) -> None:
+    """What the daemon expects each server to hold (issue 15): one row per process and
+    launch, written when it first sees the server and when its argv/cwd change
+    (monitor/daemon/assessor.py), with the estimator's version. ``launch``, ``estimate``
+    and ``findings`` are JSON (monitor/analysis/assess.py ``to_json``); ``total_bytes`` is
+    the load-time total, NULL when the model cannot be estimated (``error`` says why)."""
+    _run(db, """
+        CREATE TABLE estimates (
+            id INTEGER PRIMARY KEY,
+            process_id INTEGER NOT NULL REFERENCES processes(id),
+            ts_ms INTEGER NOT NULL, launch_key TEXT NOT NULL,
+            estimator_version INTEGER NOT NULL, engine TEXT NOT NULL, model TEXT NOT NULL,
+            total_bytes INTEGER, launch TEXT NOT NULL, estimate TEXT, findings TEXT,
+            error TEXT
+        );
+        CREATE INDEX estimates_process ON estimates (process_id, ts_ms)
+    """)
+
+
 DEVICE_SAMPLE_FIELDS = tuple(
     line.split()[0]
     for chunk in _DEVICE_COLUMNS.split(",")

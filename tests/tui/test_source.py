@@ -14,12 +14,22 @@ from tui.app import VramscopeApp, open_source
 from tui.source import SourceError, StoreSource, downsample
 
 
+def write_as_the_daemon(store: Store, snaps, proc_root: Path) -> None:  # noqa: ANN001
+    """Each tick written, then its servers assessed and stored, as the daemon's tick does
+    (``proc_root``: where their LLAMA_ARG_* environment is read; none for these)."""
+    from monitor.daemon.assessor import Assessor
+
+    assessor = Assessor(proc_root, threaded=False)
+    for snap in snaps:
+        store.write(snap)
+        assessor.on_tick(snap, store)
+
+
 @pytest.fixture
 def db(tmp_path: Path, models: dict[str, str]) -> Path:
     path = tmp_path / "vramscope.db"
     store = Store.open(path)
-    for snap in discrete_three(models, ticks=5):
-        store.write(snap)
+    write_as_the_daemon(store, discrete_three(models, ticks=5), tmp_path / "no-proc")
     store.add_event("crash", "critical", "llama-server[4099]", "killed by the OOM killer",
                     ts_ms=T0 + 1500)
     store.close()
@@ -97,9 +107,7 @@ def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) 
 
     path = tmp_path / "usage.db"
     store = Store.open(path)
-    snaps = discrete_three(models, ticks=2)
-    for snap in snaps:
-        store.write(snap)
+    write_as_the_daemon(store, discrete_three(models, ticks=2), tmp_path / "no-proc")
     q4 = models["qwen3-8b-q4_k.gguf"]
     for i in range(200):
         store.add_slot_usage(T0 - 200_000 + i * 1000, q4,
@@ -142,3 +150,21 @@ def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> 
         assert 200 <= len(series) <= HISTORY_POINTS
         assert spike in series
         assert [t for t, _ in series] == sorted(t for t, _ in series)
+
+
+def test_a_server_a_gpu_lists_without_its_memory_has_a_breakdown(models) -> None:  # noqa: ANN001
+    """NVML 'not available' (WSL2, GB10 containers): measured is unknown, so is the excess;
+    the breakdown says so instead of failing to draw (it compared None with a number)."""
+    from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+    from tui.source import FrameBuilder
+    from tui.widgets.breakdown import Breakdown
+
+    info = ProcessInfo(10, 1, None, 1, 0, "llama-server",
+                       ("llama-server", "-m", models["qwen3-8b-q4_k.gguf"], "-c", "4096"),
+                       "llama.cpp")
+    snap = Snapshot(T0, (), (info,), (ProcessMemory(10, "nvml:GPU-0"),), (), (), ())
+    (row,) = FrameBuilder().build(snap).models
+    assert row.measured_bytes is None and row.diagnosis is not None
+    assert row.diagnosis.verdict == "unknown" and row.diagnosis.excess_bytes is None
+    text = Breakdown.describe(row, 100).plain
+    assert "cannot judge" in text and "without its memory" in text
