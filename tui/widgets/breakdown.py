@@ -72,7 +72,9 @@ class Breakdown(Static):
                                  f"measured {size(row.measured_bytes)}  (↑ grows with use)"))
         diag = row.diagnosis
         if diag is not None:
-            style = "$warning" if diag.excess_bytes > 256 * 1024**2 else "$success"
+            excess = diag.excess_bytes  # None: the measurement is unknown, nothing judged
+            style = ("$text-muted" if excess is None
+                     else "$warning" if excess > 256 * 1024**2 else "$success")
             lines.append(plain(diag.summary, style))
             for f in diag.findings:
                 line = Content("  • ") + plain(f.cause)
