@@ -217,6 +217,11 @@ class ExitedProcess:
     cause: str | None = None
 
 
+Severity = Literal["info", "warning", "critical"]
+# One value of an event's data: stored as JSON in the events table.
+EventValue = int | float | str | bool | list[str] | None
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceEvent:
     """Something a device reported, such as an NVIDIA Xid; stored in the events table."""
@@ -224,9 +229,9 @@ class DeviceEvent:
     ts_ms: int
     device_id: str
     kind: str
-    severity: Literal["info", "warning", "critical"]
+    severity: Severity
     message: str
-    data: dict[str, int | str | None] = field(default_factory=dict)
+    data: dict[str, EventValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

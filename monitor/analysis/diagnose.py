@@ -176,11 +176,11 @@ def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
                                                               "weights_paged_out")),
                   key=lambda f: f.bytes, default=None)
         cause = top.cause if top else "unexplained"
-        fix = next((f for f in findings if f.fix and f.frees_bytes), None)
+        fixer = next((f for f in findings if f.fix and f.frees_bytes), None)
         pct = f" (+{100 * excess / expected:.0f}%)" if expected > 0 else ""
         summary = (f"{model} holds {_gib(total)}, {_gib(excess)}{pct} over the {what} of "
                    f"{_gib(expected)}: {cause}"
-                   + (f"; {fix.fix} frees {_gib(fix.frees_bytes)}" if fix else ""))
+                   + (f"; {fixer.fix} frees {_gib(fixer.frees_bytes)}" if fixer else ""))
         verdict = "over"
     elif paged is not None:
         summary = (f"{model} holds {_gib(total)}, less than the {what} of {_gib(expected)} "

@@ -64,7 +64,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -606,7 +606,7 @@ def _routing(
 ) -> tuple[yaml.Node | None, yaml.Node | None]:
     """(groups node, matrix node) after the legacy/new-style normalisation of load.go."""
 
-    def present(node: yaml.Node | None) -> bool:
+    def present(node: yaml.Node | None) -> TypeGuard[yaml.Node]:
         return node is not None and not _is_null(node)
 
     legacy_groups = top.get("groups", (None, None))[1]
@@ -1058,7 +1058,7 @@ def _check_loopback(base_url: str) -> urllib.parse.SplitResult:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         raise urllib.error.HTTPError(req.full_url, code, f"redirect refused: {msg}", headers, fp)
 
 
