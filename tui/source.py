@@ -132,8 +132,9 @@ class FrameBuilder:
         self._headers: dict[str, Any] = {}
         self._reader = read_header
         self._lock = threading.Lock()
-        self._estimates: dict[tuple[int, int, tuple[str, ...], str | None], tuple[Any, ...]] = {}
-        self._diag: dict[tuple[int, int, int], Diagnosis] = {}
+        self._estimates: dict[tuple[int, int, tuple[str, ...], str | None],
+                              tuple[LaunchSpec | None, MemoryEstimate | None, str | None]] = {}
+        self._diag: dict[tuple[int, int, int | None], Diagnosis] = {}
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -142,8 +143,10 @@ class FrameBuilder:
                 if isinstance(cached, Exception):
                     raise cached
                 return cached
-        reader = self._reader
-        if reader is None:
+        reader: HeaderReader
+        if self._reader is not None:
+            reader = self._reader
+        else:
             from monitor.gguf.reader import read_header as reader
         try:
             header = reader(path)
@@ -167,12 +170,12 @@ class FrameBuilder:
         picture = picture_from_snapshot(snap, self.margin_bytes)
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
-        rows = [self._row(snap, picture, devices, info,
-                          [h for h, owner in helpers.items() if owner == info.pid])
-                for info in snap.processes
-                if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")
-                and info.pid not in helpers]
-        rows = [r for r in rows if r is not None]
+        built = [self._row(snap, picture, devices, info,
+                           [h for h, owner in helpers.items() if owner == info.pid])
+                 for info in snap.processes
+                 if info.engine in ("llama.cpp", "ollama", "vllm", "sglang")
+                 and info.pid not in helpers]
+        rows = [r for r in built if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
 
@@ -180,14 +183,15 @@ class FrameBuilder:
                   ) -> tuple[LaunchSpec | None, MemoryEstimate | None, str | None]:
         key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._estimates:
-            return self._estimates[key]  # type: ignore[return-value]
+            return self._estimates[key]
         from monitor.engines import parse_command
         from monitor.estimate import EstimateError, estimate
 
         spec = parse_command(list(info.argv), cwd=info.cwd)
         est, error = None, None
         if spec is None or spec.role in ("proxy", "worker"):
-            result: tuple[Any, ...] = (None, None, None)
+            result: tuple[LaunchSpec | None, MemoryEstimate | None, str | None] = (
+                None, None, None)
         else:
             try:
                 est = estimate(spec, devices, self.read_header)
@@ -199,7 +203,7 @@ class FrameBuilder:
         if len(self._estimates) > 512:
             self._estimates.clear()
         self._estimates[key] = result
-        return result  # type: ignore[return-value]
+        return result
 
     def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any,
              helpers: Sequence[int] = ()) -> ModelRow | None:
@@ -472,7 +476,8 @@ class StoreSource:
 
         minutes = until_ms - since_ms > 2 * 3600_000
         width = max(1, (until_ms - since_ms) // HISTORY_POINTS + 1)
-        where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
+        where = "ts_ms BETWEEN ? AND ?"
+        args: list[int | str] = [since_ms, until_ms]
         if device_id is not None:
             where += " AND device_id = ?"
             args.append(device_id)

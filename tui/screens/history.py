@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Label, Sparkline, Static
 from textual.worker import get_current_worker
 
@@ -95,7 +96,7 @@ class HistoryScreen(Screen):
         if not series:
             box.mount(Label("no samples in this window"))
             return
-        widgets = []
+        widgets: list[Widget] = []
         for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
             points = series[label]
             values = [v for _, v in points]

@@ -92,6 +92,8 @@ class ModelsTable(DataTable):
                 raise LookupError  # the header and row labels: DataTable's own cache
             row_key = self._row_locations.get_key(row_index)
             column_key = self._column_locations.get_key(column_index)
+            if row_key is None or column_key is None:
+                raise LookupError
             key = (self._structure(), row_key, column_key, self._data[row_key][column_key],
                    row_index, column_index, base_style, width, cursor, hover,
                    self._show_hover_cursor, self._pseudo_class_state)
