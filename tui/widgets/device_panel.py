@@ -72,8 +72,9 @@ class DevicePanel(Widget):
     a repaint only when the drawn text or its styles change: new samples often move
     bytes that the panel rounds away)."""
 
-    def __init__(self, data: PanelData | None = None, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, data: PanelData | None = None, *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.set_reactive(DevicePanel.data, data)
         self._drawn: tuple[PanelData | None, int, Content] | None = None
         """(data, width, content) of the last ``render``."""

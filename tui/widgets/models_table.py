@@ -29,7 +29,7 @@ class ModelsTable(DataTable):
 
         row: ModelRow | None
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         # Before DataTable's __init__, whose reactives clear the caches.
         self._cells = LRUCache[tuple, object](4096)
         """Rendered cells keyed by their value (see ``_render_cell``)."""
@@ -37,7 +37,7 @@ class ModelsTable(DataTable):
         """Rendered lines keyed by their row's values (see ``_render_line``)."""
         self._cell_updates = 0
         """How many of DataTable's update counts are our own ``update_cell`` calls."""
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="row", zebra_stripes=True, id=id, classes=classes)
         self._rows: dict[str, ModelRow] = {}
 
     def on_mount(self) -> None:
