@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.base import DeviceEvent, EventValue, Snapshot
+from collectors.base import DeviceEvent, EventValue, ProcessInfo, Snapshot
 from monitor.analysis.measured import measure
 from monitor.analysis.picture import GIB, picture_from_snapshot
 from monitor.analysis.predict import judge
@@ -172,7 +172,7 @@ class LoadWatch:
                                       {"model": model_id, "source": "llama-swap"}))
         return events
 
-    def _on_new(self, snap: Snapshot, info) -> list[DeviceEvent]:  # noqa: ANN001
+    def _on_new(self, snap: Snapshot, info: ProcessInfo) -> list[DeviceEvent]:
         spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid),
                              cwd=info.cwd)
         if spec is None or spec.role not in ("server", "runner"):

@@ -63,8 +63,9 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from email.message import Message
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import IO, Any, NoReturn, TypeGuard
 
 import yaml
 
@@ -1058,7 +1059,8 @@ def _check_loopback(base_url: str) -> urllib.parse.SplitResult:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: Message, newurl: str) -> NoReturn:
         raise urllib.error.HTTPError(req.full_url, code, f"redirect refused: {msg}", headers, fp)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
 from textual.message import Message
@@ -31,7 +32,7 @@ class ModelsTable(DataTable):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         # Before DataTable's __init__, whose reactives clear the caches.
-        self._cells = LRUCache[tuple, object](4096)
+        self._cells = LRUCache[tuple, list[list[Segment]]](4096)
         """Rendered cells keyed by their value (see ``_render_cell``)."""
         self._lines = LRUCache[tuple, Strip](1024)
         """Rendered lines keyed by their row's values (see ``_render_line``)."""
@@ -86,7 +87,7 @@ class ModelsTable(DataTable):
         return self._update_count - self._cell_updates
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False):  # noqa: ANN202
+                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
         try:
             if row_index < 0 or column_index < 0:
                 raise LookupError  # the header and row labels: DataTable's own cache
