@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from collectors import _fs, proctable
 
@@ -217,6 +217,11 @@ class ExitedProcess:
     cause: str | None = None
 
 
+Severity = Literal["info", "warning", "critical"]
+# One value of an event's data: stored as JSON in the events table.
+EventValue = int | float | str | bool | list[str] | None
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceEvent:
     """Something a device reported, such as an NVIDIA Xid; stored in the events table."""
@@ -224,9 +229,9 @@ class DeviceEvent:
     ts_ms: int
     device_id: str
     kind: str
-    severity: Literal["info", "warning", "critical"]
+    severity: Severity
     message: str
-    data: dict[str, int | str | None] = field(default_factory=dict)
+    data: dict[str, EventValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +368,7 @@ def _checked(reading: object) -> Reading:
 COLLECTOR_TIMEOUT_S = 2.0
 FIRST_TIMEOUT_S = 10.0  # the first call may load a library (nvmlInit) or scan everything
 MAX_BACKOFF_S = 300.0
+_T = TypeVar("_T")
 
 
 class _Worker:
@@ -370,14 +376,14 @@ class _Worker:
     call that never returns cannot keep the process from exiting."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[object], Callable[[], object]] | None] = (
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue())
         self._thread = threading.Thread(target=self._loop, name=f"collector-{name}",
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[], object]) -> Future[object]:
-        future: Future[object] = Future()
+    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
+        future: Future[_T] = Future()
         self._jobs.put((future, fn))
         return future
 
@@ -411,7 +417,7 @@ class GuardedCollector:
         self.timeout_s = timeout_s if timeout_s and timeout_s > 0 else None
         self._clock = clock
         self._worker: _Worker | None = None
-        self._stuck: Future[object] | None = None
+        self._stuck: Future[tuple[Reading, CollectorRun]] | None = None
         self._calls = 0
         self.timeouts = 0  # consecutive timeouts: the backoff exponent
         self.retry_at = 0.0
@@ -442,7 +448,7 @@ class GuardedCollector:
                                            time.perf_counter() - wall0, 0.0, "error",
                                            f"timed out after {limit:g} s")
         self.timeouts = 0
-        return result  # type: ignore[return-value]
+        return result
 
     def _back_off(self) -> None:
         assert self.timeout_s is not None

@@ -617,9 +617,9 @@ class DrmCollector:
             scan = self._scan_pid(pid)
             if scan.holds_drm:
                 self._drm_pids[pid] = scan.refs
-            hidden = self._hidden_for(pid, pids.get(pid, 0), scan)
-            if hidden is not None:
-                self._hidden[pid] = hidden
+            found = self._hidden_for(pid, pids.get(pid, 0), scan)
+            if found is not None:
+                self._hidden[pid] = found
         # forget processes that are gone
         for table in (self._drm_pids, self._hidden):
             for pid in [p for p in table if p not in pids]:

@@ -275,8 +275,7 @@ class NvmlCollector:
         """One warning when a unified GPU's processes hold more than the whole pool (NVML's
         per-process figures and MemTotal disagree); armed again once they fit."""
         held, pool = sample.processes_used_bytes, sample.total_bytes
-        over = held is not None and pool is not None and held > pool
-        if not over:
+        if held is None or pool is None or held <= pool:
             self._over_pool.discard(sample.device_id)
             return []
         if sample.device_id in self._over_pool:

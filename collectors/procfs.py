@@ -327,7 +327,7 @@ class ProcfsCollector:
         proc = self.roots.proc
         pss_budget = self.options.pss_per_tick
         pss_order = sorted(reasons, key=lambda p: self._known[p].pss_read_ms or -1)
-        pss_pids = set()
+        pss_pids: set[int] = set()
         for pid in pss_order:
             read_ms = self._known[pid].pss_read_ms
             if len(pss_pids) < pss_budget and (

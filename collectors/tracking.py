@@ -49,8 +49,8 @@ def engine_of(comm: str, argv: tuple[str, ...] | list[str]) -> str | None:
     if not argv:
         return _EXECUTABLES.get(comm)
     exe = os.path.basename(argv[0])
-    if engine := _EXECUTABLES.get(exe):
-        return engine
+    if known := _EXECUTABLES.get(exe):
+        return known
     if exe.startswith("python") or comm.startswith("python"):
         rest = " ".join(argv[1:8]).lower()
         for marker, engine in _PYTHON_MARKERS:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypedDict
 
 from textual.app import App
 from textual.binding import Binding
@@ -118,13 +119,20 @@ def open_source(db: Path | None, at: str | None, *, default_db: Path | None = No
     return source, at_ms
 
 
+class _BuilderSizes(TypedDict, total=False):
+    """The FrameBuilder sizes given on the command line (the rest keep its defaults)."""
+
+    margin_bytes: int
+    overhead_bytes: int
+
+
 def main(db: Path | None = None, at: str | None = None, swap_config: Path | None = None,
          refresh_s: float = 1.0, *, default_db: Path | None = None,
          roots: Roots | None = None, enabled: Iterable[str] | None = None,
          margin_bytes: int | None = None, overhead_bytes: int | None = None,
          remote: str | None = None, token: str | None = None, live: bool = False) -> int:
     """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
-    kwargs = {}
+    kwargs: _BuilderSizes = {}
     if margin_bytes is not None:
         kwargs["margin_bytes"] = margin_bytes
     if overhead_bytes is not None:
@@ -137,12 +145,13 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
                   "and --at", file=sys.stderr)
             return 2
         try:
-            source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
-            source.latest()  # fail fast with a message, not a blank screen
+            remote_source = RemoteSource(remote, token,
+                                         FrameBuilder(**kwargs) if kwargs else None)
+            remote_source.latest()  # fail fast with a message, not a blank screen
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)
             return 2
-        VramscopeApp(source, refresh_s, swap_config=swap_config).run()
+        VramscopeApp(remote_source, refresh_s, swap_config=swap_config).run()
         return 0
     try:
         source, at_ms = open_source(db, at, default_db=default_db, roots=roots,

@@ -150,8 +150,10 @@ class FrameBuilder:
                 if isinstance(cached, Exception):
                     raise cached
                 return cached
-        reader = self._reader
-        if reader is None:
+        reader: HeaderReader
+        if self._reader is not None:
+            reader = self._reader
+        else:
             from monitor.gguf.reader import read_header as reader
         try:
             header = reader(path)
@@ -492,7 +494,8 @@ class StoreSource:
 
         minutes = until_ms - since_ms > 2 * 3600_000
         width = max(1, (until_ms - since_ms) // HISTORY_POINTS + 1)
-        where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
+        where = "ts_ms BETWEEN ? AND ?"
+        args: list[int | str] = [since_ms, until_ms]
         if device_id is not None:
             where += " AND device_id = ?"
             args.append(device_id)

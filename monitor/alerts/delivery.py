@@ -268,6 +268,8 @@ class Notifier:
     # -- worker ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        change: AlertChange | None
+        retry: _Retry | None
         while True:
             with self._cond:
                 while True:

@@ -52,7 +52,7 @@ class AlertEngine:
                 self.notifier.submit(change)
             events.append(DeviceEvent(
                 change.ts_ms, str(a.data.get("device") or "host"), f"alert_{change.kind}",
-                "info" if change.kind == "resolved" else a.level,  # type: ignore[arg-type]
+                "info" if change.kind == "resolved" else a.level,
                 a.message, {"key": a.key, "rule": a.rule, "level": a.level,
                             "subject": a.subject}))
         return events

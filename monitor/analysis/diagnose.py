@@ -193,11 +193,11 @@ def judge_findings(pid: int, model: str, est: MemoryEstimate, launch: tuple[Find
                                                               "weights_paged_out")),
                   key=lambda f: f.bytes, default=None)
         cause = top.cause if top else "unexplained"
-        fix = next((f for f in findings if f.fix and f.frees_bytes), None)
+        fixer = next((f for f in findings if f.fix and f.frees_bytes), None)
         pct = f" (+{100 * excess / expected:.0f}%)" if expected > 0 else ""
         summary = (f"{model} holds {gib(total)}, {gib(excess)}{pct} over the {what} of "
                    f"{gib(expected)}: {cause}"
-                   + (f"; {fix.fix} frees {gib(fix.frees_bytes)}" if fix else ""))
+                   + (f"; {fixer.fix} frees {gib(fixer.frees_bytes)}" if fixer else ""))
         verdict = "over"
     elif paged is not None:
         summary = (f"{model} holds {gib(total)}, less than the {what} of {gib(expected)} "

@@ -326,7 +326,8 @@ def list_events(db_path: Path, since_ms: int, kinds: tuple[str, ...] = (),
     SQL's, read along the ``events_ts`` index, so a long history is never loaded whole."""
     db = open_readonly(db_path)
     try:
-        where, params = "ts_ms >= ?", [since_ms]
+        where = "ts_ms >= ?"
+        params: list[int | str] = [since_ms]
         if kinds:
             where += f" AND kind IN ({','.join('?' for _ in kinds)})"
             params += list(kinds)

@@ -125,12 +125,13 @@ def _plan(tree: _Tree, recorded: list[tuple[str, str, object]], result: CaptureR
             continue  # gone or absent: absent in the capture too
         if kind == "dir":
             plan.dirs.setdefault(target, False)
-            if target == PurePosixPath("proc"):  # the process listing: one dir each
-                for name in value:  # type: ignore[attr-defined]
-                    if name not in (".", "..") and "/" not in name:
+            # the process listing (os.listdir's names): one dir each
+            if target == PurePosixPath("proc") and isinstance(value, list):
+                for name in value:
+                    if isinstance(name, str) and name not in (".", "..") and "/" not in name:
                         plan.dirs.setdefault(target / name, False)
-        elif kind == "file":
-            data = _redact_file(path, value, result)  # type: ignore[arg-type]
+        elif kind == "file" and isinstance(value, bytes):  # _fs.read_bytes gives bytes
+            data = _redact_file(path, value, result)
             if data is not None:
                 plan.files[target] = data
         elif kind == "link":

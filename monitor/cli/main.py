@@ -90,8 +90,8 @@ def cli(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is None:
         interactive = sys.stdout.isatty() and sys.stdin.isatty()
-        ctx.invoke(cli.commands.get("tui") if interactive and "tui" in cli.commands
-                   else status)
+        tui = cli.commands.get("tui") if interactive else None
+        ctx.invoke(tui or status)
 
 
 @cli.command()

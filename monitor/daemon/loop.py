@@ -598,7 +598,7 @@ def run(config: Config) -> int:
         now_ms(), "daemon", "daemon_started", "info",
         f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
         {"pid": os.getpid(), "interval_s": config.interval_s,
-         "collectors": [c.name for c in sampler.collectors]})  # type: ignore[dict-item]
+         "collectors": [c.name for c in sampler.collectors]})
     try:
         store.add_event(started.kind, started.severity, started.device_id, started.message,
                         dict(started.data), ts_ms=started.ts_ms)

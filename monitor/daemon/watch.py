@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.base import DeviceEvent, Snapshot
+from collectors.base import DeviceEvent, EventValue, ProcessInfo, Snapshot
 from monitor.analysis.measured import measure
 from monitor.analysis.picture import picture_from_snapshot
 from monitor.analysis.predict import judge
@@ -170,7 +170,7 @@ class LoadWatch:
                                       {"model": model_id, "source": "llama-swap"}))
         return events
 
-    def _on_new(self, snap: Snapshot, info) -> list[DeviceEvent]:  # noqa: ANN001
+    def _on_new(self, snap: Snapshot, info: ProcessInfo) -> list[DeviceEvent]:
         spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid),
                              cwd=info.cwd)
         if spec is None or spec.role not in ("server", "runner"):
@@ -190,7 +190,7 @@ class LoadWatch:
             for m in snap.memory if m.pid == info.pid}
         verdicts = judge(est, picture, own)
         model = Path(spec.model_path or spec.model_name or "?").name
-        data: dict[str, int | str | None] = {"pid": info.pid, "model": model,
+        data: dict[str, EventValue] = {"pid": info.pid, "model": model,
                                              "engine": spec.engine}
         for device_id, need in est.by_device().items():
             data[f"estimate_{device_id}"] = need
@@ -236,7 +236,7 @@ class LoadWatch:
                 info = current[key]
                 helpers = [h for h, owner in helper_parents(
                     {p.pid: p for p in snap.processes}).items() if owner == key[0]]
-                data: dict[str, int | str | None] = {"pid": key[0], "load_time_ms":
+                data: dict[str, EventValue] = {"pid": key[0], "load_time_ms":
                                                      snap.ts_ms - state.started_ms}
                 for device_id, held in measured.items():
                     data[f"measured_{device_id}"] = held

@@ -69,10 +69,12 @@ def parse_runner(argv: Sequence[str], env: Mapping[str, str] | None = None) -> L
     """Any form of the runner -> spec with engine "ollama", role "runner"."""
     args = list(argv[2:]) if is_runner(argv) else llamacpp.program_args(argv)
     spec = llamacpp.parse_args(args, env, engine=ENGINE, role="runner", aliases=_GO_ALIASES)
-    changes: dict[str, object] = {}
-    name = blob_name(spec.model_path)
-    if name and spec.model_name is None:
-        changes["model_name"] = name
-    if spec.n_parallel is not None and spec.kv_unified is None:
-        changes["kv_unified"] = False  # an explicit -np leaves the KV split per slot
-    return dataclasses.replace(spec, **changes) if changes else spec
+    model_name = spec.model_name
+    if model_name is None:
+        model_name = blob_name(spec.model_path) or None
+    kv_unified = spec.kv_unified
+    if spec.n_parallel is not None and kv_unified is None:
+        kv_unified = False  # an explicit -np leaves the KV split per slot
+    if (model_name, kv_unified) == (spec.model_name, spec.kv_unified):
+        return spec
+    return dataclasses.replace(spec, model_name=model_name, kv_unified=kv_unified)

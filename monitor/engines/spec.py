@@ -96,8 +96,10 @@ def resolve_paths(spec: LaunchSpec, cwd: str | None) -> LaunchSpec:
     def join(path: str | None) -> str | None:
         return posixpath.join(cwd, path) if path and not path.startswith("/") else path
 
-    changes = {"model_path": join(spec.model_path), "draft_model": join(spec.draft_model),
-               "mmproj": join(spec.mmproj), "lora": tuple(join(p) or p for p in spec.lora)}
-    if all(getattr(spec, k) == v for k, v in changes.items()):
+    model_path, draft_model = join(spec.model_path), join(spec.draft_model)
+    mmproj, lora = join(spec.mmproj), tuple(join(p) or p for p in spec.lora)
+    if (model_path, draft_model, mmproj, lora) == (
+            spec.model_path, spec.draft_model, spec.mmproj, spec.lora):
         return spec
-    return replace(spec, **changes)
+    return replace(spec, model_path=model_path, draft_model=draft_model, mmproj=mmproj,
+                   lora=lora)

@@ -469,7 +469,7 @@ class _Parser:
         self.pos += 8 * n_dims
         ggml_type = self.u32(f"the type of {what}")
         offset = self.u64(f"the offset of {what}")
-        sizes = GGML_QUANT_SIZES.get(ggml_type)  # type: ignore[call-overload]
+        sizes = GGML_QUANT_SIZES.get(ggml_type)
         if sizes is None:
             raise GgufError(self.path, f"{what} has unknown ggml type {ggml_type}")
         block, type_bytes = sizes

@@ -417,15 +417,19 @@ class _HeadTooLarge(Exception):
     pass
 
 
-class _BodyReader:
+class _BodyReader(io.BufferedIOBase):
     """The bytes that came after the head, then the connection's own reader."""
 
-    def __init__(self, prefix: bytes, rest: Any) -> None:
+    def __init__(self, prefix: bytes, rest: io.BufferedIOBase) -> None:
+        super().__init__()
         self.prefix = prefix
         self.rest = rest
 
-    def read(self, n: int = -1) -> bytes:
-        if n < 0:
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1, /) -> bytes:
+        if n is None or n < 0:
             out, self.prefix = self.prefix + self.rest.read(), b""
             return out
         out, self.prefix = self.prefix[:n], self.prefix[n:]
@@ -434,7 +438,9 @@ class _BodyReader:
         return out
 
     def close(self) -> None:
-        self.rest.close()
+        if not self.closed:
+            self.rest.close()
+        super().close()
 
 
 def _head_end(buf: bytearray, start: int) -> int | None:
@@ -560,7 +566,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             parsed = self.parse_request()
         finally:
-            self.rfile = _BodyReader(extra, connection_reader)  # type: ignore[assignment]
+            self.rfile = _BodyReader(extra, connection_reader)
         if not parsed:
             return
         method = getattr(self, "do_" + self.command, None)

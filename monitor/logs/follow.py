@@ -24,7 +24,7 @@ import socket
 import subprocess
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_journal_json
@@ -36,14 +36,13 @@ MAX_BYTES_PER_TICK = 1 << 20
 @dataclass
 class FileTail:
     path: Path
-    parser: KernelLogParser = None  # type: ignore[assignment]  # set in __post_init__
+    parser: KernelLogParser = field(init=False)  # set in __post_init__
     _fd: int | None = None
     _ino: int | None = None
     _buf: bytes = b""
 
     def __post_init__(self) -> None:
-        if self.parser is None:
-            self.parser = KernelLogParser(source=str(self.path))
+        self.parser = KernelLogParser(source=str(self.path))
 
     def _open(self, at_end: bool) -> bool:
         try:
@@ -90,14 +89,13 @@ class JournalTail:
 
     unit: str
     journalctl: str = "journalctl"
-    parser: KernelLogParser = None  # type: ignore[assignment]  # set in __post_init__
+    parser: KernelLogParser = field(init=False)  # set in __post_init__
     _proc: subprocess.Popen[bytes] | None = None
     _buf: bytes = b""
     error: str | None = None
 
     def __post_init__(self) -> None:
-        if self.parser is None:
-            self.parser = KernelLogParser(source=f"journal:{self.unit}")
+        self.parser = KernelLogParser(source=f"journal:{self.unit}")
 
     def start(self) -> bool:
         try:
@@ -165,6 +163,7 @@ class SwapLogTail:
         self.error: str | None = None
         self.connected = False
         self.dropped = 0
+        self._max_lines = max_lines
         self._lines: deque[str] = deque(maxlen=max_lines)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -202,7 +201,7 @@ class SwapLogTail:
                     lines = (pending + chunk).split(b"\n")
                     pending = lines.pop()[-65536:]
                     with self._lock:
-                        room = self._lines.maxlen - len(self._lines)  # type: ignore[operator]
+                        room = self._max_lines - len(self._lines)
                         self.dropped += max(0, len(lines) - room)
                         self._lines.extend(x.decode("utf-8", "replace") for x in lines)
                 self.error = "the stream ended"

@@ -42,7 +42,7 @@ import json
 import re
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from monitor.logs.engine import _OOM as _APP_OOM
 from monitor.logs.engine import _strip_prefix as _strip_llama_prefix
@@ -129,9 +129,6 @@ class OomKill:
         return self.anon_rss_kb + (self.file_rss_kb or 0) + (self.shmem_rss_kb or 0)
 
 
-_OOM_FIELDS = tuple(f.name for f in fields(OomKill))
-
-
 @dataclass(frozen=True, slots=True)
 class KernelEvent:
     kind: str  # "oom_kill" | "oom_invoked" | "xid" | "amdgpu_error" | "oomd_kill" | "app_oom"
@@ -145,12 +142,20 @@ class KernelEvent:
     @property
     def oom_kill(self) -> OomKill | None:
         """The OomKill of an ``oom_kill`` event (rebuilt from ``data``)."""
-        if self.kind != "oom_kill":
+        d = self.data
+        pid = _opt_int(d.get("pid"))
+        if self.kind != "oom_kill" or pid is None:
             return None
-        try:
-            return OomKill(**{name: self.data.get(name) for name in _OOM_FIELDS})  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001
-            return None
+        return OomKill(
+            pid=pid, comm=_opt_str(d.get("comm")) or "",
+            total_vm_kb=_opt_int(d.get("total_vm_kb")),
+            anon_rss_kb=_opt_int(d.get("anon_rss_kb")),
+            file_rss_kb=_opt_int(d.get("file_rss_kb")),
+            shmem_rss_kb=_opt_int(d.get("shmem_rss_kb")), uid=_opt_int(d.get("uid")),
+            pgtables_kb=_opt_int(d.get("pgtables_kb")),
+            oom_score_adj=_opt_int(d.get("oom_score_adj")),
+            constraint=_opt_str(d.get("constraint")), memcg=_opt_str(d.get("memcg")),
+            task_memcg=_opt_str(d.get("task_memcg")), ts_usec=_opt_int(d.get("ts_usec")))
 
 
 # --- record formats -------------------------------------------------------------------
@@ -277,6 +282,15 @@ _PYTORCH = re.compile(
 )
 _KERNEL_OOM_WORDS = ("Kill process", "Killed process", "oom-kill", "invoked oom",
                      "no killable", "oom_reaper")
+
+
+def _opt_int(value: object) -> int | None:
+    """``value`` when it is an int (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _int(text: str | None) -> int | None:
@@ -480,8 +494,8 @@ class KernelLogParser:
         elif prefix.startswith("Out of memory"):
             summary.setdefault("scope", "global")
         uid = _int(m.group(7))
-        if uid is None and isinstance(summary.get("uid"), int):
-            uid = summary["uid"]  # type: ignore[assignment]
+        if uid is None:
+            uid = _opt_int(summary.get("uid"))
         kill = OomKill(
             pid=pid,
             comm=m.group(2),
@@ -492,9 +506,9 @@ class KernelLogParser:
             uid=uid,
             pgtables_kb=_int(m.group(8)),
             oom_score_adj=_int(m.group(9)),
-            constraint=summary.get("constraint"),  # type: ignore[arg-type]
-            memcg=summary.get("memcg"),  # type: ignore[arg-type]
-            task_memcg=summary.get("task_memcg"),  # type: ignore[arg-type]
+            constraint=_opt_str(summary.get("constraint")),
+            memcg=_opt_str(summary.get("memcg")),
+            task_memcg=_opt_str(summary.get("task_memcg")),
             ts_usec=ts,
         )
         extra = {k: summary.get(k) for k in ("nodemask", "cpuset", "mems_allowed", "scope")}
@@ -506,11 +520,11 @@ class KernelLogParser:
         _, data, ts = self._summaries.pop(pid)
         kill = OomKill(
             pid=pid, comm=str(data.get("comm") or ""), total_vm_kb=None, anon_rss_kb=None,
-            file_rss_kb=None, shmem_rss_kb=None, uid=data.get("uid"),  # type: ignore[arg-type]
+            file_rss_kb=None, shmem_rss_kb=None, uid=_opt_int(data.get("uid")),
             pgtables_kb=None, oom_score_adj=None,
-            constraint=data.get("constraint"),  # type: ignore[arg-type]
-            memcg=data.get("memcg"),  # type: ignore[arg-type]
-            task_memcg=data.get("task_memcg"),  # type: ignore[arg-type]
+            constraint=_opt_str(data.get("constraint")),
+            memcg=_opt_str(data.get("memcg")),
+            task_memcg=_opt_str(data.get("task_memcg")),
             ts_usec=ts,
         )
         extra = {k: data.get(k) for k in ("nodemask", "cpuset", "mems_allowed", "scope")}

@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.base import DeviceEvent, DeviceSample
+from collectors.base import DeviceEvent, DeviceSample, EventValue, Severity
 from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_kmsg_record
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_TICK = 2000
-SEVERITY = {"oom_kill": "critical", "oomd_kill": "critical", "xid": "critical",
+SEVERITY: dict[str, Severity] = {"oom_kill": "critical", "oomd_kill": "critical", "xid": "critical",
             "amdgpu_error": "warning", "oom_invoked": "warning", "app_oom": "critical",
             "engine_oom": "critical"}
 
@@ -118,7 +118,8 @@ def to_device_events(events: list[KernelEvent], now_ms: int,
             ts = int(e.ts_usec / 1000 + offset)
         elif e.ts_usec is not None:
             ts = e.ts_usec // 1000
-        data = {k: v for k, v in e.data.items() if isinstance(v, int | str | float) or v is None}
+        data: dict[str, EventValue] = {
+            k: v for k, v in e.data.items() if isinstance(v, int | str | float) or v is None}
         data["pid"] = e.pid
         data["comm"] = e.comm
         pci = e.data.get("pci")
@@ -129,5 +130,5 @@ def to_device_events(events: list[KernelEvent], now_ms: int,
             amd = [d.device_id for d in devices if d.vendor == "amd" and d.pci_bus_id]
             device = amd[0] if len(amd) == 1 else device
         out.append(DeviceEvent(ts, device, e.kind, SEVERITY.get(e.kind, "warning"), e.message,
-                               data))  # type: ignore[arg-type]
+                               data))
     return out

@@ -18,7 +18,7 @@ import os
 import stat
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -38,7 +38,7 @@ def _why(exc: OSError, where: str) -> OutDirError:
     return OutDirError(f"cannot write {where}: {exc.strerror or exc}")
 
 
-def _parts(rel: str | Path) -> tuple[str, ...]:
+def _parts(rel: str | PurePath) -> tuple[str, ...]:
     parts = Path(rel).parts
     if not parts or any(p in ("", ".", "..") or "/" in p for p in parts):
         raise OutDirError(f"refusing the path {str(rel)!r} inside the folder")
@@ -128,7 +128,7 @@ class OutDir:
     def _show(self, parts: tuple[str, ...]) -> str:
         return str(self.path.joinpath(*parts))
 
-    def mkdir(self, rel: str | Path, mode: int | None = None) -> None:
+    def mkdir(self, rel: str | PurePath, mode: int | None = None) -> None:
         """Make a folder (and its parents); an existing real folder is fine."""
         parts = _parts(rel)
         with self._parent(parts) as parent:
@@ -139,7 +139,7 @@ class OutDir:
             finally:
                 os.close(fd)
 
-    def write_file(self, rel: str | Path, data: bytes, mode: int = 0o644) -> None:
+    def write_file(self, rel: str | PurePath, data: bytes, mode: int = 0o644) -> None:
         """Create a new file holding ``data``; refused if anything is already there."""
         parts = _parts(rel)
         with self._parent(parts) as parent:
@@ -154,7 +154,7 @@ class OutDir:
             finally:
                 os.close(fd)
 
-    def symlink(self, rel: str | Path, target: str) -> None:
+    def symlink(self, rel: str | PurePath, target: str) -> None:
         """Create a link (its target is only text to us; nothing is written through it)."""
         parts = _parts(rel)
         with self._parent(parts) as parent:

@@ -302,7 +302,8 @@ def sparkline(points: list[tuple[float, float]], start: float, end: float,
         if t < start or t > end:
             continue
         i = min(int((t - start) / span * width), width - 1)
-        cols[i] = v if cols[i] is None else max(cols[i], v)
+        prev = cols[i]
+        cols[i] = v if prev is None else max(prev, v)
     top = max((c for c in cols if c is not None), default=0)
     out = []
     for c in cols:
@@ -441,11 +442,12 @@ def render_text(doc: dict, width: int | None = None) -> str:
     for s in series:
         out.extend(_wrap(s.label + (f", total {fmt_bytes(s.total)}" if s.total else ""),
                          width, "  ", "    "))
-        st = _stats(s.points)
-        if st is None or xr is None:
+        low_high_last = _stats(s.points)
+        if low_high_last is None or xr is None:
             out.append("    (no samples)")
             continue
-        stats = f"min {fmt_bytes(st[0])}  max {fmt_bytes(st[1])}  last {fmt_bytes(st[2])}"
+        low, high, last = low_high_last
+        stats = f"min {fmt_bytes(low)}  max {fmt_bytes(high)}  last {fmt_bytes(last)}"
         sw = min(SPARK_WIDTH, width - 6)
         spark = sparkline(s.points, xr[0], xr[1], sw)
         line = f"    |{spark}|  {stats}"
@@ -508,7 +510,7 @@ def _time_ticks(start: float, end: float, target: int = 8) -> list[float]:
     step = next((s for s in TIME_STEPS_S if span_s / s <= target), None)
     step_ms = (step or math.ceil(span_s / target / 86400) * 86400) * 1000
     first = math.ceil(start / step_ms) * step_ms
-    ticks = []
+    ticks: list[float] = []
     t = first
     while t <= end and len(ticks) < 100:
         ticks.append(t)
@@ -614,11 +616,11 @@ def render_svg(doc: dict) -> str:
 
     # death marker
     if death is not None and xr is not None:
-        x = _f(sx(death))
-        parts.append(f'<g class="death-marker"><line x1="{x}" y1="{PLOT_TOP}" x2="{x}" '
+        death_x = _f(sx(death))
+        parts.append(f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
                      f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
                      'stroke-dasharray="3 3"/>'
-                     f'<text x="{x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
+                     f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
                      f"died {fmt_hms(death)}</text></g>")
 
     # legend
@@ -756,11 +758,12 @@ def render_html(doc: dict) -> str:
     if loading:
         lrows = []
         for item in loading:
-            lp, st = _num(item.get("pid")), _num(item.get("started_ms"))
-            before = fmt_dur(death - st) if st is not None and death is not None else "?"
+            lp, started = _num(item.get("pid")), _num(item.get("started_ms"))
+            before = (fmt_dur(death - started)
+                      if started is not None and death is not None else "?")
             lrows.append(["?" if lp is None else str(int(lp)), _h(item.get("comm")),
                           _h(item.get("model")) if item.get("model") else "-",
-                          escape(fmt_hms(st)), escape(before)])
+                          escape(fmt_hms(started)), escape(before)])
         out.append("<section><h2>Loading at the time</h2>"
                    + _table(("pid", "process", "model", "since (UTC)", "before death"), lrows,
                             numeric_from=3) + "</section>")

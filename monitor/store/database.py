@@ -263,6 +263,7 @@ class Store:
             reason = exc.strerror if isinstance(exc, OSError) else exc
             raise StoreError(f"cannot create the database {path}: {reason}") from exc
         recovered_from = None
+        moved: Path | None = None
         try:
             problem = _healthy(conn, path)
         except StoreError:
@@ -289,7 +290,7 @@ class Store:
             conn.close()
             raise StoreError(f"cannot prepare the database {path}: {exc}") from exc
         store = cls(db, path, recovered_from)
-        if recovered_from:
+        if moved is not None:
             store.add_event("database_recovered", "warning", str(path),
                             f"the previous database was corrupt and was moved to {moved}",
                             {"moved_to": str(moved), "problem": problem})

@@ -106,7 +106,7 @@ def _run(db: Database, script: str) -> None:
 @migrations()
 def m002_device_mig_mode(db: Database) -> None:
     """NVIDIA MIG mode, known per device (issue 3)."""
-    db["devices"].add_column("mig_enabled", int)
+    db.table("devices").add_column("mig_enabled", int)
 
 
 @migrations()
@@ -140,7 +140,7 @@ def m004_hidden_samples(db: Database) -> None:
 def m005_process_cwd(db: Database) -> None:
     """The working directory of each process (``/proc/PID/cwd``): relative model paths on
     its command line resolve against it (issue 16)."""
-    db["processes"].add_column("cwd", str)
+    db.table("processes").add_column("cwd", str)
 
 
 @migrations()
@@ -149,7 +149,7 @@ def m006_exit_status(db: Database) -> None:
     dump, the cause monitor/analysis/exits.py gave it and where the status came from."""
     for name, kind in (("exit_code", int), ("exit_signal", int), ("core_dumped", int),
                        ("exit_cause", str), ("exit_source", str)):
-        db["processes"].add_column(name, kind)
+        db.table("processes").add_column(name, kind)
 
 
 @migrations()

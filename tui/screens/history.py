@@ -4,12 +4,15 @@ windows, its per-minute rollups for long ones)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Label, Sparkline, Static
 from textual.worker import get_current_worker
 
@@ -17,12 +20,21 @@ from tui.format import plain, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
 
+if TYPE_CHECKING:
+    from textual import getters
+
+    from tui.app import VramscopeApp
+
+
 WINDOWS = {"5m": 300_000, "1h": 3600_000, "24h": 86400_000, "7d": 7 * 86400_000,
            "30d": 30 * 86400_000}
 
 
 class HistoryScreen(Screen):
     """Sparklines of used memory, one per device and one per model."""
+
+    if TYPE_CHECKING:  # Textual's typed ``app`` (textual.getters.app), for the checker only
+        app = getters.app(VramscopeApp)
 
     BINDINGS = [
         Binding("1", "window('5m')", "5 min"),
@@ -59,7 +71,7 @@ class HistoryScreen(Screen):
     def _now(self) -> int:
         if self.frame is not None:
             return self.frame.ts_ms
-        return self.app.now_ms()  # type: ignore[attr-defined]
+        return self.app.now_ms()
 
     def load(self, window: str) -> None:
         self.query_one("#history-title", Static).update(f"[b]memory used, last {window}[/b] "
@@ -70,7 +82,7 @@ class HistoryScreen(Screen):
     def fetch(self, window: str, now: int) -> None:
         worker = get_current_worker()
         try:
-            series = self.app.source.history(None, now - WINDOWS[window], now)  # type: ignore[attr-defined]
+            series = self.app.source.history(None, now - WINDOWS[window], now)
         except Exception as exc:
             self.post_message(SourceFailed(str(exc)))
             return
@@ -95,7 +107,7 @@ class HistoryScreen(Screen):
         if not series:
             box.mount(Label("no samples in this window"))
             return
-        widgets = []
+        widgets: list[Widget] = []
         for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
             points = series[label]
             values = [v for _, v in points]

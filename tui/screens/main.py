@@ -8,6 +8,7 @@ thread worker; results come back as replaceable messages.
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -29,6 +30,12 @@ from tui.widgets.events_pane import EventsPane
 from tui.widgets.models_table import ModelsTable
 from tui.widgets.time_cursor import TimeCursor
 
+if TYPE_CHECKING:
+    from textual import getters
+
+    from tui.app import VramscopeApp
+
+
 REPLAY_WINDOW_MS = 3600_000
 
 
@@ -46,6 +53,9 @@ class StatusLine(Widget):
 
 class MainScreen(Screen):
     """Live (or replayed) memory map of the box."""
+
+    if TYPE_CHECKING:  # Textual's typed ``app`` (textual.getters.app), for the checker only
+        app = getters.app(VramscopeApp)
 
     BINDINGS = [
         Binding("r", "refresh", "Refresh"),
@@ -119,7 +129,7 @@ class MainScreen(Screen):
     def fetch_latest(self) -> None:
         worker = get_current_worker()
         try:
-            frame = self.app.source.latest()  # type: ignore[attr-defined]
+            frame = self.app.source.latest()
         except Exception as exc:  # any failure is a message on screen
             self.post_message(SourceFailed(str(exc) or type(exc).__name__))
             return
@@ -129,7 +139,7 @@ class MainScreen(Screen):
     @work(thread=True, exclusive=True, group="replay")
     def fetch_at(self, ts_ms: int, want_ticks: bool) -> None:
         worker = get_current_worker()
-        source = self.app.source  # type: ignore[attr-defined]
+        source = self.app.source
         try:
             frame = source.at(ts_ms)
             ticks = (source.ticks(frame.ts_ms - REPLAY_WINDOW_MS, frame.ts_ms + REPLAY_WINDOW_MS)

@@ -10,15 +10,20 @@ total (monitor/analysis/measured.py, the figure the models table shows)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from textual.content import Content, Span
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
 from monitor.analysis.picture import DevicePicture
 from tui.format import safe, size
+
+if TYPE_CHECKING:
+    from tui.source import Frame
 
 PALETTE = ("$primary", "$accent", "$secondary", "$success", "$primary-lighten-2",
            "$accent-lighten-2", "$secondary-lighten-2", "$success-lighten-2")
@@ -72,8 +77,9 @@ class DevicePanel(Widget):
     a repaint only when the drawn text or its styles change: new samples often move
     bytes that the panel rounds away)."""
 
-    def __init__(self, data: PanelData | None = None, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, data: PanelData | None = None, *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.set_reactive(DevicePanel.data, data)
         self._drawn: tuple[PanelData | None, int, Content] | None = None
         """(data, width, content) of the last ``render``."""
@@ -98,7 +104,7 @@ class DevicePanel(Widget):
             return 0
         return 5 if data.picture.memory_kind == "unified" else 4
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self._lines_for(self.data)
 
     def _width(self) -> int:
@@ -229,7 +235,7 @@ class DevicePanel(Widget):
         return Content.styled(" · ".join(bits), "$text-muted")
 
 
-def panels_from_frame(frame, projected: dict[str, int] | None = None,  # noqa: ANN001
+def panels_from_frame(frame: Frame, projected: dict[str, int] | None = None,
                       verdicts: dict[str, str] | None = None,
                       projected_label: str = "projected") -> list[PanelData]:
     """One PanelData per device of a Frame (host RAM last), models labelled by file name."""

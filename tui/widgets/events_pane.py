@@ -26,8 +26,8 @@ class EventsPane(DataTable):
 
         event: EventRow
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", show_header=False, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(cursor_type="row", show_header=False, id=id, classes=classes)
         self._events: list[EventRow] | None = None
 
     def on_mount(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
 from textual.message import Message
@@ -29,15 +30,15 @@ class ModelsTable(DataTable):
 
         row: ModelRow | None
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         # Before DataTable's __init__, whose reactives clear the caches.
-        self._cells = LRUCache[tuple, object](4096)
+        self._cells = LRUCache[tuple, list[list[Segment]]](4096)
         """Rendered cells keyed by their value (see ``_render_cell``)."""
         self._lines = LRUCache[tuple, Strip](1024)
         """Rendered lines keyed by their row's values (see ``_render_line``)."""
         self._cell_updates = 0
         """How many of DataTable's update counts are our own ``update_cell`` calls."""
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="row", zebra_stripes=True, id=id, classes=classes)
         self._rows: dict[str, ModelRow] = {}
 
     def on_mount(self) -> None:
@@ -86,12 +87,14 @@ class ModelsTable(DataTable):
         return self._update_count - self._cell_updates
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False):  # noqa: ANN202
+                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
         try:
             if row_index < 0 or column_index < 0:
                 raise LookupError  # the header and row labels: DataTable's own cache
             row_key = self._row_locations.get_key(row_index)
             column_key = self._column_locations.get_key(column_index)
+            if row_key is None or column_key is None:
+                raise LookupError
             key = (self._structure(), row_key, column_key, self._data[row_key][column_key],
                    row_index, column_index, base_style, width, cursor, hover,
                    self._show_hover_cursor, self._pseudo_class_state)

@@ -10,6 +10,8 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from email.message import Message
+from typing import IO, NoReturn
 
 from monitor.integrations.loopback import loopback_url
 
@@ -20,7 +22,8 @@ _MAX_RUNNING_BYTES = 4 << 20
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: Message, newurl: str) -> NoReturn:
         raise urllib.error.HTTPError(req.full_url, code, f"redirect refused: {msg}", headers, fp)
 
 

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -581,7 +581,7 @@ def _routing(
 ) -> tuple[yaml.Node | None, yaml.Node | None]:
     """(groups node, matrix node) after the legacy/new-style normalisation of load.go."""
 
-    def present(node: yaml.Node | None) -> bool:
+    def present(node: yaml.Node | None) -> TypeGuard[yaml.Node]:
         return node is not None and not _is_null(node)
 
     legacy_groups = top.get("groups", (None, None))[1]
