@@ -181,13 +181,13 @@ class FrameBuilder:
         picture = picture_from_snapshot(snap, self.margin_bytes)
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
-        rows = [self._row(snap, picture, devices, info,
-                          [h for h, owner in helpers.items() if owner == info.pid],
-                          assessments, missing)
-                for info in snap.processes
-                if info.engine in ESTIMATED
-                and info.pid not in helpers]
-        rows = [r for r in rows if r is not None]
+        built = [self._row(snap, picture, devices, info,
+                           [h for h, owner in helpers.items() if owner == info.pid],
+                           assessments, missing)
+                 for info in snap.processes
+                 if info.engine in ESTIMATED
+                 and info.pid not in helpers]
+        rows = [r for r in built if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
 
