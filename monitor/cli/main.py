@@ -307,8 +307,9 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
       vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
     Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
     """
-    from monitor.cli.predict import PredictRequest, render_text, run_predict
+    from monitor.cli.predict import PredictRequest, run_predict
     from monitor.gguf.reader import GgufError
+    from monitor.report.predict import render_text, to_json
     from monitor.store.database import StoreError
 
     cfg = load_config(**kwargs)
@@ -323,16 +324,15 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             raise UserError(f"--bw {item}: the bandwidth must be a positive number of GB/s")
     if swap_config is None:
         swap_config = cfg.swap_config  # [llama_swap] config
-    if swap_config is not None and len(target) == 1 and target[0] != "--":
-        req = PredictRequest([], model_id=target[0])
-    else:
-        req = PredictRequest(list(target))
-    req.state, req.at, req.swap_config, req.swap_url = state, at_time, swap_config, swap_url
-    req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
-    req.cgroup, req.unit = cgroup_path, unit
+    model_id = target[0] if swap_config is not None and len(target) == 1 and \
+        target[0] != "--" else None
+    req = PredictRequest([] if model_id is not None else list(target), model_id=model_id,
+                         state=state, at=at_time, swap_config=swap_config, swap_url=swap_url,
+                         margin_gib=margin_gib, want_fit_ctx=want_fit_ctx, bandwidth_gbs=bw,
+                         cgroup=cgroup_path, unit=unit)
     try:
-        doc, code = run_predict(cfg, req)
-        text = doc if as_json else render_text(doc)
+        result = run_predict(cfg, req)
+        text = to_json(result) if as_json else render_text(result)
     except (ValueError, GgufError, OSError, StoreError) as exc:
         raise UserError(str(exc)) from None
     except Exception as exc:  # exit 1 means OOM: a failure must not read as one
@@ -340,7 +340,7 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         raise UserError(f"predict failed: {detail}") from None
     click.echo(text if as_json else terminal_safe_lines(text))
-    sys.exit(code)
+    sys.exit(result.exit_code)
 
 
 @cli.command()

@@ -338,10 +338,11 @@ class HttpServer:
         try:
             from monitor.cli.predict import PredictRequest, run_predict
             from monitor.gguf.reader import GgufError
+            from monitor.report.predict import to_json
 
             req = PredictRequest(request["command"], margin_gib=request["margin_gib"])
             try:
-                doc, _code = run_predict(self.config, req, snapshot=snap)
+                doc = to_json(run_predict(self.config, req, snapshot=snap))
             except GgufError as exc:
                 raise _RequestError(400, _gguf_message(exc)) from None
             except OSError as exc:  # any other file the command names: the same answer
