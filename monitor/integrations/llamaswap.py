@@ -68,6 +68,8 @@ from typing import Any
 
 import yaml
 
+from monitor.errors import InputError
+
 __all__ = [
     "DEFAULT_GROUP_ID",
     "SwapConfig",
@@ -96,7 +98,7 @@ _MAX_RUNNING_BYTES = 4 << 20
 _MAX_CMD_CHARS = 1 << 20  # a cmd whose macros expand past this is refused (nested macros)
 
 
-class SwapConfigError(ValueError):
+class SwapConfigError(InputError):
     """A llama-swap config vramscope cannot use; the message is one line."""
 
 

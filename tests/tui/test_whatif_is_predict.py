@@ -92,3 +92,24 @@ async def test_the_dialogs_answer_is_predict_json_for_a_llama_swap_model(
         assert dialog.result is not None, str(dialog.query_one("#verdict").render())
         assert to_json(dialog.result) + "\n" == expected
 
+
+
+@sync
+async def test_the_dialog_shows_a_user_error_as_one_line(models, tmp_path: Path) -> None:
+    """The CLI's one-line error, in the dialog: a model file that does not exist."""
+    snaps = full_gpu(models)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(status_json(snaps[0])))
+    missing = tmp_path / "missing.gguf"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "monitor", "predict", "--state", str(state),
+                           "--", "llama-server", "-m", str(missing)], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=ROOT)
+    assert done.returncode == 2
+    cli_line = done.stderr.strip().removeprefix("vramscope: error: ")
+    app = VramscopeApp(FakeSource(snaps), refresh_s=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        dialog = await ask_dialog(app, pilot, f"llama-server -m {missing}")
+        shown = str(dialog.query_one("#verdict").render())
+        assert dialog.result is None
+        assert shown == f"cannot predict: {cli_line}"

@@ -95,15 +95,12 @@ class WhatIfScreen(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="whatif")
     def run_prediction(self, command: str, model_id: str | None) -> None:
         worker = get_current_worker()
-        from monitor.errors import VramscopeError
+        from monitor.errors import describe
 
         try:
             message = PredictionReady(predict_for(self.app, self.frame, command, model_id))
-        except VramscopeError as exc:  # a bad command, an unreadable model: one line
-            message = PredictionReady(None, exc.one_line())
-        except Exception as exc:  # shown in the dialog, never a traceback
-            message = PredictionReady(None, " ".join(
-                f"{type(exc).__name__}: {exc}".split())[:300])
+        except Exception as exc:  # one line in the dialog (as the CLI's), never a traceback
+            message = PredictionReady(None, describe(exc))
         if not worker.is_cancelled:
             self.post_message(message)
 
