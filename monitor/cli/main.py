@@ -31,7 +31,7 @@ class _OneLine(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click: a class default, per error
 
     def show(self, file: Any = None) -> None:
         click.echo(f"vramscope: error: {terminal_safe(self.message)}", err=True)

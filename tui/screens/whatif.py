@@ -49,7 +49,7 @@ class WhatIfScreen(ModalScreen[None]):
         return self.result.prediction if self.result is not None else None
 
     def compose(self) -> ComposeResult:
-        swap = getattr(self.app, "swap_models", lambda: [])()
+        swap: list[str] = getattr(self.app, "swap_models", lambda: [])()
         with Vertical(id="whatif"):
             yield Label("[b]what if I load…[/b]")
             if swap:
@@ -90,15 +90,15 @@ class WhatIfScreen(ModalScreen[None]):
                 "[$warning]paste a command line or choose a model[/]")
             return
         self.query_one("#verdict", Static).update("[$text-muted]estimating…[/]")
-        self.run_prediction(command, model_id)
+        self.run_prediction(self.frame, command, model_id)
 
     @work(thread=True, exclusive=True, group="whatif")
-    def run_prediction(self, command: str, model_id: str | None) -> None:
+    def run_prediction(self, frame: Frame, command: str, model_id: str | None) -> None:
         worker = get_current_worker()
         from monitor.errors import describe
 
         try:
-            message = PredictionReady(predict_for(self.app, self.frame, command, model_id))
+            message = PredictionReady(predict_for(self.app, frame, command, model_id))
         except Exception as exc:  # one line in the dialog (as the CLI's), never a traceback
             message = PredictionReady(None, describe(exc))
         if not worker.is_cancelled:
@@ -121,7 +121,7 @@ class WhatIfScreen(ModalScreen[None]):
         from monitor.analysis.predict import need_by_device
 
         need = need_by_device(result.estimate, message.result.picture)
-        verdicts = {d.device_id: d.verdict for d in result.devices}
+        verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
         style = {"oom": "$error", "tight": "$warning"}.get(result.verdict, "$success")
         model = (result.estimate.model_path or '-').split('/')[-1]
         headline = result.verdict.upper()
