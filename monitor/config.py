@@ -22,12 +22,13 @@ from typing import Any
 
 from collectors.base import CollectorOptions, Roots
 from collectors.registry import REGISTRY
+from monitor.errors import InputError
 from monitor.store.retention import Retention
 
 DB_NAME = "vramscope.db"
 
 
-class ConfigError(Exception):
+class ConfigError(InputError):
     """A configuration problem, phrased for the user in one line."""
 
 

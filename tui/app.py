@@ -18,6 +18,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from collectors.base import Roots
+from monitor.errors import VramscopeError, describe
 from tui.format import safe
 from tui.screens.main import MainScreen
 from tui.source import (
@@ -61,8 +62,8 @@ class VramscopeApp(App[None]):
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
                 except Exception as exc:
-                    self.notify(safe(f"cannot read {self.swap_config}: {exc}"), severity="error",
-                                markup=False)
+                    self.notify(safe(f"cannot read {self.swap_config}: {describe(exc)}"),
+                                severity="error", markup=False)
         return self._swap_models
 
     def on_mount(self) -> None:
@@ -157,7 +158,7 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
         source, at_ms = open_source(db, at, default_db=default_db, roots=roots,
                                     enabled=enabled, builder=FrameBuilder(**kwargs) if kwargs
                                     else None, live=live)
-    except (SourceError, ValueError) as exc:
+    except (VramscopeError, ValueError) as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
     VramscopeApp(source, refresh_s, at_ms=at_ms, swap_config=swap_config).run()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
+from monitor.errors import VramscopeError
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
     from monitor.analysis.assess import Assessment, Launch
@@ -92,7 +93,7 @@ class Frame:
         return self.snapshot.ts_ms
 
 
-class SourceError(Exception):
+class SourceError(VramscopeError):
     """The source cannot be read (no database, not a vramscope database, ...)."""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from monitor.errors import UsageError
 from monitor.estimate.model import MemoryEstimate
 
 
@@ -37,7 +38,7 @@ def _seconds(est: MemoryEstimate, names: tuple[str, ...], bandwidth: dict[str, f
         if c.name in names and c.when == "load":
             bw = bandwidth.get(c.device) or bandwidth.get("host")
             if not bw:
-                raise ValueError(f"no bandwidth known for {c.device} (give --bw {c.device}=GB/s)")
+                raise UsageError(f"no bandwidth known for {c.device} (give --bw {c.device}=GB/s)")
             scale = active if c.name.endswith("weights") else 1.0
             total += c.bytes * scale / bw
     return total

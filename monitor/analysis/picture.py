@@ -37,6 +37,7 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
+from monitor.errors import InputError
 from monitor.units import GIB
 
 DEFAULT_MARGIN_BYTES = GIB // 2
@@ -194,7 +195,7 @@ def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYT
 def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
     """A recorded ``vramscope status --json`` document back into a Snapshot."""
     if doc.get("schema") != "vramscope.status/1":
-        raise ValueError("not a vramscope status --json document (schema "
+        raise InputError("not a vramscope status --json document (schema "
                          f"{doc.get('schema')!r}, expected 'vramscope.status/1')")
     device_fields = set(DeviceSample.__dataclass_fields__)
     devices = tuple(DeviceSample(**{k: v for k, v in d.items() if k in device_fields})
@@ -222,4 +223,4 @@ def load_state(path: Path) -> Snapshot:
     try:
         return snapshot_from_status_json(json.loads(path.read_text()))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"cannot read the state file {path}: {exc}") from None
+        raise InputError(f"cannot read the state file {path}: {exc}") from None

@@ -17,20 +17,31 @@ With no ``-c`` and ``--fit`` on, llama.cpp's own fit chooses the context: the la
 steps of 256 per stream) that leaves ``-fitt`` MiB (1024) free on each device, never
 below ``-fitc`` (4096) (estimation.md 1e). :func:`llama_fit` simulates it, and that
 context is what is judged.
+
+The one workflow: a :class:`PredictRequest` and the box state (a snapshot) go into
+:func:`answer`, a :class:`PredictResult` comes out; the CLI (monitor/cli/predict.py adds
+the live sample, ``--state``/``--at`` and the launch's cgroup), the HTTP API and the TUI's
+what-if dialog all call it, and monitor/report/predict.py renders the result as text or
+as the ``vramscope.predict/1`` JSON document.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from monitor.analysis.picture import Picture, ProcessUse
+from monitor.analysis.picture import Picture, ProcessUse, picture_from_snapshot
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate, estimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
-from monitor.units import MIB
+from monitor.units import GIB, MIB
+from monitor.units import gib_number as _gib
+
+if TYPE_CHECKING:
+    from collectors.base import CgroupMemory, Snapshot
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
@@ -86,8 +97,7 @@ class Prediction:
 
     @property
     def verdict(self) -> Verdict:
-        worst = max((d.verdict for d in self.devices), key=_ORDER.__getitem__, default="fits")
-        return worst
+        return _worst(self.devices)
 
     @property
     def grown_verdict(self) -> Verdict | None:
@@ -218,11 +228,11 @@ def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
     fewer weight bytes than the current draft, smallest last so the list reads down."""
     if not spec.draft_model or not spec.model_path:
         return []
+    reader: Callable[[str], Any]
     if read_header is None:
         from monitor.gguf.reader import read_header as reader
     else:
         reader = read_header
-    from pathlib import Path
 
     try:
         target = reader(spec.model_path)
@@ -440,3 +450,250 @@ def predict(spec: LaunchSpec, picture: Picture, devices: Sequence[DeviceInfo],
         notes.append("no device with a known free figure: nothing to judge")
     return Prediction(base, verdicts, tuple(p.name for p in evicted), tuple(fixes),
                       tuple(notes), grown, tuple(bounds), fit)
+
+
+# --------------------------------------------------------------------------- the workflow
+
+EXIT_FITS, EXIT_OOM = 0, 1
+EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill
+
+
+@dataclass
+class PredictRequest:
+    """One question: will this launch (``command``, or llama-swap's ``model_id``) fit?
+    ``state``/``at`` and the cgroup fields are read by the CLI's edge (what box state, which
+    cgroup); :func:`answer` reads the rest."""
+
+    command: list[str]
+    model_id: str | None = None
+    state: Path | None = None
+    at: str | None = None
+    swap_config: Path | None = None
+    swap_url: str | None = None
+    margin_gib: float = 0.5
+    want_fit_ctx: bool = False
+    bandwidth_gbs: dict[str, float] = field(default_factory=dict)
+    cgroup: str | None = None  # --cgroup PATH: the memory cgroup the launch will run in
+    unit: str | None = None  # --unit NAME: a systemd unit's cgroup (system.slice/NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftBaseline:
+    """The same model without the draft, with the most GPU layers that fit."""
+
+    change: str  # "no draft, -ngl N"
+    tokens_per_s_ceiling: float
+    draft_must_accept_per_pass: float  # accepted draft tokens per pass to break even
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthCeiling:
+    """The memory-bandwidth bound on decoding (monitor/analysis/bandwidth.py), rounded to
+    0.01 tokens/s."""
+
+    tokens_per_s_ceiling: float
+    with_all_drafts_accepted: float
+    baseline: DraftBaseline | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PredictResult:
+    """The answer to a :class:`PredictRequest`: the verdicts (``prediction``), the picture
+    they were judged against, the workflow's own notes (the launch's cgroup, llama-swap),
+    ``--fit-ctx`` and ``--bw``'s answers, and the exit code a script reads."""
+
+    prediction: Prediction
+    picture: Picture
+    notes: tuple[str, ...] = ()  # before the prediction's and the estimate's own notes
+    want_fit_ctx: bool = False
+    fit_ctx: int | None = None  # the largest -c that fits (asked with want_fit_ctx)
+    bandwidth: BandwidthCeiling | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.prediction.verdict
+
+    @property
+    def all_notes(self) -> tuple[str, ...]:
+        return self.notes + self.prediction.notes + tuple(self.prediction.estimate.notes)
+
+    @property
+    def exit_code(self) -> int:
+        """0 fits (at load and once the caches fill), 1 OOM at load (or no -c fits when
+        ``--fit-ctx`` asked), 3 OOM once the caches fill."""
+        if self.verdict == "oom" or (self.want_fit_ctx and self.fit_ctx is None):
+            return EXIT_OOM
+        return EXIT_GROWS_OOM if self.prediction.grown_verdict == "oom" else EXIT_FITS
+
+
+def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
+    from monitor.engines import parse_command
+
+    spec = parse_command(list(argv))
+    return spec.model_path if spec is not None else None
+
+
+def running_servers(picture: Picture) -> list[ProcessUse]:
+    seen: dict[int, ProcessUse] = {}
+    for pic in picture.devices.values():
+        for use in pic.processes:
+            if use.engine is not None and use.pid not in seen:
+                seen[use.pid] = use
+    return list(seen.values())
+
+
+def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[ProcessUse],
+                                                                 list[str]]:
+    """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``."""
+    from monitor.integrations import llamaswap
+
+    if req.swap_config is None:
+        raise EstimateError("predicting a llama-swap model needs --swap-config FILE (or "
+                            "[llama_swap] config in the config file)")
+    config = llamaswap.load_config(req.swap_config)
+    target = llamaswap.resolve(config, req.model_id or "")
+    servers = running_servers(picture)
+    by_path = {_model_of(u.argv): u for u in servers}
+    running: dict[str, ProcessUse] = {}
+    notes = []
+    if req.swap_url:
+        states = llamaswap.fetch_running(req.swap_url)
+        ids = [m for m, state in states.items() if state not in ("stopped", "shutdown")]
+    else:
+        ids = [m.model_id for m in config.models.values() if _model_of(m.cmd) in by_path]
+        notes.append("running models matched by their -m path (give --swap-url for "
+                     "llama-swap's own /running)")
+    for model_id in ids:
+        model = config.models.get(model_id)
+        path = _model_of(model.cmd) if model else None
+        if path in by_path:
+            running[model_id] = by_path[path]
+    evict_ids = llamaswap.evictions(config, list(ids), target.model_id)
+    evicted = [running[m] for m in evict_ids if m in running]
+    if evict_ids:
+        notes.append(f"llama-swap unloads first: {', '.join(evict_ids)}")
+    return list(target.cmd), evicted, notes
+
+
+def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | None, str | None]:
+    """For ``predict MODEL_ID``: llama-swap's memory cgroup, as the snapshot recorded it
+    (the models it starts inherit it); (None, None) otherwise."""
+    if req.model_id is None:
+        return None, None
+    limits = {c.pid: c.cgroup for c in snap.cgroups}
+    for proc in snap.processes:
+        if proc.engine == "llama-swap" and proc.pid in limits:
+            found = limits[proc.pid]
+            return found, (f"llama-swap (pid {proc.pid}) runs in the memory cgroup "
+                           f"{found.path}; the models it starts inherit it")
+    return None, None
+
+
+def answer(req: PredictRequest, snap: Snapshot, devices: list[DeviceInfo],
+           launch: tuple[CgroupMemory | None, str | None] | None = None,
+           read_header: Callable[[str], Any] | None = None) -> PredictResult:
+    """The predict workflow on one box state. ``devices``: the GPUs the estimator places
+    on (from ``snap``); ``launch``: (the memory cgroup the launch runs under, the note
+    saying which), None for what ``snap`` alone tells (llama-swap's, for a model id).
+    Raises :class:`EstimateError` (a user-facing InputError) when there is no verdict."""
+    limit, cgroup_note = launch if launch is not None else swap_cgroup(req, snap)
+    margin = int(req.margin_gib * GIB)
+    picture = picture_from_snapshot(snap, margin, limit)
+    # llama.cpp's fit reads device free memory: it does not know the launch's cgroup
+    fit_view = picture_from_snapshot(snap, margin) if limit else None
+    notes: list[str] = [cgroup_note] if cgroup_note else []
+    evicted: list[ProcessUse] = []
+    command = req.command
+    if req.model_id is not None:
+        command, evicted, swap_notes = swap_target(req, picture)
+        notes += swap_notes
+    if not command:
+        raise EstimateError("nothing to predict: give a command after -- or a llama-swap "
+                            "model id with --swap-config")
+    from monitor.engines import parse_command
+
+    spec = parse_command(list(command))
+    if spec is None:
+        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    if spec.refused:  # the engine would not start: no verdict to give
+        where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
+        raise EstimateError(where + spec.refused[0])
+    running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
+    result = predict(spec, picture, devices, evicted, running, read_header=read_header,
+                     fit_view=fit_view)
+    if limit is not None and limit.memory_high_bytes is not None:
+        host_need = result.estimate.by_device(include_growth=True).get("host", 0)
+        over = host_need - max(0, limit.memory_high_bytes - (limit.memory_current_bytes or 0))
+        if over > 0:
+            notes.append(f"the cgroup {limit.path} has memory.high (MemoryHigh=) "
+                         f"{_gib(limit.memory_high_bytes)} GiB: this load passes it by "
+                         f"{_gib(over)} GiB, so the kernel throttles and reclaims (slow, "
+                         "no kill) before memory.max")
+    if not result.devices:  # no verdict is not "fits"
+        raise EstimateError("nothing to judge: " + _why_nothing(result))
+
+    def estimator(s: LaunchSpec) -> MemoryEstimate:
+        return estimate(s, devices, read_header)
+
+    best_ctx = None
+    if req.want_fit_ctx:
+        ceiling_cells = result.estimate.n_ctx or 0
+        best_ctx = fit_ctx(spec, estimator, picture, freed_by(evicted, picture),
+                           max(ceiling_cells, _train_ctx(spec, estimator)))
+    bandwidth = None
+    if req.bandwidth_gbs:
+        bandwidth = _bandwidth(spec, estimator, devices, picture, result, req.bandwidth_gbs)
+    return PredictResult(result, picture, tuple(notes), req.want_fit_ctx, best_ctx, bandwidth)
+
+
+def _why_nothing(result: Prediction) -> str:
+    est = result.estimate
+    if not est.components and est.notes:
+        return est.notes[0]  # vLLM with no GPU total known: "vLLM takes 92% of each GPU..."
+    return ("no device with a known free figure holds any part of this load (the box state "
+            "has no free memory figure for " + ", ".join(sorted(est.by_device())) + ")"
+            if est.by_device() else "the estimate places nothing on any device")
+
+
+def _train_ctx(spec: LaunchSpec, estimator: Estimator) -> int:
+    try:
+        est = estimator(replace(spec, ctx_size=0))
+    except EstimateError:
+        return 0
+    return est.n_ctx or 0
+
+
+def _bandwidth(spec: LaunchSpec, estimator: Estimator, devices: list[DeviceInfo],
+               picture: Picture, result: Prediction, gbs: dict[str, float]
+               ) -> BandwidthCeiling:
+    from monitor.analysis.bandwidth import ceiling
+
+    bw = {k: v * 1e9 for k, v in gbs.items()}
+    if "gpu" in bw:  # shorthand for every GPU
+        bw.update({d.device_id: bw["gpu"] for d in devices})
+    mine = ceiling(result.estimate, bw)
+    baseline = None
+    if spec.draft_model:
+        found = _best_baseline(spec, estimator, picture)
+        if found is not None:
+            ngl, est = found
+            base = ceiling(est, bw)
+            baseline = DraftBaseline(f"no draft, -ngl {ngl}", round(base.tokens_per_s, 2),
+                                     round(mine.break_even_accepted(base), 2))
+    return BandwidthCeiling(round(mine.tokens_per_s, 2), round(mine.best_tokens_per_s, 2),
+                            baseline)
+
+
+def _best_baseline(spec: LaunchSpec, estimator: Estimator, picture: Picture
+                   ) -> tuple[int, MemoryEstimate] | None:
+    """The most GPU layers that fit without the draft (the placement a draft displaces)."""
+    plain = replace(spec, draft_model=None)
+    for ngl in range(200, -1, -1):
+        try:
+            est = estimator(replace(plain, n_gpu_layers=ngl))
+        except EstimateError:
+            return None
+        if _worst(judge(est, picture)) == "fits":
+            return ngl, est
+    return None
+

@@ -32,13 +32,14 @@ from collectors import _fs
 from collectors.base import CollectorOptions, Roots
 from collectors.procfs import parse_cmdline
 from collectors.redact import redact_argv
+from monitor.errors import SetupError
 from monitor.report.outdir import OutDir, OutDirError, pack
 
 OMITTED_LINK = "capture:omitted"
 _DRM_LINK_PREFIXES = ("/dev/dri/renderD", "/dev/dri/card")
 
 
-class CaptureError(Exception):
+class CaptureError(SetupError):
     """A capture that cannot be written (the folder exists, no space), phrased for the user."""
 
 

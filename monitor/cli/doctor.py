@@ -17,6 +17,7 @@ from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.config import Config
 from monitor.daemon.loop import lock_holder
 from monitor.daemon.sampler import Sampler
+from monitor.errors import VramscopeError
 from monitor.units import GIB
 
 Level = Literal["ok", "info", "warn", "fail"]
@@ -213,7 +214,7 @@ def daemon_health(config: Config, timeout_s: float = 2.0) -> tuple[int, str] | N
 
     try:
         _host, port = parse_listen(config.http_listen)
-    except ValueError:
+    except VramscopeError:
         return None
     headers = {"Authorization": f"Bearer {config.http_token}"} if config.http_token else {}
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

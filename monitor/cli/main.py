@@ -1,7 +1,10 @@
 """The ``vramscope`` command. Each command is thin; the work is in the modules it calls.
 
-Errors the user can fix (a broken config, an unusable database, a second daemon) print
-one line, ``vramscope: error: ...``, and exit 2 - never a traceback.
+Errors the user can fix (a broken config, an unusable database, a second daemon) are
+:class:`monitor.errors.VramscopeError`; the group catches them at this one edge and prints
+one line, ``vramscope: error: ...``, exiting with the error's code (2) - never a traceback.
+An unexpected failure in a command is one line too (``COMMAND failed: Type: message``,
+exit 2: exit 1 means OOM to ``predict``).
 """
 
 from __future__ import annotations
@@ -17,17 +20,36 @@ from typing import Any
 import click
 
 from monitor import config as config_mod
-from monitor.config import ConfigError
+from monitor.errors import EXIT_USAGE, UsageError, VramscopeError, describe
 from monitor.textsafe import terminal_safe, terminal_safe_lines
 
-EXIT_USAGE = 2
+UserError = UsageError  # what a command raises for a bad value; any VramscopeError will do
 
 
-class UserError(click.ClickException):
-    exit_code = EXIT_USAGE
+class _OneLine(click.ClickException):
+    """A failure on its way out through click: ``vramscope: error: MESSAGE``, one line."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]  # click: a class default, per error
 
     def show(self, file: Any = None) -> None:
         click.echo(f"vramscope: error: {terminal_safe(self.message)}", err=True)
+
+
+class _Vramscope(click.Group):
+    """The group that runs every command: the CLI's one edge for failures."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except VramscopeError as exc:
+            raise _OneLine(str(exc), exc.exit_code) from None
+        except Exception as exc:  # a bug: still one line, and not exit 1 (predict's OOM)
+            logging.getLogger("vramscope").debug("command failed", exc_info=True)
+            raise _OneLine(f"{ctx.invoked_subcommand} failed: {describe(exc)}") from None
 
 
 class Finite(click.FloatRange):
@@ -67,13 +89,12 @@ def common_options(func: Any) -> Any:
 
 
 def load_config(**kwargs: Any) -> config_mod.Config:
-    try:
-        return config_mod.load(kwargs.pop("config_path", None), **kwargs)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
+    """The config (raises ConfigError, a VramscopeError, for a broken one)."""
+    return config_mod.load(kwargs.pop("config_path", None), **kwargs)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Vramscope, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="vramscope")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
@@ -109,7 +130,6 @@ def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None
     Example: vramscope daemon --interval 0.5 --db /tmp/vs.db
     """
     from monitor.daemon import loop as daemon_mod
-    from monitor.store.database import StoreError
 
     cfg = load_config(interval_s=interval, log_level=log_level, **kwargs)
     logging.basicConfig(
@@ -118,11 +138,7 @@ def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None
     )
     if cfg.log_level != "debug":
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    try:
-        code = daemon_mod.run(cfg)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
-    sys.exit(code)
+    sys.exit(daemon_mod.run(cfg))  # a StoreError (a second daemon): one line at the edge
 
 
 @cli.command()
@@ -209,15 +225,12 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
       vramscope capture ./my-box --archive      # then attach my-box.tar.gz
       vramscope status --proc-root ./my-box/proc --sys-root ./my-box/sys
     """
-    from monitor.cli.capture import CaptureError, replay_command
     from monitor.cli.capture import capture as capture_tree
+    from monitor.cli.capture import replay_command
 
     cfg = load_config(**kwargs)
-    try:
-        result = capture_tree(cfg.roots, folder, enabled=cfg.collectors, nvml=not no_nvml,
-                              archive=archive)
-    except CaptureError as exc:
-        raise UserError(str(exc)) from None
+    result = capture_tree(cfg.roots, folder, enabled=cfg.collectors, nvml=not no_nvml,
+                          archive=archive)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
@@ -254,12 +267,11 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
     them. Each line says the formula behind it; 'grows' lines fill at run time.
     """
     from monitor.cli.estimate import run_estimate
-    from monitor.gguf.reader import GgufError
 
     cfg = load_config(**kwargs)
     try:
         text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path)
-    except (ValueError, GgufError) as exc:  # EstimateError, a bad model file, bad arguments
+    except ValueError as exc:  # bad arguments (EstimateError, GgufError: at the edge)
         raise UserError(str(exc)) from None
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
@@ -307,9 +319,8 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
       vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
     Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
     """
-    from monitor.cli.predict import PredictRequest, render_text, run_predict
-    from monitor.gguf.reader import GgufError
-    from monitor.store.database import StoreError
+    from monitor.cli.predict import PredictRequest, run_predict
+    from monitor.report.predict import render_text, to_json
 
     cfg = load_config(**kwargs)
     bw: dict[str, float] = {}
@@ -323,24 +334,19 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             raise UserError(f"--bw {item}: the bandwidth must be a positive number of GB/s")
     if swap_config is None:
         swap_config = cfg.swap_config  # [llama_swap] config
-    if swap_config is not None and len(target) == 1 and target[0] != "--":
-        req = PredictRequest([], model_id=target[0])
-    else:
-        req = PredictRequest(list(target))
-    req.state, req.at, req.swap_config, req.swap_url = state, at_time, swap_config, swap_url
-    req.margin_gib, req.want_fit_ctx, req.bandwidth_gbs = margin_gib, want_fit_ctx, bw
-    req.cgroup, req.unit = cgroup_path, unit
+    model_id = target[0] if swap_config is not None and len(target) == 1 and \
+        target[0] != "--" else None
+    req = PredictRequest([] if model_id is not None else list(target), model_id=model_id,
+                         state=state, at=at_time, swap_config=swap_config, swap_url=swap_url,
+                         margin_gib=margin_gib, want_fit_ctx=want_fit_ctx, bandwidth_gbs=bw,
+                         cgroup=cgroup_path, unit=unit)
     try:
-        doc, code = run_predict(cfg, req)
-        text = doc if as_json else render_text(doc)
-    except (ValueError, GgufError, OSError, StoreError) as exc:
+        result = run_predict(cfg, req)
+        text = to_json(result) if as_json else render_text(result)
+    except (ValueError, OSError) as exc:  # a bad state file, --at, llama-swap's /running
         raise UserError(str(exc)) from None
-    except Exception as exc:  # exit 1 means OOM: a failure must not read as one
-        logging.getLogger("vramscope.predict").debug("predict failed", exc_info=True)
-        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        raise UserError(f"predict failed: {detail}") from None
     click.echo(text if as_json else terminal_safe_lines(text))
-    sys.exit(code)
+    sys.exit(result.exit_code)
 
 
 @cli.command()
@@ -361,12 +367,11 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
     unaccounted), the cause in one sentence and the fixes with the GiB they free.
     """
     from monitor.cli.diagnose import render, run_diagnose
-    from monitor.store.database import StoreError
 
     cfg = load_config(**kwargs)
     try:
         found = run_diagnose(cfg, state, at_time, pid)
-    except (ValueError, OSError, StoreError) as exc:
+    except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     click.echo(terminal_safe_lines(render(found, as_json)))
 
@@ -391,13 +396,12 @@ def postmortem(last: bool, pid: int | None, at_time: str | None, as_json: bool,
     """
     from monitor.analysis.postmortem import build
     from monitor.report.postmortem import render_html, render_text
-    from monitor.store.database import StoreError
     from monitor.store.history import parse_time
 
     cfg = load_config(**kwargs)
     try:
         doc = build(cfg.db_path, pid, parse_time(at_time) if at_time else None)
-    except (ValueError, OSError, StoreError) as exc:
+    except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     if html_path is not None:
         try:
@@ -437,12 +441,11 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     from datetime import datetime
 
     from monitor.analysis.postmortem import list_events
-    from monitor.store.database import StoreError
 
     cfg = load_config(**kwargs)
     try:
         rows = list_events(cfg.db_path, _since(since), kinds)
-    except (ValueError, OSError, StoreError) as exc:
+    except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -469,12 +472,9 @@ def service() -> None:
                    "runs with CAP_SYS_PTRACE (see docs/service.md).")
 def service_install(user: bool, root: Path, allow_user_venv: bool) -> None:
     """Write the unit and an example config (0600), then print the next steps."""
-    from monitor.service.install import InstallError, install
+    from monitor.service.install import install
 
-    try:
-        click.echo("\n".join(install(user, root, allow_user_venv=allow_user_venv)))
-    except InstallError as exc:
-        raise UserError(str(exc)) from None
+    click.echo("\n".join(install(user, root, allow_user_venv=allow_user_venv)))
 
 
 @service.command("uninstall")
@@ -483,12 +483,9 @@ def service_install(user: bool, root: Path, allow_user_venv: bool) -> None:
               hidden=True)
 def service_uninstall(user: bool, root: Path) -> None:
     """Remove the unit (the config and the data stay)."""
-    from monitor.service.install import InstallError, uninstall
+    from monitor.service.install import uninstall
 
-    try:
-        click.echo("\n".join(uninstall(user, root)))
-    except InstallError as exc:
-        raise UserError(str(exc)) from None
+    click.echo("\n".join(uninstall(user, root)))
 
 
 @cli.group()

@@ -28,6 +28,7 @@ from typing import IO, Any
 from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
 from monitor.daemon.sampler import Sampler
+from monitor.errors import VramscopeError
 from monitor.store.database import Store, StoreError, WriterHealth
 
 log = logging.getLogger(__name__)
@@ -639,7 +640,7 @@ def run(config: Config) -> int:
         try:
             http.start()
             log.info("HTTP on http://%s:%d (/metrics, /api/v1/...)", *http.address[:2])
-        except ValueError as exc:  # port taken: keep sampling, say why
+        except VramscopeError as exc:  # port taken: keep sampling, say why
             log.warning("HTTP server not started: %s", exc)
             http = None
 

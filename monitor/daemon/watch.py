@@ -25,9 +25,9 @@ from monitor.analysis.predict import judge
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import ESTIMATED
 from monitor.engines.recognise import helper_parents
+from monitor.errors import VramscopeError
 from monitor.estimate import estimate
 from monitor.estimate.model import devices_from_samples
-from monitor.gguf.reader import GgufError
 from monitor.units import GIB, gib
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class LoadWatch:
         try:
             states = llamaswap.fetch_running(self.swap_url, timeout=0.5)
             config = llamaswap.load_config(self.swap_config)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, VramscopeError) as exc:
             log.debug("llama-swap watch: %s", exc)
             return []
         events: list[DeviceEvent] = []
@@ -143,7 +143,7 @@ class LoadWatch:
                 evict = llamaswap.evictions(config, running, model_id)
                 devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
                 est = estimate(spec, devices)
-            except (ValueError, GgufError, OSError) as exc:
+            except (ValueError, VramscopeError, OSError) as exc:
                 log.debug("llama-swap watch: %s: %s", model_id, exc)
                 continue
             swap_limit = next((c.cgroup for c in snap.cgroups for p in snap.processes
@@ -179,7 +179,7 @@ class LoadWatch:
         subject = f"{info.comm}[{info.pid}]"
         try:
             est = estimate(spec, devices)
-        except (ValueError, GgufError, OSError) as exc:
+        except (ValueError, VramscopeError, OSError) as exc:
             return [DeviceEvent(snap.ts_ms, "host", "load_started", "info",
                                 f"{subject} started loading; no estimate: {exc}",
                                 {"pid": info.pid})]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from monitor.errors import InputError
 from monitor.estimate.shape import ModelShape
 from monitor.gguf.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -16,7 +17,7 @@ DEFAULT_SLOTS = 4  # -np auto -> 4 slots, unified KV (PR #16736)
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 
 
-class EstimateError(ValueError):
+class EstimateError(InputError):
     """An input the estimator cannot use (unknown cache type, ...), phrased for the user."""
 
 

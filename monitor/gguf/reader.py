@@ -30,6 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from monitor.errors import ModelFileError
 from monitor.gguf.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys
 
 _MAGIC = b"GGUF"
@@ -62,7 +63,7 @@ _SCALARS = {t: struct.Struct("<" + f) for t, f in _SCALAR_FORMATS.items()}
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
-class GgufError(Exception):
+class GgufError(ModelFileError):
     """A GGUF file that cannot be read; ``str()`` is one line naming the file."""
 
     def __init__(self, path: str, problem: str) -> None:

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from collectors.base import Snapshot
+from monitor.errors import SetupError, VramscopeError
 from monitor.http.metrics import (
     CONTENT_TYPE_LATEST,
     Assessments,
@@ -99,7 +100,7 @@ _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\
          + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
-class HttpConfigError(ValueError):
+class HttpConfigError(SetupError):
     """The [http] settings cannot work (one line, for the user)."""
 
 
@@ -358,16 +359,17 @@ class HttpServer:
         try:
             from monitor.cli.predict import PredictRequest, run_predict
             from monitor.gguf.reader import GgufError
+            from monitor.report.predict import to_json
 
             req = PredictRequest(request["command"], margin_gib=request["margin_gib"])
             try:
-                doc, _code = run_predict(self.config, req, snapshot=snap)
+                doc = to_json(run_predict(self.config, req, snapshot=snap))
             except GgufError as exc:
                 raise _RequestError(400, _gguf_message(exc)) from None
             except OSError as exc:  # any other file the command names: the same answer
                 name = exc.filename if isinstance(exc.filename, str) else "a file"
                 raise _RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
-            except ValueError as exc:  # EstimateError, not a server command
+            except ValueError as exc:  # a value no VramscopeError describes yet
                 raise _RequestError(400, _one_line(str(exc))) from None
         finally:
             self.predict_slots.release()
@@ -687,6 +689,9 @@ class _Handler(BaseHTTPRequestHandler):
                           exc.message)
             self._send(exc.status, _JSON, _dump({"error": _one_line(exc.message)}),
                        exc.headers)
+        except VramscopeError as exc:  # the request (400) or the daemon's store (503)
+            log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.http_status, exc)
+            self._send(exc.http_status, _JSON, _dump({"error": exc.one_line()}))
         except Exception:
             log.exception("HTTP %s %s failed", method, self.path[:200])
             self._send(500, _JSON, _dump({"error": "internal error (see the daemon's log)"}))

@@ -20,11 +20,13 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
+from monitor.errors import SetupError
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class OutDirError(Exception):
+class OutDirError(SetupError):
     """A folder or file this process will not write (a link, someone else's, not empty)."""
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from monitor.errors import SetupError
+
 SOURCE_TREE = Path(__file__).resolve().parents[2] / "systemd"
 SYSTEM_ONLY = ("DynamicUser=", "SupplementaryGroups=", "CapabilityBoundingSet=",
                "AmbientCapabilities=", "ProtectSystem=", "ProtectHome=", "ProtectKernel",
@@ -37,7 +39,7 @@ ROOT_OWNED_FIX = ("install vramscope where only root can write (sudo python3 -m 
                   "--allow-user-venv")
 
 
-class InstallError(Exception):
+class InstallError(SetupError):
     """A one-line, user-facing reason the install cannot proceed."""
 
 

@@ -31,6 +31,7 @@ from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
 from monitor.analysis.exits import signal_name
+from monitor.errors import DatabaseError
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.store.retention import Retention
 
@@ -67,7 +68,7 @@ def exit_is_event(comm: str, engine: str | None, argv_json: str | None,
     return first_seen_ms is None or last_seen_ms - first_seen_ms >= SHORT_LIVED_MS
 
 
-class StoreError(Exception):
+class StoreError(DatabaseError):
     """The database cannot be used (unwritable directory, locked by a writer, ...)."""
 
 

@@ -580,3 +580,41 @@ def test_context_checkpoints_that_outgrow_the_room_are_bounded_with_ctxcp(tmp_pa
     assert run_predict_json(*launch, "-ctxcp", str(n + 4))[0] in (0, 3)  # margin, then room
     code, more = run_predict_json(*launch, "-ctxcp", "32")
     assert code == 3 and more["grown"]["bounds"] == grown["bounds"]
+
+
+# -- issue 15: one typed result, two renderings ---------------------------------------------
+
+def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
+        laptop: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text is written from the PredictResult itself (it used to parse the JSON
+    document back); both renderings carry the same figures."""
+    from monitor.analysis.picture import load_state
+    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.estimate.model import devices_from_samples
+    from monitor.report.predict import render_text
+    from monitor.report.predict import to_json as predict_json_doc
+
+    snap = load_state(Path(laptop["state"]))
+    req = PredictRequest(["llama-server", "-m", laptop["27b"], "-c", "131072", "-np", "1",
+                          "-ngl", "12"], bandwidth_gbs={"gpu": 272.0, "host": 76.8},
+                         want_fit_ctx=True)
+    result = answer(req, snap, devices_from_samples(snap.devices, 300 * MIB))
+    doc = json.loads(predict_json_doc(result))
+
+    def no_json(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the text renderer went through JSON")
+
+    monkeypatch.setattr(json, "loads", no_json)
+    monkeypatch.setattr(json, "dumps", no_json)
+    text = render_text(result)
+    monkeypatch.undo()
+    assert doc["verdict"] == "oom" and result.exit_code == 1
+    assert doc["fixes"] and doc["fit_ctx"] is not None and doc["bandwidth"]
+    assert text.splitlines()[-1] == "verdict: OOM"
+    gpu = next(d for d in doc["devices"] if d["device_id"] == "nvml:GPU-laptop")
+    assert (f"nvml:GPU-laptop: needs {round(gpu['need_bytes'] / GIB, 2)} GiB, can get "
+            f"{round(gpu['room_bytes'] / GIB, 2)} GiB") in text
+    assert [f["change"] for f in doc["fixes"]] == [
+        line.split(": frees")[0].strip() for line in text.splitlines() if ": frees " in line]
+    assert f"largest context that fits: -c {doc['fit_ctx']}" in text
+    assert f"bandwidth ceiling: {doc['bandwidth']['tokens_per_s_ceiling']} tokens/s" in text

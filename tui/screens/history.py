@@ -16,6 +16,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Label, Sparkline, Static
 from textual.worker import get_current_worker
 
+from monitor.errors import describe
 from tui.format import plain, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
@@ -84,7 +85,7 @@ class HistoryScreen(Screen):
         try:
             series = self.app.source.history(None, now - WINDOWS[window], now)
         except Exception as exc:
-            self.post_message(SourceFailed(str(exc)))
+            self.post_message(SourceFailed(describe(exc)))
             return
         if not worker.is_cancelled:
             self.post_message(HistoryReady(window, series))

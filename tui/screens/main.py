@@ -21,6 +21,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
+from monitor.errors import describe
 from tui.format import clock, plain
 from tui.messages import FrameReady, SourceFailed, TicksReady
 from tui.source import Frame
@@ -131,7 +132,7 @@ class MainScreen(Screen):
         try:
             frame = self.app.source.latest()
         except Exception as exc:  # any failure is a message on screen
-            self.post_message(SourceFailed(str(exc) or type(exc).__name__))
+            self.post_message(SourceFailed(describe(exc)))
             return
         if not worker.is_cancelled:
             self.post_message(FrameReady(frame))
@@ -145,7 +146,7 @@ class MainScreen(Screen):
             ticks = (source.ticks(frame.ts_ms - REPLAY_WINDOW_MS, frame.ts_ms + REPLAY_WINDOW_MS)
                      if want_ticks else None)
         except Exception as exc:
-            self.post_message(SourceFailed(str(exc) or type(exc).__name__))
+            self.post_message(SourceFailed(describe(exc)))
             return
         if worker.is_cancelled:
             return

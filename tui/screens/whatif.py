@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -20,11 +21,13 @@ from tui.format import plain, size
 from tui.source import Frame
 from tui.widgets.device_panel import DevicePanel, panels_from_frame
 
+if TYPE_CHECKING:
+    from monitor.analysis.predict import Prediction, PredictResult
+
 
 @dataclass
 class PredictionReady(Message, bubble=False):
-    prediction: object | None
-    notes: list[str]
+    result: PredictResult | None
     error: str | None = None
 
 
@@ -39,10 +42,14 @@ class WhatIfScreen(ModalScreen[None]):
     def __init__(self, frame: Frame | None) -> None:
         super().__init__()
         self.frame = frame
-        self.prediction: object | None = None
+        self.result: PredictResult | None = None  # what `vramscope predict` would answer
+
+    @property
+    def prediction(self) -> Prediction | None:
+        return self.result.prediction if self.result is not None else None
 
     def compose(self) -> ComposeResult:
-        swap = getattr(self.app, "swap_models", lambda: [])()
+        swap: list[str] = getattr(self.app, "swap_models", lambda: [])()
         with Vertical(id="whatif"):
             yield Label("[b]what if I load…[/b]")
             if swap:
@@ -83,16 +90,17 @@ class WhatIfScreen(ModalScreen[None]):
                 "[$warning]paste a command line or choose a model[/]")
             return
         self.query_one("#verdict", Static).update("[$text-muted]estimating…[/]")
-        self.run_prediction(command, model_id)
+        self.run_prediction(self.frame, command, model_id)
 
     @work(thread=True, exclusive=True, group="whatif")
-    def run_prediction(self, command: str, model_id: str | None) -> None:
+    def run_prediction(self, frame: Frame, command: str, model_id: str | None) -> None:
         worker = get_current_worker()
+        from monitor.errors import describe
+
         try:
-            prediction, notes = predict_for(self.app, self.frame, command, model_id)
-            message = PredictionReady(prediction, notes)
-        except Exception as exc:  # shown in the dialog, never a traceback
-            message = PredictionReady(None, [], str(exc) or type(exc).__name__)
+            message = PredictionReady(predict_for(self.app, frame, command, model_id))
+        except Exception as exc:  # one line in the dialog (as the CLI's), never a traceback
+            message = PredictionReady(None, describe(exc))
         if not worker.is_cancelled:
             self.post_message(message)
 
@@ -106,31 +114,36 @@ class WhatIfScreen(ModalScreen[None]):
                            + plain(message.error))
             fixes.update("")
             return
-        result = message.prediction
-        self.prediction = result
+        if message.result is None or self.frame is None:
+            return
+        self.result = message.result
+        result = message.result.prediction
         from monitor.analysis.predict import need_by_device
 
-        need = need_by_device(result.estimate, self.frame.picture)  # type: ignore[union-attr]
-        verdicts = {d.device_id: d.verdict for d in result.devices}  # type: ignore[union-attr]
-        style = {"oom": "$error", "tight": "$warning"}.get(result.verdict, "$success")  # type: ignore[union-attr]
-        model = (result.estimate.model_path or '-').split('/')[-1]  # type: ignore[union-attr]
-        lines = [Content.styled(result.verdict.upper(), f"bold {style}")  # type: ignore[union-attr]
-                 + plain(f"  {result.estimate.engine}: {model}")]  # type: ignore[union-attr]
-        for d in result.devices:  # type: ignore[union-attr]
+        need = need_by_device(result.estimate, message.result.picture)
+        verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
+        style = {"oom": "$error", "tight": "$warning"}.get(result.verdict, "$success")
+        model = (result.estimate.model_path or '-').split('/')[-1]
+        headline = result.verdict.upper()
+        if result.grown_verdict == "oom" and result.verdict != "oom":
+            headline += ", OOM once the caches fill"  # `predict` exits 3
+        lines = [Content.styled(headline, f"bold {style}")
+                 + plain(f"  {result.estimate.engine}: {model}")]
+        for d in result.devices:
             tail = (f"short by {size(-d.slack_bytes)}" if d.verdict == "oom"
                     else f"{size(d.slack_bytes)} to spare after the margin")
             lines.append(plain(f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
                                f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
                                f"{tail}"))
-        for note in message.notes + list(result.notes):  # type: ignore[union-attr]
+        for note in message.result.all_notes:
             lines.append(plain(f"  note: {note}", "$text-muted"))
         verdict.update(Content("\n").join(lines))
         panels = [p for p in panels_from_frame(self.frame, need, verdicts, "this load")
                   if p.projected_bytes]
         box.mount_all([DevicePanel(p) for p in panels])
-        if result.fixes:  # type: ignore[union-attr]
+        if result.fixes:
             out = [Content.styled("what would make it fit", "bold")]
-            for f in result.fixes:  # type: ignore[union-attr]
+            for f in result.fixes:
                 frees = ", ".join(f"{size(v)} on {k}" for k, v in f.frees.items())
                 out.append(plain(f"  {f.change}: frees {frees} → {f.verdict}"))
             fixes.update(Content("\n").join(out))
@@ -139,25 +152,22 @@ class WhatIfScreen(ModalScreen[None]):
 
 
 def predict_for(app: object, frame: Frame, command: str, model_id: str | None
-                ) -> tuple[object, list[str]]:
-    """Blocking: estimate a launch against the frame's picture (worker threads only)."""
-    from monitor.analysis.predict import predict
-    from monitor.cli.predict import PredictRequest, running_servers, swap_target
-    from monitor.engines import parse_command
+                ) -> PredictResult:
+    """Blocking (worker threads only): the same workflow as ``vramscope predict --state``
+    on the frame's snapshot, with the source's GPUs and GGUF header cache."""
+    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.errors import UsageError
 
-    source = app.source  # type: ignore[attr-defined]
-    builder = source.builder
-    notes: list[str] = []
-    evicted = []
+    builder = app.source.builder  # type: ignore[attr-defined]
+    margin_gib = builder.margin_bytes / (1024**3)
     if model_id is not None:
-        req = PredictRequest([], model_id=model_id, swap_config=app.swap_config)  # type: ignore[attr-defined]
-        argv, evicted, notes = swap_target(req, frame.picture)
+        req = PredictRequest([], model_id=model_id, margin_gib=margin_gib,
+                             swap_config=app.swap_config)  # type: ignore[attr-defined]
     else:
-        argv = shlex.split(command)
-    spec = parse_command(argv)
-    if spec is None:
-        raise ValueError(f"not an inference server command: {' '.join(argv[:3])}")
-    running = [u for u in running_servers(frame.picture) if u.pid not in {e.pid for e in evicted}]
-    result = predict(spec, frame.picture, builder.devices(frame.snapshot), evicted, running,
-                     read_header=builder.read_header)
-    return result, notes
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"cannot split the command line: {exc}") from None
+        req = PredictRequest(argv, margin_gib=margin_gib)
+    return answer(req, frame.snapshot, builder.devices(frame.snapshot),
+                  read_header=builder.read_header)

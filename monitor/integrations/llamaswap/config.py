@@ -46,6 +46,7 @@ from typing import Any, TypeGuard
 
 import yaml
 
+from monitor.errors import InputError
 from monitor.integrations.llamaswap.matrix import Node, parse_dsl, support, walk
 
 __all__ = [
@@ -71,7 +72,7 @@ _YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$
 _MAX_CMD_CHARS = 1 << 20  # a cmd whose macros expand past this is refused (nested macros)
 
 
-class SwapConfigError(ValueError):
+class SwapConfigError(InputError):
     """A llama-swap config vramscope cannot use; the message is one line."""
 
 

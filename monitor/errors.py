@@ -1,0 +1,65 @@
+"""The one tree of user-facing failures.
+
+Every failure the user can act on (a bad argument, a file that cannot be used, a database
+that cannot be opened, a machine that cannot do what was asked) is a
+:class:`VramscopeError`. Each carries its one-line message, the exit code the CLI ends
+with and the HTTP status the API answers with. The edges catch the base class and print
+one line: the CLI (``vramscope: error: ...``, monitor/cli/main.py), the HTTP API (a
+``{"error": ...}`` body, monitor/http/server.py) and the TUI (a one-line notification).
+Nothing here imports anything: every layer may raise these.
+"""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2  # the exit code of every user-facing failure (1 and 3 are predict verdicts)
+
+
+class VramscopeError(Exception):
+    """A failure the user can act on: one line, an exit code, an HTTP status."""
+
+    exit_code: int = EXIT_USAGE
+    http_status: int = 400
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def one_line(self, limit: int = 500) -> str:
+        """The message on one line (newlines and runs of blanks folded), at most ``limit``
+        characters."""
+        line = " ".join(str(self).split()) or type(self).__name__
+        return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+class UsageError(VramscopeError):
+    """The command line or a request asks for something impossible (a bad option value,
+    nothing to do, no channel configured)."""
+
+
+class InputError(VramscopeError):
+    """What the user gave cannot be used: a config file, a recorded state, a llama-swap
+    config, a launch command the estimator cannot price."""
+
+
+class ModelFileError(InputError):
+    """A model file is missing, unreadable or not a GGUF the reader accepts."""
+
+
+class DatabaseError(VramscopeError):
+    """The database cannot be created, opened, read or locked (the API answers 503: the
+    request was fine, the daemon's store is not)."""
+
+    http_status = 503
+
+
+class SetupError(VramscopeError):
+    """This machine cannot do what was asked: a folder that is not empty, a port taken,
+    a unit file that cannot be written, an address that needs a token."""
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """One line for any failure: a :class:`VramscopeError`'s own message; anything else
+    (a bug) with its type first, so that a report of it says what broke."""
+    if isinstance(exc, VramscopeError):
+        return exc.one_line(limit)
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:limit]

@@ -1,0 +1,113 @@
+"""``vramscope predict``'s two renderings of one :class:`PredictResult`: the
+``vramscope.predict/1`` JSON document (docs/api.md) and the text a person reads. Both read
+the typed result; neither goes through the other."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from monitor.analysis.predict import BandwidthCeiling, DeviceVerdict, PredictResult
+from monitor.units import gib_number as _gib
+
+
+def _device(d: DeviceVerdict) -> dict[str, Any]:
+    return {**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
+
+
+def _bandwidth(b: BandwidthCeiling) -> dict[str, Any]:
+    doc: dict[str, Any] = {"tokens_per_s_ceiling": b.tokens_per_s_ceiling,
+                           "with_all_drafts_accepted": b.with_all_drafts_accepted}
+    if b.baseline is not None:
+        doc["baseline"] = {"change": b.baseline.change,
+                           "tokens_per_s_ceiling": b.baseline.tokens_per_s_ceiling}
+        doc["draft_must_accept_per_pass"] = b.baseline.draft_must_accept_per_pass
+    return doc
+
+
+def to_dict(result: PredictResult) -> dict[str, Any]:
+    """The ``vramscope.predict/1`` document (key order is part of the output)."""
+    p = result.prediction
+    est = p.estimate
+    return {
+        "schema": "vramscope.predict/1",
+        "verdict": p.verdict,
+        "engine": est.engine,
+        "model_path": est.model_path,
+        "devices": [_device(d) for d in p.devices],
+        "grown": None if p.grown_verdict is None else {
+            "verdict": p.grown_verdict,
+            "devices": [_device(d) for d in p.grown],
+            "bounds": [dataclasses.asdict(f) for f in p.growth_bounds],
+            "grows": [{"name": c.name, "device": c.device, "bytes": c.bytes,
+                       "formula": c.formula}
+                      for c in est.components if c.when == "grows"]},
+        "llama_fit": None if p.fit is None else dataclasses.asdict(p.fit),
+        "would_unload": list(p.evicted),
+        "fixes": [dataclasses.asdict(f) for f in p.fixes],
+        "fit_ctx": result.fit_ctx if result.want_fit_ctx else None,
+        "bandwidth": None if result.bandwidth is None else _bandwidth(result.bandwidth),
+        "estimate_by_device": est.by_device(),
+        "notes": list(result.all_notes),
+    }
+
+
+def to_json(result: PredictResult) -> str:
+    return json.dumps(to_dict(result), indent=2)
+
+
+def _tail(d: DeviceVerdict) -> str:
+    return (f"short by {_gib(-d.slack_bytes)} GiB" if d.verdict == "oom" else
+            f"{_gib(d.slack_bytes)} GiB to spare after the margin")
+
+
+def render_text(result: PredictResult) -> str:
+    """The verdict per device, what grows, what would make it fit, the notes; the last
+    line is ``verdict: ...``. Not terminal-safe by itself: the CLI escapes it."""
+    p = result.prediction
+    est = p.estimate
+    lines = [f"{est.engine}: {est.model_path or '-'}"]
+    for d in p.devices:
+        freed = f" (+{_gib(d.freed_bytes)} GiB freed by unloading)" if d.freed_bytes else ""
+        lines.append(
+            f"{d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
+            f"{_gib(d.room_bytes)} GiB{freed} (binding: {d.binding or '-'}), margin "
+            f"{_gib(d.margin_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}")
+    grown = p.grown_verdict
+    if grown is not None:
+        what = ", ".join(f"{c.name} {_gib(c.bytes)} GiB" for c in est.components
+                         if c.when == "grows")
+        lines.append(f"once the caches fill ({what}):")
+        for d in p.grown:
+            lines.append(f"  {d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
+                         f"{_gib(d.room_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}")
+        if p.growth_bounds:
+            lines.append("  bound the growth: " + "; or ".join(
+                f.change for f in p.growth_bounds))
+    if p.evicted:
+        lines.append(f"llama-swap would unload first: {', '.join(p.evicted)}")
+    if p.fixes:
+        lines.append("what would make it fit:")
+        for f in p.fixes:
+            frees = ", ".join(f"{_gib(v)} GiB on {k}" for k, v in f.frees.items())
+            lines.append(f"  {f.change}: frees {frees} -> {f.verdict}")
+    if result.want_fit_ctx and result.fit_ctx is not None:
+        lines.append(f"largest context that fits: -c {result.fit_ctx}")
+    b = result.bandwidth
+    if b is not None:
+        lines.append(f"bandwidth ceiling: {b.tokens_per_s_ceiling} tokens/s per pass"
+                     + (f", {b.with_all_drafts_accepted} if every draft is accepted"
+                        if b.with_all_drafts_accepted != b.tokens_per_s_ceiling else ""))
+        if b.baseline is not None:
+            lines.append(f"  baseline ({b.baseline.change}): "
+                         f"{b.baseline.tokens_per_s_ceiling} tokens/s; the draft must "
+                         f"get {b.baseline.draft_must_accept_per_pass} tokens accepted per "
+                         "pass just to break even")
+    for note in result.all_notes:
+        lines.append(f"note: {note}")
+    verdict = p.verdict.upper()
+    if grown == "oom" and p.verdict != "oom":
+        verdict += ", OOM once the caches fill"
+    lines.append(f"verdict: {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""One error tree (issue 15 point 5): every user-facing failure is a VramscopeError with
+its exit code and HTTP status, caught at the edges and shown as one line."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import monitor
+from monitor.errors import (
+    DatabaseError,
+    InputError,
+    ModelFileError,
+    SetupError,
+    UsageError,
+    VramscopeError,
+    describe,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def error_classes() -> dict[str, type[BaseException]]:
+    """Every exception class defined in monitor/ (each module imported) and tui/source.py."""
+    names = [m.name for m in pkgutil.walk_packages(monitor.__path__, "monitor.")
+             if m.name != "monitor.__main__"] + ["tui.source"]
+    found: dict[str, type[BaseException]] = {}
+    for name in names:
+        module = importlib.import_module(name)
+        for attr, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, BaseException)
+                    and value.__module__ == name):
+                found[f"{name}.{attr}"] = value
+    return found
+
+
+# raised and caught inside their own module; never reach a user
+PRIVATE = {"monitor.engines.llamacpp._Bad", "monitor.http.server._RequestError",
+           "monitor.http.server._HeadTooLarge", "monitor.integrations.slots._HttpError",
+           "monitor.cli.main._OneLine"}
+
+
+def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
+    classes = error_classes()
+    public = {name: cls for name, cls in classes.items() if name not in PRIVATE}
+    assert set(classes) >= PRIVATE  # the list above names real classes
+    strays = sorted(name for name, cls in public.items() if not issubclass(cls, VramscopeError))
+    assert strays == []
+    for name in ("monitor.gguf.reader.GgufError", "monitor.estimate.kv.EstimateError",
+                 "monitor.store.database.StoreError", "monitor.cli.capture.CaptureError",
+                 "monitor.config.ConfigError", "monitor.integrations.llamaswap.SwapConfigError",
+                 "monitor.http.server.HttpConfigError", "monitor.service.install.InstallError",
+                 "monitor.report.outdir.OutDirError", "tui.source.SourceError"):
+        assert name in public, name
+    # none of them is a ValueError (an `except ValueError` would swallow them)
+    assert sorted(n for n, c in public.items() if issubclass(c, ValueError)) == []
+    from monitor.cli.main import UserError
+
+    assert UserError is UsageError
+
+
+def test_each_kind_carries_its_exit_code_and_http_status() -> None:
+    for kind in (UsageError, InputError, ModelFileError, SetupError, DatabaseError):
+        assert issubclass(kind, VramscopeError) and kind.exit_code == 2
+    assert (InputError.http_status, ModelFileError.http_status) == (400, 400)
+    assert DatabaseError.http_status == 503  # the request was fine; the store is not
+    assert InputError("a\nb  c").one_line() == "a b c"
+    assert describe(KeyError("k")) == "KeyError: 'k'"
+    assert describe(DatabaseError("locked\nby pid 1")) == "locked by pid 1"
+
+
+def test_a_vramscope_error_from_any_command_is_one_line_exit_2(tmp_path: Path) -> None:
+    """capture into a folder that is not empty: CaptureError, caught by the CLI's edge."""
+    from monitor.cli.main import cli
+
+    folder = tmp_path / "box"
+    folder.mkdir()
+    (folder / "x").write_text("x")
+    result = CliRunner().invoke(cli, ["capture", str(folder)], prog_name="vramscope")
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vramscope: error: ") and "not empty" in \
+        lines[0], lines
+    assert result.stdout == ""
+
+
+def test_an_unexpected_failure_in_any_command_is_one_line_exit_2(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in `status` (its renderer raising) used to end in a traceback and exit 1."""
+    from monitor.cli.main import cli
+    from monitor.report import status as status_mod
+
+    def broken(*_args: object, **_kwargs: object) -> str:
+        raise RuntimeError("renderer broke\non two lines")
+
+    monkeypatch.setattr(status_mod, "render_text", broken)
+    fixture = ROOT / "tests" / "fixtures"
+    result = CliRunner().invoke(cli, ["status", "--proc-root", str(fixture), "--sys-root",
+                                      str(fixture)], prog_name="vramscope")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.strip() == ("vramscope: error: status failed: RuntimeError: "
+                                     "renderer broke on two lines")
