@@ -48,7 +48,9 @@ class _Vramscope(click.Group):
         except VramscopeError as exc:
             raise _OneLine(str(exc), exc.exit_code) from None
         except Exception as exc:  # a bug: still one line, and not exit 1 (predict's OOM)
-            logging.getLogger("vramscope").debug("command failed", exc_info=True)
+            # the daemon's journal keeps the traceback of a bug; a command's user sees one line
+            level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
+            logging.getLogger("vramscope").log(level, "command failed", exc_info=True)
             raise _OneLine(f"{ctx.invoked_subcommand} failed: {describe(exc)}") from None
 
 
