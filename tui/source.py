@@ -405,21 +405,25 @@ class StoreSource:
             self._conn()
         if at_ms is not None:
             from monitor.store.history import check_moment
+            from monitor.store.reads import sample_span
 
-            first, last = self._query("SELECT min(ts_ms), max(ts_ms) FROM device_samples")[0]
+            first, last = self._read(sample_span)
             try:
                 check_moment(self.db_path, at_ms, first, last)
             except ValueError as exc:
                 raise SourceError(str(exc)) from None
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        import sqlite3
+    def _read(self, query: Callable[..., Any], *args: Any) -> Any:
+        """One read function of monitor/store/reads.py on this source's connection."""
+        from monitor.store.database import StoreError
+        from monitor.store.reads import reading
 
         with self._lock:
             try:
-                return self._conn().execute(sql, args).fetchall()
-            except sqlite3.Error as exc:
-                raise SourceError(f"cannot read {self.db_path}: {exc}") from None
+                with reading(self.db_path):
+                    return query(self._conn(), *args)
+            except StoreError as exc:
+                raise SourceError(str(exc)) from None
 
     def _p99(self, model_path: str) -> int | None:
         now = time.monotonic()
@@ -435,10 +439,12 @@ class StoreSource:
         return value
 
     def latest(self) -> Frame:
-        row = self._query("SELECT max(ts_ms) FROM device_samples")
-        if not row or row[0][0] is None:
+        from monitor.store.reads import latest_tick
+
+        tick = self._read(latest_tick)
+        if tick is None:
             raise SourceError(f"{self.db_path} holds no samples yet (is the daemon running?)")
-        return self.at(int(row[0][0]))
+        return self.at(tick)
 
     def at(self, ts_ms: int) -> Frame:
         from monitor.store.database import StoreError
@@ -452,61 +458,37 @@ class StoreSource:
         return self.builder.build(snap, events[-100:], live=False)
 
     def ticks(self, since_ms: int, until_ms: int) -> list[int]:
-        rows = self._query("SELECT DISTINCT ts_ms FROM device_samples WHERE ts_ms BETWEEN ? "
-                           "AND ? ORDER BY ts_ms", (since_ms, until_ms))
-        return [int(r[0]) for r in rows]
+        from monitor.store.reads import ticks_between
+
+        return self._read(ticks_between, since_ms, until_ms)
 
     def events(self, since_ms: int, until_ms: int | None = None) -> list[EventRow]:
-        rows = self._query("SELECT ts_ms, kind, severity, subject, message FROM events "
-                           "WHERE ts_ms >= ? AND ts_ms <= ? ORDER BY ts_ms",
-                           (since_ms, until_ms if until_ms is not None else 2**62))
-        return [EventRow(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+        from monitor.store.reads import events_between
+
+        rows = self._read(events_between, since_ms,
+                          until_ms if until_ms is not None else 2**62)
+        return [EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message) for e in rows]
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
-        """Used memory per device and per model (its GPU memory), at most ``HISTORY_POINTS``
-        points each: the window is cut into that many buckets and each keeps its peak, in
-        SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
-        rule), so 30 days of rollups never reach Python row by row. Raw samples up to 2 h,
-        per-minute rollups beyond."""
-        import json
+        """Used memory per device and per model (its measured total), at most
+        ``HISTORY_POINTS`` points each (monitor/store/reads.py: each bucket keeps its peak,
+        in SQL, so 30 days of rollups never reach Python row by row). Raw samples up to
+        2 h, per-minute rollups beyond."""
+        from monitor.store.reads import device_peaks, server_peaks
 
         minutes = until_ms - since_ms > 2 * 3600_000
-        width = max(1, (until_ms - since_ms) // HISTORY_POINTS + 1)
-        where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
-        if device_id is not None:
-            where += " AND device_id = ?"
-            args.append(device_id)
-        table, col = (("device_minutes", "used_max_bytes") if minutes
-                      else ("device_samples", "used_bytes"))
         out: Series = {}
-        for dev, used, ts in self._query(
-                f"SELECT device_id, max({col}), ts_ms FROM {table} WHERE {where} AND {col} IS "
-                "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
-                (*args, since_ms, width)):
-            out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
-        # a model's series is its measured total (monitor/analysis/measured.py: VRAM+GTT + RssAnon +
-        # RssFile; per minute, the sum of each part's maximum); a tick where a GPU lists it
-        # without its memory is unknown and left out, never drawn as 0
-        vram, gtt, anon, file = (
-            ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
-            if minutes else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes"))
-        table = "process_minutes" if minutes else "process_samples"
-        rows = self._query(
-            "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
-            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0)"
-            f"  + coalesce({anon}, 0) + coalesce({file}, 0)) AS used,"
-            f"  max(device_id != 'host' AND {vram} IS NULL AND {gtt} IS NULL) AS unknown"
-            f" FROM {table} WHERE {where}"
-            "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
-            " GROUP BY ts_ms, process_id HAVING unknown = 0"
-            ") t JOIN processes p ON p.id = t.process_id"
-            " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts", (*args, since_ms, width))
-        names: dict[str, str] = {}
-        for peak, ts, pid, argv, comm in rows:
-            if argv not in names:
-                model = next((a for a in json.loads(argv) if a.endswith(".gguf")), None)
-                names[argv] = Path(model).name if model else comm
-            out.setdefault(f"model:{names[argv]} (pid {pid})", []).append((int(ts), int(peak)))
+        for dev, peaks in self._read(device_peaks, device_id, since_ms, until_ms,
+                                     HISTORY_POINTS, minutes).items():
+            out[f"device:{dev}"] = [(p.ts_ms, p.used_bytes) for p in peaks]
+        names: dict[tuple[str, ...], str] = {}
+        for peak in self._read(server_peaks, device_id, since_ms, until_ms, HISTORY_POINTS,
+                               minutes):
+            if peak.argv not in names:
+                model = next((a for a in peak.argv if a.endswith(".gguf")), None)
+                names[peak.argv] = Path(model).name if model else peak.comm
+            out.setdefault(f"model:{names[peak.argv]} (pid {peak.pid})", []).append(
+                (peak.ts_ms, peak.used_bytes))
         return out
 
     def close(self) -> None:

@@ -30,24 +30,23 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     """p99 tokens in use per busy slot over the daemon's recorded /slots polls, if any."""
     from monitor.integrations.slots import SlotSample, UsageTracker
     from monitor.store.database import StoreError, open_readonly
+    from monitor.store.reads import slot_usage
 
     try:
         db = open_readonly(cfg.db_path)
     except StoreError:
         return None
     try:
-        rows = db.execute(
-            "SELECT ts_ms, slot_id, tokens, busy, n_ctx FROM slot_usage WHERE model = ?"
-            " AND ts_ms >= (SELECT max(ts_ms) FROM slot_usage) - ? ORDER BY ts_ms",
-            (model_path, int(days * 86400_000))).fetchall()
+        rows = slot_usage(db, model_path, int(days * 86400_000))
     except Exception:  # an older database without the table
         return None
     finally:
         db.close()
     tracker = UsageTracker()
     by_ts: dict[int, list[SlotSample]] = {}
-    for ts, slot, tokens, busy, n_ctx in rows:
-        by_ts.setdefault(ts, []).append(SlotSample(slot, n_ctx or 0, tokens, bool(busy)))
+    for row in rows:
+        by_ts.setdefault(row.ts_ms, []).append(SlotSample(row.slot_id, row.n_ctx or 0,
+                                                          row.tokens, row.busy))
     for ts, slots in by_ts.items():
         tracker.add(model_path, slots, ts)
     stats = tracker.stats(model_path)
