@@ -213,13 +213,13 @@ def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, 
     """What the victim held at its last recorded tick by the one definition every view
     uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
     from monitor.analysis.measured import measure
+    from monitor.analysis.state import DatabaseMoment, box_state
     from monitor.engines.recognise import helper_parents
-    from monitor.store.history import snapshot_in
 
     ticks = [q[0] for p in mine for q in p["points"]]
     if pid is None or not ticks:
         return None
-    snap = snapshot_in(db, max(ticks))
+    snap = box_state(DatabaseMoment(None, max(ticks), db)).snapshot
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = measure(pid, snap.memory, [h for h, owner in helpers.items() if owner == pid])
     return {"ts_ms": snap.ts_ms, **held.as_dict()}

@@ -9,7 +9,8 @@ from pathlib import Path
 from monitor.analysis.diagnose import GIB, Diagnosis, diagnose
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.measured import measure
-from monitor.cli.predict import PredictRequest, gpu_devices, take_snapshot
+from monitor.analysis.state import box_state, chosen_origin
+from monitor.cli.predict import gpu_devices
 from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.recognise import helper_parents
@@ -55,9 +56,10 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
 
 def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | None
                  ) -> list[Diagnosis]:
-    snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
+    box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
+    snap = box.snapshot
     devices = gpu_devices(snap, cfg)
-    live = state is None and at is None
+    live = box.live
     helpers = helper_parents({p.pid: p for p in snap.processes})
     out = []
     for info in snap.processes:

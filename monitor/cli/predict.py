@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from collectors.base import CgroupMemory, CollectorOptions, Snapshot
-from monitor.analysis.picture import GIB, Picture, ProcessUse, load_state, picture_from_snapshot
+from collectors.base import CgroupMemory, Snapshot
+from monitor.analysis.picture import GIB, Picture, ProcessUse, picture_from_snapshot
 from monitor.analysis.predict import Prediction, _worst, fit_ctx, freed_by, judge, predict
 from monitor.config import Config
 from monitor.engines import parse_command
@@ -40,21 +40,11 @@ def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = 
                   ) -> Snapshot:
     """The box state to judge against: ``snapshot`` when given (the daemon's latest, for
     the HTTP API), else ``req.state``, ``req.at`` or a live sample."""
-    if snapshot is not None:
-        return snapshot
-    if req.state is not None:
-        return load_state(req.state)
-    if req.at is not None:
-        from monitor.store.history import parse_time, snapshot_at
+    from monitor.analysis.state import Daemon, box_state, chosen_origin
 
-        return snapshot_at(cfg.db_path, parse_time(req.at))
-    from monitor.daemon.sampler import Sampler
-
-    sampler = Sampler(cfg.roots, CollectorOptions(pss_per_tick=0), cfg.collectors)
-    try:
-        return sampler.sample()
-    finally:
-        sampler.close()
+    origin = Daemon(snapshot) if snapshot is not None else chosen_origin(
+        cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at)
+    return box_state(origin).snapshot
 
 
 def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
