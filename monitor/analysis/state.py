@@ -115,7 +115,8 @@ class BoxState:
     def _key(self) -> tuple[Any, ...]:
         s = self.snapshot
         box = replace(
-            s, processes=tuple(sorted(s.processes, key=lambda p: p.pid)),
+            s, devices=tuple(sorted(s.devices, key=lambda d: d.device_id)),
+            processes=tuple(sorted(s.processes, key=lambda p: p.pid)),
             memory=tuple(sorted(s.memory, key=lambda m: (m.pid, m.device_id))),
             hidden=tuple(sorted(s.hidden, key=lambda h: (h.pid, h.device_id or ""))),
             cgroups=tuple(sorted(s.cgroups, key=lambda c: c.pid)),
