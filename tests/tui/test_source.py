@@ -142,3 +142,21 @@ def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> 
         assert 200 <= len(series) <= HISTORY_POINTS
         assert spike in series
         assert [t for t, _ in series] == sorted(t for t, _ in series)
+
+
+def test_a_read_that_fails_is_one_source_error_line(db: Path) -> None:
+    """A vramscope database missing a table (an older or hand-edited file): the store's
+    read fails and the TUI shows one line naming the file, never a traceback."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE events")
+    conn.commit()
+    conn.close()
+    source = StoreSource(db)
+    try:
+        assert source.ticks(T0, T0 + 10_000)[0] == T0  # the other tables still read
+        with pytest.raises(SourceError, match=rf"^cannot read {db}: no such table: events$"):
+            source.events(T0)
+    finally:
+        source.close()
