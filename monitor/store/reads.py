@@ -80,7 +80,7 @@ def events_since(db: Any, since_ms: int, kinds: Sequence[str] = (),
                  limit: int | None = None) -> list[StoredEvent]:
     """Events from ``since_ms`` in time order, at most ``limit``: the limit is SQL's, read
     along the ``events_ts`` index, so a long history is never loaded whole."""
-    where, params = "ts_ms >= ?", [since_ms]
+    where, params = "ts_ms >= ?", list[Any]([since_ms])
     if kinds:
         where += f" AND kind IN ({','.join('?' for _ in kinds)})"
         params += list(kinds)
@@ -192,7 +192,11 @@ def process_points(db: Any, start_ms: int, end_ms: int) -> list[ProcessPoint]:
         " s.hwm_bytes, p.started_at_ms, p.exited_ms FROM process_samples s"
         " JOIN processes p ON p.id = s.process_id WHERE s.ts_ms BETWEEN ? AND ?"
         " ORDER BY s.ts_ms", (start_ms, end_ms))
-    return [ProcessPoint(*r[:5], _argv(r[5]), *r[6:]) for r in rows]
+    return [ProcessPoint(ts_ms=r[0], device_id=r[1], process_id=r[2], pid=r[3], comm=r[4],
+                         argv=_argv(r[5]), engine=r[6], vram_bytes=r[7], gtt_bytes=r[8],
+                         rss_anon_bytes=r[9], rss_file_bytes=r[10], rss_shmem_bytes=r[11],
+                         hwm_bytes=r[12], started_at_ms=r[13], exited_ms=r[14])
+            for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +244,7 @@ def device_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
     in SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
     rule); ``minutes``: from the per-minute rollups instead of the raw samples."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
-    where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
+    where, args = "ts_ms BETWEEN ? AND ?", list[Any]([since_ms, until_ms])
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
@@ -273,7 +277,7 @@ def server_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
     :func:`device_peaks`, oldest first. A tick where a GPU lists it without its memory is
     unknown and left out, never counted as 0."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
-    where, args = "ts_ms BETWEEN ? AND ?", [since_ms, until_ms]
+    where, args = "ts_ms BETWEEN ? AND ?", list[Any]([since_ms, until_ms])
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
@@ -305,7 +309,7 @@ class SlotUse:
 
     ts_ms: int
     slot_id: int
-    tokens: int | None
+    tokens: int
     busy: bool
     n_ctx: int | None
 
