@@ -8,10 +8,14 @@ is blocking and is only ever called from worker threads.
 - :class:`LiveSource` samples in-process (a :class:`~monitor.daemon.sampler.Sampler`) and
   is the only source that estimates (it reads GGUF headers, once per process);
 - :class:`StoreSource` reads the daemon's WAL database read-only (the daemon keeps
-  writing while we read), its stored estimates included;
-- :class:`RemoteSource` reads a daemon's HTTP API, its estimates from
-  ``/api/v1/estimates`` (the model files need not exist here);
+  writing while we read), its stored estimates included, through monitor/store/: the
+  TUI holds no SQL;
+- :class:`RemoteSource` reads a daemon's HTTP API (monitor/http/client.py), its estimates
+  from ``/api/v1/estimates`` (the model files need not exist here);
 - ``tests/tui/fake_source.py`` replays synthetic snapshots.
+
+Each real source gets the box from :func:`monitor.analysis.state.box_state` (live, a
+database moment, a remote daemon), as ``predict``, ``diagnose`` and the HTTP API do.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
     from monitor.analysis.assess import Assessment, Launch
     from monitor.analysis.diagnose import Diagnosis
     from monitor.analysis.measured import Measured
+    from monitor.analysis.state import BoxState
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
 
@@ -171,15 +176,23 @@ class FrameBuilder:
 
         return devices_from_samples(snap.devices, self.overhead_bytes)
 
+    def build_state(self, state: BoxState, events: Sequence[EventRow] = (), live: bool = True,
+                    assessments: Assessments | None = None, missing: str | None = None
+                    ) -> Frame:
+        """The frame of one box state (monitor/analysis/state.py), its picture reused."""
+        return self.build(state.snapshot, events, live, assessments, missing,
+                          state.picture_for(self.margin_bytes))
+
     def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True,
-              assessments: Assessments | None = None, missing: str | None = None
-              ) -> Frame:
+              assessments: Assessments | None = None, missing: str | None = None,
+              picture: Picture | None = None) -> Frame:
         """``assessments``: the daemon's, for a database or remote frame (None: assess
         here, live); a server without one shows ``missing`` as its reason, unestimated."""
         from monitor.engines.capabilities import ESTIMATED
         from monitor.engines.recognise import helper_parents
 
-        picture = picture_from_snapshot(snap, self.margin_bytes)
+        if picture is None:
+            picture = picture_from_snapshot(snap, self.margin_bytes)
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
         built = [self._row(snap, picture, devices, info,
@@ -311,18 +324,20 @@ class LiveSource:
         return "live (sampled by this process)"
 
     def latest(self) -> Frame:
+        from monitor.analysis.state import Live, box_state
+
         with self._lock:
             if self._sampler is None:
                 from monitor.daemon.sampler import Sampler
 
                 self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0),
                                         self.enabled)
-            snap = self._sampler.sample()
-            self._events.extend(events_from_snapshot(snap))
-            frame = self.builder.build(snap, list(self._events)[-100:], live=True)
+            state = box_state(Live(self.roots, self.enabled, self._sampler),
+                              self.builder.margin_bytes)
+            self._events.extend(events_from_snapshot(state.snapshot))
+            frame = self.builder.build_state(state, list(self._events)[-100:], live=True)
             self._frames.append(frame)
             return frame
-
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
         with self._lock:
             frames = [f for f in self._frames if since_ms <= f.ts_ms <= until_ms]
@@ -410,21 +425,25 @@ class StoreSource:
             self._conn()
         if at_ms is not None:
             from monitor.store.history import check_moment
+            from monitor.store.reads import sample_span
 
-            first, last = self._query("SELECT min(ts_ms), max(ts_ms) FROM device_samples")[0]
+            first, last = self._read(sample_span)
             try:
                 check_moment(self.db_path, at_ms, first, last)
             except ValueError as exc:
                 raise SourceError(str(exc)) from None
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        import sqlite3
+    def _read(self, query: Callable[..., Any], *args: Any) -> Any:
+        """One read function of monitor/store/reads.py on this source's connection."""
+        from monitor.store.database import StoreError
+        from monitor.store.reads import reading
 
         with self._lock:
             try:
-                return self._conn().execute(sql, args).fetchall()
-            except sqlite3.Error as exc:
-                raise SourceError(f"cannot read {self.db_path}: {exc}") from None
+                with reading(self.db_path):
+                    return query(self._conn(), *args)
+            except StoreError as exc:
+                raise SourceError(str(exc)) from None
 
     def _p99(self, model_path: str) -> int | None:
         now = time.monotonic()
@@ -440,97 +459,67 @@ class StoreSource:
         return value
 
     def latest(self) -> Frame:
-        row = self._query("SELECT max(ts_ms) FROM device_samples")
-        if not row or row[0][0] is None:
+        from monitor.store.reads import latest_tick
+
+        tick = self._read(latest_tick)
+        if tick is None:
             raise SourceError(f"{self.db_path} holds no samples yet (is the daemon running?)")
-        return self.at(int(row[0][0]))
+        return self.at(tick)
 
     def at(self, ts_ms: int) -> Frame:
+        from monitor.analysis.state import DatabaseMoment, box_state
         from monitor.store.database import StoreError
-        from monitor.store.history import snapshot_at
 
         try:
-            snap = snapshot_at(self.db_path, ts_ms)
+            state = box_state(DatabaseMoment(self.db_path, ts_ms), self.builder.margin_bytes)
         except (ValueError, StoreError) as exc:
             raise SourceError(str(exc)) from None
-        events = self.events(snap.ts_ms - 24 * 3600_000, until_ms=snap.ts_ms)
-        stored, missing = self._assessments(snap.ts_ms)
-        return self.builder.build(snap, events[-100:], live=False, assessments=stored,
-                                  missing=missing)
+        events = self.events(state.ts_ms - 24 * 3600_000, until_ms=state.ts_ms)
+        stored, missing = self._assessments(state.ts_ms)
+        return self.builder.build_state(state, events[-100:], live=False,
+                                        assessments=stored, missing=missing)
 
     def _assessments(self, ts_ms: int) -> tuple[Assessments, str]:
         """The daemon's stored assessments at ``ts_ms`` (monitor/store/estimates.py), and
         what a server without one shows."""
-        import sqlite3
-
         from monitor.store import estimates
 
-        with self._lock:
-            try:
-                conn = self._conn().conn
-                if not estimates.has_table(conn):
-                    return {}, "no estimates in this database (an older vramscope wrote it)"
-                return estimates.at(conn, ts_ms), "not assessed by the daemon yet"
-            except sqlite3.Error as exc:
-                raise SourceError(f"cannot read {self.db_path}: {exc}") from None
+        if not self._read(estimates.has_table):
+            return {}, "no estimates in this database (an older vramscope wrote it)"
+        return self._read(estimates.at, ts_ms), "not assessed by the daemon yet"
 
     def ticks(self, since_ms: int, until_ms: int) -> list[int]:
-        rows = self._query("SELECT DISTINCT ts_ms FROM device_samples WHERE ts_ms BETWEEN ? "
-                           "AND ? ORDER BY ts_ms", (since_ms, until_ms))
-        return [int(r[0]) for r in rows]
+        from monitor.store.reads import ticks_between
+
+        return self._read(ticks_between, since_ms, until_ms)
 
     def events(self, since_ms: int, until_ms: int | None = None) -> list[EventRow]:
-        rows = self._query("SELECT ts_ms, kind, severity, subject, message FROM events "
-                           "WHERE ts_ms >= ? AND ts_ms <= ? ORDER BY ts_ms",
-                           (since_ms, until_ms if until_ms is not None else 2**62))
-        return [EventRow(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+        from monitor.store.reads import events_between
+
+        rows = self._read(events_between, since_ms,
+                          until_ms if until_ms is not None else 2**62)
+        return [EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message) for e in rows]
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
-        """Used memory per device and per model (its GPU memory), at most ``HISTORY_POINTS``
-        points each: the window is cut into that many buckets and each keeps its peak, in
-        SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
-        rule), so 30 days of rollups never reach Python row by row. Raw samples up to 2 h,
-        per-minute rollups beyond."""
-        import json
+        """Used memory per device and per model (its measured total), at most
+        ``HISTORY_POINTS`` points each (monitor/store/reads.py: each bucket keeps its peak,
+        in SQL, so 30 days of rollups never reach Python row by row). Raw samples up to
+        2 h, per-minute rollups beyond."""
+        from monitor.store.reads import device_peaks, server_peaks
 
         minutes = until_ms - since_ms > 2 * 3600_000
-        width = max(1, (until_ms - since_ms) // HISTORY_POINTS + 1)
-        where = "ts_ms BETWEEN ? AND ?"
-        args: list[int | str] = [since_ms, until_ms]
-        if device_id is not None:
-            where += " AND device_id = ?"
-            args.append(device_id)
-        table, col = (("device_minutes", "used_max_bytes") if minutes
-                      else ("device_samples", "used_bytes"))
         out: Series = {}
-        for dev, used, ts in self._query(
-                f"SELECT device_id, max({col}), ts_ms FROM {table} WHERE {where} AND {col} IS "
-                "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
-                (*args, since_ms, width)):
-            out.setdefault(f"device:{dev}", []).append((int(ts), int(used)))
-        # a model's series is its measured total (monitor/analysis/measured.py: VRAM+GTT + RssAnon +
-        # RssFile; per minute, the sum of each part's maximum); a tick where a GPU lists it
-        # without its memory is unknown and left out, never drawn as 0
-        vram, gtt, anon, file = (
-            ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
-            if minutes else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes"))
-        table = "process_minutes" if minutes else "process_samples"
-        rows = self._query(
-            "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
-            f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0)"
-            f"  + coalesce({anon}, 0) + coalesce({file}, 0)) AS used,"
-            f"  max(device_id != 'host' AND {vram} IS NULL AND {gtt} IS NULL) AS unknown"
-            f" FROM {table} WHERE {where}"
-            "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
-            " GROUP BY ts_ms, process_id HAVING unknown = 0"
-            ") t JOIN processes p ON p.id = t.process_id"
-            " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts", (*args, since_ms, width))
-        names: dict[str, str] = {}
-        for peak, ts, pid, argv, comm in rows:
-            if argv not in names:
-                model = next((a for a in json.loads(argv) if a.endswith(".gguf")), None)
-                names[argv] = Path(model).name if model else comm
-            out.setdefault(f"model:{names[argv]} (pid {pid})", []).append((int(ts), int(peak)))
+        for dev, peaks in self._read(device_peaks, device_id, since_ms, until_ms,
+                                     HISTORY_POINTS, minutes).items():
+            out[f"device:{dev}"] = [(p.ts_ms, p.used_bytes) for p in peaks]
+        names: dict[tuple[str, ...], str] = {}
+        for peak in self._read(server_peaks, device_id, since_ms, until_ms, HISTORY_POINTS,
+                               minutes):
+            if peak.argv not in names:
+                model = next((a for a in peak.argv if a.endswith(".gguf")), None)
+                names[peak.argv] = Path(model).name if model else peak.comm
+            out.setdefault(f"model:{names[peak.argv]} (pid {peak.pid})", []).append(
+                (peak.ts_ms, peak.used_bytes))
         return out
 
     def close(self) -> None:
@@ -551,12 +540,6 @@ def being_written(db_path: Path, within_s: float = 30.0) -> bool:
     return False
 
 
-REMOTE_MAX_BYTES = 16 << 20
-"""The most a daemon's answer may be: a snapshot of a box with 10,000 tracked processes is
-about 10 MiB; anything larger is not a vramscope daemon (and is not read into memory)."""
-REMOTE_MAX_EVENTS = 1000  # the daemon's own page size (monitor/http/server.py)
-
-
 class RemoteSource(LiveSource):
     """A daemon's HTTP API (``--remote http://box:9835``): its latest tick and events;
     history and replay cover what this TUI has seen since it started. No proxies are used;
@@ -564,18 +547,19 @@ class RemoteSource(LiveSource):
 
     The answers are untrusted: each is at most ``REMOTE_MAX_BYTES`` and must have the
     shape of ``vramscope.status/1`` (docs/status.schema.json) and of the events page, or
-    ``latest`` raises SourceError saying what is wrong (shown on the status line)."""
+    ``latest`` raises SourceError saying what is wrong (shown on the status line); the
+    client and the shape checks are monitor/http/client.py's."""
 
     def __init__(self, url: str, token: str | None = None,
                  builder: FrameBuilder | None = None, timeout_s: float = 5.0) -> None:
         super().__init__(builder=builder)
-        from urllib.parse import urlsplit
+        from monitor.http.client import DaemonClient, RemoteError
 
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SourceError(f"--remote {url}: expected http://HOST:PORT, e.g. "
-                              "http://gpu-box:9835")
-        self.url = url.rstrip("/")
+        try:
+            self._client = DaemonClient(url, token, timeout_s)
+        except RemoteError as exc:
+            raise SourceError(str(exc)) from None
+        self.url = self._client.url
         self.token = token
         self.timeout_s = timeout_s
         self._since_ms = 0
@@ -583,49 +567,16 @@ class RemoteSource(LiveSource):
     def describe(self) -> str:
         return f"remote {self.url}"
 
-    def _get(self, path: str) -> Any:
-        import json
-        import urllib.error
-        import urllib.request
-
-        headers = {"Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        # http(s) only: no proxies, no file:// or ftp:// handlers
-        opener = urllib.request.OpenerDirector()
-        for handler in (urllib.request.ProxyHandler({}), urllib.request.HTTPHandler(),
-                        urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(),
-                        urllib.request.HTTPErrorProcessor()):
-            opener.add_handler(handler)
-        try:
-            with opener.open(urllib.request.Request(self.url + path, headers=headers),
-                             timeout=self.timeout_s) as response:
-                body = response.read(REMOTE_MAX_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            hint = " (give --token)" if exc.code == 401 else ""
-            raise SourceError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"cannot reach the vramscope daemon at {self.url}: {exc}"
-                              ) from None
-        if len(body) > REMOTE_MAX_BYTES:
-            raise SourceError(f"{self.url}{path}: the answer is larger than "
-                              f"{REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?")
-        try:
-            return json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise SourceError(f"{self.url}{path}: not JSON ({str(exc)[:80]}); "
-                              "not a vramscope daemon?") from None
-
     def latest(self) -> Frame:
-        from monitor.analysis.picture import snapshot_from_status_json
+        from monitor.analysis.state import Remote, box_state
+        from monitor.http.client import RemoteError, events_doc_problem
 
-        doc = self._get("/api/v1/snapshot")
-        problem = status_doc_problem(doc)
-        if problem is not None:
-            raise SourceError(f"{self.url}/api/v1/snapshot: not a vramscope snapshot: {problem}")
-        snap = snapshot_from_status_json(doc)
-        stored, missing = self._assessments()
-        page = self._get(f"/api/v1/events?since_ms={self._since_ms}")
+        try:
+            state = box_state(Remote(self._client), self.builder.margin_bytes)
+            stored, missing = self._assessments()
+            page = self._client.get(f"/api/v1/events?since_ms={self._since_ms}")
+        except RemoteError as exc:
+            raise SourceError(str(exc)) from None
         problem = events_doc_problem(page)
         if problem is not None:
             raise SourceError(f"{self.url}/api/v1/events: not a vramscope events page: "
@@ -635,19 +586,21 @@ class RemoteSource(LiveSource):
                 self._events.append(EventRow(e["ts_ms"], e["kind"], e["severity"],
                                              e.get("subject"), e["message"]))
                 self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
-            frame = self.builder.build(snap, list(self._events)[-100:], live=True,
-                                       assessments=stored, missing=missing)
+            frame = self.builder.build_state(state, list(self._events)[-100:], live=True,
+                                             assessments=stored, missing=missing)
             self._frames.append(frame)
             return frame
+
 
     def _assessments(self) -> tuple[Assessments, str]:
         """The daemon's assessments (``vramscope.estimates/1``): estimated over there, from
         its model files; a daemon without the endpoint gives none (never estimated here)."""
         from monitor.analysis.assess import assessments_from_document
+        from monitor.http.client import RemoteError
 
         try:
-            doc = self._get("/api/v1/estimates")
-        except SourceError as exc:
+            doc = self._client.get("/api/v1/estimates")
+        except RemoteError as exc:
             if "HTTP 404" in str(exc):
                 return {}, "the daemon serves no estimates (an older vramscope)"
             raise
@@ -657,107 +610,3 @@ class RemoteSource(LiveSource):
             raise SourceError(f"{self.url}/api/v1/estimates: not a vramscope estimates "
                               f"document: {str(exc)[:200]}") from None
 
-
-# --------------------------------------------------------------------------- remote shapes
-
-
-def _value_problem(value: Any, kind: str) -> str | None:
-    """Does a JSON value fit a dataclass field's annotation (as written in collectors/base)?"""
-    optional = kind.endswith(" | None")
-    kind = kind.removesuffix(" | None")
-    if value is None:
-        return None if optional else "missing"
-    if kind == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
-    elif kind == "float":
-        ok = (isinstance(value, int | float) and not isinstance(value, bool)
-              and abs(value) < 2**63)  # json gives inf for 1e999: refused here
-    elif kind == "bool":
-        ok = isinstance(value, bool)
-    elif kind == "str":
-        ok = isinstance(value, str) and len(value) <= 4096
-    elif kind == "MemoryKind":
-        ok = value in ("dedicated", "unified", "host")
-    elif kind == "tuple[str, ...]":
-        ok = (isinstance(value, list) and len(value) <= 4096
-              and all(isinstance(v, str) and len(v) <= 65536 for v in value))
-    else:
-        ok = True
-    return None if ok else f"{type(value).__name__} {str(value)[:40]!r}"
-
-
-def _record_problem(cls: type, record: Any, where: str, skip: tuple[str, ...] = ()
-                    ) -> str | None:
-    import dataclasses
-
-    if not isinstance(record, dict):
-        return f"{where} is a {type(record).__name__}, not an object"
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        required = (f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING)
-        if f.name not in record:
-            if required:
-                return f"{where} has no {f.name!r}"
-            continue
-        bad = _value_problem(record[f.name], str(f.type))
-        if bad is not None:
-            return f"{where}.{f.name} is {bad}"
-        if f.name.endswith("_bytes") and record[f.name] is not None and record[f.name] < 0:
-            return f"{where}.{f.name} is negative"
-    return None
-
-
-def status_doc_problem(doc: Any) -> str | None:
-    """Why ``doc`` is not a ``vramscope.status/1`` document we can draw, or None."""
-    from collectors.base import DeviceSample, ProcessInfo, ProcessMemory
-
-    if not isinstance(doc, dict):
-        return f"a JSON {type(doc).__name__}, not an object"
-    if doc.get("schema") != "vramscope.status/1":
-        return f"schema {str(doc.get('schema'))[:40]!r}, expected 'vramscope.status/1'"
-    if _value_problem(doc.get("ts_ms"), "int") is not None:
-        return "ts_ms is not an integer"
-    for key in ("devices", "processes"):
-        if not isinstance(doc.get(key), list):
-            return f"{key!r} is not a list"
-    if len(doc["devices"]) > 256 or len(doc["processes"]) > 20000:
-        return "too many devices or processes"
-    for i, d in enumerate(doc["devices"]):
-        if problem := _record_problem(DeviceSample, d, f"devices[{i}]"):
-            return problem
-    for i, p in enumerate(doc["processes"]):
-        where = f"processes[{i}]"
-        if problem := _record_problem(ProcessInfo, p, where):
-            return problem
-        memory = p.get("memory", {})
-        if not isinstance(memory, dict):
-            return f"{where}.memory is not an object"
-        for device_id, fields in memory.items():
-            if problem := _record_problem(ProcessMemory, fields, f"{where}.memory.{device_id}",
-                                          skip=("pid", "device_id")):
-                return problem
-            extra = set(fields) - {f for f in ProcessMemory.__dataclass_fields__}
-            if extra or "pid" in fields or "device_id" in fields:
-                return f"{where}.memory.{device_id} has unknown keys"
-    return None
-
-
-def events_doc_problem(page: Any) -> str | None:
-    """Why ``page`` is not an events page (``{"events": [...]}``) we can show, or None."""
-    if not isinstance(page, dict):
-        return f"a JSON {type(page).__name__}, not an object"
-    events = page.get("events")
-    if not isinstance(events, list):
-        return "'events' is not a list"
-    if len(events) > REMOTE_MAX_EVENTS:
-        return f"more than {REMOTE_MAX_EVENTS} events"
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            return f"events[{i}] is not an object"
-        for key, kind in (("ts_ms", "int"), ("kind", "str"), ("severity", "str"),
-                          ("message", "str"), ("subject", "str | None")):
-            if (bad := _value_problem(e.get(key), kind)) is not None:
-                return f"events[{i}].{key} is {bad}"
-    return None

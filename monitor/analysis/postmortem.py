@@ -11,34 +11,28 @@ monitor/report/postmortem.py turns it into text or one self-contained HTML file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
 
 CRASH_KINDS = ("crash", "oom_kill", "oomd_kill")
 
 
-def _event_rows(db: Any, where: str, params: tuple) -> list[dict[str, Any]]:
-    rows = db.execute(f"SELECT id, ts_ms, kind, severity, subject, message, data FROM events "
-                      f"WHERE {where}", params).fetchall()
-    return [{"id": r[0], "ts_ms": r[1], "kind": r[2], "severity": r[3], "subject": r[4],
-             "message": r[5], "data": json.loads(r[6]) if r[6] else {}} for r in rows]
 
 
 def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None
                ) -> dict[str, Any] | None:
     """The crash (or OOM kill) asked for; for one ``pid`` with no crash, its exit (a stop
     or a clean exit gets an "exit post-mortem")."""
-    marks = ",".join("?" for _ in CRASH_KINDS)
-    events = _event_rows(db, f"kind IN ({marks}) ORDER BY ts_ms", CRASH_KINDS)
+    events = [e.as_dict() for e in reads.events_of_kinds(db, CRASH_KINDS)]
     if pid is not None:
         events = [e for e in events if e["data"].get("pid") == pid]
         if not events:
-            events = [e for e in _event_rows(db, "kind = 'process_exit' ORDER BY ts_ms", ())
-                      if e["data"].get("pid") == pid]
+            events = [e.as_dict() for e in reads.events_of_kinds(db, ("process_exit",))
+                      if e.data.get("pid") == pid]
     if not events:
         return None
     if at_ms is not None:
@@ -48,37 +42,32 @@ def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None
 
 def _series(db: Any, start: int, end: int) -> tuple[list[dict], list[dict], dict[int, dict]]:
     devices: dict[str, dict[str, Any]] = {}
-    names = {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, name, total_bytes FROM devices")}
-    for ts, device_id, used, total in db.execute(
-            "SELECT ts_ms, device_id, used_bytes, total_bytes FROM device_samples"
-            " WHERE ts_ms BETWEEN ? AND ? ORDER BY ts_ms", (start, end)):
-        name, static_total = names.get(device_id, (device_id, None))
-        d = devices.setdefault(device_id, {"device_id": device_id, "name": name,
-                                           "total_bytes": total or static_total, "points": []})
-        if used is not None:
-            d["points"].append([ts, used])
+    for dp in reads.device_points(db, start, end):
+        d = devices.setdefault(dp.device_id, {"device_id": dp.device_id, "name": dp.name,
+                                              "total_bytes": dp.total_bytes, "points": []})
+        if dp.used_bytes is not None:
+            d["points"].append([dp.ts_ms, dp.used_bytes])
     procs: dict[tuple[int, str], dict[str, Any]] = {}
     infos: dict[int, dict] = {}
-    for row in db.execute(
-            "SELECT s.ts_ms, s.device_id, p.id, p.pid, p.comm, p.argv, p.engine,"
-            " s.vram_bytes, s.gtt_bytes, s.rss_anon_bytes, s.rss_file_bytes, s.rss_shmem_bytes,"
-            " s.hwm_bytes, p.started_at_ms, p.exited_ms FROM process_samples s"
-            " JOIN processes p ON p.id = s.process_id WHERE s.ts_ms BETWEEN ? AND ?"
-            " ORDER BY s.ts_ms", (start, end)):
-        ts, device_id, pid_key, pid, comm = row[0], row[1], row[2], row[3], row[4]
-        if device_id == "host":
-            held = sum(v or 0 for v in row[9:12])
+    for pp in reads.process_points(db, start, end):
+        if pp.device_id == "host":
+            held = sum(v or 0 for v in (pp.rss_anon_bytes, pp.rss_file_bytes,
+                                        pp.rss_shmem_bytes))
         else:
-            held = (row[7] or 0) + (row[8] or 0)
-        s = procs.setdefault((pid_key, device_id), {"pid": pid, "comm": comm,
-                                                    "device_id": device_id, "points": [],
-                                                    "hwm_bytes": None})
-        s["points"].append([ts, held])
-        if row[12] is not None:
-            s["hwm_bytes"] = max(s["hwm_bytes"] or 0, row[12])
-        infos[pid_key] = {"pid": pid, "comm": comm, "argv": json.loads(row[5]),
-                          "engine": row[6], "started_at_ms": row[13], "exited_ms": row[14]}
+            held = (pp.vram_bytes or 0) + (pp.gtt_bytes or 0)
+        s = procs.setdefault((pp.process_id, pp.device_id), {
+            "pid": pp.pid, "comm": pp.comm, "device_id": pp.device_id, "points": [],
+            "hwm_bytes": None})
+        s["points"].append([pp.ts_ms, held])
+        if pp.hwm_bytes is not None:
+            s["hwm_bytes"] = max(s["hwm_bytes"] or 0, pp.hwm_bytes)
+        infos[pp.process_id] = _info(pp)
     return list(devices.values()), list(procs.values()), infos
+
+
+def _info(p: reads.ProcessPoint | reads.ProcessRecord) -> dict[str, Any]:
+    return {"pid": p.pid, "comm": p.comm, "argv": list(p.argv), "engine": p.engine,
+            "started_at_ms": p.started_at_ms, "exited_ms": p.exited_ms}
 
 
 def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> dict[str, Any]:
@@ -87,11 +76,7 @@ def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> di
         if at_ms is not None:  # the moment must be one the database knows
             from monitor.store.history import check_moment
 
-            first, last = db.execute(
-                "SELECT min(t), max(t) FROM (SELECT min(ts_ms) AS t FROM device_samples"
-                " UNION ALL SELECT max(ts_ms) FROM device_samples UNION ALL"
-                " SELECT min(ts_ms) FROM events UNION ALL SELECT max(ts_ms) FROM events)"
-            ).fetchone()
+            first, last = reads.record_span(db)
             check_moment(db_path, at_ms, first, last)
         crash = find_crash(db, pid, at_ms)
         if crash is None:
@@ -106,7 +91,7 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
     victim_pid = crash["data"].get("pid")
     t = crash["ts_ms"]
     start, end = t - KEEP_BEFORE_MS, t + KEEP_AFTER_MS
-    nearby = _event_rows(db, "ts_ms BETWEEN ? AND ? ORDER BY ts_ms", (start - 60_000, end))
+    nearby = [e.as_dict() for e in reads.events_between(db, start - 60_000, end)]
     kernel = next((e for e in nearby if e["kind"] in ("oom_kill", "oomd_kill")
                    and e["data"].get("pid") == victim_pid), None)
     exit_ev = next((e for e in nearby if e["kind"] == "process_exit"
@@ -114,11 +99,9 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
     devices, processes, infos = _series(db, start, end)
     info = next((i for i in infos.values() if i["pid"] == victim_pid), None)
     if info is None and victim_pid is not None:
-        row = db.execute("SELECT pid, comm, argv, engine, started_at_ms, exited_ms FROM"
-                         " processes WHERE pid = ? ORDER BY id DESC", (victim_pid,)).fetchone()
-        if row:
-            info = {"pid": row[0], "comm": row[1], "argv": json.loads(row[2]),
-                    "engine": row[3], "started_at_ms": row[4], "exited_ms": row[5]}
+        record = reads.last_process(db, victim_pid)
+        if record is not None:
+            info = _info(record)
     how = (exit_ev or {}).get("data", {}).get("how") or (
         "killed by the kernel OOM killer" if kernel else crash["message"])
     mine = [p for p in processes if p["pid"] == victim_pid]
@@ -213,12 +196,11 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
         if any(f["kind"] in ("load_finished", "process_exit") and f["data"].get("pid") == pid
                and e["ts_ms"] <= f["ts_ms"] < t for f in nearby):
             continue
-        row = db.execute("SELECT comm, exited_ms FROM processes WHERE pid = ? AND"
-                         " first_seen_ms <= ? ORDER BY id DESC", (pid, t)).fetchone()
-        if row is None or (row[1] is not None and row[1] < t):
+        record = reads.process_seen_by(db, pid, t)
+        if record is None or (record.exited_ms is not None and record.exited_ms < t):
             continue
         model = e["data"].get("model")
-        out.append({"pid": pid, "comm": row[0],
+        out.append({"pid": pid, "comm": record.comm,
                     "model": model if isinstance(model, str) else None,
                     "started_ms": e["ts_ms"]})
     return out
@@ -228,13 +210,13 @@ def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, 
     """What the victim held at its last recorded tick by the one definition every view
     uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
     from monitor.analysis.measured import measure
+    from monitor.analysis.state import DatabaseMoment, box_state
     from monitor.engines.recognise import helper_parents
-    from monitor.store.history import snapshot_in
 
     ticks = [q[0] for p in mine for q in p["points"]]
     if pid is None or not ticks:
         return None
-    snap = snapshot_in(db, max(ticks))
+    snap = box_state(DatabaseMoment(None, max(ticks), db)).snapshot
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = measure(pid, snap.memory, [h for h, owner in helpers.items() if owner == pid])
     return {"ts_ms": snap.ts_ms, **held.as_dict()}
@@ -326,15 +308,6 @@ def list_events(db_path: Path, since_ms: int, kinds: tuple[str, ...] = (),
     SQL's, read along the ``events_ts`` index, so a long history is never loaded whole."""
     db = open_readonly(db_path)
     try:
-        where = "ts_ms >= ?"
-        params: list[int | str] = [since_ms]
-        if kinds:
-            where += f" AND kind IN ({','.join('?' for _ in kinds)})"
-            params += list(kinds)
-        where += " ORDER BY ts_ms, id"
-        if limit is not None:
-            where += " LIMIT ?"
-            params.append(limit)
-        return _event_rows(db, where, tuple(params))
+        return [e.as_dict() for e in reads.events_since(db, since_ms, kinds, limit)]
     finally:
         db.close()

@@ -9,7 +9,8 @@ from pathlib import Path
 from monitor.analysis.assess import assess, judged
 from monitor.analysis.diagnose import Diagnosis
 from monitor.analysis.judge import Tolerance
-from monitor.cli.predict import PredictRequest, gpu_devices, take_snapshot
+from monitor.analysis.state import box_state, chosen_origin
+from monitor.cli.predict import gpu_devices
 from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
@@ -30,24 +31,23 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     """p99 tokens in use per busy slot over the daemon's recorded /slots polls, if any."""
     from monitor.integrations.slots import SlotSample, UsageTracker
     from monitor.store.database import StoreError, open_readonly
+    from monitor.store.reads import slot_usage
 
     try:
         db = open_readonly(cfg.db_path)
     except StoreError:
         return None
     try:
-        rows = db.execute(
-            "SELECT ts_ms, slot_id, tokens, busy, n_ctx FROM slot_usage WHERE model = ?"
-            " AND ts_ms >= (SELECT max(ts_ms) FROM slot_usage) - ? ORDER BY ts_ms",
-            (model_path, int(days * 86400_000))).fetchall()
+        rows = slot_usage(db, model_path, int(days * 86400_000))
     except Exception:  # an older database without the table
         return None
     finally:
         db.close()
     tracker = UsageTracker()
     by_ts: dict[int, list[SlotSample]] = {}
-    for ts, slot, tokens, busy, n_ctx in rows:
-        by_ts.setdefault(ts, []).append(SlotSample(slot, n_ctx or 0, tokens, bool(busy)))
+    for row in rows:
+        by_ts.setdefault(row.ts_ms, []).append(SlotSample(row.slot_id, row.n_ctx or 0,
+                                                          row.tokens, row.busy))
     for ts, slots in by_ts.items():
         tracker.add(model_path, slots, ts)
     stats = tracker.stats(model_path)
@@ -58,9 +58,10 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
                  ) -> list[Diagnosis]:
     """Each llama.cpp / ollama server assessed (monitor/analysis/assess.py: here and now,
     from its model files) and judged against what it holds in the snapshot."""
-    snap = take_snapshot(cfg, PredictRequest([], state=state, at=at))
+    box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
+    snap = box.snapshot
     devices = gpu_devices(snap, cfg)
-    live = state is None and at is None
+    live = box.live
     helpers = helper_parents({p.pid: p for p in snap.processes})
     tolerance = Tolerance.from_settings(cfg.alert_settings)
     out = []

@@ -162,6 +162,7 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     FILE); GPU is VRAM+GTT per device. Unknown values print as '-', never 0.
     """
     from collectors.base import CollectorOptions
+    from monitor.analysis.state import Live, box_state
     from monitor.daemon.sampler import Sampler
     from monitor.report import status as status_mod
 
@@ -172,7 +173,7 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     )
     sampler = Sampler(cfg.roots, options, cfg.collectors)
     try:
-        snap = sampler.sample()
+        snap = box_state(Live(sampler=sampler)).snapshot
     finally:
         sampler.close()
     if as_json:

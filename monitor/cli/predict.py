@@ -4,8 +4,7 @@ workflow itself is :func:`monitor.analysis.predict.answer`."""
 
 from __future__ import annotations
 
-from collectors.base import CgroupMemory, CollectorOptions, Snapshot
-from monitor.analysis.picture import load_state
+from collectors.base import CgroupMemory, Snapshot
 from monitor.analysis.predict import (
     EXIT_FITS,
     EXIT_GROWS_OOM,
@@ -27,21 +26,11 @@ def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = 
                   ) -> Snapshot:
     """The box state to judge against: ``snapshot`` when given (the daemon's latest, for
     the HTTP API), else ``req.state``, ``req.at`` or a live sample."""
-    if snapshot is not None:
-        return snapshot
-    if req.state is not None:
-        return load_state(req.state)
-    if req.at is not None:
-        from monitor.store.history import parse_time, snapshot_at
+    from monitor.analysis.state import Daemon, box_state, chosen_origin
 
-        return snapshot_at(cfg.db_path, parse_time(req.at))
-    from monitor.daemon.sampler import Sampler
-
-    sampler = Sampler(cfg.roots, CollectorOptions(pss_per_tick=0), cfg.collectors)
-    try:
-        return sampler.sample()
-    finally:
-        sampler.close()
+    origin = Daemon(snapshot) if snapshot is not None else chosen_origin(
+        cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at)
+    return box_state(origin).snapshot
 
 
 def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool

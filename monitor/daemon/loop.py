@@ -476,10 +476,9 @@ def prune(ctx: DaemonContext) -> None:
 
 def _previous_run_unclean(store: Store) -> bool:
     """The last daemon_started has no daemon_stopped after it: killed or crashed."""
-    rows = store.db.execute(
-        "SELECT kind FROM events WHERE kind IN ('daemon_started', 'daemon_stopped')"
-        " AND subject = 'daemon' ORDER BY id DESC LIMIT 1").fetchall()
-    return bool(rows) and rows[0][0] == "daemon_started"
+    from monitor.store.reads import last_daemon_mark
+
+    return last_daemon_mark(store.db) == "daemon_started"
 
 
 class RepeatedWarnings(logging.Filter):

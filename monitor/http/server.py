@@ -71,6 +71,7 @@ from monitor.http.metrics import (
 from monitor.integrations.loopback import is_loopback_host as is_loopback
 
 if TYPE_CHECKING:
+    from monitor.analysis.state import BoxState
     from monitor.config import Config
     from monitor.store.database import WriterHealth
 
@@ -311,15 +312,15 @@ class HttpServer:
     def snapshot(self) -> tuple[int, str, bytes]:
         from monitor.report.status import to_json
 
-        snap = self._need_snapshot()
-        return 200, _JSON, _dump(to_json(snap))
+        state = self._need_state()
+        return 200, _JSON, _dump(to_json(state.snapshot))
 
     def estimates(self) -> tuple[int, str, bytes]:
         from monitor.analysis.assess import assessments_document, judged
         from monitor.analysis.judge import Tolerance
         from monitor.engines.recognise import helper_parents
 
-        snap = self._need_snapshot()
+        snap = self._need_state().snapshot
         stored = self.assessments() if self.assessments is not None else {}
         helpers = helper_parents({p.pid: p for p in snap.processes})
         live = {(p.pid, p.start_ticks) for p in snap.processes}
@@ -352,7 +353,7 @@ class HttpServer:
 
     def predict(self, body: bytes) -> tuple[int, str, bytes]:
         request = _predict_request(body)
-        snap = self._need_snapshot()
+        state = self._need_state()
         if not self.predict_slots.acquire(blocking=False):
             raise _RequestError(503, f"busy: {MAX_PREDICTS} predictions are running",
                                 {"Retry-After": "1"})
@@ -363,7 +364,7 @@ class HttpServer:
 
             req = PredictRequest(request["command"], margin_gib=request["margin_gib"])
             try:
-                doc = to_json(run_predict(self.config, req, snapshot=snap))
+                doc = to_json(run_predict(self.config, req, snapshot=state.snapshot))
             except GgufError as exc:
                 raise _RequestError(400, _gguf_message(exc)) from None
             except OSError as exc:  # any other file the command names: the same answer
@@ -375,12 +376,15 @@ class HttpServer:
             self.predict_slots.release()
         return 200, _JSON, doc.encode() + b"\n"
 
-    def _need_snapshot(self) -> Snapshot:
+    def _need_state(self) -> BoxState:
+        """The box as the daemon's latest tick shows it (monitor/analysis/state.py)."""
+        from monitor.analysis.state import Daemon, box_state
+
         snap = self.latest()
         if snap is None:
             raise _RequestError(503, "no snapshot yet: the daemon has not finished a tick",
                                 {"Retry-After": "1"})
-        return snap
+        return box_state(Daemon(snap))
 
 
 def _dump(doc: Any) -> bytes:

@@ -60,16 +60,16 @@ def check_moment(db_path: Path, ts_ms: int, first_ms: int | None, last_ms: int |
 def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
     """The last tick at or before ``ts_ms`` (raw samples only: the recent window); a
     moment outside what the database covers is a ValueError naming that range."""
+    from monitor.store.reads import sample_span, tick_at_or_before
+
     db = open_readonly(db_path)
     try:
-        first, last = db.execute("SELECT min(ts_ms), max(ts_ms) FROM device_samples"
-                                 ).fetchone()
+        first, last = sample_span(db)
         check_moment(db_path, ts_ms, first, last)
-        row = db.execute("SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?",
-                         (ts_ms,)).fetchone()
-        if row is None or row[0] is None:
+        tick = tick_at_or_before(db, ts_ms)
+        if tick is None:
             raise ValueError(f"{db_path} has no full-resolution sample at or before that time")
-        return snapshot_in(db, int(row[0]))
+        return snapshot_in(db, tick)
     finally:
         db.close()
 

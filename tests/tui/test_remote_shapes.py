@@ -16,9 +16,10 @@ from pilot_helpers import settle, sync
 
 from collectors.base import Roots
 from monitor.daemon.sampler import Sampler
+from monitor.http.client import REMOTE_MAX_BYTES
 from monitor.report.status import to_json
 from tui.app import VramscopeApp, main
-from tui.source import REMOTE_MAX_BYTES, RemoteSource, SourceError
+from tui.source import RemoteSource, SourceError
 
 
 class Answers:

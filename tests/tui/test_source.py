@@ -168,3 +168,21 @@ def test_a_server_a_gpu_lists_without_its_memory_has_a_breakdown(models) -> None
     assert row.diagnosis.verdict == "unknown" and row.diagnosis.excess_bytes is None
     text = Breakdown.describe(row, 100).plain
     assert "cannot judge" in text and "without its memory" in text
+
+
+def test_a_read_that_fails_is_one_source_error_line(db: Path) -> None:
+    """A vramscope database missing a table (an older or hand-edited file): the store's
+    read fails and the TUI shows one line naming the file, never a traceback."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE events")
+    conn.commit()
+    conn.close()
+    source = StoreSource(db)
+    try:
+        assert source.ticks(T0, T0 + 10_000)[0] == T0  # the other tables still read
+        with pytest.raises(SourceError, match=rf"^cannot read {db}: no such table: events$"):
+            source.events(T0)
+    finally:
+        source.close()

@@ -1,0 +1,189 @@
+"""The state of the box: one snapshot, its memory picture, where it came from and when.
+
+Every view of "the box now, or then" is made by :func:`box_state`, from one of these
+origins:
+
+- :class:`Live`: a tick sampled on this machine (by a Sampler made for it and closed, or
+  the caller's own Sampler, which keeps its per-process state between ticks);
+- :class:`StatusFile`: a recorded ``vramscope status --json`` document (``--state FILE``);
+- :class:`DatabaseMoment`: the daemon's database at a moment (``--at TIME``): the last
+  tick at or before it, refused outside what the database covers; or, on an open
+  connection, one tick it holds (the post-mortem's last look at its victim);
+- :class:`Remote`: a daemon's ``/api/v1/snapshot`` (``tui --remote URL``), shape-checked;
+- :class:`Daemon`: the daemon's own latest tick (its HTTP API).
+
+``predict``, ``diagnose``, ``postmortem``, the HTTP API and every TUI source go through
+it. A failure is what each origin has always raised: ValueError for an unreadable state
+file or a moment the database does not cover, StoreError for a database that cannot be
+opened, RemoteError for a daemon that cannot be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collectors.base import CgroupMemory, CollectorOptions, Roots, Snapshot
+from monitor.analysis.picture import (
+    DEFAULT_MARGIN_BYTES,
+    Picture,
+    load_state,
+    picture_from_snapshot,
+    snapshot_from_status_json,
+)
+
+if TYPE_CHECKING:
+    from monitor.http.client import DaemonClient
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """Sample this machine now. ``sampler``: the caller's (kept open for the next tick);
+    None: one is made for this tick and closed."""
+
+    roots: Roots = field(default_factory=Roots)
+    enabled: Iterable[str] | None = None
+    sampler: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusFile:
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseMoment:
+    """``db`` None: open ``db_path`` read-only and take the last tick at or before
+    ``ts_ms``; an open connection: ``ts_ms`` is a tick it holds, read as it is."""
+
+    db_path: Path | None
+    ts_ms: int
+    db: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    client: DaemonClient
+
+
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    """The daemon's latest tick, as its sampling thread swapped it in."""
+
+    snapshot: Snapshot
+
+
+Origin = Live | StatusFile | DatabaseMoment | Remote | Daemon
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BoxState:
+    """The box at one moment: its snapshot and that snapshot's memory picture (with
+    ``margin_bytes``), where it came from (``origin``: live, file, database, remote or
+    daemon; ``where``: the path or URL, for a header) and when (``ts_ms``).
+
+    Two states are equal when the box is: the moment, its devices, processes, their
+    memory, hidden processes and cgroup limits, and the picture. Where a state came from,
+    the order its origin listed things in, and what happened during the tick (its events,
+    exits and collector runs, which only a live tick carries) are not part of it."""
+
+    snapshot: Snapshot
+    picture: Picture
+    origin: str
+    where: str
+    margin_bytes: int = DEFAULT_MARGIN_BYTES
+
+    @property
+    def ts_ms(self) -> int:
+        return self.snapshot.ts_ms
+
+    @property
+    def live(self) -> bool:
+        """Sampled here and now (the only origin whose processes can be asked for more:
+        their environment, predict's own cgroup)."""
+        return self.origin == "live"
+
+    def picture_for(self, margin_bytes: int, cgroup: CgroupMemory | None = None
+                    ) -> Picture:
+        """The picture with another margin, or for a launch under a cgroup limit."""
+        if margin_bytes == self.margin_bytes and cgroup is None:
+            return self.picture
+        return picture_from_snapshot(self.snapshot, margin_bytes, cgroup)
+
+    def _key(self) -> tuple[Any, ...]:
+        s = self.snapshot
+        box = replace(
+            s, devices=tuple(sorted(s.devices, key=lambda d: d.device_id)),
+            processes=tuple(sorted(s.processes, key=lambda p: p.pid)),
+            memory=tuple(sorted(s.memory, key=lambda m: (m.pid, m.device_id))),
+            hidden=tuple(sorted(s.hidden, key=lambda h: (h.pid, h.device_id or ""))),
+            cgroups=tuple(sorted(s.cgroups, key=lambda c: c.pid)),
+            exited=(), runs=(), events=())
+        picture = {k: replace(d, processes=tuple(sorted(d.processes, key=lambda u: u.pid)))
+                   for k, d in self.picture.devices.items()}
+        return box, self.picture.ts_ms, picture
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BoxState):
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def box_state(origin: Origin, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> BoxState:
+    """The state of the box from ``origin``, its picture with ``margin_bytes``."""
+    snap, kind, where = _snapshot(origin)
+    return BoxState(snap, picture_from_snapshot(snap, margin_bytes), kind, where,
+                    margin_bytes)
+
+
+def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
+    if isinstance(origin, Daemon):
+        return origin.snapshot, "daemon", "this daemon"
+    if isinstance(origin, StatusFile):
+        return load_state(origin.path), "file", str(origin.path)
+    if isinstance(origin, DatabaseMoment):
+        from monitor.store.history import snapshot_at, snapshot_in
+
+        if origin.db is not None:
+            return snapshot_in(origin.db, origin.ts_ms), "database", str(origin.db_path)
+        if origin.db_path is None:
+            raise ValueError("a database moment needs the database's path")
+        return snapshot_at(origin.db_path, origin.ts_ms), "database", str(origin.db_path)
+    if isinstance(origin, Remote):
+        from monitor.http.client import RemoteError, status_doc_problem
+
+        client = origin.client
+        doc = client.get("/api/v1/snapshot")
+        problem = status_doc_problem(doc)
+        if problem is not None:
+            raise RemoteError(f"{client.url}/api/v1/snapshot: not a vramscope snapshot: "
+                              f"{problem}")
+        return snapshot_from_status_json(doc), "remote", client.url
+    if isinstance(origin, Live):
+        if origin.sampler is not None:
+            return origin.sampler.sample(), "live", "this machine"
+        from monitor.daemon.sampler import Sampler
+
+        sampler = Sampler(origin.roots, CollectorOptions(pss_per_tick=0), origin.enabled)
+        try:
+            return sampler.sample(), "live", "this machine"
+        finally:
+            sampler.close()
+    raise TypeError(f"not an origin of the box state: {origin!r}")
+
+
+def chosen_origin(roots: Roots, enabled: Iterable[str] | None, db_path: Path,
+                  state: Path | None = None, at: str | None = None) -> Origin:
+    """The origin a command's options name: ``--state FILE``, else ``--at TIME`` (in
+    ``db_path``), else live. A time that cannot be read is a ValueError."""
+    if state is not None:
+        return StatusFile(state)
+    if at is not None:
+        from monitor.store.history import parse_time
+
+        return DatabaseMoment(db_path, parse_time(at))
+    return Live(roots, enabled)
