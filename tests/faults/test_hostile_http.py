@@ -296,6 +296,7 @@ def test_clients_that_disconnect_mid_answer_leave_no_traceback(tmp_path: Path) -
             s.close()  # a reset, in the middle of an 800 KB answer
         assert daemon.get("/healthz")[0] == 200
         err = stop(daemon)
-    lines = err.splitlines()
     assert "Traceback" not in err, err[-3000:]
-    assert len(lines) <= 10, err[-3000:]
+    # 50 resets are said once (then counted), whatever else a busy box makes the daemon say
+    gone = [line for line in err.splitlines() if "HTTP client went away" in line]
+    assert 1 <= len(gone) <= 2, err[-3000:]

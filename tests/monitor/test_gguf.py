@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from monitor.gguf import reader as mg
 from monitor.gguf.reader import GgufError, GgufHeader, SkippedArray, TensorInfo, read_header
 
-TIME_BOUND_S = 0.5
+TIME_BOUND_S = 5.0  # a hang or a blow-up, not speed: speed is bench/bench_gguf.py
 STRING = GGUFValueType.STRING
 
 # Qwen3-8B, computed here from the shapes, not through any table: Q8_0 blocks are 32
