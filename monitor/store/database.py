@@ -17,6 +17,7 @@ is logged, recorded as a ``database_recovered`` event in the new one, and listed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -291,6 +292,7 @@ class Store:
             conn.close()
             raise StoreError(f"cannot prepare the database {path}: {exc}") from exc
         store = cls(db, path, recovered_from)
+        store.note_wal()
         if moved is not None:
             store.add_event("database_recovered", "warning", str(path),
                             f"the previous database was corrupt and was moved to {moved}",
@@ -317,6 +319,14 @@ class Store:
             self._wal_ino = st.st_ino
         return st.st_ino != self._wal_ino
 
+    def note_wal(self) -> None:
+        """Open a read so SQLite creates the -wal now (switching to WAL mode does not), and
+        remember which file it is: a fresh database's first tick must not read as a
+        deleted -wal."""
+        with contextlib.suppress(sqlite3.Error, OSError):
+            self.db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            self.wal_lost()
+
     def recover_wal(self) -> None:
         """Checkpoint the lost -wal (through SQLite's open descriptor of it) into the
         database, then reopen: SQLite starts a new -wal at the path."""
@@ -327,6 +337,7 @@ class Store:
         self.db = Database(conn)
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._wal_ino = None
+        self.note_wal()
 
     def set_busy_timeout(self, seconds: float) -> None:
         """How long a write waits for another writer's lock before it fails (and the tick

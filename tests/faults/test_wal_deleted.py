@@ -87,3 +87,28 @@ def test_a_deleted_wal_loses_no_committed_tick(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples"
                             ).fetchone()[0] >= stopped[0] + 3
+
+
+def test_a_fresh_database_is_not_a_deleted_wal(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    """Switching to WAL mode creates no -wal file; the first tick of a new database once
+    took that for a deleted -wal ("could not be checkpointed: database table is locked")."""
+    import logging
+
+    from collectors.base import CollectorOptions, Roots
+    from monitor import config as config_mod
+    from monitor.daemon.loop import DaemonContext, tick
+    from monitor.daemon.sampler import Sampler
+    from monitor.store.database import Store
+
+    store = Store.open(tmp_path / "v.db")
+    try:
+        assert not store.wal_lost()
+        cfg = config_mod.load(None, db=tmp_path / "v.db")
+        ctx = DaemonContext(cfg, store, Sampler(Roots(), CollectorOptions(pss_per_tick=0),
+                                                ["procfs"]))
+        with caplog.at_level(logging.WARNING, logger="monitor.daemon.loop"):
+            tick(ctx)
+            tick(ctx)
+        assert not [r for r in caplog.records if "-wal" in r.getMessage()]
+    finally:
+        store.close()
