@@ -183,7 +183,7 @@ def estimate_to_json(est: MemoryEstimate) -> dict[str, Any]:
     return out
 
 
-class _Bad(ValueError):
+class _Bad(ValueError):  # private: callers turn it into their own one-line error
     pass
 
 

@@ -146,9 +146,10 @@ def test_the_options_choose_the_origin(tmp_path: Path) -> None:
 
 
 def test_each_origin_fails_in_one_line(tmp_path: Path) -> None:
+    from monitor.errors import InputError
     from monitor.store.database import StoreError
 
-    with pytest.raises(ValueError, match="cannot read the state file"):
+    with pytest.raises(InputError, match="cannot read the state file"):
         box_state(StatusFile(tmp_path / "missing.json"))
     with pytest.raises(StoreError, match="no database at"):
         box_state(DatabaseMoment(tmp_path / "missing.db", 1000))

@@ -40,7 +40,8 @@ def error_classes() -> dict[str, type[BaseException]]:
 
 
 # raised and caught inside their own module; never reach a user
-PRIVATE = {"monitor.engines.llamacpp._Bad", "monitor.http.server._RequestError",
+PRIVATE = {"monitor.engines.llamacpp._Bad", "monitor.analysis.assess._Bad",
+           "monitor.http.server._RequestError",
            "monitor.http.server._HeadTooLarge", "monitor.integrations.slots._HttpError",
            "monitor.cli.main._OneLine"}
 
