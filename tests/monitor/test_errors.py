@@ -54,7 +54,8 @@ def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
     assert strays == []
     for name in ("monitor.gguf.reader.GgufError", "monitor.estimate.kv.EstimateError",
                  "monitor.store.database.StoreError", "monitor.cli.capture.CaptureError",
-                 "monitor.config.ConfigError", "monitor.integrations.llamaswap.SwapConfigError",
+                 "monitor.config.ConfigError",
+                 "monitor.integrations.llamaswap.config.SwapConfigError",
                  "monitor.http.server.HttpConfigError", "monitor.service.install.InstallError",
                  "monitor.report.outdir.OutDirError", "tui.source.SourceError"):
         assert name in public, name
