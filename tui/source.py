@@ -401,7 +401,7 @@ class StoreSource:
     def describe(self) -> str:
         """The database and who writes it (the daemon holding ``<db>.lock``), for the header:
         a root TUI may be reading another daemon's database than the one meant."""
-        from monitor.daemon.loop import lock_holder
+        from monitor.daemon.lock import lock_holder
 
         holder = lock_holder(self.db_path)
         who = ("no daemon writing it" if holder is None

@@ -15,7 +15,7 @@ from typing import Literal
 from collectors import _fs
 from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.config import Config
-from monitor.daemon.loop import lock_holder
+from monitor.daemon.lock import lock_holder
 from monitor.daemon.sampler import Sampler
 from monitor.errors import VramscopeError
 from monitor.units import GIB

@@ -14,7 +14,8 @@ import pytest
 
 from collectors.base import Roots
 from monitor.config import Config
-from monitor.daemon.loop import DaemonContext, acquire_lock, lock_holder, tick
+from monitor.daemon.lock import acquire_lock, lock_holder
+from monitor.daemon.loop import DaemonContext, tick
 from monitor.daemon.sampler import Sampler
 from monitor.store.database import Store, StoreError
 

@@ -15,7 +15,7 @@ from pilot_helpers import settle, sync
 
 from collectors.base import Roots
 from monitor.config import Config
-from monitor.daemon.loop import acquire_lock
+from monitor.daemon.lock import acquire_lock
 from monitor.daemon.sampler import Sampler
 from monitor.http import HttpServer
 from monitor.store.database import Store
