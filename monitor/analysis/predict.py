@@ -212,6 +212,25 @@ def _largest_ngl(spec: LaunchSpec, estimator: Estimator, picture: Picture,
     return low
 
 
+RELEVANT_MIN_BYTES = 64 * MIB
+"""A fix must give a device that does not fit at least this much room (or its whole
+shortfall, when that is less); one that frees nothing there is not offered."""
+
+
+def _relieves(before: Sequence[DeviceVerdict], after: Sequence[DeviceVerdict]) -> bool:
+    """Does ``after`` give a short device (verdict not "fits") relevant room?"""
+    later = {v.device_id: v.slack_bytes for v in after}
+    for v in before:
+        if v.verdict == "fits":
+            continue
+        if v.device_id not in later:  # nothing of the load is left there
+            return True
+        if later[v.device_id] - v.slack_bytes >= min(RELEVANT_MIN_BYTES,
+                                                     max(1, -v.slack_bytes)):
+            return True
+    return False
+
+
 def _fix(label: str, base: MemoryEstimate, changed: MemoryEstimate, picture: Picture,
          freed: dict[str, int]) -> Fix | None:
     before, after = need_by_device(base, picture), need_by_device(changed, picture)
@@ -219,7 +238,10 @@ def _fix(label: str, base: MemoryEstimate, changed: MemoryEstimate, picture: Pic
     frees = {d: v for d, v in frees.items() if v > 0}
     if not frees:
         return None
-    return Fix(label, frees, _worst(judge(changed, picture, freed)))
+    verdicts = judge(changed, picture, freed)
+    if not _relieves(judge(base, picture, freed), verdicts):
+        return None
+    return Fix(label, frees, _worst(verdicts))
 
 
 def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
@@ -303,12 +325,14 @@ def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, pictur
         if spec.draft_cache_type_k == "f16":
             attempt("-ctkd q8_0 -ctvd q8_0",
                     replace(spec, draft_cache_type_k="q8_0", draft_cache_type_v="q8_0"))
+    now = judge(base, picture, freed)
     for use in running:
         gain = freed_by([use], picture)
         if gain:
             merged = {d: freed.get(d, 0) + gain.get(d, 0) for d in set(freed) | set(gain)}
-            fixes.append(Fix(f"stop {use.name} (pid {use.pid})", gain,
-                             _worst(judge(base, picture, merged))))
+            then = judge(base, picture, merged)
+            if _relieves(now, then):  # stopping a process that frees nothing is no fix
+                fixes.append(Fix(f"stop {use.name} (pid {use.pid})", gain, _worst(then)))
     fixes.sort(key=lambda f: (_ORDER[f.verdict], -sum(f.frees.values())))
     return fixes
 

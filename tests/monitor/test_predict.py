@@ -618,3 +618,31 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
         line.split(": frees")[0].strip() for line in text.splitlines() if ": frees " in line]
     assert f"largest context that fits: -c {doc['fit_ctx']}" in text
     assert f"bandwidth ceiling: {doc['bandwidth']['tokens_per_s_ceiling']} tokens/s" in text
+
+
+def test_a_fix_that_frees_nothing_where_it_is_short_is_not_offered(
+        strix: dict[str, str], tmp_path: Path) -> None:
+    """Issue 18.7: "stop boom: frees 0.0 GiB on host -> oom" helped nobody. A stop (or a
+    change) is offered only when it gives a device that does not fit relevant room."""
+    embed = ProcessInfo(4242, 1000, None, 1, 1000, "llama-server",
+                        ("llama-server", "-m", "/models/qwen3-embedding-8b.gguf", "-c", "8192"),
+                        "llama.cpp", ("inference", "gpu"))
+    tiny = ProcessInfo(77, 1000, None, 1, 1000, "llama-server",
+                       ("llama-server", "-m", "/models/boom.gguf", "-c", "512"),
+                       "llama.cpp", ("inference", "gpu"))
+    big, small = int(23.8 * GIB), 20 * MIB
+    apu = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "Strix Halo", "unified",
+                       total_bytes=int(120.5 * GIB), used_bytes=big + small + 300 * MIB,
+                       vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
+                       gtt_total_bytes=120 * GIB, gtt_used_bytes=big + small,
+                       gtt_ceiling_bytes=120 * GIB)
+    state = write_state(tmp_path / "state.json", [apu, host(int(72.2 * GIB))],
+                        [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=big)]),
+                         (tiny, [ProcessMemory(77, "drm:0000:c5:00.0", gtt_bytes=small)])])
+    code, doc = predict_json("--state", str(state), "--", "llama-server", "-m", strix["moe"],
+                             "-c", "32768", "-np", "1", "-fa", "on", "-md", strix["4b"])
+    assert (code, doc["verdict"]) == (1, "oom")
+    changes = [f["change"] for f in doc["fixes"]]
+    assert "stop llama-server (qwen3-embedding-8b.gguf) (pid 4242)" in changes
+    assert not any("pid 77" in c for c in changes), changes  # 20 MiB of a GiBs shortfall
+    assert all(sum(f["frees"].values()) >= 64 * MIB for f in doc["fixes"]), doc["fixes"]
