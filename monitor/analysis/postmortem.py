@@ -11,6 +11,7 @@ monitor/report/postmortem.py turns it into text or one self-contained HTML file.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
             or kdata.get("memcg"), "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
             "ts_ms": kernel["ts_ms"]}
     loading = _loading_at(db, nearby, t)
-    estimate_doc = _estimate(info, at_death)
+    estimate_doc = _estimate(db, info, at_death, victim_pid, t)
     ceiling = {d["device_id"]: d["total_bytes"] for d in devices if d["total_bytes"]}
     if kernel_fig and kernel_fig["memcg_limit_bytes"]:
         ceiling[f"memcg {kernel_fig['memcg']}"] = kernel_fig["memcg_limit_bytes"]
@@ -226,20 +227,74 @@ def _kb(value: Any) -> int | None:
     return int(value) * 1024 if isinstance(value, int | float) else None
 
 
-def _estimate(info: dict | None, at_death: dict[str, int]) -> dict[str, Any] | None:
-    if not info or not info.get("argv"):
-        return None
-    from monitor.engines import parse_command
-    from monitor.estimate import estimate
+def _estimate(db: Any, info: dict | None, at_death: dict[str, int], pid: int | None,
+              t_ms: int) -> dict[str, Any] | None:
+    """The victim's launch estimate: the daemon's own, stored when it first saw the server
+    (monitor/store/estimates.py: right even when the model file has gone since), else one
+    made now from the model file when it still exists."""
+    est, source = None, None
+    if pid is not None:
+        from monitor.store import estimates
 
-    spec = parse_command(list(info["argv"]))
-    if spec is None or not spec.model_path or not Path(spec.model_path).exists():
+        try:
+            mine = [a for (p, _start), a in estimates.at(db, t_ms).items()
+                    if p == pid and a.estimate is not None]
+        except Exception:  # an older database, or a row that no longer parses
+            mine = []
+        if mine:
+            est = max(mine, key=lambda a: a.ts_ms).estimate
+            source = "the daemon's estimate of this launch"
+    if est is None and info and info.get("argv"):
+        from monitor.engines import parse_command
+        from monitor.estimate import estimate
+
+        spec = parse_command(list(info["argv"]))
+        if spec is not None and spec.model_path and Path(spec.model_path).exists():
+            try:
+                est = estimate(spec, ())
+                source = "estimated now from the model file"
+            except Exception:  # the model may have changed since: no estimate, not a failure
+                est = None
+    if est is None:
         return None
-    try:
-        est = estimate(spec, ())
-    except Exception:  # the model may have changed since: no estimate, not a failure
-        return None
-    return {"by_device": est.by_device(), "measured_at_death": at_death}
+    return {"by_device": est.by_device(),
+            "by_device_with_growth": est.by_device(include_growth=True),
+            "source": source, "measured_at_death": at_death}
+
+
+CGROUP_FIX_MARGIN = 1.10  # 10 % above the launch's need: page cache and allocator slack
+
+
+def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[str]) -> str:
+    """The limit a memory cgroup needs for this launch: its host part by the estimate,
+    growth included, plus a margin (never less than 1.2 x what it held at the kill), and
+    the ``predict`` command that judges the launch against that cgroup first."""
+    import shlex
+
+    held = int(rss_bytes * 1.2)
+    if est is not None:
+        load = est["by_device"].get("host", 0)
+        grown = est.get("by_device_with_growth", est["by_device"]).get("host", load)
+        need = max(held, int(grown * CGROUP_FIX_MARGIN))
+        why = (f"the launch needs {_gib(load)} of host memory by its estimate"
+               + (f", {_gib(grown)} once its caches fill" if grown > load else "")
+               + f", and it held {_gib(rss_bytes)} when it was killed")
+    else:
+        need = held
+        why = f"1.2 x the {_gib(rss_bytes)} it held when it was killed; no estimate known"
+    # said in tenths of a GiB: rounded up (never below the need), 1e-6 for float noise
+    need = int(math.ceil(need / 1024**3 * 10 - 1e-6) / 10 * 1024**3)
+    text = f"Raise the cgroup's limit (MemoryMax=) to at least {_gib(need)} ({why})"
+    if argv and memcg:
+        command = shlex.join(argv)
+        if len(command) > 300:
+            command = command[:300] + "..."
+        text += (f"; `vramscope predict --cgroup {shlex.quote(memcg)} -- {command}` judges the"
+                 " launch against that cgroup before it starts.")
+    else:
+        text += ", or run a smaller model or context; `vramscope predict` checks a launch "
+        text += "before it starts."
+    return text
 
 
 def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int],
@@ -258,9 +313,8 @@ def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int
                          + f"; at the kill it held {_gib(kernel['anon_rss_bytes'])} anonymous,"
                          f" {_gib(kernel['file_rss_bytes'])} file-backed and "
                          f"{_gib(kernel['shmem_rss_bytes'])} shared memory ({_gib(rss)}).")
-            fixes.append(f"Raise the cgroup's limit (MemoryMax=) above {_gib(int(rss * 1.2))}"
-                         ", or run a smaller model or context; `vramscope predict` checks a "
-                         "launch before it starts.")
+            fixes.append(cgroup_fix(rss, est, kernel.get("memcg"),
+                                    list((info or {}).get("argv") or [])))
         else:
             host = next((d for d in devices if d["device_id"] == "host"), None)
             top = sorted(((p["points"][-1][1], p["comm"], p["pid"]) for p in processes

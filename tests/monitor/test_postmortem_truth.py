@@ -98,3 +98,57 @@ def test_an_untracked_oom_victim_is_named_and_only_live_loads_are_listed(
     section = text.split("Loading at the time")[1].split("\n\n")[0]
     assert "pid 200 llama-server loading big.gguf" in section
     assert "pid 300" not in section
+
+
+def test_a_cgroup_oom_fix_is_sized_from_the_launch_not_from_the_kill() -> None:
+    """Issue 18.6: killed at 1.0 GiB in a 1 GiB cgroup, the fix said "above 1.2 GiB" while
+    the launch needed 2.11 GiB (2.5 GiB once its caches fill). The fix is sized from the
+    estimate, growth and a margin included, and names the predict command to check it."""
+    from monitor.analysis.postmortem import cgroup_fix
+
+    gib = 1024**3
+    est = {"by_device": {"host": int(2.11 * gib)},
+           "by_device_with_growth": {"host": int(2.5 * gib)}}
+    argv = ["llama-server", "-m", "/models/q 8b.gguf", "-c", "32768"]
+    fix = cgroup_fix(gib, est, "/system.slice/llama.service", argv)
+    assert "at least 2.8 GiB" in fix, fix  # 2.5 GiB x 1.10, not 1.2 x the 1.0 GiB held
+    assert "needs 2.1 GiB" in fix and "2.5 GiB once its caches fill" in fix
+    assert ("`vramscope predict --cgroup /system.slice/llama.service -- llama-server -m "
+            "'/models/q 8b.gguf' -c 32768`") in fix
+    # no estimate: what it held is all there is, and the fix says so
+    alone = cgroup_fix(gib, None, "/system.slice/llama.service", argv)
+    assert "at least 1.2 GiB" in alone and "no estimate known" in alone
+
+
+def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
+        tmp_path: Path) -> None:
+    """The model file is gone (/models/x.gguf never existed here): the estimate the daemon
+    stored at launch sizes the fix, not 1.2 x the memory held at the kill."""
+    from monitor.analysis.assess import Assessment, Launch
+    from monitor.engines import parse_command
+    from monitor.estimate.model import Component, MemoryEstimate
+
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    store.write(tick(T0, {500: GIB}))
+    spec = parse_command(list(server(500).argv))
+    assert spec is not None
+    est = MemoryEstimate("llama.cpp", "/models/x.gguf", (
+        Component("weights", "host", int(1.8 * GIB), "test"),
+        Component("kv", "host", int(0.31 * GIB), "test"),
+        Component("prompt_cache", "host", int(0.39 * GIB), "test", when="grows")))
+    a = Assessment(500, 5000, T0, "key", Launch.from_spec(spec), est)
+    assert store.add_assessment(a, None)  # server() has no start time
+    kill = DeviceEvent(T0 + 1000, "host", "oom_kill", "critical",
+                       "Memory cgroup out of memory: Killed process 500 (llama-server)",
+                       {"pid": 500, "comm": "llama-server", "constraint": "CONSTRAINT_MEMCG",
+                        "task_memcg": "/system.slice/llama.service",
+                        "memcg_limit_kb": GIB // 1024, "anon_rss_kb": GIB // 1024})
+    store.write(tick(T0 + 1000, {}, events=(kill,)))
+    store.close()
+    doc = build(db, pid=500)
+    assert doc["estimate"]["source"] == "the daemon's estimate of this launch"
+    grown = sum(c.bytes for c in est.components)
+    assert doc["estimate"]["by_device_with_growth"] == {"host": grown}
+    assert "at least 2.8 GiB" in doc["fix"], doc["fix"]
+    assert "vramscope predict --cgroup /system.slice/llama.service --" in doc["fix"]
