@@ -45,6 +45,15 @@ CASES: tuple[ArchCase, ...] = (
        "--spec-draft-n-max", "16", draft="qwen3-0.6b"),
     _c("qwen3-8b-md-nmax64-np4", "qwen3-8b", "-c", "8192", "-np", "4", "-md", "{draft}",
        "--spec-draft-n-max", "64", draft="qwen3-0.6b"),
+    # -md alone loads the draft but enables no speculative type (n_outputs_max = np);
+    # --spec-type draft-simple drafts up to --spec-draft-n-max tokens (default 3)
+    _c("qwen3-8b-md-simple", "qwen3-8b", "-c", "4096", "-np", "1", "-md", "{draft}",
+       "--spec-type", "draft-simple", draft="qwen3-0.6b"),
+    _c("qwen3-8b-md-simple-nmax16", "qwen3-8b", "-c", "4096", "-np", "1", "-md", "{draft}",
+       "--spec-type", "draft-simple", "--spec-draft-n-max", "16", draft="qwen3-0.6b"),
+    _c("qwen3-8b-md-simple-nmax64-np4", "qwen3-8b", "-c", "8192", "-np", "4", "-md",
+       "{draft}", "--spec-type", "draft-simple", "--spec-draft-n-max", "64",
+       draft="qwen3-0.6b"),
     # Qwen3-Embedding (decoder embedder, last-token pooling)
     _c("qwen3-emb-last", "qwen3-embedding-0.6b", "-c", "4096", "-np", "1", "--embedding",
        "--pooling", "last"),
