@@ -11,13 +11,16 @@ the peak live set of the graph, the largest of:
     llama-kv-cache.cpp: head size % 64 == 0) one residual-wide tensor less;
   - MoE FFN (llm_graph_context::build_moe_ffn): the per-expert up/gate/activation
     ``[n_ff_exp, n_expert_used, ub]`` and the per-expert outputs and their weighted copy
-    ``[n_embd, n_expert_used, ub]`` live together, ``4 ub 2 n_used (n_ff_exp + n_embd)``;
+    ``[n_embd, n_expert_used, ub]`` live together, ``4 ub 2 n_used (n_ff_exp + n_embd)``,
+    ``+ 4 ub 2 n_embd`` with shared experts;
   plus the f16 attention masks, ``2 ub n_kv`` for the full-attention cache and, for iSWA
   models, ``2 ub n_kv_swa`` for the SWA cache (llm_graph_input_attn_kv_iswa);
 - attention without flash attention (build_attn_mha): the f32 scores of one layer and
   the f32 masks, ``4 ub n_kv (n_head + 1) + 4 ub n_kv_swa + 22 ub n_embd``; MLA
-  (build_attn_mla path of deepseek2) adds the transposed latent V copy and the absorbed
-  query, ``2 n_kv kv_lora_rank + 4 ub n_head (kv_lora_rank + n_rot)``;
+  (the absorbed path of src/models/deepseek2.cpp into build_attn_mha with v_mla) instead
+  ``+ 2 n_kv kv_lora_rank + 4 ub (n_head (2 kv_lora_rank + n_rot) + 5 n_embd)``: the
+  absorbed query, the transposed latent V copy and the latent KQV (fitted on
+  DeepSeek-V2-Lite: 194.27 MiB logged, 194.13 estimated);
 - the logits: ``4 n_outputs n_vocab + 8 ub n_embd``.
 
 ``n_kv`` is the cells of one stream, ``ub = min(n_ubatch, n_ctx)``. ``n_outputs`` is what the
@@ -43,6 +46,8 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False) -> int:
     if not shape.n_expert or not shape.n_expert_used:
         return dense
     moe = 2 * shape.n_expert_used * (shape.n_ff_exp + shape.n_embd)
+    if shape.n_ff_shexp:  # the shared expert's output and the routed sum, both alive
+        moe += 2 * shape.n_embd
     if shape.n_layer_dense_lead:  # deepseek2: the first layers are dense
         return max(dense, moe)
     return moe
@@ -66,10 +71,15 @@ def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: 
     if flash_attn:
         return max(body, logits)
     n_head = max(shape.n_head) if shape.n_head else 1
-    scores = 4 * ub * n_kv * (n_head + 1) + 4 * ub * n_kv_swa + 22 * ub * shape.n_embd
+    scores = 4 * ub * n_kv * (n_head + 1) + 4 * ub * n_kv_swa
     if shape.is_mla:
+        # the absorbed query [kv_lora + rope, n_head, ub], the f16 transposed copy of the
+        # latent V [n_kv, kv_lora] (ggml_cont) and the latent KQV [kv_lora, ub, n_head]
         rope = shape.n_rot or (shape.head_k - shape.n_lora_kv)
-        scores += 2 * n_kv * shape.n_lora_kv + 4 * ub * n_head * (shape.n_lora_kv + rope)
+        scores += 2 * n_kv * shape.n_lora_kv + 4 * ub * (
+            n_head * (2 * shape.n_lora_kv + rope) + 5 * shape.n_embd)
+    else:
+        scores += 22 * ub * shape.n_embd
     return max(body, logits, scores)
 
 
