@@ -8,7 +8,8 @@ the peak live set of the graph, the largest of:
   - dense gated FFN (llm_graph_context::build_ffn): up, gate and activation plus the
     residual stream, ``4 ub (3 n_ff + 4 n_embd)``; encoder-only (ungated) models
     ``4 ub (n_ff + 3 n_embd)``; with a quantized, rotated KV cache (``attn_rot_k``,
-    llama-kv-cache.cpp: head size % 64 == 0) one residual-wide tensor less;
+    llama-kv-cache.cpp: head size % 64 == 0) or in a hybrid recurrent model one
+    residual-wide tensor less (measured);
   - MoE FFN (llm_graph_context::build_moe_ffn): the per-expert up/gate/activation
     ``[n_ff_exp, n_expert_used, ub]`` and the per-expert outputs and their weighted copy
     ``[n_embd, n_expert_used, ub]`` live together, ``4 ub 2 n_used (n_ff_exp + n_embd)``,
@@ -16,7 +17,8 @@ the peak live set of the graph, the largest of:
   plus the f16 attention masks, ``2 ub n_kv`` for the full-attention cache and, for iSWA
   models, ``2 ub n_kv_swa`` for the SWA cache (llm_graph_input_attn_kv_iswa);
 - attention without flash attention (build_attn_mha): the f32 scores of one layer and
-  the f32 masks, ``4 ub n_kv (n_head + 1) + 4 ub n_kv_swa + 22 ub n_embd``; MLA
+  the f32 masks, ``4 ub n_kv (n_head + 1) + 4 ub n_kv_swa + 4 ub max(5.5 n_embd,
+  3.5 n_embd + 2 n_head head_k)``; MLA
   (the absorbed path of src/models/deepseek2.cpp into build_attn_mha with v_mla) instead
   ``+ 2 n_kv kv_lora_rank + 4 ub (n_head (2 kv_lora_rank + n_rot) + 5 n_embd)``: the
   absorbed query, the transposed latent V copy and the latent KQV (fitted on
@@ -37,11 +39,14 @@ from monitor.estimate.kv import Context
 from monitor.estimate.shape import ModelShape
 
 
-def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False) -> int:
-    """f32 values per token live at the peak of the largest FFN of the model."""
+def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = False) -> int:
+    """f32 values per token live at the peak of the largest FFN of the model. One
+    residual-wide tensor fewer is alive with a rotated (quantized) KV cache or in a hybrid
+    recurrent model (measured: Qwen3-8B q8_0 KV 100.09 MiB, Qwen3.5-27B 136.02 MiB)."""
     if shape.encoder_only:
         return shape.n_ff + 3 * shape.n_embd
-    residual = 3 if kv_rotated else 4
+    # the MTP graph (one nextn block after eh_proj) keeps two (measured: 126.02 MiB)
+    residual = 2 if mtp else 3 if kv_rotated or shape.recurrent else 4
     dense = 3 * shape.n_ff + residual * shape.n_embd
     if not shape.n_expert or not shape.n_expert_used:
         return dense
@@ -55,14 +60,14 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False) -> int:
 
 def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: int,
                   embeddings: bool = False, n_kv_swa: int = 0,
-                  kv_rotated: bool = False) -> int:
+                  kv_rotated: bool = False, mtp: bool = False) -> int:
     """``embeddings`` is kept for callers; a decoder embedder still reserves its logits.
     ``n_kv_swa``: cells per stream of the SWA cache (0 without one)."""
     del embeddings
     ub = min(ctx.n_ubatch, ctx.n_ctx)
     n_kv = ub if shape.encoder_only else ctx.n_ctx_seq
     masks = (2 if flash_attn else 4) * ub * (n_kv + n_kv_swa)
-    body = 4 * ub * ffn_body_floats(shape, kv_rotated) + masks + 20 * ub
+    body = 4 * ub * ffn_body_floats(shape, kv_rotated, mtp) + masks + 20 * ub
     # A decoder embedder (--embedding --pooling last on qwen3) still builds and reserves
     # the output head; only encoder-only archs end without one (measured: Qwen3-Embedding
     # 302.24 MiB logged, 4 x 512 x 151669 logits + ...).
@@ -79,7 +84,11 @@ def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: 
         scores += 2 * n_kv * shape.n_lora_kv + 4 * ub * (
             n_head * (2 * shape.n_lora_kv + rope) + 5 * shape.n_embd)
     else:
-        scores += 22 * ub * shape.n_embd
+        # what is alive beside the scores: residual-sized and query-sized tensors, fitted
+        # on the tier (Qwen3-8B exact, Qwen3-30B-A3B exact, gpt-oss -0.2 %, Gemma-3 -3 %,
+        # Qwen3.5-27B -4 %)
+        n_q = n_head * shape.head_k
+        scores += 4 * ub * max(22 * shape.n_embd // 4, (7 * shape.n_embd) // 2 + 2 * n_q)
     return max(body, logits, scores)
 
 

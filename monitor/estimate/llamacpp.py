@@ -229,6 +229,20 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
                                f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
                                "[common/speculative.cpp, ctx_type MTP]",
                                "anon" if main == HOST else "device"))
+        # The MTP context (common_speculative_init_result, ctx_type MTP) reserves one
+        # output per sequence (n_outputs_max = n_parallel) and its own graph: the nextn
+        # block after eh_proj, then the output head.
+        parts.append(Component(
+            "mtp_compute", main,
+            compute.compute_bytes(shape, ctx, flash, ctx.n_seq_max, mtp=True,
+                                  kv_rotated=_kv_rotated(shape, spec.cache_type_k)),
+            "the MTP context's compute buffer: the nextn block's FFN, 4 ub (3 n_ff + 2 "
+            "n_embd) (MoE: build_moe_ffn) + mask, or its logits [llama-graph.cpp]",
+            "anon" if main == HOST else "device"))
+        parts.append(Component(
+            "mtp_output", HOST, compute.output_bytes(shape, ctx, False),
+            f"n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
+            "anon"))
     if spec.draft_model:
         parts += _draft(spec, devices, read_header, ctx, flash, notes)
     parts += _host_growth(spec, shape, ctx, flash)
