@@ -191,8 +191,11 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
     n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
     rotated = _kv_rotated(shape, spec.cache_type_k)
     comp = compute.compute_bytes(shape, ctx, flash, n_out, spec.embedding, n_kv_swa, rotated)
-    ffn = ("MoE FFN 4 ub 2 n_used (n_ff_exp + n_embd) [llama-graph.cpp build_moe_ffn]"
-           if shape.n_expert else "FFN 4 ub (3 n_ff + 4 n_embd) [llama-graph.cpp build_ffn]")
+    per_token = compute.ffn_body_floats(shape, rotated)
+    ffn = (f"MoE FFN 4 B x ub x {per_token} (2 n_used (n_ff_exp + n_embd)"
+           + (" + 2 n_embd shared" if shape.n_ff_shexp else "")
+           + ") [llama-graph.cpp build_moe_ffn]" if shape.n_expert else
+           f"FFN 4 B x ub x {per_token} (3 n_ff + residuals) [llama-graph.cpp build_ffn]")
     parts.append(Component(
         "compute", main, comp,
         f"max(body: {ffn} + f16 masks, logits 4 x "
