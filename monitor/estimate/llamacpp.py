@@ -224,6 +224,13 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
         "output", HOST, compute.output_bytes(shape, ctx, spec.embedding),
         f"(n_vocab{' + n_embd' if spec.embedding else ''}) x {ctx.n_seq_max} seqs x 4 B "
         "at start; grows with outputs per batch [llama_context::output_reserve]", "anon"))
+    if n_out > ctx.n_seq_max and outputs == "server":
+        parts.append(Component(
+            "output_growth", HOST, compute.output_bytes(shape, ctx, spec.embedding)
+            // ctx.n_seq_max * (n_out - ctx.n_seq_max),
+            f"the output buffer grows at run time up to n_outputs_max = {n_out} rows "
+            "(np x (1 + --spec-draft-n-max) when drafting) [llama_context::output_reserve]",
+            "anon", "grows"))
     if spec_type == "draft-mtp" and shape.n_nextn:
         mtp_layers = kv.kv_layers(shape, mtp=True)
         size = kv.kv_size(shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False,
