@@ -68,3 +68,22 @@ def test_estimate_matches_the_logged_buffers(path, models_dir) -> None:
     logged = {(r.context, r.kind) for r in got if r.logged_mib}
     assert ("target", "compute") in logged and ("target", "weights") in logged
     assert not bad, f"{doc['id']}:\n" + "\n".join(bad)
+
+
+def test_log_comparison_names_the_mtp_and_draft_buffers(models_dir) -> None:
+    """``estimate --log`` lines up the MTP context's and the draft's buffers too."""
+    from arch_compare import FIXTURES
+
+    from monitor.estimate.render import compare_with_log
+
+    for name, wanted in (("qwen35-mtp", {"mtp_kv", "mtp_compute", "mtp_output"}),
+                         ("qwen3-8b-md", {"draft_output", "draft_compute"})):
+        doc = load(FIXTURES / f"{name}.json")
+        est = estimate_command(argv_for(doc, models_dir), env={}, devices=())
+        rows_ = {r["component"]: r for r in compare_with_log(
+            est, parse_llama_log(doc["log_lines"]))}
+        assert wanted <= set(rows_), sorted(rows_)
+        for component in wanted:
+            assert rows_[component]["reported_mib"] > 0
+            assert abs(rows_[component]["delta_mib"]) <= 0.05 * rows_[component][
+                "reported_mib"] + 0.01, rows_[component]
