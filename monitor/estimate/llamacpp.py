@@ -232,6 +232,13 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
             "(np x (1 + --spec-draft-n-max) when drafting) [llama_context::output_reserve]",
             "anon", "grows"))
     if spec_type == "draft-mtp" and shape.n_nextn:
+        rows = ctx.n_seq_max * (1 + n_rs_seq)
+        if shape.recurrent and rows > 9:
+            notes.append(
+                f"MTP on a hybrid model with np x (1 + --spec-draft-n-max) = {rows} rows: "
+                "the target's compute buffer grows past its FFN peak beyond ~9 rows "
+                "(measured on Qwen3.5-27B: about +2.7 MiB a row); not in the compute "
+                "figure above")
         mtp_layers = kv.kv_layers(shape, mtp=True)
         size = kv.kv_size(shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False,
                           mtp_layers)

@@ -25,11 +25,14 @@ TOLERANCE = {"kv": 0.0, "rs": 0.0, "weights": 0.005, "output": 0.005, "compute":
 EXACT_MIB = 0.011  # two printed decimals
 
 PATHS = fixture_paths()
-# Known gaps, each a strict xfail so that a fix shows up: with MTP drafting 8 tokens for 2
-# slots (n_outputs 18, recurrent rollback rows 18) the Qwen3.5 target graph peaks 24 MiB
-# above its FFN body (160.49 MiB logged, 136.01 estimated); with 1 slot x 8 or 2 slots x 3
-# it does not, and one point is too few to say which term grows.
-KNOWN_GAPS = {"qwen35-mtp-nmax8-np2": "MTP target compute with 18 rollback rows: -15 %"}
+# Known gaps, each a strict xfail so that a fix shows up. With MTP on the hybrid Qwen3.5,
+# past about 9 rows of np x (1 + --spec-draft-n-max) (the target's n_outputs_max, and its
+# recurrent rollback rows) the target graph peaks above its FFN body, by about 2.7 MiB a
+# row on Qwen3.5-27B: 16 rows 152.96 MiB, 18 rows 160.25 / 160.49 MiB, against 136.02 MiB
+# up to 9 rows. Which tensor grows is not derived yet; the estimate says so in a note.
+_MTP_ROWS = "MTP target compute past ~9 rollback rows is not modelled (-12 to -15 %)"
+KNOWN_GAPS = {"qwen35-mtp-nmax8-np2": _MTP_ROWS, "qwen35-mtp-nmax17-np1": _MTP_ROWS,
+              "qwen35-mtp-np4": _MTP_ROWS}
 
 
 def _param(path):

@@ -91,6 +91,9 @@ CASES: tuple[ArchCase, ...] = (
     _c("qwen35-mtp-nmax8-np1", "qwen35-27b", "-c", "4096", "-np", "1", "--spec-type",
        "draft-mtp", "--spec-draft-n-max", "8"),
     _c("qwen35-mtp-np2", "qwen35-27b", "-c", "8192", "-np", "2", "--spec-type", "draft-mtp"),
+    _c("qwen35-mtp-nmax17-np1", "qwen35-27b", "-c", "4096", "-np", "1", "--spec-type",
+       "draft-mtp", "--spec-draft-n-max", "17"),
+    _c("qwen35-mtp-np4", "qwen35-27b", "-c", "8192", "-np", "4", "--spec-type", "draft-mtp"),
     _c("qwen35-fa-off", "qwen35-27b-nomtp", "-c", "4096", "-np", "1", "-fa", "off"),
     # Qwen3.5-35B-A3B (hybrid MoE)
     _c("qwen35moe-c4096-np1", "qwen35moe-35b-a3b-nomtp", "-c", "4096", "-np", "1"),
