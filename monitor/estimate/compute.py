@@ -1,23 +1,36 @@
 """Compute and output buffers (estimation.md section 1c, refined on a real llama-server).
 
-llama.cpp reserves the worst-case prompt graph (``n_tokens = min(n_ctx, n_ubatch)``); the
-allocator reuses memory, so the buffer is the peak live set of the graph, the largest of:
+llama.cpp reserves the worst-case prompt graph (``n_tokens = min(n_ctx, n_ubatch)``,
+llama_context::sched_reserve); the allocator (ggml-alloc) reuses memory, so the buffer is
+the peak live set of the graph, the largest of:
 
-- the layer body (flash attention on): the gated FFN's up, gate and activation plus the
-  residual stream, and the f16 attention mask,
-  ``4 ub (3 n_ff + 4 n_embd) + 2 ub n_kv + 20 ub`` — encoder-only (ungated) models:
-  ``4 ub (n_ff + 3 n_embd) + ...``;
-- attention without flash attention: the f32 scores of one layer and the f32 mask,
-  ``4 ub n_kv (n_head + 1) + 22 ub n_embd``;
+- the layer body (flash attention on), per kind of layer:
+  - dense gated FFN (llm_graph_context::build_ffn): up, gate and activation plus the
+    residual stream, ``4 ub (3 n_ff + 4 n_embd)``; encoder-only (ungated) models
+    ``4 ub (n_ff + 3 n_embd)``; with a quantized, rotated KV cache (``attn_rot_k``,
+    llama-kv-cache.cpp: head size % 64 == 0) or in a hybrid recurrent model one
+    residual-wide tensor less (measured);
+  - MoE FFN (llm_graph_context::build_moe_ffn): the per-expert up/gate/activation
+    ``[n_ff_exp, n_expert_used, ub]`` and the per-expert outputs and their weighted copy
+    ``[n_embd, n_expert_used, ub]`` live together, ``4 ub 2 n_used (n_ff_exp + n_embd)``,
+    ``+ 4 ub 2 n_embd`` with shared experts;
+  plus the f16 attention masks, ``2 ub n_kv`` for the full-attention cache and, for iSWA
+  models, ``2 ub n_kv_swa`` for the SWA cache (llm_graph_input_attn_kv_iswa);
+- attention without flash attention (build_attn_mha): the f32 scores of one layer and
+  the f32 masks, ``4 ub n_kv (n_head + 1) + 4 ub n_kv_swa + 4 ub max(5.5 n_embd,
+  3.5 n_embd + 2 n_head head_k)``; MLA
+  (the absorbed path of src/models/deepseek2.cpp into build_attn_mha with v_mla) instead
+  ``+ 2 n_kv kv_lora_rank + 4 ub (n_head (2 kv_lora_rank + n_rot) + 5 n_embd)``: the
+  absorbed query, the transposed latent V copy and the latent KQV (fitted on
+  DeepSeek-V2-Lite: 194.27 MiB logged, 194.13 estimated);
 - the logits: ``4 n_outputs n_vocab + 8 ub n_embd``.
 
 ``n_kv`` is the cells of one stream, ``ub = min(n_ubatch, n_ctx)``. ``n_outputs`` is what the
 context reserves logits for: ``n_batch`` by default (what llama-fit-params measures), but
 llama-server limits it to ``np x (1 + n_draft)`` (``server_output_limits``,
 tools/server/server-context.cpp; ``n_batch`` for embeddings). Fitted to llama-fit-params
-(estimation.md section 8: 312 / 1251 / 5004 MiB FA on, 572 / 2156 / 2288 / 9152 FA off, all
-to the MiB) and to the CPU llama-server built by scripts/build-llama-server (15 shapes and
-options, exact to 0.01 MiB for llama-architecture models; gemma3 within 3 %).
+(estimation.md section 8) and to the CPU llama-server built by scripts/build-llama-server
+(llama.cpp 0c1e57098) on the real-architecture tier (tests/fixtures/llamalog/arch).
 """
 
 from __future__ import annotations
@@ -26,20 +39,60 @@ from monitor.estimate.kv import Context
 from monitor.estimate.shape import ModelShape
 
 
+def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = False) -> int:
+    """f32 values per token live at the peak of the largest FFN of the model. One
+    residual-wide tensor fewer is alive with a rotated (quantized) KV cache or in a hybrid
+    recurrent model (measured: Qwen3-8B q8_0 KV 100.09 MiB, Qwen3.5-27B 136.02 MiB)."""
+    if shape.encoder_only:
+        return shape.n_ff + 3 * shape.n_embd
+    # the MTP graph (one nextn block after eh_proj) keeps two (measured: 126.02 MiB)
+    residual = 2 if mtp else 3 if kv_rotated or shape.recurrent else 4
+    dense = 3 * shape.n_ff + residual * shape.n_embd
+    if not shape.n_expert or not shape.n_expert_used:
+        return dense
+    moe = 2 * shape.n_expert_used * (shape.n_ff_exp + shape.n_embd)
+    if shape.n_ff_shexp:  # the shared expert's output and the routed sum, both alive
+        moe += 2 * shape.n_embd
+    if mtp:  # the nextn block: measured 65.02 MiB on Qwen3.5-35B-A3B (estimate +4.6 %)
+        moe = 2 * shape.n_expert_used * shape.n_embd
+    elif shape.recurrent:  # measured on Qwen3.5-35B-A3B: no expert-wide pair at the peak
+        moe -= 2 * shape.n_expert_used * shape.n_ff_exp
+    if shape.n_layer_dense_lead:  # deepseek2: the first layers are dense
+        return max(dense, moe)
+    return moe
+
+
 def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: int,
-                  embeddings: bool = False) -> int:
-    """``embeddings``: the graph ends in pooled embeddings, no vocabulary logits."""
+                  embeddings: bool = False, n_kv_swa: int = 0,
+                  kv_rotated: bool = False, mtp: bool = False) -> int:
+    """``embeddings`` is kept for callers; a decoder embedder still reserves its logits.
+    ``n_kv_swa``: cells per stream of the SWA cache (0 without one)."""
+    del embeddings
     ub = min(ctx.n_ubatch, ctx.n_ctx)
     n_kv = ub if shape.encoder_only else ctx.n_ctx_seq
-    ffn = (shape.n_ff + 3 * shape.n_embd) if shape.encoder_only else (
-        3 * shape.n_ff + 4 * shape.n_embd)
-    body = 4 * ub * ffn + (2 if flash_attn else 4) * ub * n_kv + 20 * ub
-    vocab = 0 if shape.encoder_only or embeddings else shape.n_vocab
+    masks = (2 if flash_attn else 4) * ub * (n_kv + n_kv_swa)
+    body = 4 * ub * ffn_body_floats(shape, kv_rotated, mtp) + masks + 20 * ub
+    # A decoder embedder (--embedding --pooling last on qwen3) still builds and reserves
+    # the output head; only encoder-only archs end without one (measured: Qwen3-Embedding
+    # 302.24 MiB logged, 4 x 512 x 151669 logits + ...).
+    vocab = 0 if shape.encoder_only else shape.n_vocab
     logits = 4 * min(n_outputs, ub) * vocab + 8 * ub * shape.n_embd
     if flash_attn:
         return max(body, logits)
     n_head = max(shape.n_head) if shape.n_head else 1
-    scores = 4 * ub * n_kv * (n_head + 1) + 22 * ub * shape.n_embd
+    scores = 4 * ub * n_kv * (n_head + 1) + 4 * ub * n_kv_swa
+    if shape.is_mla:
+        # the absorbed query [kv_lora + rope, n_head, ub], the f16 transposed copy of the
+        # latent V [n_kv, kv_lora] (ggml_cont) and the latent KQV [kv_lora, ub, n_head]
+        rope = shape.n_rot or (shape.head_k - shape.n_lora_kv)
+        scores += 2 * n_kv * shape.n_lora_kv + 4 * ub * (
+            n_head * (2 * shape.n_lora_kv + rope) + 5 * shape.n_embd)
+    else:
+        # what is alive beside the scores: residual-sized and query-sized tensors, fitted
+        # on the tier (Qwen3-8B exact, Qwen3-30B-A3B exact, gpt-oss -0.2 %, Gemma-3 -3 %,
+        # Qwen3.5-27B -4 %)
+        n_q = n_head * shape.head_k
+        scores += 4 * ub * max(22 * shape.n_embd // 4, (7 * shape.n_embd) // 2 + 2 * n_q)
     return max(body, logits, scores)
 
 

@@ -8,6 +8,7 @@ on, and says so); ``--cache-ram 8192`` MiB and 32 checkpoints per slot in host R
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -130,9 +131,17 @@ def server_outputs(spec: LaunchSpec, ctx: kv.Context) -> int:
     for embeddings (server_output_limits, tools/server/server-context.cpp)."""
     if spec.embedding or (spec.pooling not in (None, "none")):
         return ctx.n_batch
-    speculative = bool(spec.draft_model) or (spec.spec_type or "").startswith("draft")
-    n_draft = (spec.spec_draft_n_max or 3) if speculative else 0
-    return max(1, min(ctx.n_batch, ctx.n_seq_max * (1 + n_draft)))
+    return max(1, min(ctx.n_batch, ctx.n_seq_max * (1 + n_draft_max(spec))))
+
+
+def n_draft_max(spec: LaunchSpec) -> int:
+    """``common_speculative_n_max``: --spec-draft-n-max (default 3) when a draft-* type is
+    enabled (common/speculative.cpp). ``-md`` alone loads the draft model and context but
+    enables no type, so the target reserves no draft outputs (measured)."""
+    types = [t for t in (spec.spec_type or "").split(",") if t]
+    if not any(t.startswith("draft") for t in types):
+        return 0
+    return 3 if spec.spec_draft_n_max is None else max(0, spec.spec_draft_n_max)
 
 
 def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
@@ -155,10 +164,11 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
         raise kv.EstimateError(f"-ctv {spec.cache_type_v} needs flash attention; -fa off is "
                                "an error in llama.cpp")
     ctx = _context(spec, shape, notes, devices)
-    placement = place(shape, devices, spec.n_gpu_layers, spec.tensor_split, spec.split_mode,
+    spec_type = spec.spec_type or ""
+    loaded = _loaded_layers(shape, "draft-mtp" in spec_type.split(","), notes)
+    placement = place(loaded, devices, spec.n_gpu_layers, spec.tensor_split, spec.split_mode,
                       spec.main_gpu, spec.override_tensor, spec.cpu_moe, spec.n_cpu_moe)
     main = _main_device(placement)
-    spec_type = spec.spec_type or ""
     n_rs_seq = (spec.spec_draft_n_max or 3) if spec_type in MTP_LIKE else 0
     parts: list[Component] = []
     parts += _weights_components(placement, spec, "")
@@ -174,14 +184,22 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
             f"{shape.n_embd_s}) x {ctx.n_seq_max} seqs x (1 + {n_rs_seq}) "
             "[llama-memory-recurrent.cpp]", "anon" if main == HOST else "device"))
     n_out = server_outputs(spec, ctx) if outputs == "server" else ctx.n_batch
-    comp = compute.compute_bytes(shape, ctx, flash, n_out, spec.embedding)
+    n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
+    rotated = _kv_rotated(shape, spec.cache_type_k)
+    comp = compute.compute_bytes(shape, ctx, flash, n_out, spec.embedding, n_kv_swa, rotated)
+    per_token = compute.ffn_body_floats(shape, rotated)
+    ffn = (f"MoE FFN 4 B x ub x {per_token} (2 n_used (n_ff_exp + n_embd)"
+           + (" + 2 n_embd shared" if shape.n_ff_shexp else "")
+           + ") [llama-graph.cpp build_moe_ffn]" if shape.n_expert else
+           f"FFN 4 B x ub x {per_token} (3 n_ff + residuals) [llama-graph.cpp build_ffn]")
     parts.append(Component(
         "compute", main, comp,
-        "max(FFN body 4 ub (3 n_ff + 4 n_embd) + mask, logits 4 x "
+        f"max(body: {ffn} + f16 masks, logits 4 x "
         f"{min(n_out, ctx.n_ubatch)} outputs x n_vocab"
-        + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1)")
-        + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq} "
-        "[monitor/estimate/compute.py]", "anon" if main == HOST else "device"))
+        + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1) [build_attn_mha]")
+        + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq}"
+        + (f", n_kv_swa={n_kv_swa}" if n_kv_swa else "")
+        + " [monitor/estimate/compute.py]", "anon" if main == HOST else "device"))
     if main == HOST and shape.encoder_only:
         ub = min(ctx.n_ubatch, ctx.n_ctx)
         n_head = max(shape.n_head) if shape.n_head else 1
@@ -202,7 +220,21 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
         "output", HOST, compute.output_bytes(shape, ctx, spec.embedding),
         f"(n_vocab{' + n_embd' if spec.embedding else ''}) x {ctx.n_seq_max} seqs x 4 B "
         "at start; grows with outputs per batch [llama_context::output_reserve]", "anon"))
+    if n_out > ctx.n_seq_max and outputs == "server":
+        parts.append(Component(
+            "output_growth", HOST, compute.output_bytes(shape, ctx, spec.embedding)
+            // ctx.n_seq_max * (n_out - ctx.n_seq_max),
+            f"the output buffer grows at run time up to n_outputs_max = {n_out} rows "
+            "(np x (1 + --spec-draft-n-max) when drafting) [llama_context::output_reserve]",
+            "anon", "grows"))
     if spec_type == "draft-mtp" and shape.n_nextn:
+        rows = ctx.n_seq_max * (1 + n_rs_seq)
+        if shape.recurrent and rows > 9:
+            notes.append(
+                f"MTP on a hybrid model with np x (1 + --spec-draft-n-max) = {rows} rows: "
+                "the target's compute buffer grows past its FFN peak beyond ~9 rows "
+                "(measured on Qwen3.5-27B: about +2.7 MiB a row); not in the compute "
+                "figure above")
         mtp_layers = kv.kv_layers(shape, mtp=True)
         size = kv.kv_size(shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False,
                           mtp_layers)
@@ -210,8 +242,22 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
                                f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
                                "[common/speculative.cpp, ctx_type MTP]",
                                "anon" if main == HOST else "device"))
+        # The MTP context (common_speculative_init_result, ctx_type MTP) reserves one
+        # output per sequence (n_outputs_max = n_parallel) and its own graph: the nextn
+        # block after eh_proj, then the output head.
+        parts.append(Component(
+            "mtp_compute", main,
+            compute.compute_bytes(shape, ctx, flash, ctx.n_seq_max, mtp=True,
+                                  kv_rotated=_kv_rotated(shape, spec.cache_type_k)),
+            "the MTP context's compute buffer: the nextn block's FFN, 4 ub (3 n_ff + 2 "
+            "n_embd) (MoE: build_moe_ffn) + mask, or its logits [llama-graph.cpp]",
+            "anon" if main == HOST else "device"))
+        parts.append(Component(
+            "mtp_output", HOST, compute.output_bytes(shape, ctx, False),
+            f"n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
+            "anon"))
     if spec.draft_model:
-        parts += _draft(spec, devices, read_header, ctx, flash, notes, n_out)
+        parts += _draft(spec, devices, read_header, ctx, flash, notes)
     parts += _host_growth(spec, shape, ctx, flash)
     for dev in devices:
         if any(c.device == dev.device_id for c in parts) and dev.overhead_bytes:
@@ -229,8 +275,32 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
         host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0)
 
 
+def _kv_rotated(shape: ModelShape, type_k: str) -> bool:
+    """A quantized K cache with head size % 64 == 0 gets the Hadamard rotation
+    (``attn_rot_k``, src/llama-kv-cache.cpp), which changes the graph's peak."""
+    return type_k not in ("f16", "bf16", "f32") and shape.head_k % 64 == 0
+
+
+def _loaded_layers(shape: ModelShape, mtp: bool, notes: list[str]) -> ModelShape:
+    """The shape with the nextn/MTP layers' weights left out when llama.cpp skips them:
+    without ``--spec-type draft-mtp`` ``load_mtp`` is false and those tensors get
+    TENSOR_SKIP (src/models/<arch>.cpp load_arch_tensors)."""
+    if not shape.n_nextn or not shape.mtp_optional or mtp:
+        return shape
+    first = shape.n_layer - shape.n_nextn
+    skipped = sum(shape.layer_bytes[first:])
+    notes.append(f"the file's {shape.n_nextn} MTP layer(s) ({_mib(skipped)}) are not loaded "
+                 "without --spec-type draft-mtp")
+    keep = range(first)
+    return dataclasses.replace(
+        shape,
+        layer_bytes=tuple(b if il in keep else 0 for il, b in enumerate(shape.layer_bytes)),
+        expert_bytes=tuple(b if il in keep else 0 for il, b in enumerate(shape.expert_bytes)),
+        layer_tensors={il: t for il, t in shape.layer_tensors.items() if il in keep})
+
+
 def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callable[[str], Any],
-           target_ctx: kv.Context, flash: bool, notes: list[str], n_outputs: int
+           target_ctx: kv.Context, flash: bool, notes: list[str]
            ) -> list[Component]:
     """The draft context copies the target's n_ctx (the same total cells), n_seq_max,
     kv_unified and ubatch; its KV is f16 unless -ctkd/-ctvd (common/speculative.cpp)."""
@@ -243,10 +313,19 @@ def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callabl
     parts += _kv_components(shape, spec, ctx, flash, placement, "draft_",
                             spec.draft_cache_type_k, spec.draft_cache_type_v)
     main = _main_device(placement)
+    # The draft context reserves one output per sequence (common_base_params_to_speculative:
+    # n_outputs_max = n_parallel), whatever the draft depth.
+    n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
     parts.append(Component("draft_compute", main,
-                           compute.compute_bytes(shape, ctx, flash, n_outputs),
-                           "the draft's own compute buffer, same formula as the target's",
+                           compute.compute_bytes(shape, ctx, flash, ctx.n_seq_max, False,
+                                                 n_kv_swa, _kv_rotated(
+                                                     shape, spec.draft_cache_type_k)),
+                           "the draft's own compute buffer, same formula as the target's, "
+                           f"{ctx.n_seq_max} output(s) [common/speculative.cpp]",
                            "anon" if main == HOST else "device"))
+    parts.append(Component(
+        "draft_output", HOST, compute.output_bytes(shape, ctx, False),
+        f"draft n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]", "anon"))
     if spec.draft_cache_type_k == "f16" and spec.cache_type_k != "f16":
         notes.append(f"the draft KV is f16 although the target's is {spec.cache_type_k}: "
                      "-ctkd/-ctvd are not inherited from -ctk/-ctv")

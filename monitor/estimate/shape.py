@@ -28,6 +28,14 @@ HYBRID = frozenset({
 # SWA period when the GGUF has no sliding_window_pattern (src/models/*.cpp).
 DEFAULT_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2, "llama4": 4, "cohere2": 4}
 DEFAULT_N_SWA = {"gemma2": 4096}
+# Archs whose nextn/MTP layers llama.cpp loads only for ``--spec-type draft-mtp``
+# (``mtp_flags |= TENSOR_SKIP`` unless ``ml.load_mtp``, src/models/<arch>.cpp
+# load_arch_tensors; load_mtp from common/common.cpp common_model_params_to_llama).
+MTP_SKIPPED_UNLESS_ASKED = frozenset({
+    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
+    "glm5-next", "hy-v3", "mimo2", "nemotron_h", "qwen35", "qwen35moe", "qwen3next",
+    "step35",
+})
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -54,6 +62,17 @@ class ModelShape:
     encoder_only: bool = False
     n_layer_kv_from_start: int | None = None  # shared-KV layers: only the first N have KV
     n_nextn: int = 0  # nextn_predict_layers (MTP), counted in n_layer
+    mtp_optional: bool = False  # the nextn layers load only for --spec-type draft-mtp
+    n_expert: int = 0  # expert_count (0: dense)
+    n_expert_used: int = 0
+    n_ff_exp: int = 0  # expert_feed_forward_length
+    n_ff_shexp: int = 0  # shared-expert FFN width (0: none)
+    n_layer_dense_lead: int = 0  # leading dense layers of a MoE model (deepseek2)
+    expert_bias: bool = False  # ffn_*_exps.bias tensors (gpt-oss): add_id adds copies
+    n_lora_kv: int = 0  # MLA kv_lora_rank
+    head_k_mla: int = 0  # MLA key_length_mla (qk_nope + qk_rope)
+    head_v_mla: int = 0  # MLA value_length_mla
+    n_rot: int = 0  # rope.dimension_count (0: head_k)
     layer_bytes: tuple[int, ...] = ()  # weight bytes per blk.N
     expert_bytes: tuple[int, ...] = ()  # of which ffn_*_exps tensors, per layer
     token_embd_bytes: int = 0
@@ -97,6 +116,16 @@ def _per_layer(value: Any, n_layer: int, default: int) -> tuple[int, ...]:
     return (int(value),) * n_layer
 
 
+def _first_int(value: Any) -> int:
+    """A scalar key, or the largest item of a per-layer array; 0 when absent."""
+    if isinstance(value, (tuple, list)):
+        return max((int(v) for v in value), default=0)
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def swa_layers(arch: str, n_layer: int, pattern: Any, n_swa: int) -> tuple[bool, ...]:
     """``is_swa(il) = il % P < P - 1`` for a period P, or a per-layer bool array
     (llama_hparams::set_swa_pattern); gemma3 only when sliding_window > 0."""
@@ -127,8 +156,10 @@ def recurrent_state(arch: str, get: Any, n_embd: int) -> tuple[int, int]:
     return 0, 0
 
 
-def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int]
-                     ) -> tuple[bool, ...]:
+def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int],
+                     n_nextn: int = 0) -> tuple[bool, ...]:
+    """Per layer: recurrent or not. The nextn/MTP layers are attention layers
+    (``is_recr(i) = i < n_layer() && (i + 1) % interval != 0``, src/models/qwen35.cpp)."""
     if arch in RECURRENT:
         return (True,) * n_layer
     if arch not in HYBRID:
@@ -136,9 +167,11 @@ def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int]
     flags = get("attention.recurrent_layers")
     if isinstance(flags, (tuple, list)):
         return tuple(bool(v) for v in flags[:n_layer])
-    interval = get("full_attention_interval")
+    interval = get("full_attention_interval") or (
+        4 if arch in ("qwen3next", "qwen35", "qwen35moe") else None)  # their default
     if interval:
-        return tuple((il + 1) % int(interval) != 0 for il in range(n_layer))
+        return tuple((il + 1) % int(interval) != 0 and il < n_layer - n_nextn
+                     for il in range(n_layer))
     return tuple(h == 0 for h in n_head_kv)  # lfm2 / jamba / nemotron-h: 0 KV heads
 
 
@@ -159,16 +192,27 @@ def shape_from_header(header: Any) -> ModelShape:
     head_v = int(get("attention.value_length", head_k))
     n_swa = int(get("attention.sliding_window", DEFAULT_N_SWA.get(arch, 0)) or 0)
     swa = swa_layers(arch, n_layer, get("attention.sliding_window_pattern"), n_swa)
-    recurrent = recurrent_layers(arch, get, n_layer, n_head_kv)
+    recurrent = recurrent_layers(arch, get, n_layer, n_head_kv,
+                                 int(get("nextn_predict_layers", 0) or 0))
     n_embd_r, n_embd_s = recurrent_state(arch, get, n_embd) if recurrent else (0, 0)
     shared = get("attention.shared_kv_layers")
     n_ff = get("feed_forward_length", 0)
     n_ff = max(n_ff) if isinstance(n_ff, (tuple, list)) and n_ff else int(n_ff or 0)
+    n_expert = _first_int(get("expert_count"))
+    n_ff_exp = _first_int(get("expert_feed_forward_length"))
+    if n_expert and not n_ff_exp:
+        n_ff_exp = n_ff // max(1, _first_int(get("expert_used_count")) or 1)
+    n_ff_shexp = _first_int(get("expert_shared_feed_forward_length"))
+    if n_expert and not n_ff_shexp:
+        n_ff_shexp = n_ff_exp * _first_int(get("expert_shared_count"))
     layer_bytes = [0] * n_layer
     expert_bytes = [0] * n_layer
     layer_tensors: dict[int, list[tuple[str, int]]] = {}
     token_embd = output = other = 0
+    expert_bias = False
     for t in header.tensors:
+        if "_exps.bias" in t.name:
+            expert_bias = True
         m = _LAYER.match(t.name)
         if m and int(m.group(1)) < n_layer:
             il = int(m.group(1))
@@ -206,6 +250,17 @@ def shape_from_header(header: Any) -> ModelShape:
         n_layer_kv_from_start=(n_layer - int(shared)) if shared else (
             20 if arch == "gemma3n" else None),
         n_nextn=int(get("nextn_predict_layers", 0) or 0),
+        mtp_optional=arch in MTP_SKIPPED_UNLESS_ASKED,
+        n_expert=n_expert,
+        n_expert_used=_first_int(get("expert_used_count")),
+        n_ff_exp=n_ff_exp,
+        n_ff_shexp=n_ff_shexp,
+        n_layer_dense_lead=_first_int(get("leading_dense_block_count")),
+        expert_bias=expert_bias,
+        n_lora_kv=_first_int(get("attention.kv_lora_rank")),
+        head_k_mla=_first_int(get("attention.key_length_mla")),
+        head_v_mla=_first_int(get("attention.value_length_mla")),
+        n_rot=_first_int(get("rope.dimension_count")),
         layer_bytes=tuple(layer_bytes),
         expert_bytes=tuple(expert_bytes),
         token_embd_bytes=token_embd,

@@ -57,8 +57,9 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
 _REPORTED = (
     ("weights", "target", "model"), ("kv + kv_swa", "target", "KV"), ("rs", "target", "RS"),
     ("compute", "target", "compute"), ("output", "target", "output"),
-    ("draft_weights", "draft", "model"), ("draft_kv", "draft", "KV"),
-    ("draft_compute", "draft", "compute"),
+    ("draft_weights", "draft", "model"), ("draft_kv + draft_kv_swa", "draft", "KV"),
+    ("draft_compute", "draft", "compute"), ("draft_output", "draft", "output"),
+    ("mtp_kv", "mtp", "KV"), ("mtp_compute", "mtp", "compute"), ("mtp_output", "mtp", "output"),
 )
 
 

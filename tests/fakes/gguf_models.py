@@ -42,6 +42,29 @@ __all__ = [
 ]
 
 
+class _Writer(GGUFWriter):
+    """GGUFWriter with the big metadata arrays (a 262k-token vocabulary) packed at once
+    rather than item by item: the same bytes, about 20x faster."""
+
+    _ARRAY_DTYPES = {GGUFValueType.INT32: "<i4", GGUFValueType.UINT32: "<u4",
+                     GGUFValueType.FLOAT32: "<f4"}
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def]
+        if vtype != GGUFValueType.ARRAY or not isinstance(val, list | tuple) or len(val) < 64:
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        ltype = sub_type or GGUFValueType.get_type(val[0])
+        if ltype == GGUFValueType.STRING and all(isinstance(v, str) for v in val):
+            encoded = [v.encode("utf-8") for v in val]
+            lengths = np.array([len(e) for e in encoded], dtype="<u8")
+            body = b"".join(n.tobytes() + e for n, e in zip(lengths, encoded, strict=True))
+        elif ltype in self._ARRAY_DTYPES:
+            body = np.asarray(val, dtype=self._ARRAY_DTYPES[ltype]).tobytes()
+        else:
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        head = self._pack("I", vtype) if add_vtype else b""
+        return head + self._pack("I", ltype) + self._pack("Q", len(val)) + body
+
+
 def tensor_nbytes(shape: Sequence[int], ggml_type: int) -> int:
     """Bytes of one tensor from the ``gguf`` package's (block size, type size) table."""
     block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
@@ -78,7 +101,7 @@ def write_model(
     field (to make v2 files).
     """
     path = Path(path)
-    writer = GGUFWriter(path, arch)
+    writer = _Writer(path, arch)
     if vocab_size is not None:
         writer.add_string("tokenizer.ggml.model", "gpt2")
         writer.add_array("tokenizer.ggml.tokens", [f"tok{i}" for i in range(vocab_size)])

@@ -1,0 +1,92 @@
+"""``estimate`` against what a real llama-server logged on real architectures.
+
+The fixtures (tests/fixtures/llamalog/arch/*.json) are the memory lines of the CPU
+llama-server built by scripts/build-llama-server (llama.cpp commit in each file), started
+by tests/realworld/arch_capture.py on the sparse GGUF headers of tests/fakes/arch_models.py
+(Qwen3 dense / draft / embedding, Qwen3-30B-A3B, Gemma-3, gpt-oss, DeepSeek-V2-Lite,
+Qwen3.5 with and without MTP, Qwen3.5 MoE). Here the same headers are written again and
+``estimate`` runs on the very command line of each fixture; every buffer llama.cpp logged,
+per context (target, -md draft, MTP), must match:
+
+- KV and recurrent state: exactly (the log prints two decimals);
+- weights: within 0.5 %; output buffers: within 0.5 %;
+- compute buffers: within 5 %.
+"""
+
+from __future__ import annotations
+
+import pytest
+from arch_compare import argv_for, fixture_paths, load, rows
+
+from monitor.estimate import estimate_command
+from monitor.llamalog import parse_llama_log
+
+TOLERANCE = {"kv": 0.0, "rs": 0.0, "weights": 0.005, "output": 0.005, "compute": 0.05}
+EXACT_MIB = 0.011  # two printed decimals
+
+PATHS = fixture_paths()
+# Known gaps, each a strict xfail so that a fix shows up. With MTP on the hybrid Qwen3.5,
+# past about 9 rows of np x (1 + --spec-draft-n-max) (the target's n_outputs_max, and its
+# recurrent rollback rows) the target graph peaks above its FFN body, by about 2.7 MiB a
+# row on Qwen3.5-27B: 16 rows 152.96 MiB, 18 rows 160.25 / 160.49 MiB, against 136.02 MiB
+# up to 9 rows. Which tensor grows is not derived yet; the estimate says so in a note.
+_MTP_ROWS = "MTP target compute past ~9 rollback rows is not modelled (-12 to -15 %)"
+KNOWN_GAPS = {"qwen35-mtp-nmax8-np2": _MTP_ROWS, "qwen35-mtp-nmax17-np1": _MTP_ROWS,
+              "qwen35-mtp-np4": _MTP_ROWS}
+
+
+def _param(path):
+    reason = KNOWN_GAPS.get(path.stem)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory: pytest.TempPathFactory):
+    return tmp_path_factory.mktemp("arch-models")
+
+
+def test_the_tier_has_fixtures() -> None:
+    """The fixtures exist and cover every architecture of the tier."""
+    models = {load(p)["model"].removesuffix("-nomtp") for p in PATHS}
+    assert {"qwen3-8b", "qwen3-embedding-0.6b", "qwen3moe-30b-a3b", "gemma3-4b",
+            "gpt-oss-20b", "deepseek-v2-lite", "qwen35-27b", "qwen35moe-35b-a3b"} <= models
+    assert all(load(p)["llama_cpp_commit"] for p in PATHS)
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in PATHS])
+def test_estimate_matches_the_logged_buffers(path, models_dir) -> None:
+    doc = load(path)
+    report = parse_llama_log(doc["log_lines"])
+    est = estimate_command(argv_for(doc, models_dir), env={}, devices=())
+    got = rows(doc, est, report)
+    assert got, "no buffer on either side"
+    bad = []
+    for r in got:
+        tol = TOLERANCE[r.kind]
+        off = abs(r.estimate_mib - r.logged_mib)
+        if off > max(EXACT_MIB, tol * r.logged_mib):
+            bad.append(f"{r.context} {r.kind}: logged {r.logged_mib:.2f} MiB, estimate "
+                       f"{r.estimate_mib:.2f} MiB ({r.diff:+.1%})")
+    logged = {(r.context, r.kind) for r in got if r.logged_mib}
+    assert ("target", "compute") in logged and ("target", "weights") in logged
+    assert not bad, f"{doc['id']}:\n" + "\n".join(bad)
+
+
+def test_log_comparison_names_the_mtp_and_draft_buffers(models_dir) -> None:
+    """``estimate --log`` lines up the MTP context's and the draft's buffers too."""
+    from arch_compare import FIXTURES
+
+    from monitor.estimate.render import compare_with_log
+
+    for name, wanted in (("qwen35-mtp", {"mtp_kv", "mtp_compute", "mtp_output"}),
+                         ("qwen3-8b-md", {"draft_output", "draft_compute"})):
+        doc = load(FIXTURES / f"{name}.json")
+        est = estimate_command(argv_for(doc, models_dir), env={}, devices=())
+        rows_ = {r["component"]: r for r in compare_with_log(
+            est, parse_llama_log(doc["log_lines"]))}
+        assert wanted <= set(rows_), sorted(rows_)
+        for component in wanted:
+            assert rows_[component]["reported_mib"] > 0
+            assert abs(rows_[component]["delta_mib"]) <= 0.05 * rows_[component][
+                "reported_mib"] + 0.01, rows_[component]
