@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "fakes")]
 
 
 def header_bytes(path: Path) -> int:
-    from monitor.gguf import read_header
+    from monitor.gguf.reader import read_header
 
     header = read_header(str(path))
     return header.file_bytes - header.tensor_bytes  # metadata + tensor infos (+ padding)

@@ -19,7 +19,7 @@ import pytest
 from arch_compare import argv_for, fixture_paths, load, rows
 
 from monitor.estimate import estimate_command
-from monitor.llamalog import parse_llama_log
+from monitor.logs.engine import parse_llama_log
 
 TOLERANCE = {"kv": 0.0, "rs": 0.0, "weights": 0.005, "output": 0.005, "compute": 0.05}
 EXACT_MIB = 0.011  # two printed decimals
@@ -77,7 +77,7 @@ def test_log_comparison_names_the_mtp_and_draft_buffers(models_dir) -> None:
     """``estimate --log`` lines up the MTP context's and the draft's buffers too."""
     from arch_compare import FIXTURES
 
-    from monitor.estimate.render import compare_with_log
+    from monitor.report.estimate import compare_with_log
 
     for name, wanted in (("qwen35-mtp", {"mtp_kv", "mtp_compute", "mtp_output"}),
                          ("qwen3-8b-md", {"draft_output", "draft_compute"})):
