@@ -27,13 +27,18 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 def probe(pid: int) -> dict[str, float]:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
-    status = {line.split(":")[0]: line.split(":")[1].strip()
-              for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line}
-    return {"cpu_s": (int(fields[11]) + int(fields[12])) / HZ,
-            "rss_kib": float(status["VmRSS"].split()[0]),
-            "threads": float(status["Threads"]),
-            "fds": float(len(os.listdir(f"/proc/{pid}/fd")))}
+    fields = stat[stat.rindex(")") + 2 :].split()
+    status = {
+        line.split(":")[0]: line.split(":")[1].strip()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":" in line
+    }
+    return {
+        "cpu_s": (int(fields[11]) + int(fields[12])) / HZ,
+        "rss_kib": float(status["VmRSS"].split()[0]),
+        "threads": float(status["Threads"]),
+        "fds": float(len(os.listdir(f"/proc/{pid}/fd"))),
+    }
 
 
 def main() -> None:
@@ -43,10 +48,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
         cfg.write_text("[http]\nenabled = false\n")
-        daemons = {iv: subprocess.Popen(
-            [sys.executable, "-m", "monitor", "daemon", "--db", f"{tmp}/{iv}.db",
-             "--interval", iv, "--config", str(cfg)], cwd=ROOT, stderr=subprocess.DEVNULL)
-            for iv in ("1", "0.25")}
+        daemons = {
+            iv: subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "monitor",
+                    "daemon",
+                    "--db",
+                    f"{tmp}/{iv}.db",
+                    "--interval",
+                    iv,
+                    "--config",
+                    str(cfg),
+                ],
+                cwd=ROOT,
+                stderr=subprocess.DEVNULL,
+            )
+            for iv in ("1", "0.25")
+        }
         try:
             time.sleep(30)
             start = {iv: (time.monotonic(), probe(p.pid)) for iv, p in daemons.items()}
@@ -62,9 +82,12 @@ def main() -> None:
                 t0, a = start[iv]
                 b = probe(p.pid)
                 pct = 100 * (b["cpu_s"] - a["cpu_s"]) / (time.monotonic() - t0)
-                print(f"| {iv} s | {pct:.2f} | {a['rss_kib'] / 1024:.1f} -> "
-                      f"{b['rss_kib'] / 1024:.1f} | {a['fds']:.0f} -> {b['fds']:.0f} | "
-                      f"{a['threads']:.0f} -> {b['threads']:.0f} |", flush=True)
+                print(
+                    f"| {iv} s | {pct:.2f} | {a['rss_kib'] / 1024:.1f} -> "
+                    f"{b['rss_kib'] / 1024:.1f} | {a['fds']:.0f} -> {b['fds']:.0f} | "
+                    f"{a['threads']:.0f} -> {b['threads']:.0f} |",
+                    flush=True,
+                )
         finally:
             for p in daemons.values():
                 p.send_signal(signal.SIGTERM)

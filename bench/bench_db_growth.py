@@ -41,39 +41,96 @@ GPU = "drm:0000:c5:00.0"
 def make_snapshot(ts_ms: int, procs: int, rng: random.Random, gpus: int = 1) -> Snapshot:
     jitter = rng.randrange(1 << 20)
     infos = tuple(
-        ProcessInfo(1000 + i, 5000 + i, None, 1, 1000, f"proc{i}",
-                    (f"/usr/bin/proc{i}", "--serve", f"/models/m{i}.gguf"),
-                    "llama.cpp" if i < 3 else None, ("top",))
+        ProcessInfo(
+            1000 + i,
+            5000 + i,
+            None,
+            1,
+            1000,
+            f"proc{i}",
+            (f"/usr/bin/proc{i}", "--serve", f"/models/m{i}.gguf"),
+            "llama.cpp" if i < 3 else None,
+            ("top",),
+        )
         for i in range(procs)
     )
     memory = []
     for i in range(procs):
         pid = 1000 + i
-        memory.append(ProcessMemory(pid, "host", rss_anon_bytes=GIB + jitter * i,
-                                    rss_file_bytes=2 * GIB + jitter, rss_shmem_bytes=jitter,
-                                    swap_bytes=0, hwm_bytes=4 * GIB, locked_bytes=0))
+        memory.append(
+            ProcessMemory(
+                pid,
+                "host",
+                rss_anon_bytes=GIB + jitter * i,
+                rss_file_bytes=2 * GIB + jitter,
+                rss_shmem_bytes=jitter,
+                swap_bytes=0,
+                hwm_bytes=4 * GIB,
+                locked_bytes=0,
+            )
+        )
         if i < 5:
-            memory.append(ProcessMemory(pid, GPU, vram_bytes=jitter, gtt_bytes=10 * GIB + jitter,
-                                        cpu_bytes=0))
+            memory.append(
+                ProcessMemory(pid, GPU, vram_bytes=jitter, gtt_bytes=10 * GIB + jitter, cpu_bytes=0)
+            )
     extra = tuple(
-        DeviceSample(f"nvml:GPU-bench-{g}", "nvml", "nvidia", "H100", "dedicated", 80 * GIB,
-                     40 * GIB + jitter, free_bytes=40 * GIB - jitter, reserved_bytes=GIB // 2,
-                     util_pct=rng.random() * 100, temp_c=60.0, power_w=300.0)
-        for g in range(gpus - 1))
-    devices = extra + (
-        DeviceSample(GPU, "drm", "amd", "Strix Halo", "unified", 96 * GIB, 50 * GIB + jitter,
-                     free_bytes=46 * GIB - jitter, vram_total_bytes=GIB // 2,
-                     vram_used_bytes=jitter, gtt_total_bytes=96 * GIB,
-                     gtt_used_bytes=50 * GIB + jitter, util_pct=rng.random() * 100,
-                     temp_c=50 + rng.random(), power_w=80 + rng.random()),
-        DeviceSample("host", "procfs", "host", "Host RAM", "host", 128 * GIB, 60 * GIB + jitter,
-                     free_bytes=10 * GIB, available_bytes=68 * GIB - jitter,
-                     shmem_bytes=GIB, unevictable_bytes=0, mlocked_bytes=0,
-                     hugepages_total_bytes=0, hugepages_free_bytes=0, swap_total_bytes=0,
-                     swap_free_bytes=0),
+        DeviceSample(
+            f"nvml:GPU-bench-{g}",
+            "nvml",
+            "nvidia",
+            "H100",
+            "dedicated",
+            80 * GIB,
+            40 * GIB + jitter,
+            free_bytes=40 * GIB - jitter,
+            reserved_bytes=GIB // 2,
+            util_pct=rng.random() * 100,
+            temp_c=60.0,
+            power_w=300.0,
+        )
+        for g in range(gpus - 1)
     )
-    runs = (CollectorRun("drm", ts_ms, 0.001, 0.001, "ok"),
-            CollectorRun("procfs", ts_ms, 0.0005, 0.0005, "ok"))
+    devices = extra + (
+        DeviceSample(
+            GPU,
+            "drm",
+            "amd",
+            "Strix Halo",
+            "unified",
+            96 * GIB,
+            50 * GIB + jitter,
+            free_bytes=46 * GIB - jitter,
+            vram_total_bytes=GIB // 2,
+            vram_used_bytes=jitter,
+            gtt_total_bytes=96 * GIB,
+            gtt_used_bytes=50 * GIB + jitter,
+            util_pct=rng.random() * 100,
+            temp_c=50 + rng.random(),
+            power_w=80 + rng.random(),
+        ),
+        DeviceSample(
+            "host",
+            "procfs",
+            "host",
+            "Host RAM",
+            "host",
+            128 * GIB,
+            60 * GIB + jitter,
+            free_bytes=10 * GIB,
+            available_bytes=68 * GIB - jitter,
+            shmem_bytes=GIB,
+            unevictable_bytes=0,
+            mlocked_bytes=0,
+            hugepages_total_bytes=0,
+            hugepages_free_bytes=0,
+            swap_total_bytes=0,
+            swap_free_bytes=0,
+        ),
+    )
+    runs = (
+        CollectorRun("drm", ts_ms, 0.001, 0.001, "ok"),
+        CollectorRun("procfs", ts_ms, 0.0005, 0.0005, "ok"),
+    )
     return Snapshot(ts_ms, devices, infos, tuple(memory), (), (), runs)
 
 
@@ -103,20 +160,31 @@ def main() -> None:
             if (second + 1) % DAY_S == 0:
                 store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 sizes.append(path.stat().st_size)
-                print(f"day {len(sizes)}: {sizes[-1] / 2**20:.1f} MiB "
-                      f"({time.monotonic() - wall0:.0f} s wall)", flush=True)
-        counts = {t: store.db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in ("device_samples", "process_samples", "device_minutes",
-                            "process_minutes", "collector_runs")}
+                print(
+                    f"day {len(sizes)}: {sizes[-1] / 2**20:.1f} MiB "
+                    f"({time.monotonic() - wall0:.0f} s wall)",
+                    flush=True,
+                )
+        counts = {
+            t: store.db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in (
+                "device_samples",
+                "process_samples",
+                "device_minutes",
+                "process_minutes",
+                "collector_runs",
+            )
+        }
         store.close()
     growth = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
-    print(f"\n{args.procs} processes, {args.gpus} GPU(s) + host, 1 s interval, "
-          "default retention")
+    print(f"\n{args.procs} processes, {args.gpus} GPU(s) + host, 1 s interval, default retention")
     print(f"size at end of each day (MiB): {[round(s / 2**20, 1) for s in sizes]}")
     print(f"growth per day after day 1 (MiB): {[round(g / 2**20, 2) for g in growth]}")
     print(f"rows at the end: {counts}")
-    print(f"Store.write CPU per tick: median {statistics.median(write_cpu) * 1000:.2f} ms, "
-          f"p90 {sorted(write_cpu)[int(0.9 * len(write_cpu))] * 1000:.2f} ms")
+    print(
+        f"Store.write CPU per tick: median {statistics.median(write_cpu) * 1000:.2f} ms, "
+        f"p90 {sorted(write_cpu)[int(0.9 * len(write_cpu))] * 1000:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

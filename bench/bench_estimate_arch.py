@@ -59,17 +59,32 @@ def main() -> None:
     key = max(sizes, key=lambda k: sizes[k][0])
     hdr, path = sizes[key]
     py = sys.executable
-    ours = timed([py, "-m", "monitor", "estimate", "--cpu-only", "--json", "--",
-                  "llama-server", "-m", str(path), "-c", "4096"], opts.runs)
+    ours = timed(
+        [
+            py,
+            "-m",
+            "monitor",
+            "estimate",
+            "--cpu-only",
+            "--json",
+            "--",
+            "llama-server",
+            "-m",
+            str(path),
+            "-c",
+            "4096",
+        ],
+        opts.runs,
+    )
     ref = timed([py, "-c", f"import gguf; gguf.GGUFReader({str(path)!r})"], opts.ref_runs)
-    print(f"largest header: {key} ({hdr / 2**20:.2f} MiB of header, "
-          f"{path.stat().st_size / 2**30:.1f} GiB file)")
+    print(
+        f"largest header: {key} ({hdr / 2**20:.2f} MiB of header, "
+        f"{path.stat().st_size / 2**30:.1f} GiB file)"
+    )
     print("| command (fresh process) | runs | median ms | min ms | max ms |")
     print("|---|---|---|---|---|")
-    for name, t in (("vramscope estimate --cpu-only --json", ours),
-                    ("gguf.GGUFReader(path)", ref)):
-        print(f"| {name} | {len(t)} | {statistics.median(t):.0f} | {min(t):.0f} | "
-              f"{max(t):.0f} |")
+    for name, t in (("vramscope estimate --cpu-only --json", ours), ("gguf.GGUFReader(path)", ref)):
+        print(f"| {name} | {len(t)} | {statistics.median(t):.0f} | {min(t):.0f} | {max(t):.0f} |")
     print(f"ratio (median): {statistics.median(ref) / statistics.median(ours):.1f}x")
 
 

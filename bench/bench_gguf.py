@@ -65,8 +65,12 @@ def child(which: str, path: str, runs: int, trace: bool) -> dict:
         times.append(time.perf_counter() - t0)
         del result
     rss1 = _status_bytes("VmHWM") if reset else _maxrss()
-    out = {"times_s": times, "rss_before_bytes": rss0, "rss_delta_bytes": rss1 - rss0,
-           "peak_reset": reset}
+    out = {
+        "times_s": times,
+        "rss_before_bytes": rss0,
+        "rss_delta_bytes": rss1 - rss0,
+        "peak_reset": reset,
+    }
     if which == "ours":
         mg.read_header(path)
         t0 = time.perf_counter()
@@ -132,9 +136,11 @@ def main() -> None:
         h = read_header(path)
         header_end = _header_bytes(path)
         st = path.stat()
-        print(f"file: {st.st_size / 1e9:.2f} GB apparent, {st.st_blocks * 512 / MIB:.1f} MiB on "
-              f"disk, header {header_end / MIB:.2f} MiB; {len(h.tensors)} tensors, "
-              f"n_vocab {h.n_vocab}")
+        print(
+            f"file: {st.st_size / 1e9:.2f} GB apparent, {st.st_blocks * 512 / MIB:.1f} MiB on "
+            f"disk, header {header_end / MIB:.2f} MiB; {len(h.tensors)} tensors, "
+            f"n_vocab {h.n_vocab}"
+        )
         ours = measure("ours", path, args.runs)
         ours_tm = measure("ours", path, 1, trace=True)
         ref = measure("gguf", path, args.ref_runs)
@@ -142,12 +148,16 @@ def main() -> None:
 
     def row(name: str, m: dict, tm: dict) -> str:
         t = sorted(m["times_s"])
-        return (f"| {name} | {len(t)} | {statistics.median(t) * 1e3:.1f} | {t[0] * 1e3:.1f} | "
-                f"{t[-1] * 1e3:.1f} | {m['rss_delta_bytes'] / MIB:.1f} | "
-                f"{tm['tracemalloc_peak_bytes'] / MIB:.1f} |")
+        return (
+            f"| {name} | {len(t)} | {statistics.median(t) * 1e3:.1f} | {t[0] * 1e3:.1f} | "
+            f"{t[-1] * 1e3:.1f} | {m['rss_delta_bytes'] / MIB:.1f} | "
+            f"{tm['tracemalloc_peak_bytes'] / MIB:.1f} |"
+        )
 
-    print("| reader | runs | median ms | min ms | max ms | peak RSS delta MiB | "
-          "tracemalloc peak MiB |")
+    print(
+        "| reader | runs | median ms | min ms | max ms | peak RSS delta MiB | "
+        "tracemalloc peak MiB |"
+    )
     print("|---|---|---|---|---|---|---|")
     print(row("monitor.gguf.reader.read_header (cache cleared)", ours, ours_tm))
     print(row("gguf.GGUFReader(path)", ref, ref_tm))

@@ -30,8 +30,13 @@ from bench_postmortem import DAY_MS, GIB, month_database  # noqa: E402
 
 from tui.source import StoreSource  # noqa: E402
 
-WINDOWS = {"5 min": 300_000, "1 h": 3600_000, "24 h": DAY_MS, "7 d": 7 * DAY_MS,
-           "30 d": 30 * DAY_MS}
+WINDOWS = {
+    "5 min": 300_000,
+    "1 h": 3600_000,
+    "24 h": DAY_MS,
+    "7 d": 7 * DAY_MS,
+    "30 d": 30 * DAY_MS,
+}
 GPU = "drm:0000:c5:00.0"
 
 
@@ -41,13 +46,16 @@ def add_gpu_rows(path: Path, now: int) -> None:
     with con:
         start = now - 30 * DAY_MS
         minutes = range(start - start % 60_000, now, 60_000)
-        con.executemany("INSERT INTO process_minutes (ts_ms, process_id, device_id, samples,"
-                        " gtt_avg_bytes, gtt_max_bytes) VALUES (?,?,?,?,?,?)",
-                        [(t, p, GPU, 60, p * GIB, p * GIB) for t in minutes for p in (1, 2, 3)])
-        con.executemany("INSERT INTO process_samples (ts_ms, process_id, device_id,"
-                        " gtt_bytes) VALUES (?,?,?,?)",
-                        [(t, p, GPU, p * GIB) for t in range(now - 6 * 3600_000, now, 1000)
-                         for p in (1, 2, 3)])
+        con.executemany(
+            "INSERT INTO process_minutes (ts_ms, process_id, device_id, samples,"
+            " gtt_avg_bytes, gtt_max_bytes) VALUES (?,?,?,?,?,?)",
+            [(t, p, GPU, 60, p * GIB, p * GIB) for t in minutes for p in (1, 2, 3)],
+        )
+        con.executemany(
+            "INSERT INTO process_samples (ts_ms, process_id, device_id,"
+            " gtt_bytes) VALUES (?,?,?,?)",
+            [(t, p, GPU, p * GIB) for t in range(now - 6 * 3600_000, now, 1000) for p in (1, 2, 3)],
+        )
     con.close()
 
 
@@ -80,8 +88,7 @@ def main() -> None:
             med, worst, series = timed(lambda w=width: cold_history(w), args.runs)
             assert series and len(series) == 5, sorted(series)  # 2 devices + 3 models
             points = max(len(v) for v in series.values())
-            print(f"| history, last {label} | {med:.1f} | {worst:.1f} | "
-                  f"{len(series)} x {points} |")
+            print(f"| history, last {label} | {med:.1f} | {worst:.1f} | {len(series)} x {points} |")
 
         def cold_at():
             source = StoreSource(db)
@@ -92,8 +99,10 @@ def main() -> None:
 
         med, worst, frame = timed(cold_at, args.runs)
         assert abs(frame.ts_ms - (now - 3600_000)) <= 1000
-        print(f"| replay: the frame one hour ago | {med:.1f} | {worst:.1f} | "
-              f"{len(frame.picture.devices)} devices |")
+        print(
+            f"| replay: the frame one hour ago | {med:.1f} | {worst:.1f} | "
+            f"{len(frame.picture.devices)} devices |"
+        )
 
 
 if __name__ == "__main__":

@@ -58,16 +58,21 @@ def fill_events(db: Path, n: int) -> None:
         conn.executemany(
             "INSERT INTO events (ts_ms, kind, severity, subject, message, data)"
             " VALUES (?, 'xid', 'warning', 'nvml:GPU-0', ?, ?)",
-            ((t0 + i, f"Xid 79 number {i}: GPU has fallen off the bus", '{"xid": 79}')
-             for i in range(n)))
+            (
+                (t0 + i, f"Xid 79 number {i}: GPU has fallen off the bus", '{"xid": 79}')
+                for i in range(n)
+            ),
+        )
     conn.close()
 
 
 def ticks_between(db: Path, start_ms: int, end_ms: int) -> int:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
-        return conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples WHERE ts_ms"
-                            " BETWEEN ? AND ?", (start_ms, end_ms)).fetchone()[0]
+        return conn.execute(
+            "SELECT count(DISTINCT ts_ms) FROM device_samples WHERE ts_ms BETWEEN ? AND ?",
+            (start_ms, end_ms),
+        ).fetchone()[0]
     finally:
         conn.close()
 
@@ -122,8 +127,21 @@ def main() -> None:
         cfg = Path(tmp) / "c.toml"
         cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\ntoken = "{TOKEN}"\n')
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval",
-             str(INTERVAL_S), "--config", str(cfg)], cwd=ROOT, stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "daemon",
+                "--db",
+                str(db),
+                "--interval",
+                str(INTERVAL_S),
+                "--config",
+                str(cfg),
+            ],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+        )
         try:
             for _ in range(200):
                 with contextlib.suppress(OSError):
@@ -143,8 +161,11 @@ def main() -> None:
                         get(port, "/api/v1/events?since_ms=0&limit=1")
                         done[0] += 1
 
-            target = events_client if args.attack == "events" else (
-                lambda: slowloris(port, stop, opened))
+            target = (
+                events_client
+                if args.attack == "events"
+                else (lambda: slowloris(port, stop, opened))
+            )
             start_ms = int(time.time() * 1000)
             workers = [threading.Thread(target=target, daemon=True) for _ in range(clients)]
             for w in workers:
@@ -171,9 +192,11 @@ def main() -> None:
             ticks = ticks_between(db, start_ms, end_ms)
             expected = int((end_ms - start_ms) / 1000 / INTERVAL_S)
             print(f"attack={args.attack} clients={clients} window={args.window_s:.0f}s")
-            print(f"rss_before_mib={before['VmRSS'] / 1024:.0f} "
-                  f"rss_peak_mib={peak['VmRSS'] / 1024:.0f} "
-                  f"threads_before={before['Threads']} threads_peak={peak['Threads']}")
+            print(
+                f"rss_before_mib={before['VmRSS'] / 1024:.0f} "
+                f"rss_peak_mib={peak['VmRSS'] / 1024:.0f} "
+                f"threads_before={before['Threads']} threads_peak={peak['Threads']}"
+            )
             print(f"ticks={ticks} of {expected} asked for")
             if args.attack == "events":
                 print(f"events requests answered={done[0]}")
@@ -187,8 +210,10 @@ def main() -> None:
                 daemon.kill()
                 _, err = daemon.communicate()
             lines = err.decode(errors="replace").splitlines()
-            print(f"daemon stderr lines={len(lines)} tracebacks="
-                  f"{sum('Traceback' in x for x in lines)}")
+            print(
+                f"daemon stderr lines={len(lines)} tracebacks="
+                f"{sum('Traceback' in x for x in lines)}"
+            )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,11 @@ def measure(ticks: int) -> tuple[float, float, float]:
         (rescans if i % 10 == 0 else steady).append(time.process_time() - c0)
     sampler.close()
     every = steady + rescans
-    return (statistics.median(steady) * 1000, statistics.median(rescans) * 1000,
-            statistics.fmean(every) * 1000)
+    return (
+        statistics.median(steady) * 1000,
+        statistics.median(rescans) * 1000,
+        statistics.fmean(every) * 1000,
+    )
 
 
 def floor(rounds: int = 10) -> float:
@@ -59,8 +62,10 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=60)
     args = parser.parse_args()
     sleepers: list[subprocess.Popen[bytes]] = []
-    print("| processes | tick median ms | rescan tick ms | mean ms (% of a core at 1 s) "
-          "| psutil floor ms | floor / mean |")
+    print(
+        "| processes | tick median ms | rescan tick ms | mean ms (% of a core at 1 s) "
+        "| psutil floor ms | floor / mean |"
+    )
     print("|---|---|---|---|---|---|")
     try:
         for target in (int(x) for x in args.counts.split(",")):
@@ -70,8 +75,11 @@ def main() -> None:
             n = len(psutil.pids())
             med, rescan, mean = measure(args.ticks)
             fl = floor()
-            print(f"| {n} | {med:.2f} | {rescan:.2f} | {mean:.2f} ({mean / 10:.2f} %) | "
-                  f"{fl:.1f} | {fl / mean:.1f}x |", flush=True)
+            print(
+                f"| {n} | {med:.2f} | {rescan:.2f} | {mean:.2f} ({mean / 10:.2f} %) | "
+                f"{fl:.1f} | {fl / mean:.1f}x |",
+                flush=True,
+            )
     finally:
         for p in sleepers:
             p.kill()

@@ -34,20 +34,33 @@ from monitor.units import MIB  # noqa: E402
 def scenario(pids: list[int], legacy: bool) -> dict:
     devices = []
     for g in range(2):
-        devices.append({
-            "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-bench-{g}",
-            "bus_id": f"00000000:{g + 1:02x}:00.0",
-            "memory": {"total": 81559 * MIB, "used": 40000 * MIB, "free": 41000 * MIB,
-                       "reserved": 500 * MIB},
-            "util": {"gpu": 50, "memory": 20}, "temp_c": 40, "power_mw": 250000, "mig": [0, 0],
-            "event_types": 0x8,
-            "compute": [{"pid": p, "used": (i + 1) * 1000 * MIB} for i, p in enumerate(pids)],
-            "graphics": [],
-        })
+        devices.append(
+            {
+                "name": "NVIDIA H100 80GB HBM3",
+                "uuid": f"GPU-bench-{g}",
+                "bus_id": f"00000000:{g + 1:02x}:00.0",
+                "memory": {
+                    "total": 81559 * MIB,
+                    "used": 40000 * MIB,
+                    "free": 41000 * MIB,
+                    "reserved": 500 * MIB,
+                },
+                "util": {"gpu": 50, "memory": 20},
+                "temp_c": 40,
+                "power_mw": 250000,
+                "mig": [0, 0],
+                "event_types": 0x8,
+                "compute": [{"pid": p, "used": (i + 1) * 1000 * MIB} for i, p in enumerate(pids)],
+                "graphics": [],
+            }
+        )
     data = {"driver": "550.54.15", "devices": devices}
     if legacy:
-        data.update(missing_symbols=["nvmlDeviceGetRunningProcessDetailList"],
-                    process_struct_bytes=32, driver="535.43.02")
+        data.update(
+            missing_symbols=["nvmlDeviceGetRunningProcessDetailList"],
+            process_struct_bytes=32,
+            driver="535.43.02",
+        )
     return data
 
 
@@ -79,10 +92,15 @@ def main() -> None:
         print("|---|---|---|---|")
         for legacy in (False, True):
             ms = sorted(x * 1000 for x in run(pids, legacy, args.ticks))
-            label = "R535 legacy v3 struct (own two-call loop)" if legacy else \
-                "nvmlDeviceGetRunningProcessDetailList"
-            print(f"| {label} | {statistics.median(ms):.3f} | {ms[int(0.9 * len(ms))]:.3f} | "
-                  f"{ms[-1]:.3f} |")
+            label = (
+                "R535 legacy v3 struct (own two-call loop)"
+                if legacy
+                else "nvmlDeviceGetRunningProcessDetailList"
+            )
+            print(
+                f"| {label} | {statistics.median(ms):.3f} | {ms[int(0.9 * len(ms))]:.3f} | "
+                f"{ms[-1]:.3f} |"
+            )
     finally:
         for p in sleepers:
             p.kill()

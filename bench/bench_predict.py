@@ -41,13 +41,17 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         md, tensors = g.qwen3_8b()
-        model = str(g.write_model(Path(tmp) / "q.gguf", "qwen3", md, tensors,
-                                  vocab_size=151936, merges=151000)[0])
+        model = str(
+            g.write_model(
+                Path(tmp) / "q.gguf", "qwen3", md, tensors, vocab_size=151936, merges=151000
+            )[0]
+        )
         cfg = Config(db_path=Path(tmp) / "v.db")
         cases = {
             "fits (-c 8192)": PredictRequest(["llama-server", "-m", model, "-c", "8192"]),
             "OOM, all fixes priced (-c 262144 -np 4)": PredictRequest(
-                ["llama-server", "-m", model, "-c", "262144", "-np", "4"]),
+                ["llama-server", "-m", model, "-c", "262144", "-np", "4"]
+            ),
             "--fit-ctx": PredictRequest(["llama-server", "-m", model], want_fit_ctx=True),
         }
         print("| case | median ms | max ms |")
@@ -65,11 +69,17 @@ def main() -> None:
         times = []
         for _ in range(args.cli_runs):
             t0 = time.perf_counter()
-            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL,
-                           env={**os.environ, "XDG_STATE_HOME": tmp})
+            subprocess.run(
+                argv,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env={**os.environ, "XDG_STATE_HOME": tmp},
+            )
             times.append((time.perf_counter() - t0) * 1000)
-        print(f"| whole command, fresh process, header not cached | "
-              f"{statistics.median(times):.0f} | {max(times):.0f} |")
+        print(
+            f"| whole command, fresh process, header not cached | "
+            f"{statistics.median(times):.0f} | {max(times):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -101,9 +101,14 @@ def make_drm_tree(root: Path, procs: int, clients: int) -> None:
     card.mkdir(parents=True)
     (root / "sys/class/drm/card0/device/drm/renderD128").mkdir(parents=True)
     (card / "uevent").write_text("DRIVER=amdgpu\nPCI_ID=1002:744C\nPCI_SLOT_NAME=0000:03:00.0\n")
-    for name, value in (("vram_total", 24 << 30), ("vram_used", 8 << 30),
-                        ("vis_vram_total", 24 << 30), ("vis_vram_used", 1 << 30),
-                        ("gtt_total", 64 << 30), ("gtt_used", 1 << 30)):
+    for name, value in (
+        ("vram_total", 24 << 30),
+        ("vram_used", 8 << 30),
+        ("vis_vram_total", 24 << 30),
+        ("vis_vram_used", 1 << 30),
+        ("gtt_total", 64 << 30),
+        ("gtt_used", 1 << 30),
+    ):
         (card / f"mem_info_{name}").write_text(f"{value}\n")
     for pid in range(1000, 1000 + procs):
         d = root / "proc" / str(pid)
@@ -163,8 +168,11 @@ def bench_daemon_tick(ticks: int, servers: int) -> dict[str, list[float]]:
         root = Path(tmp)
         model = tiny_models.write_llama(root / "x.gguf").path
         for i in range(servers):
-            stack.enter_context(fake_server.running(
-                ["llama-server", "-m", str(model), "-c", str(512 * (i + 1))], cwd=root))
+            stack.enter_context(
+                fake_server.running(
+                    ["llama-server", "-m", str(model), "-c", str(512 * (i + 1))], cwd=root
+                )
+            )
         contexts = {}
         for label in ("without", "with"):
             config = Config(db_path=root / f"{label}.db")
@@ -193,8 +201,11 @@ def bench_daemon_tick(ticks: int, servers: int) -> dict[str, list[float]]:
             cpu0 = time.process_time()
             ctx.assessor.on_tick(ctx.last_snapshot, ctx.store)
             out["on_tick"].append(time.process_time() - cpu0)
-        print(f"assessments computed: {assessor.assessed} for {len(assessor.current())} "
-              f"servers seen (other servers on this box count too)", file=sys.stderr)
+        print(
+            f"assessments computed: {assessor.assessed} for {len(assessor.current())} "
+            f"servers seen (other servers on this box count too)",
+            file=sys.stderr,
+        )
         for ctx in contexts.values():
             if ctx.assessor is not None:
                 ctx.assessor.close()
@@ -207,9 +218,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=300)
     parser.add_argument("--ticks", type=int, default=200)
-    parser.add_argument("--servers", type=int, default=4,
-                        help="fake llama-servers for the daemon tick with and without "
-                             "assessments (0: skip that part)")
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=4,
+        help="fake llama-servers for the daemon tick with and without "
+        "assessments (0: skip that part)",
+    )
     args = parser.parse_args()
     sleepers = spawn_sleepers(args.procs)
     try:
@@ -226,8 +241,10 @@ def main() -> None:
     d_steady, d_rescans, d_first = bench_drm(args.procs, args.ticks)
     every = steady + rescans
     mean_tick = statistics.fmean(every)
-    print(f"# tick benchmark: {n} processes, {args.ticks} ticks, {os.cpu_count()} CPUs, "
-          f"Python {sys.version.split()[0]}, kernel {os.uname().release}")
+    print(
+        f"# tick benchmark: {n} processes, {args.ticks} ticks, {os.cpu_count()} CPUs, "
+        f"Python {sys.version.split()[0]}, kernel {os.uname().release}"
+    )
     print("| what | median ms | p90 ms | max ms |")
     print("|---|---|---|---|")
     for label, data in (
@@ -237,21 +254,33 @@ def main() -> None:
         (f"drm collector on {args.procs}-process tree, steady", d_steady),
         ("drm collector on that tree, rescan tick", d_rescans),
         ("psutil.process_iter(['memory_info','cmdline'])", floor),
-        *((f"daemon tick, {args.servers} servers, {label} assessments", daemon[label])
-          for label in ("without", "with") if label in daemon),
-        *((("the assessor's part of a tick (Assessor.on_tick, nothing new)",
-            daemon["on_tick"]),) if daemon else ()),
+        *(
+            (f"daemon tick, {args.servers} servers, {label} assessments", daemon[label])
+            for label in ("without", "with")
+            if label in daemon
+        ),
+        *(
+            (("the assessor's part of a tick (Assessor.on_tick, nothing new)", daemon["on_tick"]),)
+            if daemon
+            else ()
+        ),
     ):
         s = stats(data)
         print(f"| {label} | {s['median_ms']:.2f} | {s['p90_ms']:.2f} | {s['max_ms']:.2f} |")
-    print(f"\nfirst sampler tick (cold caches): {first * 1000:.1f} ms; "
-          f"first drm tick on the tree: {d_first * 1000:.1f} ms")
-    print(f"mean CPU per tick over all ticks: {mean_tick * 1000:.2f} ms "
-          f"= {mean_tick * 100:.2f}% of a core at a 1 s interval")
-    print(f"ratio psutil floor / sampler (median): "
-          f"{statistics.median(floor) / statistics.median(steady):.1f}x; "
-          f"psutil / sampler (mean of all ticks): "
-          f"{statistics.fmean(floor) / mean_tick:.1f}x")
+    print(
+        f"\nfirst sampler tick (cold caches): {first * 1000:.1f} ms; "
+        f"first drm tick on the tree: {d_first * 1000:.1f} ms"
+    )
+    print(
+        f"mean CPU per tick over all ticks: {mean_tick * 1000:.2f} ms "
+        f"= {mean_tick * 100:.2f}% of a core at a 1 s interval"
+    )
+    print(
+        f"ratio psutil floor / sampler (median): "
+        f"{statistics.median(floor) / statistics.median(steady):.1f}x; "
+        f"psutil / sampler (mean of all ticks): "
+        f"{statistics.fmean(floor) / mean_tick:.1f}x"
+    )
 
 
 if __name__ == "__main__":

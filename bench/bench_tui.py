@@ -82,8 +82,13 @@ CHILD = textwrap.dedent("""
 
 def child(kind: str, mode: str, arg: str = "0") -> dict[str, float]:
     t = time.time()
-    out = subprocess.run([sys.executable, "-c", CHILD, repr(t), kind, arg, mode],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, repr(t), kind, arg, mode],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     values = {}
     for token in out.stdout.split():
         if "=" in token:
@@ -107,16 +112,35 @@ def write_db(folder: Path, models: dict[str, str]) -> Path:
     return path
 
 
-def big_snapshots(models: dict[str, str], n_gpus: int = 4, n_models: int = 30, ticks: int = 2,
-                  step: int = 32 * MIB):
+def big_snapshots(
+    models: dict[str, str],
+    n_gpus: int = 4,
+    n_models: int = 30,
+    ticks: int = 2,
+    step: int = 32 * MIB,
+):
     from fake_source import host, server, snap
 
     from collectors.base import DeviceSample, ProcessMemory
 
     paths = list(models.values())[:2]
-    procs = [server(10_000 + i, ["llama-server", "-m", paths[i % 2], "-c", str(4096 * (1 + i % 4)),
-                                 "-np", str(1 + i % 3), "--port", str(9000 + i)])
-             for i in range(n_models)]
+    procs = [
+        server(
+            10_000 + i,
+            [
+                "llama-server",
+                "-m",
+                paths[i % 2],
+                "-c",
+                str(4096 * (1 + i % 4)),
+                "-np",
+                str(1 + i % 3),
+                "--port",
+                str(9000 + i),
+            ],
+        )
+        for i in range(n_models)
+    ]
     out = []
     for t in range(ticks):
         mem, used = [], {g: 0 for g in range(n_gpus)}
@@ -125,16 +149,28 @@ def big_snapshots(models: dict[str, str], n_gpus: int = 4, n_models: int = 30, t
             b = int((2.5 + (i % 5) * 0.3) * GIB) + t * step
             used[g] += b
             mem.append(ProcessMemory(p.pid, f"nvml:GPU-{g}", vram_bytes=b))
-        devices = [DeviceSample(f"nvml:GPU-{g}", "nvml", "nvidia", "NVIDIA H100 80GB HBM3",
-                                "dedicated", 80 * GIB, used[g] + GIB, 80 * GIB - used[g] - GIB,
-                                300 * MIB) for g in range(n_gpus)]
+        devices = [
+            DeviceSample(
+                f"nvml:GPU-{g}",
+                "nvml",
+                "nvidia",
+                "NVIDIA H100 80GB HBM3",
+                "dedicated",
+                80 * GIB,
+                used[g] + GIB,
+                80 * GIB - used[g] - GIB,
+                300 * MIB,
+            )
+            for g in range(n_gpus)
+        ]
         devices.append(host(512 * GIB, 400 * GIB))
         out.append(snap(1_767_225_600_000 + t * 1000, devices, procs, mem))
     return out
 
 
-async def refresh_cost(models: dict[str, str], refreshes: int,
-                       step: int = 32 * MIB) -> tuple[list[float], list[float]]:
+async def refresh_cost(
+    models: dict[str, str], refreshes: int, step: int = 32 * MIB
+) -> tuple[list[float], list[float]]:
     import threading
 
     from tui.app import VramscopeApp
@@ -193,20 +229,28 @@ def main() -> None:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
         for kind, label in (("live", "live (real /proc, /sys)"), (str(db), "database")):
             starts = [child(kind, "start")["first_frame_s"] for _ in range(args.starts)]
-            print(f"start to first frame, {label}: median {statistics.median(starts):.3f} s, "
-                  f"max {max(starts):.3f} s over {len(starts)} starts")
+            print(
+                f"start to first frame, {label}: median {statistics.median(starts):.3f} s, "
+                f"max {max(starts):.3f} s over {len(starts)} starts"
+            )
         for step, label in ((32 * MIB, ""), (512 * MIB, ", every model's sizes changing")):
             cpu, wall = asyncio.run(refresh_cost(models, args.refreshes, step))
-            print(f"one refresh, 4 GPUs x 30 models{label}, event-loop thread CPU: median "
-                  f"{statistics.median(cpu):.1f} ms, p90 {pct(cpu, 0.9):.1f} ms, "
-                  f"max {max(cpu):.1f} ms (wall incl. pause: median "
-                  f"{statistics.median(wall):.1f} ms) over {len(cpu)}")
+            print(
+                f"one refresh, 4 GPUs x 30 models{label}, event-loop thread CPU: median "
+                f"{statistics.median(cpu):.1f} ms, p90 {pct(cpu, 0.9):.1f} ms, "
+                f"max {max(cpu):.1f} ms (wall incl. pause: median "
+                f"{statistics.median(wall):.1f} ms) over {len(cpu)}"
+            )
         idle = child("live", "idle", str(args.idle_s))
-        print(f"idle CPU at a 1 s refresh, live source, whole process: "
-              f"{idle['idle_cpu_pct']:.2f} % of a core over {idle['wall_s']:.0f} s")
+        print(
+            f"idle CPU at a 1 s refresh, live source, whole process: "
+            f"{idle['idle_cpu_pct']:.2f} % of a core over {idle['wall_s']:.0f} s"
+        )
         idle_db = child(str(db), "idle", str(args.idle_s))
-        print(f"idle CPU at a 1 s refresh, database source, whole process: "
-              f"{idle_db['idle_cpu_pct']:.2f} % of a core over {idle_db['wall_s']:.0f} s")
+        print(
+            f"idle CPU at a 1 s refresh, database source, whole process: "
+            f"{idle_db['idle_cpu_pct']:.2f} % of a core over {idle_db['wall_s']:.0f} s"
+        )
 
 
 if __name__ == "__main__":

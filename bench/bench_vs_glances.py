@@ -28,7 +28,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 def cpu_s(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / HZ
 
 
@@ -42,12 +42,26 @@ def main() -> None:
         cfg.write_text("[http]\nenabled = false\n")
         procs = {
             "vramscope daemon (1 s)": subprocess.Popen(
-                [sys.executable, "-m", "monitor", "daemon", "--db", f"{tmp}/v.db",
-                 "--interval", "1", "--config", str(cfg)], cwd=ROOT,
-                stderr=subprocess.DEVNULL),
+                [
+                    sys.executable,
+                    "-m",
+                    "monitor",
+                    "daemon",
+                    "--db",
+                    f"{tmp}/v.db",
+                    "--interval",
+                    "1",
+                    "--config",
+                    str(cfg),
+                ],
+                cwd=ROOT,
+                stderr=subprocess.DEVNULL,
+            ),
             "glances --stdout (1 s)": subprocess.Popen(
                 [args.glances, "--stdout", "mem.used,processcount.total", "-t", "1"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
         }
         try:
             time.sleep(20)
@@ -62,8 +76,10 @@ def main() -> None:
                 p.send_signal(signal.SIGTERM)
             for p in procs.values():
                 p.wait(timeout=30)
-    print(f"| sampler over {args.seconds:.0f} s, {len(os.listdir('/proc'))} /proc entries "
-          "| CPU % of a core |")
+    print(
+        f"| sampler over {args.seconds:.0f} s, {len(os.listdir('/proc'))} /proc entries "
+        "| CPU % of a core |"
+    )
     print("|---|---|")
     for k, v in pct.items():
         print(f"| {k} | {v:.2f} |")

@@ -44,8 +44,11 @@ def probe(pid: int) -> tuple[float, int, int]:
     """RSS MiB, open fds and threads. The fd count is the least of five looks 0.1 s apart:
     a file the daemon has open for a moment (a /proc read, SQLite's statement journal) is
     not a leak; a leaked descriptor is there in every look."""
-    status = {line.split(":")[0]: line.split(":")[1].strip()
-              for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line}
+    status = {
+        line.split(":")[0]: line.split(":")[1].strip()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":" in line
+    }
     fds = []
     for _ in range(5):
         fds.append(len(os.listdir(f"/proc/{pid}/fd")))
@@ -56,11 +59,12 @@ def probe(pid: int) -> tuple[float, int, int]:
 def recorded(db: Path, since_ms: int, exe: Path) -> tuple[int, int, int]:
     """Distinct ticks since ``since_ms``; our llama-server processes seen, and seen exited."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        ticks = con.execute("SELECT COUNT(DISTINCT ts_ms) FROM device_samples WHERE ts_ms >= ?",
-                            (since_ms,)).fetchone()[0]
+        ticks = con.execute(
+            "SELECT COUNT(DISTINCT ts_ms) FROM device_samples WHERE ts_ms >= ?", (since_ms,)
+        ).fetchone()[0]
         seen, exited = con.execute(
-            "SELECT COUNT(*), COUNT(exited_ms) FROM processes WHERE instr(argv, ?) > 0",
-            (str(exe),)).fetchone()
+            "SELECT COUNT(*), COUNT(exited_ms) FROM processes WHERE instr(argv, ?) > 0", (str(exe),)
+        ).fetchone()
     return ticks, seen, exited
 
 
@@ -79,9 +83,22 @@ def main() -> int:
         shutil.copy(sys.executable, exe)  # a real process that looks like llama-server
         log = (Path(tmp) / "daemon.log").open("w+")
         db = Path(tmp) / "v.db"
-        daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                                   "--interval", "0.25", "--config", str(cfg)],
-                                  cwd=ROOT, stderr=log)
+        daemon = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "daemon",
+                "--db",
+                str(db),
+                "--interval",
+                "0.25",
+                "--config",
+                str(cfg),
+            ],
+            cwd=ROOT,
+            stderr=log,
+        )
         started_ms = int(time.time() * 1000)
         start = time.monotonic()
         end = start + args.minutes * 60
@@ -97,8 +114,9 @@ def main() -> int:
             while time.monotonic() < end:
                 churn = subprocess.Popen(["sleep", "30"])
                 if n % 30 == 0:
-                    server = subprocess.Popen([str(exe), "-c", "import time; time.sleep(40)",
-                                               "-m", "/models/none.gguf"])
+                    server = subprocess.Popen(
+                        [str(exe), "-c", "import time; time.sleep(40)", "-m", "/models/none.gguf"]
+                    )
                     servers += 1
                 time.sleep(1)
                 churn.kill()
@@ -119,8 +137,11 @@ def main() -> int:
                         samples.append(now)
                         last_fds = fd_targets(daemon.pid)
                     label = "" if warm else " (warm-up)"
-                    print(f"{(time.monotonic() - start) / 60:5.1f} min{label}: RSS {now[0]:.1f}"
-                          f" MiB, fds {now[1]}, threads {now[2]}", flush=True)
+                    print(
+                        f"{(time.monotonic() - start) / 60:5.1f} min{label}: RSS {now[0]:.1f}"
+                        f" MiB, fds {now[1]}, threads {now[2]}",
+                        flush=True,
+                    )
         finally:
             if n % 30 != 0:
                 server.kill()
@@ -139,18 +160,23 @@ def main() -> int:
         problems.append("too short to judge (no sample after the warm-up)")
     else:
         last = samples[-1]
-        print(f"RSS {first[0]:.1f} -> {last[0]:.1f} MiB, fds {first[1]} -> {last[1]}, threads "
-              f"{first[2]} -> {last[2]} after the warm-up")
+        print(
+            f"RSS {first[0]:.1f} -> {last[0]:.1f} MiB, fds {first[1]} -> {last[1]}, threads "
+            f"{first[2]} -> {last[2]} after the warm-up"
+        )
         if last[0] - first[0] >= 5:
             problems.append(f"RSS grew {last[0] - first[0]:.1f} MiB (limit 5)")
         if last[1] > first[1]:
-            problems.append("file descriptors grew: " + ", ".join(first_fds) + " -> "
-                            + ", ".join(last_fds))
+            problems.append(
+                "file descriptors grew: " + ", ".join(first_fds) + " -> " + ", ".join(last_fds)
+            )
         if last[2] > first[2]:
             problems.append("threads grew")
     expected = elapsed_s / 0.25
-    print(f"{ticks} ticks recorded of ~{expected:.0f} expected; llama-server: {servers} started,"
-          f" {seen} recorded, {exited} recorded as exited")
+    print(
+        f"{ticks} ticks recorded of ~{expected:.0f} expected; llama-server: {servers} started,"
+        f" {seen} recorded, {exited} recorded as exited"
+    )
     if ticks < 0.9 * expected:
         problems.append(f"only {ticks} ticks recorded of ~{expected:.0f}")
     if seen < servers or exited < servers - 1:  # the last one may outlive the daemon

@@ -462,8 +462,9 @@ class AmdsmiCollector:
         util = float(busy) if busy is not None and busy <= 100 else None
         power = power_watts(self._call(lib, "amdsmi_get_power_info", h))
 
-        total, used, free = drm.pool_totals(gpu.memory_kind, vram_total, vram_used,
-                                            gtt_total, gtt_used)
+        total, used, free = drm.pool_totals(
+            gpu.memory_kind, vram_total, vram_used, gtt_total, gtt_used
+        )
         return DeviceSample(
             device_id=gpu.device_id,
             collector=self.name,

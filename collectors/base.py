@@ -358,8 +358,7 @@ def _checked(reading: object) -> Reading:
                 for f in dataclasses.fields(item):
                     value = getattr(item, f.name)
                     if value is not None and not isinstance(value, int | float | str):
-                        raise TypeError(
-                            f"{kind.__name__}.{f.name} is {type(value).__name__}")
+                        raise TypeError(f"{kind.__name__}.{f.name} is {type(value).__name__}")
     return reading
 
 
@@ -377,9 +376,9 @@ class _Worker:
 
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
-            queue.SimpleQueue())
-        self._thread = threading.Thread(target=self._loop, name=f"collector-{name}",
-                                        daemon=True)
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._loop, name=f"collector-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[[], _T]) -> Future[_T]:
@@ -410,8 +409,12 @@ class GuardedCollector:
     runs the collector inline, as :func:`run_collector` does.
     """
 
-    def __init__(self, collector: Collector, timeout_s: float | None = COLLECTOR_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        collector: Collector,
+        timeout_s: float | None = COLLECTOR_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.collector = collector
         self.name = collector.name
         self.timeout_s = timeout_s if timeout_s and timeout_s > 0 else None
@@ -430,8 +433,13 @@ class GuardedCollector:
                 self._back_off()  # due, but the last call is still running
             if self._clock() < self.retry_at:
                 return Reading(), CollectorRun(
-                    self.name, tick.now_ms, 0.0, 0.0, "error",
-                    f"timed out after {self.timeout_s:g} s; skipped until it returns")
+                    self.name,
+                    tick.now_ms,
+                    0.0,
+                    0.0,
+                    "error",
+                    f"timed out after {self.timeout_s:g} s; skipped until it returns",
+                )
             self._stuck = None  # the late call returned: its stale reading is dropped
         if self._worker is None:
             self._worker = _Worker(self.name)
@@ -444,9 +452,14 @@ class GuardedCollector:
         except FutureTimeout:
             self._stuck = future
             self._back_off()
-            return Reading(), CollectorRun(self.name, tick.now_ms,
-                                           time.perf_counter() - wall0, 0.0, "error",
-                                           f"timed out after {limit:g} s")
+            return Reading(), CollectorRun(
+                self.name,
+                tick.now_ms,
+                time.perf_counter() - wall0,
+                0.0,
+                "error",
+                f"timed out after {limit:g} s",
+            )
         self.timeouts = 0
         return result
 

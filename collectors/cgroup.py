@@ -148,10 +148,9 @@ def resolve(roots: Roots, given: str, named: str | None = None) -> tuple[Hierarc
     path = given
     real_mount = "/sys/" + str(h.mount.relative_to(roots.sys))  # as the user names it
     if path == real_mount or path.startswith(real_mount + "/"):
-        path = path[len(real_mount):] or "/"
+        path = path[len(real_mount) :] or "/"
     elif path.startswith("/sys/fs/cgroup"):
-        raise ValueError(f"{named}: not under the memory controller's mount "
-                         f"({real_mount})")
+        raise ValueError(f"{named}: not under the memory controller's mount ({real_mount})")
     clean = _clean(path)
     if clean is None or not _fs.exists(h.mount / clean.lstrip("/")):
         raise ValueError(f"{named}: no such cgroup under {real_mount}")

@@ -119,7 +119,6 @@ AMD_APU_DEVICE_IDS: dict[int, str] = {
 }
 
 
-
 def _apu_name(pci_id: str | None) -> str | None:
     """``AMD Strix Halo [...]`` for a known APU id, else None."""
     try:
@@ -443,8 +442,11 @@ def _sum_ints(values: list[int | None]) -> int | None:
 
 
 def pool_totals(
-    memory_kind: str, vram_total: int | None, vram_used: int | None,
-    gtt_total: int | None, gtt_used: int | None,
+    memory_kind: str,
+    vram_total: int | None,
+    vram_used: int | None,
+    gtt_total: int | None,
+    gtt_used: int | None,
 ) -> tuple[int | None, int | None, int | None]:
     """(total, used, free) of what an AMD GPU can address: VRAM on a dGPU, carve-out VRAM
     + GTT on an APU (nvtop #428's rule; the parts stay in their own fields)."""

@@ -60,8 +60,10 @@ log = logging.getLogger(__name__)
 NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 RETRY_INIT_MS = 60_000
 MAX_EVENTS_PER_TICK = 32
-HIDDEN_HINT = ("NVML reports host PIDs: run vramscope on the host, or give its container "
-               "the host PID namespace (docker run --pid=host)")
+HIDDEN_HINT = (
+    "NVML reports host PIDs: run vramscope on the host, or give its container "
+    "the host PID namespace (docker run --pid=host)"
+)
 # Xids that mean the GPU or its context is gone (docs.nvidia.com/deploy/xid-errors).
 CRITICAL_XIDS = frozenset({13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 
@@ -75,16 +77,24 @@ class _ProcV1(ctypes.Structure):
 class _ProcV2(ctypes.Structure):
     """24 bytes: ``_v2`` and ``_v3`` (same layout)."""
 
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
 
 
 class _ProcLegacyV3(ctypes.Structure):
     """32 bytes: the ``_v3`` struct some R525-R535 drivers write (nvitop #75)."""
 
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint),
-                ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +105,11 @@ class ProcessApi:
     struct: type[ctypes.Structure] | None
 
     def symbol(self, graphics: bool) -> str:
-        base = ("nvmlDeviceGetGraphicsRunningProcesses" if graphics
-                else "nvmlDeviceGetComputeRunningProcesses")
+        base = (
+            "nvmlDeviceGetGraphicsRunningProcesses"
+            if graphics
+            else "nvmlDeviceGetComputeRunningProcesses"
+        )
         return base if self.kind == "v1" else f"{base}_{self.kind}"
 
 
@@ -200,8 +213,16 @@ class NvmlCollector:
             uuid = _text(self._query(pynvml.nvmlDeviceGetUUID, handle)) or f"index{index}"
             pci = self._query(pynvml.nvmlDeviceGetPciInfo_v3, handle)
             bus_id = normalize_bus_id(_text(pci.busId)) if pci is not None else None
-            devices.append(_Device(index, handle, f"nvml:{uuid}", uuid,
-                                   _text(self._query(pynvml.nvmlDeviceGetName, handle)), bus_id))
+            devices.append(
+                _Device(
+                    index,
+                    handle,
+                    f"nvml:{uuid}",
+                    uuid,
+                    _text(self._query(pynvml.nvmlDeviceGetName, handle)),
+                    bus_id,
+                )
+            )
         return devices
 
     def _register_events(self) -> Any:
@@ -215,7 +236,8 @@ class NvmlCollector:
             if supported and supported & pynvml.nvmlEventTypeXidCriticalError:
                 try:
                     pynvml.nvmlDeviceRegisterEvents(
-                        dev.handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                        dev.handle, pynvml.nvmlEventTypeXidCriticalError, event_set
+                    )
                     registered = True
                 except pynvml.NVMLError as exc:
                     log.debug("nvml: no Xid events for %s: %s", dev.device_id, exc)
@@ -261,15 +283,22 @@ class NvmlCollector:
             samples.append(sample)
             for pid, used in sorted(processes.items()):
                 if pid not in local:
-                    hidden.append(HiddenProcess(
-                        pid, f"NVML pid {pid} is not visible in this PID namespace",
-                        device_id=dev.device_id, hint=HIDDEN_HINT, used_bytes=used))
+                    hidden.append(
+                        HiddenProcess(
+                            pid,
+                            f"NVML pid {pid} is not visible in this PID namespace",
+                            device_id=dev.device_id,
+                            hint=HIDDEN_HINT,
+                            used_bytes=used,
+                        )
+                    )
                     continue
                 memory.append(ProcessMemory(pid, dev.device_id, vram_bytes=used))
         tick.gpu_pids.update(m.pid for m in memory)
         events += self._drain_events(tick.now_ms)
-        return Reading(devices=tuple(samples), memory=tuple(memory), hidden=tuple(hidden),
-                       events=tuple(events))
+        return Reading(
+            devices=tuple(samples), memory=tuple(memory), hidden=tuple(hidden), events=tuple(events)
+        )
 
     def _pool_check(self, sample: DeviceSample, now_ms: int) -> list[DeviceEvent]:
         """One warning when a unified GPU's processes hold more than the whole pool (NVML's
@@ -281,13 +310,20 @@ class NvmlCollector:
         if sample.device_id in self._over_pool:
             return []
         self._over_pool.add(sample.device_id)
-        return [DeviceEvent(
-            ts_ms=now_ms, device_id=sample.device_id, kind="unified_pool_exceeded",
-            severity="warning",
-            message=(f"GPU processes on {sample.name or sample.device_id} hold "
-                     f"{held / 2**30:.1f} GiB, more than the {pool / 2**30:.1f} GiB pool it "
-                     "shares with the host (NVML per-process figures vs /proc/meminfo)"),
-            data={"processes_used_bytes": held, "pool_bytes": pool})]
+        return [
+            DeviceEvent(
+                ts_ms=now_ms,
+                device_id=sample.device_id,
+                kind="unified_pool_exceeded",
+                severity="warning",
+                message=(
+                    f"GPU processes on {sample.name or sample.device_id} hold "
+                    f"{held / 2**30:.1f} GiB, more than the {pool / 2**30:.1f} GiB pool it "
+                    "shares with the host (NVML per-process figures vs /proc/meminfo)"
+                ),
+                data={"processes_used_bytes": held, "pool_bytes": pool},
+            )
+        ]
 
     def _sample(self, dev: _Device) -> tuple[DeviceSample, bool]:
         total = used = free = reserved = None
@@ -310,8 +346,7 @@ class NvmlCollector:
             else:
                 total, used, free = mem.total, mem.used, mem.free
         util = self._query(pynvml.nvmlDeviceGetUtilizationRates, dev.handle)
-        temp = self._query(pynvml.nvmlDeviceGetTemperature, dev.handle,
-                           pynvml.NVML_TEMPERATURE_GPU)
+        temp = self._query(pynvml.nvmlDeviceGetTemperature, dev.handle, pynvml.NVML_TEMPERATURE_GPU)
         power_mw = self._query(pynvml.nvmlDeviceGetPowerUsage, dev.handle)
         mig = self._query(pynvml.nvmlDeviceGetMigMode, dev.handle)
         sample = DeviceSample(
@@ -352,8 +387,9 @@ class NvmlCollector:
             if api.kind == "detail":
                 return detail_list(dev.handle, graphics)
             assert api.struct is not None
-            return _two_call_list(pynvml._nvmlGetFunctionPointer(api.symbol(graphics)),
-                                  dev.handle, api.struct)
+            return _two_call_list(
+                pynvml._nvmlGetFunctionPointer(api.symbol(graphics)), dev.handle, api.struct
+            )
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
             key = f"processes/{api.symbol(graphics)}"
             if key not in self._unknown:
@@ -377,14 +413,21 @@ class NvmlCollector:
             dev = by_address.get(ctypes.addressof(data.device.contents)) if data.device else None
             device_id = dev.device_id if dev else "nvml:unknown"
             xid = int(data.eventData)
-            events.append(DeviceEvent(
-                ts_ms=now_ms, device_id=device_id, kind="xid",
-                severity="critical" if xid in CRITICAL_XIDS else "warning",
-                message=f"NVIDIA Xid {xid} on {dev.name if dev else device_id}",
-                data={"xid": xid, "event_type": int(data.eventType),
-                      "gpu_instance_id": int(data.gpuInstanceId),
-                      "compute_instance_id": int(data.computeInstanceId)},
-            ))
+            events.append(
+                DeviceEvent(
+                    ts_ms=now_ms,
+                    device_id=device_id,
+                    kind="xid",
+                    severity="critical" if xid in CRITICAL_XIDS else "warning",
+                    message=f"NVIDIA Xid {xid} on {dev.name if dev else device_id}",
+                    data={
+                        "xid": xid,
+                        "event_type": int(data.eventType),
+                        "gpu_instance_id": int(data.gpuInstanceId),
+                        "compute_instance_id": int(data.computeInstanceId),
+                    },
+                )
+            )
         return events
 
 
@@ -396,8 +439,7 @@ def detail_list(handle: Any, graphics: bool) -> list[tuple[int, int | None]]:
     fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetRunningProcessDetailList")
     plist = pynvml.c_nvmlProcessDetailList_t()
     plist.version = pynvml.nvmlProcessDetailList_v1
-    plist.mode = pynvml.NVML_PROCESS_MODE_GRAPHICS if graphics else \
-        pynvml.NVML_PROCESS_MODE_COMPUTE
+    plist.mode = pynvml.NVML_PROCESS_MODE_GRAPHICS if graphics else pynvml.NVML_PROCESS_MODE_COMPUTE
     ret = fn(handle, ctypes.byref(plist))
     if ret == pynvml.NVML_SUCCESS:
         return []
@@ -411,13 +453,16 @@ def detail_list(handle: Any, graphics: bool) -> list[tuple[int, int | None]]:
         ret = fn(handle, ctypes.byref(plist))
         if ret == pynvml.NVML_SUCCESS:
             rows = buf[: min(plist.numProcArrayEntries, size)]
-            return [(int(r.pid), None if r.usedGpuMemory == NOT_AVAILABLE
-                     else int(r.usedGpuMemory)) for r in rows]
+            return [
+                (int(r.pid), None if r.usedGpuMemory == NOT_AVAILABLE else int(r.usedGpuMemory))
+                for r in rows
+            ]
     raise pynvml.NVMLError(ret)
 
 
-def _two_call_list(fn: Any, handle: Any, struct: type[ctypes.Structure]
-                   ) -> list[tuple[int, int | None]]:
+def _two_call_list(
+    fn: Any, handle: Any, struct: type[ctypes.Structure]
+) -> list[tuple[int, int | None]]:
     """NVML's size-then-fill protocol with our own struct (pynvml's would guess it)."""
     count = ctypes.c_uint(0)
     ret = fn(handle, ctypes.byref(count), None)
@@ -440,8 +485,9 @@ def _two_call_list(fn: Any, handle: Any, struct: type[ctypes.Structure]
     raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
 
 
-def _with_host_pool(sample: DeviceSample, meminfo: bytes,
-                    processes: dict[int, int | None]) -> DeviceSample:
+def _with_host_pool(
+    sample: DeviceSample, meminfo: bytes, processes: dict[int, int | None]
+) -> DeviceSample:
     """A unified-memory GPU's pool is the host's RAM (sources.md 1.9): the same figures
     as the ``host`` device, marked ``shares_pool_with="host"``. Beside them, what the GPU
     itself holds: the sum of NVML's per-process used figures (None when none is known)."""
@@ -450,21 +496,32 @@ def _with_host_pool(sample: DeviceSample, meminfo: bytes,
     available = _fs.kib_field(fields, "MemAvailable")
     used = total - available if total is not None and available is not None else None
     known = [b for b in processes.values() if b is not None]
-    return replace(sample, total_bytes=total, used_bytes=used, free_bytes=available,
-                   available_bytes=available, vram_total_bytes=None, vram_used_bytes=None,
-                   processes_used_bytes=sum(known) if known or not processes else None,
-                   shares_pool_with="host")
+    return replace(
+        sample,
+        total_bytes=total,
+        used_bytes=used,
+        free_bytes=available,
+        available_bytes=available,
+        vram_total_bytes=None,
+        vram_used_bytes=None,
+        processes_used_bytes=sum(known) if known or not processes else None,
+        shares_pool_with="host",
+    )
 
 
 def _init_reason(exc: Exception) -> str:
     if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
-        return ("libnvidia-ml.so.1 not found: no NVIDIA driver installed (or the container "
-                "lacks the NVIDIA runtime)")
+        return (
+            "libnvidia-ml.so.1 not found: no NVIDIA driver installed (or the container "
+            "lacks the NVIDIA runtime)"
+        )
     if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
         return "the NVIDIA kernel driver is not loaded (nvidia.ko); NVML cannot start"
     if isinstance(exc, pynvml.NVMLError_LibRmVersionMismatch):
-        return ("NVIDIA driver/library version mismatch: the driver was upgraded without "
-                "reloading the kernel module; reboot or reload nvidia.ko")
+        return (
+            "NVIDIA driver/library version mismatch: the driver was upgraded without "
+            "reloading the kernel module; reboot or reload nvidia.ko"
+        )
     if isinstance(exc, pynvml.NVMLError_NoPermission):
         return "no permission to open /dev/nvidia*: add the user to the video group"
     return f"NVML init failed: {exc}"

@@ -56,17 +56,34 @@ from collectors.nvml import (
 # Every symbol vramscope may call (the fake driver, tests/fakes/nvml_fake.py, exports these):
 # the recording lists those the real library lacks.
 PROBED_SYMBOLS = (
-    "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
-    "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName",
-    "nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
-    "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
-    "nvmlDeviceGetRunningProcessDetailList", "nvmlDeviceGetConfComputeMemSizeInfo",
-    "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",
-    "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
+    "nvmlInitWithFlags",
+    "nvmlShutdown",
+    "nvmlErrorString",
+    "nvmlSystemGetDriverVersion",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetRunningProcessDetailList",
+    "nvmlDeviceGetConfComputeMemSizeInfo",
+    "nvmlEventSetCreate",
+    "nvmlEventSetFree",
+    "nvmlDeviceGetSupportedEventTypes",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventSetWait_v2",
 )
 DETAIL_STRUCT_BYTES = 24  # what a driver with the detail list writes for the _v3 calls
 NOT_SUPPORTED = "not_supported"
@@ -107,8 +124,7 @@ def _record(proc: Path) -> dict[str, Any]:
     api = choose_process_api()  # the collector's probe, on the same symbols
     memory_v2 = _has("nvmlDeviceGetMemoryInfo_v2")
     try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                   for i in range(pynvml.nvmlDeviceGetCount())]
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as exc:
         raise NvmlUnavailable(f"NVML device enumeration failed: {exc}") from None
     if not handles:
@@ -122,8 +138,9 @@ def _record(proc: Path) -> dict[str, Any]:
         "_process_api": api.kind,
         "driver": driver_text if ok else "0",
         "missing_symbols": missing,
-        "process_struct_bytes": (ctypes.sizeof(api.struct) if api.struct is not None
-                                 else DETAIL_STRUCT_BYTES),
+        "process_struct_bytes": (
+            ctypes.sizeof(api.struct) if api.struct is not None else DETAIL_STRUCT_BYTES
+        ),
         "devices": devices,
         "_processes": names.table(),
     }
@@ -156,8 +173,7 @@ def failure(code: int) -> str | dict[str, int]:
     return {"error": int(code)}
 
 
-def _field(fn: Callable[..., Any], *args: Any, convert: Callable[[Any], Any] = lambda v: v
-           ) -> Any:
+def _field(fn: Callable[..., Any], *args: Any, convert: Callable[[Any], Any] = lambda v: v) -> Any:
     ok, value = _call(fn, *args)
     return convert(value) if ok else value
 
@@ -168,33 +184,48 @@ def _memory(handle: Any, memory_v2: bool) -> dict[str, Any]:
     if memory_v2:
         ok, mem = _call(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2)
         if ok:
-            return {"memory": {"total": int(mem.total), "used": int(mem.used),
-                               "free": int(mem.free), "reserved": int(mem.reserved)}}
+            return {
+                "memory": {
+                    "total": int(mem.total),
+                    "used": int(mem.used),
+                    "free": int(mem.free),
+                    "reserved": int(mem.reserved),
+                }
+            }
         out["memory_v2"] = mem
     ok, mem = _call(pynvml.nvmlDeviceGetMemoryInfo, handle)
     if not ok:
         return {"memory": mem}  # the v2 call, if any, fails the same way on replay
     # v1 counts the reserved memory as used and does not tell it apart
-    out["memory"] = {"total": int(mem.total), "used": int(mem.used), "free": int(mem.free),
-                     "reserved": 0}
+    out["memory"] = {
+        "total": int(mem.total),
+        "used": int(mem.used),
+        "free": int(mem.free),
+        "reserved": 0,
+    }
     return out
 
 
-def _device(handle: Any, api: ProcessApi, memory_v2: bool, names: ProcessNames
-            ) -> dict[str, Any]:
+def _device(handle: Any, api: ProcessApi, memory_v2: bool, names: ProcessNames) -> dict[str, Any]:
     dev: dict[str, Any] = {
         "name": _field(pynvml.nvmlDeviceGetName, handle, convert=_text),
         "uuid": _field(pynvml.nvmlDeviceGetUUID, handle, convert=_text),
-        "bus_id": _field(pynvml.nvmlDeviceGetPciInfo_v3, handle,
-                         convert=lambda pci: _text(pci.busId)),
+        "bus_id": _field(
+            pynvml.nvmlDeviceGetPciInfo_v3, handle, convert=lambda pci: _text(pci.busId)
+        ),
         **_memory(handle, memory_v2),
-        "util": _field(pynvml.nvmlDeviceGetUtilizationRates, handle,
-                       convert=lambda u: {"gpu": int(u.gpu), "memory": int(u.memory)}),
-        "temp_c": _field(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU,
-                         convert=int),
+        "util": _field(
+            pynvml.nvmlDeviceGetUtilizationRates,
+            handle,
+            convert=lambda u: {"gpu": int(u.gpu), "memory": int(u.memory)},
+        ),
+        "temp_c": _field(
+            pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU, convert=int
+        ),
         "power_mw": _field(pynvml.nvmlDeviceGetPowerUsage, handle, convert=int),
-        "mig": _field(pynvml.nvmlDeviceGetMigMode, handle,
-                      convert=lambda m: [int(m[0]), int(m[1])]),
+        "mig": _field(
+            pynvml.nvmlDeviceGetMigMode, handle, convert=lambda m: [int(m[0]), int(m[1])]
+        ),
         "event_types": _field(pynvml.nvmlDeviceGetSupportedEventTypes, handle, convert=int),
     }
     errors = {}
@@ -218,8 +249,7 @@ def process_rows(api: ProcessApi, handle: Any, graphics: bool) -> list[tuple[int
     if api.kind == "detail":
         return detail_list(handle, graphics)
     assert api.struct is not None
-    return _two_call_list(pynvml._nvmlGetFunctionPointer(api.symbol(graphics)), handle,
-                          api.struct)
+    return _two_call_list(pynvml._nvmlGetFunctionPointer(api.symbol(graphics)), handle, api.struct)
 
 
 def argv0_basename(cmdline: bytes) -> str | None:

@@ -66,7 +66,7 @@ def parse_datagram(data: bytes, ts_ms: int = 0) -> list[ExitStatus]:
         length = NLMSG_HDR.unpack_from(data, offset)[0]
         if length < NLMSG_HDR.size or offset + length > len(data):
             break
-        body = data[offset + NLMSG_HDR.size: offset + length]
+        body = data[offset + NLMSG_HDR.size : offset + length]
         offset += (length + 3) & ~3  # NLMSG_ALIGN
         if len(body) < CN_MSG.size + EVENT_HEAD.size + EXIT_EVENT.size:
             continue
@@ -77,7 +77,8 @@ def parse_datagram(data: bytes, ts_ms: int = 0) -> list[ExitStatus]:
         if what != PROC_EVENT_EXIT:
             continue
         pid, tgid, status, _sig, _ppid, _ptgid = EXIT_EVENT.unpack_from(
-            body, CN_MSG.size + EVENT_HEAD.size)
+            body, CN_MSG.size + EVENT_HEAD.size
+        )
         if pid != tgid or pid <= 0:
             continue  # a thread of a process, not the process
         code, signal, core = decode_wait_status(status)
@@ -89,8 +90,9 @@ def listen_request() -> bytes:
     """The PROC_CN_MCAST_LISTEN message that starts the stream."""
     op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
     cn = CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(op), 0)
-    return NLMSG_HDR.pack(NLMSG_HDR.size + len(cn) + len(op), NLMSG_DONE, 0, 0,
-                          os.getpid()) + cn + op
+    return (
+        NLMSG_HDR.pack(NLMSG_HDR.size + len(cn) + len(op), NLMSG_DONE, 0, 0, os.getpid()) + cn + op
+    )
 
 
 class ProcEventListener:
@@ -122,8 +124,10 @@ class ProcEventListener:
             sock.settimeout(0.5)
         except OSError as exc:
             sock.close()
-            self.error = (f"process events connector refused ({exc.strerror or exc}); "
-                          "needs CAP_NET_ADMIN in the host network namespace")
+            self.error = (
+                f"process events connector refused ({exc.strerror or exc}); "
+                "needs CAP_NET_ADMIN in the host network namespace"
+            )
             return False
         self._sock = sock
         self._thread = threading.Thread(target=self._run, name="proc-events", daemon=True)
@@ -139,18 +143,22 @@ class ProcEventListener:
         import sys
 
         argv = [shutil.which("true") or sys.executable] + (
-            [] if shutil.which("true") else ["-c", "pass"])
+            [] if shutil.which("true") else ["-c", "pass"]
+        )
         try:
-            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             child.wait(timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.error = f"cannot check the process events connector: {exc}"
             return False
         if self.exit_of(child.pid, wait_s=timeout_s) is not None:
             return True
-        self.error = ("subscribed to the process events connector but no exit arrived "
-                      "(before Linux 6.6 it needs CAP_NET_ADMIN)")
+        self.error = (
+            "subscribed to the process events connector but no exit arrived "
+            "(before Linux 6.6 it needs CAP_NET_ADMIN)"
+        )
         return False
 
     def _run(self) -> None:
@@ -176,8 +184,9 @@ class ProcEventListener:
                         self._exits.popitem(last=False)
                     self._lock.notify_all()
 
-    def exit_of(self, pid: int, wait_s: float = 0.0, since_ms: int | None = None
-                ) -> ExitStatus | None:
+    def exit_of(
+        self, pid: int, wait_s: float = 0.0, since_ms: int | None = None
+    ) -> ExitStatus | None:
         """The exit recorded for ``pid`` (received at or after ``since_ms``), waiting up to
         ``wait_s`` for a datagram the thread has not read yet."""
         deadline = time.monotonic() + wait_s

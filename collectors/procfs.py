@@ -302,11 +302,18 @@ class ProcfsCollector:
         reasons: dict[int, list[str]] = {}
         limit = self.options.max_tracked
         groups = (
-            ("inference", [p for p, e in self._known.items()
-                           if e.engine is not None and not e.zombie]),
+            (
+                "inference",
+                [p for p, e in self._known.items() if e.engine is not None and not e.zombie],
+            ),
             ("gpu", sorted(p for p in gpu_pids if p in self._known and not self._known[p].zombie)),
-            ("top", sorted((p for p in self._top if p in self._known),
-                            key=lambda p: -self._known[p].rss_bytes)),
+            (
+                "top",
+                sorted(
+                    (p for p in self._top if p in self._known),
+                    key=lambda p: -self._known[p].rss_bytes,
+                ),
+            ),
         )
         for reason, group in groups:
             for pid in group:
@@ -318,8 +325,7 @@ class ProcfsCollector:
 
     def _read_tracked(
         self, reasons: dict[int, list[str]], now_ms: int
-    ) -> tuple[list[ProcessInfo], list[ProcessMemory], list[HiddenProcess],
-               list[ExitedProcess]]:
+    ) -> tuple[list[ProcessInfo], list[ProcessMemory], list[HiddenProcess], list[ExitedProcess]]:
         infos: list[ProcessInfo] = []
         zombies: list[ExitedProcess] = []
         rows: list[ProcessMemory] = []
@@ -340,8 +346,14 @@ class ProcfsCollector:
                 status = _fs.read_bytes(f"{proc}/{pid}/status")
                 row, uid = parse_status(status, pid)
             except PermissionError:
-                hidden.append(HiddenProcess(pid, "permission denied reading /proc/PID/status",
-                                            comm=entry.comm, hint=_HIDEPID_HINT))
+                hidden.append(
+                    HiddenProcess(
+                        pid,
+                        "permission denied reading /proc/PID/status",
+                        comm=entry.comm,
+                        hint=_HIDEPID_HINT,
+                    )
+                )
                 continue
             except OSError:
                 continue  # exited between listing and reading
@@ -390,9 +402,16 @@ class ProcfsCollector:
             what = f"killed by signal {signal}"
         else:
             what = "exited (exit status unreadable)"
-        return ExitedProcess(pid, entry.start_ticks, last_seen_ms,
-                             how=f"{what}; not reaped by its parent (state Z)",
-                             comm=entry.comm, state="Z", exit_code=code, exit_signal=signal)
+        return ExitedProcess(
+            pid,
+            entry.start_ticks,
+            last_seen_ms,
+            how=f"{what}; not reaped by its parent (state Z)",
+            comm=entry.comm,
+            state="Z",
+            exit_code=code,
+            exit_signal=signal,
+        )
 
     def _exits(self, now_ms: int) -> list[ExitedProcess]:
         """Tracked processes that are gone (or whose PID now belongs to another process)."""

@@ -51,8 +51,7 @@ _ENV_ASSIGN = re.compile(
 )
 # Greedy to the last "@": a password may hold "/" or "@"; over-redacting is the safe side.
 # A scheme starts where a run of scheme characters starts (not at each of them: linear).
-_URL_PASSWORD = re.compile(
-    r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
 _URL_PARAM = re.compile(
     r"([?&;#](?:[a-z0-9_-]{0,40}(?:token|key|secret|password|passwd|sig|signature|auth)"
     r"[a-z0-9_-]{0,40})=)"
@@ -60,7 +59,8 @@ _URL_PARAM = re.compile(
     re.IGNORECASE,
 )
 _BEARER = re.compile(
-    r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|\b(Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+    r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|\b(Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE
+)
 # A secret key's value in JSON: "api_key": "x", "Authorization": "Bearer x", "token": 123.
 # An unterminated string is hidden to its end (possessive: no backtracking on hostile text).
 _JSON_SECRET = re.compile(
@@ -182,27 +182,45 @@ SPELLINGS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("--secret X", ("--secret", "S3CRET"), ("--secret", _R)),
     ("--token X", ("--token", "S3CRET"), ("--token", _R)),
     ("-u user:X", ("-u", "me:S3CRET"), ("-u", f"me:{_R}")),
-    ("-H 'Authorization: Bearer x'", ("-H", "Authorization: Bearer S3"),
-     ("-H", f"Authorization: Bearer {_R}")),
+    (
+        "-H 'Authorization: Bearer x'",
+        ("-H", "Authorization: Bearer S3"),
+        ("-H", f"Authorization: Bearer {_R}"),
+    ),
     ("-H 'x-api-key: X'", ("-H", "x-api-key: S3CRET"), ("-H", f"x-api-key: {_R}")),
-    ("a short Bearer token anywhere", ("--note", "use Bearer S3 here"),
-     ("--note", f"use Bearer {_R} here")),
+    (
+        "a short Bearer token anywhere",
+        ("--note", "use Bearer S3 here"),
+        ("--note", f"use Bearer {_R} here"),
+    ),
     ("FOO_TOKEN=X", ("FOO_TOKEN=S3CRET",), (f"FOO_TOKEN={_R}",)),
     ("TOKEN=X", ("TOKEN=S3CRET",), (f"TOKEN={_R}",)),
     ("API_KEY=X", ("API_KEY=S3CRET",), (f"API_KEY={_R}",)),
     ("PASSWORD=X", ("PASSWORD=S3CRET",), (f"PASSWORD={_R}",)),
     ("--env=HF_TOKEN=X", ("--env=HF_TOKEN=S3CRET",), (f"--env=HF_TOKEN={_R}",)),
     ("URL userinfo", ("https://u:S3CRET@host/x",), (f"https://u:{_R}@host/x",)),
-    ("URL query ?token=x&key=y", ("https://host/x?token=S3CRET&key=S3CRET&n=1",),
-     (f"https://host/x?token={_R}&key={_R}&n=1",)),
-    ('JSON "Authorization"', ("--header", '{"Authorization": "Bearer S3CRET"}'),
-     ("--header", f'{{"Authorization": "{_R}"}}')),
+    (
+        "URL query ?token=x&key=y",
+        ("https://host/x?token=S3CRET&key=S3CRET&n=1",),
+        (f"https://host/x?token={_R}&key={_R}&n=1",),
+    ),
+    (
+        'JSON "Authorization"',
+        ("--header", '{"Authorization": "Bearer S3CRET"}'),
+        ("--header", f'{{"Authorization": "{_R}"}}'),
+    ),
     ('JSON "api_key"', ("-o", '{"api_key":"S3CRET","n":1}'), ("-o", f'{{"api_key":"{_R}","n":1}}')),
     ('JSON "token"', ("-o", '{"token": "S3CRET"}'), ("-o", f'{{"token": "{_R}"}}')),
-    ('JSON "password"', ("-o", '{"db": {"password": "S3\\"CRET"}}'),
-     ("-o", f'{{"db": {{"password": "{_R}"}}}}')),
+    (
+        'JSON "password"',
+        ("-o", '{"db": {"password": "S3\\"CRET"}}'),
+        ("-o", f'{{"db": {{"password": "{_R}"}}}}'),
+    ),
     ('JSON "secret" unterminated', ("-o", '{"secret": "S3CRET'), ("-o", f'{{"secret": "{_R}"')),
     ("known shape hf_...", ("hf_S3CRETS3CRETS3CRETS3CRET",), (_R,)),
-    ("inside sh -c", ("sh", "-c", "llama-server --passphrase S3CRET"),
-     ("sh", "-c", f"llama-server --passphrase '{_R}'")),
+    (
+        "inside sh -c",
+        ("sh", "-c", "llama-server --passphrase S3CRET"),
+        ("sh", "-c", f"llama-server --passphrase '{_R}'"),
+    ),
 )

@@ -51,4 +51,3 @@ REGISTRY: tuple[CollectorSpec, ...] = (
         "host RAM (/proc/meminfo) and tracked processes (/proc/PID/status)",
     ),
 )
-

@@ -240,14 +240,19 @@ def load(
         gpu_overhead_mib=int(data.get("estimate", {}).get("gpu_overhead_mib", 300)),
         budgets_gib={k: float(v) for k, v in data.get("budgets", {}).items()},
         swap_url=data.get("llama_swap", {}).get("url"),
-        swap_config=Path(data["llama_swap"]["config"]) if data.get("llama_swap", {}).get(
-            "config") else None,
+        swap_config=Path(data["llama_swap"]["config"])
+        if data.get("llama_swap", {}).get("config")
+        else None,
         alert_urls=tuple(str(u) for u in data.get("alerts", {}).get("urls", ())),
         alert_command=data.get("alerts", {}).get("command"),
         alert_cooldown_s=float(data.get("alerts", {}).get("cooldown_s", 600)),
-        alert_settings={k: float(v) for k, v in data.get("alerts", {}).items()
-                        if k not in ("urls", "command", "cooldown_s")},
-        http_listen=None if data.get("http", {}).get("enabled") is False
+        alert_settings={
+            k: float(v)
+            for k, v in data.get("alerts", {}).items()
+            if k not in ("urls", "command", "cooldown_s")
+        },
+        http_listen=None
+        if data.get("http", {}).get("enabled") is False
         else data.get("http", {}).get("listen", "127.0.0.1:9835"),
         http_token=data.get("http", {}).get("token"),
         log_files=tuple(str(x) for x in data.get("logs", {}).get("files", ())),

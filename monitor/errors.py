@@ -28,7 +28,7 @@ class VramscopeError(Exception):
         """The message on one line (newlines and runs of blanks folded), at most ``limit``
         characters."""
         line = " ".join(str(self).split()) or type(self).__name__
-        return line if len(line) <= limit else line[:limit - 3] + "..."
+        return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class UsageError(VramscopeError):

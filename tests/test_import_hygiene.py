@@ -17,8 +17,9 @@ def test_daemon_and_cli_never_import_textual_or_rich() -> None:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'textual', 'rich', 'tui'});"
         "print(','.join(bad))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert out.stdout.strip() == ""
 
 

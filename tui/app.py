@@ -38,9 +38,14 @@ class VramscopeApp(App[None]):
     TITLE = "vramscope"
     BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True)]
 
-    def __init__(self, source: SampleSource, refresh_s: float | None = 1.0,
-                 clock: Callable[[], int] | None = None, at_ms: int | None = None,
-                 swap_config: Path | None = None) -> None:
+    def __init__(
+        self,
+        source: SampleSource,
+        refresh_s: float | None = 1.0,
+        clock: Callable[[], int] | None = None,
+        at_ms: int | None = None,
+        swap_config: Path | None = None,
+    ) -> None:
         super().__init__()
         self.source = source
         self.refresh_s = refresh_s
@@ -62,8 +67,11 @@ class VramscopeApp(App[None]):
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
                 except Exception as exc:
-                    self.notify(safe(f"cannot read {self.swap_config}: {describe(exc)}"),
-                                severity="error", markup=False)
+                    self.notify(
+                        safe(f"cannot read {self.swap_config}: {describe(exc)}"),
+                        severity="error",
+                        markup=False,
+                    )
         return self._swap_models
 
     def on_mount(self) -> None:
@@ -89,10 +97,16 @@ def source_label(source: SampleSource) -> str:
     return safe(label)
 
 
-def open_source(db: Path | None, at: str | None, *, default_db: Path | None = None,
-                roots: Roots | None = None, enabled: Iterable[str] | None = None,
-                builder: FrameBuilder | None = None, live: bool = False,
-                ) -> tuple[SampleSource, int | None]:
+def open_source(
+    db: Path | None,
+    at: str | None,
+    *,
+    default_db: Path | None = None,
+    roots: Roots | None = None,
+    enabled: Iterable[str] | None = None,
+    builder: FrameBuilder | None = None,
+    live: bool = False,
+) -> tuple[SampleSource, int | None]:
     """Live sampling when ``live``; else ``db`` when given; else ``default_db`` when asked
     for (``--at``) or being written by a daemon now; else live sampling. Raises
     SourceError/ValueError with a message."""
@@ -105,16 +119,21 @@ def open_source(db: Path | None, at: str | None, *, default_db: Path | None = No
         from monitor.store.history import parse_time
 
         at_ms = parse_time(at)
-    if db is None and default_db is not None and (
-            at is not None or (default_db.exists() and being_written(default_db))):
+    if (
+        db is None
+        and default_db is not None
+        and (at is not None or (default_db.exists() and being_written(default_db)))
+    ):
         db = default_db
     if db is None:
         if at is not None:
             raise SourceError("--at replays a database: give --db FILE")
         return LiveSource(roots, enabled, builder), at_ms
     if not Path(db).exists():
-        raise SourceError(f"no database at {db} (is the vramscope daemon running? "
-                          "`vramscope tui` without --db samples live)")
+        raise SourceError(
+            f"no database at {db} (is the vramscope daemon running? "
+            "`vramscope tui` without --db samples live)"
+        )
     source = StoreSource(Path(db), builder)
     source.check(at_ms)  # a bad file or a moment it does not cover: one line, no app
     return source, at_ms
@@ -127,11 +146,21 @@ class _BuilderSizes(TypedDict, total=False):
     overhead_bytes: int
 
 
-def main(db: Path | None = None, at: str | None = None, swap_config: Path | None = None,
-         refresh_s: float = 1.0, *, default_db: Path | None = None,
-         roots: Roots | None = None, enabled: Iterable[str] | None = None,
-         margin_bytes: int | None = None, overhead_bytes: int | None = None,
-         remote: str | None = None, token: str | None = None, live: bool = False) -> int:
+def main(
+    db: Path | None = None,
+    at: str | None = None,
+    swap_config: Path | None = None,
+    refresh_s: float = 1.0,
+    *,
+    default_db: Path | None = None,
+    roots: Roots | None = None,
+    enabled: Iterable[str] | None = None,
+    margin_bytes: int | None = None,
+    overhead_bytes: int | None = None,
+    remote: str | None = None,
+    token: str | None = None,
+    live: bool = False,
+) -> int:
     """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
     kwargs: _BuilderSizes = {}
     if margin_bytes is not None:
@@ -142,12 +171,13 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
         from tui.source import RemoteSource
 
         if live or db is not None or at is not None:
-            print("vramscope: error: --remote reads another daemon: leave out --live, --db "
-                  "and --at", file=sys.stderr)
+            print(
+                "vramscope: error: --remote reads another daemon: leave out --live, --db and --at",
+                file=sys.stderr,
+            )
             return 2
         try:
-            remote_source = RemoteSource(remote, token,
-                                         FrameBuilder(**kwargs) if kwargs else None)
+            remote_source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
             remote_source.latest()  # fail fast with a message, not a blank screen
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)
@@ -155,9 +185,15 @@ def main(db: Path | None = None, at: str | None = None, swap_config: Path | None
         VramscopeApp(remote_source, refresh_s, swap_config=swap_config).run()
         return 0
     try:
-        source, at_ms = open_source(db, at, default_db=default_db, roots=roots,
-                                    enabled=enabled, builder=FrameBuilder(**kwargs) if kwargs
-                                    else None, live=live)
+        source, at_ms = open_source(
+            db,
+            at,
+            default_db=default_db,
+            roots=roots,
+            enabled=enabled,
+            builder=FrameBuilder(**kwargs) if kwargs else None,
+            live=live,
+        )
     except (VramscopeError, ValueError) as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2

@@ -19,20 +19,45 @@ from monitor.cli.main import main as cli_main
 
 @cli.command()
 @common_options
-@click.option("--at", metavar="TIME",
-              help="Replay the database at this moment ('YYYY-MM-DD HH:MM', local time).")
-@click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="llama-swap config.yaml: its models are offered in the what-if dialog.")
-@click.option("--refresh", type=Finite(0.1, 3600), default=1.0, show_default=True,
-              help="Seconds between refreshes.")
-@click.option("--remote", metavar="URL",
-              help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).")
-@click.option("--token", envvar="VRAMSCOPE_TOKEN",
-              help="The daemon's [http] token (or $VRAMSCOPE_TOKEN).")
-@click.option("--live", is_flag=True,
-              help="Sample here, in this process, even if a daemon writes the database.")
-def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | None,
-        token: str | None, live: bool, **kwargs: Any) -> None:
+@click.option(
+    "--at",
+    metavar="TIME",
+    help="Replay the database at this moment ('YYYY-MM-DD HH:MM', local time).",
+)
+@click.option(
+    "--swap-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="llama-swap config.yaml: its models are offered in the what-if dialog.",
+)
+@click.option(
+    "--refresh",
+    type=Finite(0.1, 3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option(
+    "--remote",
+    metavar="URL",
+    help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).",
+)
+@click.option(
+    "--token", envvar="VRAMSCOPE_TOKEN", help="The daemon's [http] token (or $VRAMSCOPE_TOKEN)."
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Sample here, in this process, even if a daemon writes the database.",
+)
+def tui(
+    at: str | None,
+    swap_config: Path | None,
+    refresh: float,
+    remote: str | None,
+    token: str | None,
+    live: bool,
+    **kwargs: Any,
+) -> None:
     """Open the terminal UI: live, the daemon's database, or a daemon's HTTP API.
 
     \b
@@ -52,10 +77,21 @@ def tui(at: str | None, swap_config: Path | None, refresh: float, remote: str | 
         from tui.app import main as tui_main
     except ImportError as exc:
         raise UserError(f"the TUI needs textual: {exc}") from None
-    sys.exit(tui_main(cfg.db_path if db_given else None, at, swap_config, refresh,
-                      default_db=cfg.db_path, roots=cfg.roots, enabled=cfg.collectors,
-                      overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
-                      remote=remote, token=token, live=live))
+    sys.exit(
+        tui_main(
+            cfg.db_path if db_given else None,
+            at,
+            swap_config,
+            refresh,
+            default_db=cfg.db_path,
+            roots=cfg.roots,
+            enabled=cfg.collectors,
+            overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
+            remote=remote,
+            token=token,
+            live=live,
+        )
+    )
 
 
 def main() -> None:

@@ -135,10 +135,13 @@ class FrameBuilder:
     estimated. The verdict is judged for every frame from the assessment and the frame's
     measured memory (pure)."""
 
-    def __init__(self, margin_bytes: int = DEFAULT_MARGIN_BYTES,
-                 overhead_bytes: int = 300 * 1024 * 1024,
-                 read_header: HeaderReader | None = None,
-                 p99_tokens: Callable[[str], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        margin_bytes: int = DEFAULT_MARGIN_BYTES,
+        overhead_bytes: int = 300 * 1024 * 1024,
+        read_header: HeaderReader | None = None,
+        p99_tokens: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.margin_bytes = margin_bytes
         self.overhead_bytes = overhead_bytes
         self.p99_tokens = p99_tokens or (lambda _path: None)
@@ -146,8 +149,7 @@ class FrameBuilder:
         self._headers: dict[str, Any] = {}
         self._reader = read_header
         self._lock = threading.Lock()
-        self._assessed: dict[tuple[int, int, tuple[str, ...], str | None],
-                             Assessment | None] = {}
+        self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -176,16 +178,28 @@ class FrameBuilder:
 
         return devices_from_samples(snap.devices, self.overhead_bytes)
 
-    def build_state(self, state: BoxState, events: Sequence[EventRow] = (), live: bool = True,
-                    assessments: Assessments | None = None, missing: str | None = None
-                    ) -> Frame:
+    def build_state(
+        self,
+        state: BoxState,
+        events: Sequence[EventRow] = (),
+        live: bool = True,
+        assessments: Assessments | None = None,
+        missing: str | None = None,
+    ) -> Frame:
         """The frame of one box state (monitor/analysis/state.py), its picture reused."""
-        return self.build(state.snapshot, events, live, assessments, missing,
-                          state.picture_for(self.margin_bytes))
+        return self.build(
+            state.snapshot, events, live, assessments, missing, state.picture_for(self.margin_bytes)
+        )
 
-    def build(self, snap: Snapshot, events: Sequence[EventRow] = (), live: bool = True,
-              assessments: Assessments | None = None, missing: str | None = None,
-              picture: Picture | None = None) -> Frame:
+    def build(
+        self,
+        snap: Snapshot,
+        events: Sequence[EventRow] = (),
+        live: bool = True,
+        assessments: Assessments | None = None,
+        missing: str | None = None,
+        picture: Picture | None = None,
+    ) -> Frame:
         """``assessments``: the daemon's, for a database or remote frame (None: assess
         here, live); a server without one shows ``missing`` as its reason, unestimated."""
         from monitor.engines.capabilities import ESTIMATED
@@ -195,12 +209,19 @@ class FrameBuilder:
             picture = picture_from_snapshot(snap, self.margin_bytes)
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
-        built = [self._row(snap, picture, devices, info,
-                           [h for h, owner in helpers.items() if owner == info.pid],
-                           assessments, missing)
-                 for info in snap.processes
-                 if info.engine in ESTIMATED
-                 and info.pid not in helpers]
+        built = [
+            self._row(
+                snap,
+                picture,
+                devices,
+                info,
+                [h for h, owner in helpers.items() if owner == info.pid],
+                assessments,
+                missing,
+            )
+            for info in snap.processes
+            if info.engine in ESTIMATED and info.pid not in helpers
+        ]
         rows = [r for r in built if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
@@ -228,12 +249,27 @@ class FrameBuilder:
         spec = parse_command(list(info.argv), cwd=info.cwd)
         if spec is None or spec.role in ("proxy", "worker"):
             return None
-        return Assessment(info.pid, info.start_ticks, ts_ms, launch_key(info),
-                          Launch.from_spec(spec), None, (), reason)
+        return Assessment(
+            info.pid,
+            info.start_ticks,
+            ts_ms,
+            launch_key(info),
+            Launch.from_spec(spec),
+            None,
+            (),
+            reason,
+        )
 
-    def _row(self, snap: Snapshot, picture: Picture, devices: list[DeviceInfo], info: Any,
-             helpers: Sequence[int] = (), stored: Assessments | None = None,
-             missing: str | None = None) -> ModelRow | None:
+    def _row(
+        self,
+        snap: Snapshot,
+        picture: Picture,
+        devices: list[DeviceInfo],
+        info: Any,
+        helpers: Sequence[int] = (),
+        stored: Assessments | None = None,
+        missing: str | None = None,
+    ) -> ModelRow | None:
         from monitor.analysis.assess import judged
         from monitor.analysis.predict import need_by_device
         from monitor.engines.capabilities import LLAMACPP_ESTIMATED
@@ -242,7 +278,8 @@ class FrameBuilder:
             found = self.assess(info, devices, snap.ts_ms)
         else:
             found = stored.get((info.pid, info.start_ticks)) or self.unassessed(
-                info, snap.ts_ms, missing or "not assessed by the daemon yet")
+                info, snap.ts_ms, missing or "not assessed by the daemon yet"
+            )
         if found is None:
             return None
         a = judged(found, snap.memory, helpers)
@@ -261,33 +298,53 @@ class FrameBuilder:
         if est is None and launch.engine in LLAMACPP_ESTIMATED:
             flags.append("unknown model")
         slots = launch.n_parallel or (est.n_seq_max if est else None)
-        ctx = (est.n_ctx if est and est.n_ctx else launch.ctx_size or launch.max_model_len)
+        ctx = est.n_ctx if est and est.n_ctx else launch.ctx_size or launch.max_model_len
         ctx_slots = f"{ctx or '?'}×{slots or '?'}"
         caches = f"{launch.cache_type_k}/{launch.cache_type_v}"
         kv = est.total_bytes("kv") + est.total_bytes("kv_swa") if est else None
         return ModelRow(
-            pid=info.pid, engine=launch.engine, model=launch.model, ctx_slots=ctx_slots,
-            cache_types=caches, measured_bytes=measured,
-            estimate_bytes=est.total_bytes() if est else None, kv_bytes=kv or None,
-            flags=tuple(flags), launch=launch, estimate=est, diagnosis=a.diagnosis,
-            need_by_device=need_by_device(est, picture) if est else {}, error=a.error,
-            held=a.measured, assessment=a)
+            pid=info.pid,
+            engine=launch.engine,
+            model=launch.model,
+            ctx_slots=ctx_slots,
+            cache_types=caches,
+            measured_bytes=measured,
+            estimate_bytes=est.total_bytes() if est else None,
+            kv_bytes=kv or None,
+            flags=tuple(flags),
+            launch=launch,
+            estimate=est,
+            diagnosis=a.diagnosis,
+            need_by_device=need_by_device(est, picture) if est else {},
+            error=a.error,
+            held=a.measured,
+            assessment=a,
+        )
 
 
 def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
     """What one live tick reports: device events and process exits."""
     out = [EventRow(e.ts_ms, e.kind, e.severity, e.device_id, e.message) for e in snap.events]
     for x in snap.exited:
-        out.append(EventRow(snap.ts_ms, "exit", "warning" if x.how else "info", f"pid {x.pid}",
-                            f"pid {x.pid} exited" + (f": {x.how}" if x.how else "")))
+        out.append(
+            EventRow(
+                snap.ts_ms,
+                "exit",
+                "warning" if x.how else "info",
+                f"pid {x.pid}",
+                f"pid {x.pid} exited" + (f": {x.how}" if x.how else ""),
+            )
+        )
     return out
 
 
 HISTORY_POINTS = 240  # a sparkline's worth: wider than any terminal
 
 
-def downsample(points: list[tuple[int, int]], buckets: int = HISTORY_POINTS,
-               ) -> list[tuple[int, int]]:
+def downsample(
+    points: list[tuple[int, int]],
+    buckets: int = HISTORY_POINTS,
+) -> list[tuple[int, int]]:
     """At most ``buckets`` points, keeping each bucket's maximum (peaks matter here)."""
     if len(points) <= buckets:
         return points
@@ -309,8 +366,13 @@ class LiveSource:
 
     live = True
 
-    def __init__(self, roots: Roots | None = None, enabled: Iterable[str] | None = None,
-                 builder: FrameBuilder | None = None, keep: int = 3600) -> None:
+    def __init__(
+        self,
+        roots: Roots | None = None,
+        enabled: Iterable[str] | None = None,
+        builder: FrameBuilder | None = None,
+        keep: int = 3600,
+    ) -> None:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
@@ -330,29 +392,29 @@ class LiveSource:
             if self._sampler is None:
                 from monitor.daemon.sampler import Sampler
 
-                self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0),
-                                        self.enabled)
-            state = box_state(Live(self.roots, self.enabled, self._sampler),
-                              self.builder.margin_bytes)
+                self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0), self.enabled)
+            state = box_state(
+                Live(self.roots, self.enabled, self._sampler), self.builder.margin_bytes
+            )
             self._events.extend(events_from_snapshot(state.snapshot))
             frame = self.builder.build_state(state, list(self._events)[-100:], live=True)
             self._frames.append(frame)
             return frame
+
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
         with self._lock:
             frames = [f for f in self._frames if since_ms <= f.ts_ms <= until_ms]
         out: Series = {}
         for f in frames:
             for pic in f.picture.devices.values():
-                if (device_id is None or pic.device_id == device_id) and \
-                        pic.used_bytes is not None:
-                    out.setdefault(f"device:{pic.device_id}", []).append(
-                        (f.ts_ms, pic.used_bytes))
+                if (device_id is None or pic.device_id == device_id) and pic.used_bytes is not None:
+                    out.setdefault(f"device:{pic.device_id}", []).append((f.ts_ms, pic.used_bytes))
             for row in f.models:
                 if row.measured_bytes is None:
                     continue
                 out.setdefault(f"model:{row.model} (pid {row.pid})", []).append(
-                    (f.ts_ms, row.measured_bytes))
+                    (f.ts_ms, row.measured_bytes)
+                )
         return {k: downsample(v) for k, v in out.items()}
 
     def events(self, since_ms: int) -> list[EventRow]:
@@ -404,8 +466,13 @@ class StoreSource:
         from monitor.daemon.lock import lock_holder
 
         holder = lock_holder(self.db_path)
-        who = ("no daemon writing it" if holder is None
-               else "a daemon is writing it" if holder < 0 else f"daemon pid {holder}")
+        who = (
+            "no daemon writing it"
+            if holder is None
+            else "a daemon is writing it"
+            if holder < 0
+            else f"daemon pid {holder}"
+        )
         return f"database {self.db_path} ({who})"
 
     def _conn(self) -> Any:
@@ -476,8 +543,9 @@ class StoreSource:
             raise SourceError(str(exc)) from None
         events = self.events(state.ts_ms - 24 * 3600_000, until_ms=state.ts_ms)
         stored, missing = self._assessments(state.ts_ms)
-        return self.builder.build_state(state, events[-100:], live=False,
-                                        assessments=stored, missing=missing)
+        return self.builder.build_state(
+            state, events[-100:], live=False, assessments=stored, missing=missing
+        )
 
     def _assessments(self, ts_ms: int) -> tuple[Assessments, str]:
         """The daemon's stored assessments at ``ts_ms`` (monitor/store/estimates.py), and
@@ -496,8 +564,7 @@ class StoreSource:
     def events(self, since_ms: int, until_ms: int | None = None) -> list[EventRow]:
         from monitor.store.reads import events_between
 
-        rows = self._read(events_between, since_ms,
-                          until_ms if until_ms is not None else 2**62)
+        rows = self._read(events_between, since_ms, until_ms if until_ms is not None else 2**62)
         return [EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message) for e in rows]
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
@@ -509,17 +576,20 @@ class StoreSource:
 
         minutes = until_ms - since_ms > 2 * 3600_000
         out: Series = {}
-        for dev, peaks in self._read(device_peaks, device_id, since_ms, until_ms,
-                                     HISTORY_POINTS, minutes).items():
+        for dev, peaks in self._read(
+            device_peaks, device_id, since_ms, until_ms, HISTORY_POINTS, minutes
+        ).items():
             out[f"device:{dev}"] = [(p.ts_ms, p.used_bytes) for p in peaks]
         names: dict[tuple[str, ...], str] = {}
-        for peak in self._read(server_peaks, device_id, since_ms, until_ms, HISTORY_POINTS,
-                               minutes):
+        for peak in self._read(
+            server_peaks, device_id, since_ms, until_ms, HISTORY_POINTS, minutes
+        ):
             if peak.argv not in names:
                 model = next((a for a in peak.argv if a.endswith(".gguf")), None)
                 names[peak.argv] = Path(model).name if model else peak.comm
             out.setdefault(f"model:{names[peak.argv]} (pid {peak.pid})", []).append(
-                (peak.ts_ms, peak.used_bytes))
+                (peak.ts_ms, peak.used_bytes)
+            )
         return out
 
     def close(self) -> None:
@@ -550,8 +620,13 @@ class RemoteSource(LiveSource):
     ``latest`` raises SourceError saying what is wrong (shown on the status line); the
     client and the shape checks are monitor/http/client.py's."""
 
-    def __init__(self, url: str, token: str | None = None,
-                 builder: FrameBuilder | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        builder: FrameBuilder | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
         super().__init__(builder=builder)
         from monitor.http.client import DaemonClient, RemoteError
 
@@ -579,18 +654,18 @@ class RemoteSource(LiveSource):
             raise SourceError(str(exc)) from None
         problem = events_doc_problem(page)
         if problem is not None:
-            raise SourceError(f"{self.url}/api/v1/events: not a vramscope events page: "
-                              f"{problem}")
+            raise SourceError(f"{self.url}/api/v1/events: not a vramscope events page: {problem}")
         with self._lock:
             for e in page["events"]:
-                self._events.append(EventRow(e["ts_ms"], e["kind"], e["severity"],
-                                             e.get("subject"), e["message"]))
+                self._events.append(
+                    EventRow(e["ts_ms"], e["kind"], e["severity"], e.get("subject"), e["message"])
+                )
                 self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
-            frame = self.builder.build_state(state, list(self._events)[-100:], live=True,
-                                             assessments=stored, missing=missing)
+            frame = self.builder.build_state(
+                state, list(self._events)[-100:], live=True, assessments=stored, missing=missing
+            )
             self._frames.append(frame)
             return frame
-
 
     def _assessments(self) -> tuple[Assessments, str]:
         """The daemon's assessments (``vramscope.estimates/1``): estimated over there, from
@@ -607,6 +682,6 @@ class RemoteSource(LiveSource):
         try:
             return assessments_from_document(doc), "not assessed by the daemon yet"
         except ValueError as exc:
-            raise SourceError(f"{self.url}/api/v1/estimates: not a vramscope estimates "
-                              f"document: {str(exc)[:200]}") from None
-
+            raise SourceError(
+                f"{self.url}/api/v1/estimates: not a vramscope estimates document: {str(exc)[:200]}"
+            ) from None

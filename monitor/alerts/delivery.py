@@ -64,9 +64,18 @@ def body_of(change: AlertChange) -> str:
 def payload_of(change: AlertChange) -> dict[str, Any]:
     """The JSON the command hook reads on stdin."""
     alert = change.alert
-    return {"kind": change.kind, "ts_ms": change.ts_ms, "key": alert.key, "rule": alert.rule,
-            "level": alert.level, "subject": alert.subject, "title": title_of(change),
-            "message": alert.message, "body": body_of(change), "data": alert.data}
+    return {
+        "kind": change.kind,
+        "ts_ms": change.ts_ms,
+        "key": alert.key,
+        "rule": alert.rule,
+        "level": alert.level,
+        "subject": alert.subject,
+        "title": title_of(change),
+        "message": alert.message,
+        "body": body_of(change),
+        "data": alert.data,
+    }
 
 
 def _short(text: str) -> str:
@@ -112,8 +121,9 @@ class _AppriseChannel:
             kind = apprise.NotifyType.WARNING
         with apprise.LogCapture(level=logging.WARNING) as logs:
             try:
-                ok = self._obj.notify(title=title_of(change), body=body_of(change),
-                                      notify_type=kind)
+                ok = self._obj.notify(
+                    title=title_of(change), body=body_of(change), notify_type=kind
+                )
             except Exception as exc:  # a plugin bug must not kill the worker
                 return _short(f"{type(exc).__name__}: {exc}")
             text = logs.getvalue().strip()
@@ -134,15 +144,26 @@ class _CommandChannel:
     def send(self, change: AlertChange) -> str | None:
         payload = json.dumps(payload_of(change), default=str).encode()
         alert = change.alert
-        env = {**os.environ, "VRAMSCOPE_ALERT_KIND": change.kind,
-               "VRAMSCOPE_ALERT_LEVEL": alert.level, "VRAMSCOPE_ALERT_KEY": alert.key,
-               "VRAMSCOPE_ALERT_RULE": alert.rule, "VRAMSCOPE_ALERT_SUBJECT": alert.subject,
-               "VRAMSCOPE_ALERT_TITLE": title_of(change),
-               "VRAMSCOPE_ALERT_MESSAGE": body_of(change)}
+        env = {
+            **os.environ,
+            "VRAMSCOPE_ALERT_KIND": change.kind,
+            "VRAMSCOPE_ALERT_LEVEL": alert.level,
+            "VRAMSCOPE_ALERT_KEY": alert.key,
+            "VRAMSCOPE_ALERT_RULE": alert.rule,
+            "VRAMSCOPE_ALERT_SUBJECT": alert.subject,
+            "VRAMSCOPE_ALERT_TITLE": title_of(change),
+            "VRAMSCOPE_ALERT_MESSAGE": body_of(change),
+        }
         try:
-            proc = subprocess.Popen(["sh", "-c", self.command], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    start_new_session=True, env=env, close_fds=True)
+            proc = subprocess.Popen(
+                ["sh", "-c", self.command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=env,
+                close_fds=True,
+            )
         except OSError as exc:
             return _short(f"cannot run the command hook: {exc}")
         try:
@@ -184,16 +205,24 @@ class Notifier:
     the worker. ``stats`` counts sent / failed / suppressed / dropped / retried.
     """
 
-    def __init__(self, urls: list[str], command: str | None = None, cooldown_s: float = 600,
-                 retries: int = 4, backoff_s: float = 2.0, timeout_s: float = 10.0,
-                 queue_size: int = QUEUE_MAX) -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        command: str | None = None,
+        cooldown_s: float = 600,
+        retries: int = 4,
+        backoff_s: float = 2.0,
+        timeout_s: float = 10.0,
+        queue_size: int = QUEUE_MAX,
+    ) -> None:
         self.cooldown_s = cooldown_s
         self.retries = max(0, retries)
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.stats = NotifierStats()
         self.channels: list[_AppriseChannel | _CommandChannel] = [
-            _AppriseChannel(url, timeout_s) for url in urls if url.strip()]
+            _AppriseChannel(url, timeout_s) for url in urls if url.strip()
+        ]
         if command and command.strip():
             self.channels.append(_CommandChannel(command, timeout_s))
         for ch in self.channels:
@@ -210,8 +239,7 @@ class Notifier:
         self._seq = itertools.count()
         self._last: dict[str, tuple[float, int]] = {}  # key -> (monotonic sent, level rank)
         self._open: set[str] = set()  # keys whose fired notice went out, no resolve yet
-        self._thread = threading.Thread(target=self._run, name="vramscope-alerts",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="vramscope-alerts", daemon=True)
         self._thread.start()
 
     # -- caller side ----------------------------------------------------------------------
@@ -225,8 +253,9 @@ class Notifier:
             if len(self._queue) >= self._queue_size:
                 lost = self._queue.popleft()
                 self.stats.dropped += 1
-                log.warning("alert queue full: dropped the %s notice of %s", lost.kind,
-                            lost.alert.key)
+                log.warning(
+                    "alert queue full: dropped the %s notice of %s", lost.kind, lost.alert.key
+                )
             self._queue.append(change)
             self._cond.notify_all()
 
@@ -253,8 +282,13 @@ class Notifier:
 
     def send_test(self) -> dict[str, str]:
         """Send a test notice to every channel now, once each: name -> "ok" | error."""
-        alert = Alert("test", "test", "warning", socket.gethostname(),
-                      f"test notification from vramscope on {socket.gethostname()}")
+        alert = Alert(
+            "test",
+            "test",
+            "warning",
+            socket.gethostname(),
+            f"test notification from vramscope on {socket.gethostname()}",
+        )
         change = AlertChange("fired", alert, time.time_ns() // 1_000_000)
         results: dict[str, str] = {}
         for ch in self.channels:
@@ -273,8 +307,7 @@ class Notifier:
         while True:
             with self._cond:
                 while True:
-                    if self._closing and (not self._queue
-                                          or time.monotonic() >= self._deadline):
+                    if self._closing and (not self._queue or time.monotonic() >= self._deadline):
                         self.stats.dropped += len(self._queue)
                         self._queue.clear()
                         self._cond.notify_all()
@@ -316,8 +349,11 @@ class Notifier:
         self._last[key] = (now, rank)
         self._open.add(key)
         if len(self._last) > 4096:  # keys of events are unique: forget the expired ones
-            self._last = {k: v for k, v in self._last.items()
-                          if now - v[0] < self.cooldown_s or k in self._open}
+            self._last = {
+                k: v
+                for k, v in self._last.items()
+                if now - v[0] < self.cooldown_s or k in self._open
+            }
         return True
 
     def _deliver(self, change: AlertChange) -> None:
@@ -339,11 +375,19 @@ class Notifier:
         retry = attempt < self.retries and ch.error is None and not self._closing
         if retry and len(self._retries) < RETRY_MAX:
             delay = self.backoff_s * 2**attempt
-            heapq.heappush(self._retries, _Retry(time.monotonic() + delay, next(self._seq),
-                                                 index, change, attempt + 1))
-            log.info("alert to %s failed (%s); retry %d in %.0f s", ch.name, error,
-                     attempt + 1, delay)
+            heapq.heappush(
+                self._retries,
+                _Retry(time.monotonic() + delay, next(self._seq), index, change, attempt + 1),
+            )
+            log.info(
+                "alert to %s failed (%s); retry %d in %.0f s", ch.name, error, attempt + 1, delay
+            )
             return
         self.stats.failed += 1
-        log.warning("alert %s to %s failed after %d attempt(s): %s", change.alert.key,
-                    ch.name, attempt + 1, error)
+        log.warning(
+            "alert %s to %s failed after %d attempt(s): %s",
+            change.alert.key,
+            ch.name,
+            attempt + 1,
+            error,
+        )

@@ -34,8 +34,7 @@ class AlertEngine:
             if self.notifier is not None:
                 self.notifier.close(timeout=2)
             urls, command, cooldown = channels
-            self.notifier = Notifier(list(urls), command, cooldown) if urls or command \
-                else None
+            self.notifier = Notifier(list(urls), command, cooldown) if urls or command else None
             self._channels = channels
 
     def on_tick(self, snap: Snapshot) -> list[DeviceEvent]:
@@ -50,11 +49,16 @@ class AlertEngine:
             a = change.alert
             if self.notifier is not None:
                 self.notifier.submit(change)
-            events.append(DeviceEvent(
-                change.ts_ms, str(a.data.get("device") or "host"), f"alert_{change.kind}",
-                "info" if change.kind == "resolved" else a.level,
-                a.message, {"key": a.key, "rule": a.rule, "level": a.level,
-                            "subject": a.subject}))
+            events.append(
+                DeviceEvent(
+                    change.ts_ms,
+                    str(a.data.get("device") or "host"),
+                    f"alert_{change.kind}",
+                    "info" if change.kind == "resolved" else a.level,
+                    a.message,
+                    {"key": a.key, "rule": a.rule, "level": a.level, "subject": a.subject},
+                )
+            )
         return events
 
     def close(self) -> None:

@@ -208,8 +208,12 @@ def _pressure(ev: _Eval, snap: Snapshot) -> None:
         warn = ev.held(f"{key}@warning", pct >= s.pressure_warning_pct, s.hold_s)
         crit = ev.held(f"{key}@critical", pct >= s.pressure_critical_pct, s.hold_s)
         text = _describe(dev, used, total)
-        data = {"device_id": dev.device_id, "used_bytes": used, "total_bytes": total,
-                "pct": round(pct, 2)}
+        data = {
+            "device_id": dev.device_id,
+            "used_bytes": used,
+            "total_bytes": total,
+            "pct": round(pct, 2),
+        }
         current = ev.active.get(key)
         if current is None:
             if crit or warn:
@@ -229,7 +233,7 @@ def _pressure(ev: _Eval, snap: Snapshot) -> None:
             ev.active[key] = dataclasses.replace(current, message=text, data=data)
     # conditions of devices absent this tick restart their hold when they come back
     for cond in [c for c in ev.pending if c.startswith("pressure:")]:
-        device_id = cond[len("pressure:"):].rsplit("@", 1)[0]
+        device_id = cond[len("pressure:") :].rsplit("@", 1)[0]
         if device_id not in seen_devices:
             del ev.pending[cond]
 
@@ -244,10 +248,15 @@ def _collectors(ev: _Eval, snap: Snapshot) -> None:
         cond = f"{key}@warning"
         if ev.held(cond, failing, ev.s.collector_hold_s):
             failing_s = (ev.now - ev.pending[cond]) / 1000
-            text = one_line(f"collector {run.collector} failing for {failing_s:.0f} s: "
-                            f"{run.error or 'unknown error'}")
-            data = {"collector": run.collector, "error": run.error,
-                    "failing_since_ms": ev.pending[cond]}
+            text = one_line(
+                f"collector {run.collector} failing for {failing_s:.0f} s: "
+                f"{run.error or 'unknown error'}"
+            )
+            data = {
+                "collector": run.collector,
+                "error": run.error,
+                "failing_since_ms": ev.pending[cond],
+            }
             if key in ev.active:
                 ev.active[key] = dataclasses.replace(ev.active[key], message=text, data=data)
             else:
@@ -281,27 +290,53 @@ def _events(ev: _Eval, snap: Snapshot) -> None:
         if e.kind == "oom_predicted":
             who = str(pid) if pid is not None else str(e.data.get("model") or "?")
             key = f"oom_predicted:{e.device_id}:{who}:{e.ts_ms}"
-            ev.fire(Alert(key, "oom_predicted", "critical", e.device_id, one_line(e.message),
-                          {**e.data, "device_id": e.device_id, "event_ts_ms": e.ts_ms}),
-                    event=True)
+            ev.fire(
+                Alert(
+                    key,
+                    "oom_predicted",
+                    "critical",
+                    e.device_id,
+                    one_line(e.message),
+                    {**e.data, "device_id": e.device_id, "event_ts_ms": e.ts_ms},
+                ),
+                event=True,
+            )
         elif e.kind in KILL_KINDS or e.kind in ("app_oom", "engine_oom"):
             key = f"{e.kind}:{e.device_id}:{pid if pid is not None else '-'}:{e.ts_ms}"
-            ev.fire(Alert(key, e.kind, "critical", _subject(e, snap), one_line(e.message),
-                          {**e.data, "device_id": e.device_id, "event_ts_ms": e.ts_ms}),
-                    event=True)
+            ev.fire(
+                Alert(
+                    key,
+                    e.kind,
+                    "critical",
+                    _subject(e, snap),
+                    one_line(e.message),
+                    {**e.data, "device_id": e.device_id, "event_ts_ms": e.ts_ms},
+                ),
+                event=True,
+            )
         elif e.kind == "crash":
-            _crash(ev, pid, e.data.get("start_ticks"), _subject(e, snap), one_line(e.message),
-                   {**e.data, "event_ts_ms": e.ts_ms}, e.ts_ms)
+            _crash(
+                ev,
+                pid,
+                e.data.get("start_ticks"),
+                _subject(e, snap),
+                one_line(e.message),
+                {**e.data, "event_ts_ms": e.ts_ms},
+                e.ts_ms,
+            )
         elif e.kind == "load_finished":
             _surprise(ev, snap, e)
         elif e.kind == "daemon_started" and e.data.get("unclean") is True:
             key = f"unclean_restart:{e.ts_ms}"
             new_pid = _pid(e.data)
-            text = "daemon restarted after an unclean stop" + (
-                f" (new pid {new_pid})" if new_pid is not None else "") + (
-                "; samples of the time it was down are missing")
-            ev.fire(Alert(key, "unclean_restart", "warning", "daemon", text, dict(e.data)),
-                    event=True)
+            text = (
+                "daemon restarted after an unclean stop"
+                + (f" (new pid {new_pid})" if new_pid is not None else "")
+                + ("; samples of the time it was down are missing")
+            )
+            ev.fire(
+                Alert(key, "unclean_restart", "warning", "daemon", text, dict(e.data)), event=True
+            )
         if e.kind in ("load_finished", "crash", "process_exit") and pid is not None:
             finished.add(pid)
     for gone in snap.exited:
@@ -310,11 +345,23 @@ def _events(ev: _Eval, snap: Snapshot) -> None:
         cause, _, how = classify_legacy(gone)
         if cause in ALERT_CAUSES:
             name = f"{gone.comm}[{gone.pid}]" if gone.comm else _proc_name(snap, gone.pid)
-            _crash(ev, gone.pid, gone.start_ticks, name, f"{name} {how}",
-                   {"pid": gone.pid, "start_ticks": gone.start_ticks, "how": how,
-                    "cause": cause, "exit_code": gone.exit_code,
-                    "exit_signal": gone.exit_signal, "last_seen_ms": gone.last_seen_ms},
-                   gone.last_seen_ms)
+            _crash(
+                ev,
+                gone.pid,
+                gone.start_ticks,
+                name,
+                f"{name} {how}",
+                {
+                    "pid": gone.pid,
+                    "start_ticks": gone.start_ticks,
+                    "how": how,
+                    "cause": cause,
+                    "exit_code": gone.exit_code,
+                    "exit_signal": gone.exit_signal,
+                    "last_seen_ms": gone.last_seen_ms,
+                },
+                gone.last_seen_ms,
+            )
     for key, alert in list(ev.active.items()):
         if alert.rule == "oom_predicted" and _pid(alert.data) in finished:
             ev.resolve(key)
@@ -329,8 +376,15 @@ def _subject(e: DeviceEvent, snap: Snapshot) -> str:
     return str(unit) if unit else e.device_id
 
 
-def _crash(ev: _Eval, pid: int | None, start_ticks: Any, subject: str, message: str,
-           data: dict[str, Any], ts_ms: int) -> None:
+def _crash(
+    ev: _Eval,
+    pid: int | None,
+    start_ticks: Any,
+    subject: str,
+    message: str,
+    data: dict[str, Any],
+    ts_ms: int,
+) -> None:
     """One crash alert per process (the store's ``crash`` event and the tick's exit record
     are the same crash); none when the kill that caused it already alerted."""
     if pid is None:
@@ -341,10 +395,12 @@ def _crash(ev: _Eval, pid: int | None, start_ticks: Any, subject: str, message: 
             parts = seen_key.split(":")
             same_kill = parts[0] in KILL_KINDS and parts[-2] == str(pid)
             # an engine OOM exit is the engine's out-of-memory line that already alerted
-            same_oom = (parts[0] in ("app_oom", "engine_oom")
-                        and data.get("cause") == "engine_oom")
-            if (same_kill or same_oom) and parts[-1].isdigit() and (
-                    abs(int(parts[-1]) - ts_ms) <= KILL_MATCH_MS):
+            same_oom = parts[0] in ("app_oom", "engine_oom") and data.get("cause") == "engine_oom"
+            if (
+                (same_kill or same_oom)
+                and parts[-1].isdigit()
+                and (abs(int(parts[-1]) - ts_ms) <= KILL_MATCH_MS)
+            ):
                 ev.seen.setdefault(key, fired)
                 return
     ev.fire(Alert(key, "crash", "critical", subject, message, data), event=True)
@@ -357,19 +413,34 @@ def _surprise(ev: _Eval, snap: Snapshot, e: DeviceEvent) -> None:
     for field_name, measured in sorted(e.data.items()):
         if not field_name.startswith("measured_") or not isinstance(measured, int):
             continue
-        device_id = field_name[len("measured_"):]
+        device_id = field_name[len("measured_") :]
         estimate = e.data.get(f"estimate_{device_id}")
-        if not isinstance(estimate, int) or estimate <= 0 or not is_over(measured, estimate,
-                                                                          tol):
+        if not isinstance(estimate, int) or estimate <= 0 or not is_over(measured, estimate, tol):
             continue
         over = 100.0 * (measured - estimate) / estimate
         key = f"surprise:{device_id}:{pid if pid is not None else '-'}:{e.ts_ms}"
-        text = (f"memory surprise: {name} uses {gib(measured)} on {device_id}, "
-                f"{gib(measured - estimate)} ({over:.0f}%) more than the "
-                f"{gib(estimate)} estimated")
-        ev.fire(Alert(key, "surprise", "warning", device_id, text,
-                      {"pid": pid, "device_id": device_id, "measured_bytes": measured,
-                       "estimate_bytes": estimate, "event_ts_ms": e.ts_ms}), event=True)
+        text = (
+            f"memory surprise: {name} uses {gib(measured)} on {device_id}, "
+            f"{gib(measured - estimate)} ({over:.0f}%) more than the "
+            f"{gib(estimate)} estimated"
+        )
+        ev.fire(
+            Alert(
+                key,
+                "surprise",
+                "warning",
+                device_id,
+                text,
+                {
+                    "pid": pid,
+                    "device_id": device_id,
+                    "measured_bytes": measured,
+                    "estimate_bytes": estimate,
+                    "event_ts_ms": e.ts_ms,
+                },
+            ),
+            event=True,
+        )
 
 
 def _expire(ev: _Eval) -> None:

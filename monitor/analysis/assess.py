@@ -60,10 +60,21 @@ class Launch:
     @classmethod
     def from_spec(cls, spec: Any) -> Launch:
         model = Path(spec.model_path).name if spec.model_path else (spec.model_name or "?")
-        return cls(spec.engine, spec.role, model, spec.model_path, spec.ctx_size,
-                   spec.n_parallel, spec.max_model_len, spec.cache_type_k, spec.cache_type_v,
-                   spec.draft_model, spec.draft_cache_type_k, spec.draft_cache_type_v,
-                   spec.load_mode)
+        return cls(
+            spec.engine,
+            spec.role,
+            model,
+            spec.model_path,
+            spec.ctx_size,
+            spec.n_parallel,
+            spec.max_model_len,
+            spec.cache_type_k,
+            spec.cache_type_v,
+            spec.draft_model,
+            spec.draft_cache_type_k,
+            spec.draft_cache_type_v,
+            spec.load_mode,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +122,18 @@ def _error_text(exc: BaseException) -> str:
     else:
         text = f"{type(exc).__name__}: {exc}"
     text = " ".join(text.split())
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
-def assess(info: ProcessInfo, devices: Sequence[DeviceInfo], ts_ms: int, *,
-           env: Mapping[str, str] | None = None,
-           read_header: Callable[[str], Any] | None = None,
-           usage_p99_tokens: int | None = None) -> Assessment | None:
+def assess(
+    info: ProcessInfo,
+    devices: Sequence[DeviceInfo],
+    ts_ms: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    read_header: Callable[[str], Any] | None = None,
+    usage_p99_tokens: int | None = None,
+) -> Assessment | None:
     """The assessment of one process, or None when it is not a server we estimate (not
     an inference command, a proxy such as llama-swap, a vLLM worker). Reads the model's
     GGUF header(s) through ``read_header`` (monitor.gguf.reader by default)."""
@@ -135,24 +151,45 @@ def assess(info: ProcessInfo, devices: Sequence[DeviceInfo], ts_ms: int, *,
     findings: tuple[Finding, ...] = ()
     if est is not None and spec.engine in LLAMACPP_ESTIMATED:
         try:
-            findings = launch_findings(spec, est,
-                                       lambda s: estimate(s, devices, read_header),
-                                       usage_p99_tokens)
+            findings = launch_findings(
+                spec, est, lambda s: estimate(s, devices, read_header), usage_p99_tokens
+            )
         except Exception:  # the findings are a bonus: the estimate stands without them
             findings = ()
-    return Assessment(info.pid, info.start_ticks, ts_ms, launch_key(info),
-                      Launch.from_spec(spec), est, findings, error)
+    return Assessment(
+        info.pid,
+        info.start_ticks,
+        ts_ms,
+        launch_key(info),
+        Launch.from_spec(spec),
+        est,
+        findings,
+        error,
+    )
 
 
-def judged(a: Assessment, memory: Iterable[ProcessMemory], helpers: Iterable[int] = (),
-           budget: int | None = None, tolerance: Tolerance | None = None) -> Assessment:
+def judged(
+    a: Assessment,
+    memory: Iterable[ProcessMemory],
+    helpers: Iterable[int] = (),
+    budget: int | None = None,
+    tolerance: Tolerance | None = None,
+) -> Assessment:
     """``a`` with what the process holds in ``memory`` (one tick's rows) and the verdict;
     no verdict without an estimate or for an engine diagnose has no rules for."""
     held = measure(a.pid, memory, helpers)
     diagnosis = None
     if a.estimate is not None and a.launch.engine in LLAMACPP_ESTIMATED:
-        diagnosis = judge_findings(a.pid, a.launch.model, a.estimate, a.findings, held,
-                                   a.launch.load_mode, budget, tolerance)
+        diagnosis = judge_findings(
+            a.pid,
+            a.launch.model,
+            a.estimate,
+            a.findings,
+            held,
+            a.launch.load_mode,
+            budget,
+            tolerance,
+        )
     return replace(a, measured=held, diagnosis=diagnosis)
 
 
@@ -163,20 +200,24 @@ def to_json(a: Assessment) -> dict[str, Any]:
     """The stored and served form: everything but ``measured`` and ``diagnosis``."""
     est = a.estimate
     return {
-        "schema": SCHEMA, "pid": a.pid, "start_ticks": a.start_ticks, "ts_ms": a.ts_ms,
-        "launch_key": a.launch_key, "estimator_version": a.estimator_version,
+        "schema": SCHEMA,
+        "pid": a.pid,
+        "start_ticks": a.start_ticks,
+        "ts_ms": a.ts_ms,
+        "launch_key": a.launch_key,
+        "estimator_version": a.estimator_version,
         "launch": {f.name: getattr(a.launch, f.name) for f in fields(Launch)},
         "estimate": None if est is None else estimate_to_json(est),
-        "findings": [{f.name: getattr(x, f.name) for f in fields(Finding)}
-                     for x in a.findings],
+        "findings": [{f.name: getattr(x, f.name) for f in fields(Finding)} for x in a.findings],
         "error": a.error,
     }
 
 
 def estimate_to_json(est: MemoryEstimate) -> dict[str, Any]:
     out = {f.name: getattr(est, f.name) for f in fields(MemoryEstimate)}
-    out["components"] = [{f.name: getattr(c, f.name) for f in fields(Component)}
-                         for c in est.components]
+    out["components"] = [
+        {f.name: getattr(c, f.name) for f in fields(Component)} for c in est.components
+    ]
     out["notes"], out["devices"] = list(est.notes), list(est.devices)
     out["total_bytes"] = est.total_bytes()
     out["by_device"] = est.by_device()
@@ -213,8 +254,9 @@ def _ostr(doc: Mapping[str, Any], key: str, where: str) -> str | None:
 def _str(doc: Mapping[str, Any], key: str, where: str, choices: tuple[str, ...] = ()) -> str:
     v = _ostr(doc, key, where)
     if v is None or (choices and v not in choices):
-        raise _Bad(f"{where}.{key} is not " + (f"one of {', '.join(choices)}" if choices
-                                                else "a string"))
+        raise _Bad(
+            f"{where}.{key} is not " + (f"one of {', '.join(choices)}" if choices else "a string")
+        )
     return v
 
 
@@ -245,32 +287,49 @@ def from_json(doc: Any) -> Assessment:
         raise _Bad(f"assessment.schema is {str(d.get('schema'))[:40]!r}, expected {SCHEMA!r}")
     ld, w = _obj(d.get("launch"), "launch"), "launch"
     launch = Launch(
-        engine=_str(ld, "engine", w), role=_str(ld, "role", w), model=_str(ld, "model", w),
-        model_path=_ostr(ld, "model_path", w), ctx_size=_oint(ld, "ctx_size", w),
+        engine=_str(ld, "engine", w),
+        role=_str(ld, "role", w),
+        model=_str(ld, "model", w),
+        model_path=_ostr(ld, "model_path", w),
+        ctx_size=_oint(ld, "ctx_size", w),
         n_parallel=_oint(ld, "n_parallel", w, low=-1),
         max_model_len=_oint(ld, "max_model_len", w),
-        cache_type_k=_str(ld, "cache_type_k", w), cache_type_v=_str(ld, "cache_type_v", w),
+        cache_type_k=_str(ld, "cache_type_k", w),
+        cache_type_v=_str(ld, "cache_type_v", w),
         draft_model=_ostr(ld, "draft_model", w),
         draft_cache_type_k=_str(ld, "draft_cache_type_k", w),
         draft_cache_type_v=_str(ld, "draft_cache_type_v", w),
-        load_mode=_ostr(ld, "load_mode", w))
+        load_mode=_ostr(ld, "load_mode", w),
+    )
     est = None if d.get("estimate") is None else estimate_from_json(d["estimate"])
     findings = []
     for i, f in enumerate(_list(d, "findings", "assessment", MAX_ITEMS)):
         w = f"findings[{i}]"
         fd = _obj(f, w)
-        findings.append(Finding(_str(fd, "component", w), _int(fd, "bytes", w, low=-2**62),
-                                _str(fd, "cause", w), _ostr(fd, "fix", w),
-                                _int(fd, "frees_bytes", w, low=-2**62)))
+        findings.append(
+            Finding(
+                _str(fd, "component", w),
+                _int(fd, "bytes", w, low=-(2**62)),
+                _str(fd, "cause", w),
+                _ostr(fd, "fix", w),
+                _int(fd, "frees_bytes", w, low=-(2**62)),
+            )
+        )
     error = _ostr(d, "error", "assessment")
     if est is None and error is None:
         raise _Bad("assessment has neither an estimate nor an error")
     w = "assessment"
     return Assessment(
-        pid=_int(d, "pid", w, low=1), start_ticks=_int(d, "start_ticks", w),
-        ts_ms=_int(d, "ts_ms", w), launch_key=_str(d, "launch_key", w), launch=launch,
-        estimate=est, findings=tuple(findings), error=error,
-        estimator_version=_int(d, "estimator_version", w))
+        pid=_int(d, "pid", w, low=1),
+        start_ticks=_int(d, "start_ticks", w),
+        ts_ms=_int(d, "ts_ms", w),
+        launch_key=_str(d, "launch_key", w),
+        launch=launch,
+        estimate=est,
+        findings=tuple(findings),
+        error=error,
+        estimator_version=_int(d, "estimator_version", w),
+    )
 
 
 def estimate_from_json(doc: Any) -> MemoryEstimate:
@@ -279,22 +338,35 @@ def estimate_from_json(doc: Any) -> MemoryEstimate:
     for i, c in enumerate(_list(e, "components", w, MAX_COMPONENTS)):
         cw = f"estimate.components[{i}]"
         cd = _obj(c, cw)
-        comps.append(Component(
-            _str(cd, "name", cw), _str(cd, "device", cw), _int(cd, "bytes", cw),
-            _str(cd, "formula", cw),
-            _str(cd, "residency", cw, ("device", "anon", "file")),  # type: ignore[arg-type]
-            _str(cd, "when", cw, ("load", "grows"))))  # type: ignore[arg-type]
+        comps.append(
+            Component(
+                _str(cd, "name", cw),
+                _str(cd, "device", cw),
+                _int(cd, "bytes", cw),
+                _str(cd, "formula", cw),
+                _str(cd, "residency", cw, ("device", "anon", "file")),  # type: ignore[arg-type]
+                _str(cd, "when", cw, ("load", "grows")),  # type: ignore[arg-type]
+            )
+        )
     notes = _list(e, "notes", w, MAX_ITEMS)
     devices = _list(e, "devices", w, MAX_ITEMS)
     if not all(isinstance(n, str) and len(n) <= MAX_TEXT for n in notes + devices):
         raise _Bad("estimate.notes and estimate.devices must be strings")
     return MemoryEstimate(
-        engine=_str(e, "engine", w), model_path=_ostr(e, "model_path", w),
-        components=tuple(comps), notes=tuple(notes), n_ctx=_oint(e, "n_ctx", w),
-        n_ctx_seq=_oint(e, "n_ctx_seq", w), n_seq_max=_oint(e, "n_seq_max", w),
-        n_stream=_oint(e, "n_stream", w), kv_unified=_bool(e, "kv_unified", w),
-        flash_attn=_bool(e, "flash_attn", w), version=_int(e, "version", w),
-        devices=tuple(devices), host_sparse_bytes=_oint(e, "host_sparse_bytes", w) or 0)
+        engine=_str(e, "engine", w),
+        model_path=_ostr(e, "model_path", w),
+        components=tuple(comps),
+        notes=tuple(notes),
+        n_ctx=_oint(e, "n_ctx", w),
+        n_ctx_seq=_oint(e, "n_ctx_seq", w),
+        n_seq_max=_oint(e, "n_seq_max", w),
+        n_stream=_oint(e, "n_stream", w),
+        kv_unified=_bool(e, "kv_unified", w),
+        flash_attn=_bool(e, "flash_attn", w),
+        version=_int(e, "version", w),
+        devices=tuple(devices),
+        host_sparse_bytes=_oint(e, "host_sparse_bytes", w) or 0,
+    )
 
 
 def assessments_document(items: Iterable[Assessment], ts_ms: int | None) -> dict[str, Any]:
@@ -308,12 +380,15 @@ def assessments_document(items: Iterable[Assessment], ts_ms: int | None) -> dict
         doc["verdict"] = d.verdict if d is not None else None
         doc["summary"] = d.summary if d is not None else None
         out.append(doc)
-    return {"schema": "vramscope.estimates/1", "ts_ms": ts_ms,
-            "estimator_version": ESTIMATOR_VERSION, "estimates": out}
+    return {
+        "schema": "vramscope.estimates/1",
+        "ts_ms": ts_ms,
+        "estimator_version": ESTIMATOR_VERSION,
+        "estimates": out,
+    }
 
 
-def assessments_from_document(doc: Any, limit: int = 20000
-                              ) -> dict[tuple[int, int], Assessment]:
+def assessments_from_document(doc: Any, limit: int = 20000) -> dict[tuple[int, int], Assessment]:
     """A ``vramscope.estimates/1`` document (a remote daemon's answer) -> assessments by
     (pid, start_ticks); raises ValueError naming what is wrong."""
     d = _obj(doc, "the document")
@@ -327,4 +402,3 @@ def assessments_from_document(doc: Any, limit: int = 20000
             raise _Bad(f"estimates[{i}]: {exc}") from None
         out[(a.pid, a.start_ticks)] = a
     return out
-

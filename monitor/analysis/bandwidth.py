@@ -31,8 +31,9 @@ class Ceiling:
         return max(0.0, cycle / baseline.seconds_per_pass - 1)
 
 
-def _seconds(est: MemoryEstimate, names: tuple[str, ...], bandwidth: dict[str, float],
-             active: float) -> float:
+def _seconds(
+    est: MemoryEstimate, names: tuple[str, ...], bandwidth: dict[str, float], active: float
+) -> float:
     total = 0.0
     for c in est.components:
         if c.name in names and c.when == "load":
@@ -44,14 +45,19 @@ def _seconds(est: MemoryEstimate, names: tuple[str, ...], bandwidth: dict[str, f
     return total
 
 
-def ceiling(est: MemoryEstimate, bandwidth: dict[str, float], n_draft: int = 3,
-            active_fraction: float = 1.0, draft_active_fraction: float = 1.0) -> Ceiling:
+def ceiling(
+    est: MemoryEstimate,
+    bandwidth: dict[str, float],
+    n_draft: int = 3,
+    active_fraction: float = 1.0,
+    draft_active_fraction: float = 1.0,
+) -> Ceiling:
     """``bandwidth``: bytes/s per device id and ``host``. ``active_fraction``: the share of
     weights read per token (MoE: non-expert + expert x used/count)."""
     t = _seconds(est, ("weights",), bandwidth, active_fraction)
     has_draft = any(c.name == "draft_weights" for c in est.components)
-    td = _seconds(est, ("draft_weights",), bandwidth, draft_active_fraction) if has_draft \
-        else 0.0
+    td = _seconds(est, ("draft_weights",), bandwidth, draft_active_fraction) if has_draft else 0.0
     n = n_draft if has_draft else 0
-    return Ceiling(t, td, n, 1 / t if t else float("inf"),
-                   (n + 1) / (t + n * td) if t else float("inf"))
+    return Ceiling(
+        t, td, n, 1 / t if t else float("inf"), (n + 1) / (t + n * td) if t else float("inf")
+    )

@@ -55,8 +55,12 @@ class Diagnosis:
         return self.measured_bytes - expected
 
 
-def _price(spec: LaunchSpec, est: MemoryEstimate, change: dict,
-           estimator: Callable[[LaunchSpec], MemoryEstimate]) -> int:
+def _price(
+    spec: LaunchSpec,
+    est: MemoryEstimate,
+    change: dict,
+    estimator: Callable[[LaunchSpec], MemoryEstimate],
+) -> int:
     try:
         after = estimator(replace(spec, **change))
     except EstimateError:
@@ -70,32 +74,53 @@ def _paged_out(load_mode: str | None, est: MemoryEstimate, m: Measured) -> Findi
     --mlock) and the resident file-backed memory is well below them."""
     mapped = sum(c.bytes for c in est.components if c.residency == "file" and c.when == "load")
     dense = mapped - est.host_sparse_bytes  # token_embd is read by row: never all resident
-    if (dense <= 0 or m.host_file_bytes is None
-            or load_mode not in (None, "mmap")):
+    if dense <= 0 or m.host_file_bytes is None or load_mode not in (None, "mmap"):
         return None
     missing = dense - m.host_file_bytes
     if m.host_file_bytes >= dense * EVICTED_SHARE or missing < EVICTED_MIN_BYTES:
         return None
-    return Finding("weights_paged_out", missing,
-                   f"weights evicted from the page cache: {gib(m.host_file_bytes)} of the "
-                   f"{gib(dense)} mmap'd weights read every token are resident; the next "
-                   "tokens read the rest from disk (slow)", "--mlock (or free host memory)", 0)
+    return Finding(
+        "weights_paged_out",
+        missing,
+        f"weights evicted from the page cache: {gib(m.host_file_bytes)} of the "
+        f"{gib(dense)} mmap'd weights read every token are resident; the next "
+        "tokens read the rest from disk (slow)",
+        "--mlock (or free host memory)",
+        0,
+    )
 
 
-def diagnose(pid: int, model: str, spec: LaunchSpec, est: MemoryEstimate,
-             measured: Measured, estimator: Callable[[LaunchSpec], MemoryEstimate],
-             budget: int | None = None, usage_p99_tokens: int | None = None,
-             tolerance: Tolerance | None = None) -> Diagnosis:
+def diagnose(
+    pid: int,
+    model: str,
+    spec: LaunchSpec,
+    est: MemoryEstimate,
+    measured: Measured,
+    estimator: Callable[[LaunchSpec], MemoryEstimate],
+    budget: int | None = None,
+    usage_p99_tokens: int | None = None,
+    tolerance: Tolerance | None = None,
+) -> Diagnosis:
     """Measured (monitor/analysis/measured.py) against the budget or the estimate, judged by
     monitor/analysis/judge.py; an unknown measurement is said so, never judged as 0."""
-    return judge_findings(pid, model, est, launch_findings(spec, est, estimator,
-                                                           usage_p99_tokens),
-                          measured, spec.load_mode, budget, tolerance)
+    return judge_findings(
+        pid,
+        model,
+        est,
+        launch_findings(spec, est, estimator, usage_p99_tokens),
+        measured,
+        spec.load_mode,
+        budget,
+        tolerance,
+    )
 
 
-def launch_findings(spec: LaunchSpec, est: MemoryEstimate,
-                    estimator: Callable[[LaunchSpec], MemoryEstimate],
-                    usage_p99_tokens: int | None = None) -> tuple[Finding, ...]:
+def launch_findings(
+    spec: LaunchSpec,
+    est: MemoryEstimate,
+    estimator: Callable[[LaunchSpec], MemoryEstimate],
+    usage_p99_tokens: int | None = None,
+) -> tuple[Finding, ...]:
     """What the launch itself costs and how to shrink it (KV, compute, draft KV, host
     buffers), each fix priced by re-estimating: it depends on the launch and the model,
     never on what the process holds now, so it is computed once per launch
@@ -105,16 +130,21 @@ def launch_findings(spec: LaunchSpec, est: MemoryEstimate,
     cells = est.cells or 0
     if kv:
         if spec.engine == "ollama":
-            rule = (f"ollama passes -c NumCtx x parallel: {cells} cells in total over "
-                    f"{est.n_seq_max} slots")
+            rule = (
+                f"ollama passes -c NumCtx x parallel: {cells} cells in total over "
+                f"{est.n_seq_max} slots"
+            )
         elif spec.ctx_size is None:
-            rule = (f"started without -c: fit let the context grow to {cells} cells "
-                    "toward free memory")
+            rule = (
+                f"started without -c: fit let the context grow to {cells} cells toward free memory"
+            )
         elif est.kv_unified:
             rule = f"-c {spec.ctx_size} is {cells} cells shared by {est.n_seq_max} slots"
         else:
-            rule = (f"-c {spec.ctx_size} -np {est.n_seq_max}: {cells} cells in total, "
-                    f"{est.n_ctx_seq} per slot (not {est.n_seq_max} x {spec.ctx_size})")
+            rule = (
+                f"-c {spec.ctx_size} -np {est.n_seq_max}: {cells} cells in total, "
+                f"{est.n_ctx_seq} per slot (not {est.n_seq_max} x {spec.ctx_size})"
+            )
         narrower = "q8_0" if spec.cache_type_k in ("f16", "bf16", "f32") else None
         target_ctx = None
         if usage_p99_tokens:
@@ -125,45 +155,82 @@ def launch_findings(spec: LaunchSpec, est: MemoryEstimate,
             frees = _price(spec, est, {"ctx_size": target_ctx}, estimator)
             fix = f"-c {target_ctx} covers the p99 of {usage_p99_tokens} tokens in use"
         elif narrower:
-            frees = _price(spec, est, {"cache_type_k": narrower, "cache_type_v": narrower,
-                                       "flash_attn": "on"}, estimator)
+            frees = _price(
+                spec,
+                est,
+                {"cache_type_k": narrower, "cache_type_v": narrower, "flash_attn": "on"},
+                estimator,
+            )
             fix = f"-ctk {narrower} -ctv {narrower}"
         elif spec.ctx_size is None:
             frees = _price(spec, est, {"ctx_size": 8192}, estimator)
             fix = "-c 8192 (set a context: fit will not grow it)"
-        findings.append(Finding("kv", kv, f"KV cache {gib(kv)}: {rule}, type "
-                                f"{spec.cache_type_k}/{spec.cache_type_v}", fix, frees))
+        findings.append(
+            Finding(
+                "kv",
+                kv,
+                f"KV cache {gib(kv)}: {rule}, type {spec.cache_type_k}/{spec.cache_type_v}",
+                fix,
+                frees,
+            )
+        )
     compute = est.total_bytes("compute")
     ub = spec.n_ubatch or 512
     if compute and (ub > 512 or spec.flash_attn == "off"):
         change = {"n_ubatch": 512} if ub > 512 else {"flash_attn": "on"}
         frees = _price(spec, est, change, estimator)
         why = f"-ub {ub}" if ub > 512 else "-fa off"
-        findings.append(Finding("compute", compute,
-                                f"compute buffer {gib(compute)} comes from {why}",
-                                "-ub 512" if ub > 512 else "-fa on", frees))
+        findings.append(
+            Finding(
+                "compute",
+                compute,
+                f"compute buffer {gib(compute)} comes from {why}",
+                "-ub 512" if ub > 512 else "-fa on",
+                frees,
+            )
+        )
     draft_kv = est.total_bytes("draft_kv")
     if draft_kv:
-        frees = _price(spec, est, {"draft_cache_type_k": "q8_0",
-                                   "draft_cache_type_v": "q8_0"}, estimator)
-        findings.append(Finding(
-            "draft_kv", draft_kv, f"the draft model keeps its own KV of the same {cells} cells "
-            f"({gib(draft_kv)}, {spec.draft_cache_type_k}: -ctkd is not inherited from -ctk)",
-            "-ctkd q8_0 -ctvd q8_0" if spec.draft_cache_type_k == "f16" else None, frees))
+        frees = _price(
+            spec, est, {"draft_cache_type_k": "q8_0", "draft_cache_type_v": "q8_0"}, estimator
+        )
+        findings.append(
+            Finding(
+                "draft_kv",
+                draft_kv,
+                f"the draft model keeps its own KV of the same {cells} cells "
+                f"({gib(draft_kv)}, {spec.draft_cache_type_k}: -ctkd is not inherited from -ctk)",
+                "-ctkd q8_0 -ctvd q8_0" if spec.draft_cache_type_k == "f16" else None,
+                frees,
+            )
+        )
     grows = est.total_bytes("cache_ram", include_growth=True) + est.total_bytes(
-        "checkpoints", include_growth=True)
+        "checkpoints", include_growth=True
+    )
     if grows:
-        findings.append(Finding("host_buffers", grows,
-                                f"host buffers that fill with use: prompt cache and context "
-                                f"checkpoints up to {gib(grows)}",
-                                "--cache-ram 1024 -ctxcp 4", 0))
+        findings.append(
+            Finding(
+                "host_buffers",
+                grows,
+                f"host buffers that fill with use: prompt cache and context "
+                f"checkpoints up to {gib(grows)}",
+                "--cache-ram 1024 -ctxcp 4",
+                0,
+            )
+        )
     return tuple(findings)
 
 
-def judge_findings(pid: int, model: str, est: MemoryEstimate, launch: tuple[Finding, ...],
-                   measured: Measured, load_mode: str | None = None,
-                   budget: int | None = None, tolerance: Tolerance | None = None
-                   ) -> Diagnosis:
+def judge_findings(
+    pid: int,
+    model: str,
+    est: MemoryEstimate,
+    launch: tuple[Finding, ...],
+    measured: Measured,
+    load_mode: str | None = None,
+    budget: int | None = None,
+    tolerance: Tolerance | None = None,
+) -> Diagnosis:
     """The verdict from a launch's findings (:func:`launch_findings`) and what the process
     holds now: pure and cheap, so every reader recomputes it from a stored estimate."""
     tol = tolerance or Tolerance()
@@ -174,37 +241,49 @@ def judge_findings(pid: int, model: str, est: MemoryEstimate, launch: tuple[Find
     total = measured.total_bytes
     if total is None:
         findings.sort(key=lambda f: -f.bytes)
-        summary = (f"{model}: cannot judge: {measured.why_unknown}; the {what} is "
-                   f"{gib(expected)}")
-        return Diagnosis(pid, model, None, estimated, budget, tuple(findings), summary,
-                         "unknown", measured)
+        summary = f"{model}: cannot judge: {measured.why_unknown}; the {what} is {gib(expected)}"
+        return Diagnosis(
+            pid, model, None, estimated, budget, tuple(findings), summary, "unknown", measured
+        )
     paged = _paged_out(load_mode, est, measured)
     if paged is not None:
         findings.append(paged)
     unaccounted = total - estimated
     if is_over(total, estimated, tol):
-        findings.append(Finding("unaccounted", unaccounted,
-                                f"{gib(unaccounted)} measured beyond the model's own buffers "
-                                "(driver context, allocations outside llama.cpp)"))
+        findings.append(
+            Finding(
+                "unaccounted",
+                unaccounted,
+                f"{gib(unaccounted)} measured beyond the model's own buffers "
+                "(driver context, allocations outside llama.cpp)",
+            )
+        )
     findings.sort(key=lambda f: -f.bytes)
     excess = total - expected
     if is_over(total, expected, tol):
-        top = max((f for f in findings if f.component not in ("host_buffers",
-                                                              "weights_paged_out")),
-                  key=lambda f: f.bytes, default=None)
+        top = max(
+            (f for f in findings if f.component not in ("host_buffers", "weights_paged_out")),
+            key=lambda f: f.bytes,
+            default=None,
+        )
         cause = top.cause if top else "unexplained"
         fixer = next((f for f in findings if f.fix and f.frees_bytes), None)
         pct = f" (+{100 * excess / expected:.0f}%)" if expected > 0 else ""
-        summary = (f"{model} holds {gib(total)}, {gib(excess)}{pct} over the {what} of "
-                   f"{gib(expected)}: {cause}"
-                   + (f"; {fixer.fix} frees {gib(fixer.frees_bytes)}" if fixer else ""))
+        summary = (
+            f"{model} holds {gib(total)}, {gib(excess)}{pct} over the {what} of "
+            f"{gib(expected)}: {cause}"
+            + (f"; {fixer.fix} frees {gib(fixer.frees_bytes)}" if fixer else "")
+        )
         verdict = "over"
     elif paged is not None:
-        summary = (f"{model} holds {gib(total)}, less than the {what} of {gib(expected)} "
-                   f"because its {paged.cause}; {paged.fix}")
+        summary = (
+            f"{model} holds {gib(total)}, less than the {what} of {gib(expected)} "
+            f"because its {paged.cause}; {paged.fix}"
+        )
         verdict = "under"
     else:
         summary = f"{model} holds {gib(total)}, as expected ({what} {gib(expected)})"
         verdict = "as_expected"
-    return Diagnosis(pid, model, total, estimated, budget, tuple(findings), summary, verdict,
-                     measured)
+    return Diagnosis(
+        pid, model, total, estimated, budget, tuple(findings), summary, verdict, measured
+    )

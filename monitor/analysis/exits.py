@@ -14,8 +14,17 @@ import signal as _signal
 from dataclasses import dataclass
 
 STOP_SIGNALS = frozenset({_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP})
-CRASH_SIGNALS = frozenset({_signal.SIGSEGV, _signal.SIGABRT, _signal.SIGBUS, _signal.SIGILL,
-                           _signal.SIGFPE, _signal.SIGTRAP, _signal.SIGSYS})
+CRASH_SIGNALS = frozenset(
+    {
+        _signal.SIGSEGV,
+        _signal.SIGABRT,
+        _signal.SIGBUS,
+        _signal.SIGILL,
+        _signal.SIGFPE,
+        _signal.SIGTRAP,
+        _signal.SIGSYS,
+    }
+)
 OOM_CAUSES = frozenset({"oom_killed", "cgroup_oom_killed", "oomd_killed", "engine_oom"})
 ALERT_CAUSES = OOM_CAUSES | {"crashed"}
 # all causes: exited, exited_error, stopped, stopped_during_load, killed, signalled,
@@ -65,17 +74,22 @@ def classify(f: ExitFacts) -> ExitClass:
     core = " (core dumped)" if f.core_dumped else ""
     if f.kernel_kill == "oom_kill":
         if f.constraint == "CONSTRAINT_MEMCG":
-            return ExitClass("cgroup_oom_killed",
-                             "killed by the kernel OOM killer: its cgroup's memory limit "
-                             "(CONSTRAINT_MEMCG)", "critical")
+            return ExitClass(
+                "cgroup_oom_killed",
+                "killed by the kernel OOM killer: its cgroup's memory limit (CONSTRAINT_MEMCG)",
+                "critical",
+            )
         return ExitClass("oom_killed", "killed by the kernel OOM killer", "critical")
     if f.kernel_kill == "oomd_kill":
         return ExitClass("oomd_killed", "killed by systemd-oomd", "critical")
     failed = (f.exit_code not in (None, 0)) or f.exit_signal in CRASH_SIGNALS
     if f.engine_oom and failed:
         how = f"exited with code {f.exit_code}" if f.exit_code is not None else f"{sig}{core}"
-        return ExitClass("engine_oom", f"ran out of GPU memory (CUDA/HIP out of memory in its "
-                         f"log), then {how}", "critical")
+        return ExitClass(
+            "engine_oom",
+            f"ran out of GPU memory (CUDA/HIP out of memory in its log), then {how}",
+            "critical",
+        )
     if f.exit_signal is not None:
         if f.exit_signal in STOP_SIGNALS:
             if f.loading:
@@ -101,11 +115,22 @@ def classify_legacy(gone: object) -> tuple[str, str, str]:
     one (``cause``), else one from the exit status the record carries."""
     cause = getattr(gone, "cause", None)
     how = getattr(gone, "how", None)
-    verdict = classify(ExitFacts(getattr(gone, "exit_code", None),
-                                 getattr(gone, "exit_signal", None),
-                                 getattr(gone, "core_dumped", None)))
+    verdict = classify(
+        ExitFacts(
+            getattr(gone, "exit_code", None),
+            getattr(gone, "exit_signal", None),
+            getattr(gone, "core_dumped", None),
+        )
+    )
     if cause is None:
         return verdict.cause, verdict.severity, how or verdict.text
-    severity = "critical" if cause in ALERT_CAUSES else (
-        "info" if cause in ("exited", "stopped", "stopped_during_load", "unknown") else "warning")
+    severity = (
+        "critical"
+        if cause in ALERT_CAUSES
+        else (
+            "info"
+            if cause in ("exited", "stopped", "stopped_during_load", "unknown")
+            else "warning"
+        )
+    )
     return cause, severity, how or verdict.text

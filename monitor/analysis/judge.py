@@ -25,8 +25,10 @@ class Tolerance:
     @classmethod
     def from_settings(cls, settings: dict[str, float]) -> Tolerance:
         """From the config's ``[alerts]`` values (``Config.alert_settings``)."""
-        return cls(float(settings.get("surprise_pct", DEFAULT_OVER_PCT)),
-                   int(float(settings.get("surprise_min_mib", DEFAULT_OVER_MIN_MIB)) * MIB))
+        return cls(
+            float(settings.get("surprise_pct", DEFAULT_OVER_PCT)),
+            int(float(settings.get("surprise_min_mib", DEFAULT_OVER_MIN_MIB)) * MIB),
+        )
 
 
 def is_over(measured_bytes: int, expected_bytes: int, tol: Tolerance = Tolerance()) -> bool:

@@ -39,22 +39,26 @@ class Measured:
 
     def as_dict(self) -> dict[str, int | list[str] | None]:
         """The JSON object every document carries (status, post-mortem): parts and total."""
-        return {"total_bytes": self.total_bytes, "device_bytes": self.device_bytes,
-                "host_anon_bytes": self.host_anon_bytes,
-                "host_file_bytes": self.host_file_bytes,
-                "unknown_device_ids": list(self.unknown_device_ids)}
+        return {
+            "total_bytes": self.total_bytes,
+            "device_bytes": self.device_bytes,
+            "host_anon_bytes": self.host_anon_bytes,
+            "host_file_bytes": self.host_file_bytes,
+            "unknown_device_ids": list(self.unknown_device_ids),
+        }
 
     @property
     def why_unknown(self) -> str | None:
         """One sentence naming what is not known, or None when the total is known."""
         if self.unknown_device_ids:
-            return (f"the driver lists it on {', '.join(self.unknown_device_ids)} without its "
-                    "memory (NVML 'not available': WSL2/WDDM, or a container that hides it)")
+            return (
+                f"the driver lists it on {', '.join(self.unknown_device_ids)} without its "
+                "memory (NVML 'not available': WSL2/WDDM, or a container that hides it)"
+            )
         return None
 
 
-def measure(pid: int, rows: Iterable[ProcessMemory], helpers: Iterable[int] = ()
-            ) -> Measured:
+def measure(pid: int, rows: Iterable[ProcessMemory], helpers: Iterable[int] = ()) -> Measured:
     """The :class:`Measured` of ``pid`` from one tick's memory rows (all devices), with the
     GPU memory of its forked helpers (engines.recognise.helper_parents). A helper's host
     RSS is not added: its pages are the server's, shared copy-on-write."""

@@ -113,8 +113,7 @@ def unattributed_bytes(used_bytes: int | None, attributed_bytes: int) -> int | N
     return max(0, used_bytes - attributed_bytes)
 
 
-def host_room(host: DeviceSample | None, cgroup: CgroupMemory | None
-              ) -> tuple[int | None, str]:
+def host_room(host: DeviceSample | None, cgroup: CgroupMemory | None) -> tuple[int | None, str]:
     """(what a new load can get of host RAM, which limit binds): ``MemAvailable`` or the
     launch's cgroup room, whichever is smaller."""
     available = host.available_bytes if host is not None else None
@@ -124,11 +123,16 @@ def host_room(host: DeviceSample | None, cgroup: CgroupMemory | None
     return available, "MemAvailable"
 
 
-def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int, ProcessInfo],
-                    host: DeviceSample | None, margin: int,
-                    hidden: Sequence[HiddenProcess] = (),
-                    cgroup: CgroupMemory | None = None,
-                    cgroup_of: dict[int, str] | None = None) -> DevicePicture:
+def _device_picture(
+    d: DeviceSample,
+    rows: list[ProcessMemory],
+    infos: dict[int, ProcessInfo],
+    host: DeviceSample | None,
+    margin: int,
+    hidden: Sequence[HiddenProcess] = (),
+    cgroup: CgroupMemory | None = None,
+    cgroup_of: dict[int, str] | None = None,
+) -> DevicePicture:
     uses = []
     for m in rows:
         if d.memory_kind == "host":
@@ -137,8 +141,11 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
             held = (m.vram_bytes or 0) + (m.gtt_bytes or 0)
         if held:
             name, engine, argv = _label(infos.get(m.pid), m.pid)
-            uses.append(ProcessUse(m.pid, name, held, engine, argv,
-                                   cgroup_path=(cgroup_of or {}).get(m.pid)))
+            uses.append(
+                ProcessUse(
+                    m.pid, name, held, engine, argv, cgroup_path=(cgroup_of or {}).get(m.pid)
+                )
+            )
     for h in hidden:
         if h.used_bytes:
             uses.append(ProcessUse(h.pid, f"pid {h.pid} (hidden)", h.used_bytes, hidden=True))
@@ -164,14 +171,24 @@ def _device_picture(d: DeviceSample, rows: list[ProcessMemory], infos: dict[int,
         available = d.total_bytes - used - (d.reserved_bytes or 0)
         binding = "VRAM"
     return DevicePicture(
-        device_id=d.device_id, name=d.name, memory_kind=d.memory_kind,
-        capacity_bytes=d.total_bytes, used_bytes=used, reserved_bytes=d.reserved_bytes,
-        free_bytes=d.free_bytes, available_bytes=available, margin_bytes=margin,
-        processes=tuple(uses), others_bytes=others, binding=binding)
+        device_id=d.device_id,
+        name=d.name,
+        memory_kind=d.memory_kind,
+        capacity_bytes=d.total_bytes,
+        used_bytes=used,
+        reserved_bytes=d.reserved_bytes,
+        free_bytes=d.free_bytes,
+        available_bytes=available,
+        margin_bytes=margin,
+        processes=tuple(uses),
+        others_bytes=others,
+        binding=binding,
+    )
 
 
-def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES,
-                          cgroup: CgroupMemory | None = None) -> Picture:
+def picture_from_snapshot(
+    snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYTES, cgroup: CgroupMemory | None = None
+) -> Picture:
     """``cgroup``: the memory cgroup limit the new load will run under (None: none)."""
     infos = {p.pid: p for p in snap.processes}
     host = next((d for d in snap.devices if d.device_id == "host"), None)
@@ -184,9 +201,16 @@ def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYT
         if h.device_id is not None and h.used_bytes:
             hidden.setdefault(h.device_id, []).append(h)
     devices = {
-        d.device_id: _device_picture(d, by_device.get(d.device_id, []), infos, host,
-                                     margin_bytes, hidden.get(d.device_id, []), cgroup,
-                                     cgroup_of)
+        d.device_id: _device_picture(
+            d,
+            by_device.get(d.device_id, []),
+            infos,
+            host,
+            margin_bytes,
+            hidden.get(d.device_id, []),
+            cgroup,
+            cgroup_of,
+        )
         for d in snap.devices
     }
     return Picture(snap.ts_ms, devices)
@@ -195,28 +219,48 @@ def picture_from_snapshot(snap: Snapshot, margin_bytes: int = DEFAULT_MARGIN_BYT
 def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
     """A recorded ``vramscope status --json`` document back into a Snapshot."""
     if doc.get("schema") != "vramscope.status/1":
-        raise InputError("not a vramscope status --json document (schema "
-                         f"{doc.get('schema')!r}, expected 'vramscope.status/1')")
+        raise InputError(
+            "not a vramscope status --json document (schema "
+            f"{doc.get('schema')!r}, expected 'vramscope.status/1')"
+        )
     device_fields = set(DeviceSample.__dataclass_fields__)
-    devices = tuple(DeviceSample(**{k: v for k, v in d.items() if k in device_fields})
-                    for d in doc["devices"])
+    devices = tuple(
+        DeviceSample(**{k: v for k, v in d.items() if k in device_fields}) for d in doc["devices"]
+    )
     infos, rows = [], []
     for p in doc["processes"]:
-        infos.append(ProcessInfo(
-            pid=p["pid"], start_ticks=p["start_ticks"], started_at_ms=p.get("started_at_ms"),
-            ppid=p.get("ppid"), uid=p.get("uid"), comm=p["comm"], argv=tuple(p["argv"]),
-            engine=p.get("engine"), reasons=tuple(p.get("reasons", ())), cwd=p.get("cwd")))
+        infos.append(
+            ProcessInfo(
+                pid=p["pid"],
+                start_ticks=p["start_ticks"],
+                started_at_ms=p.get("started_at_ms"),
+                ppid=p.get("ppid"),
+                uid=p.get("uid"),
+                comm=p["comm"],
+                argv=tuple(p["argv"]),
+                engine=p.get("engine"),
+                reasons=tuple(p.get("reasons", ())),
+                cwd=p.get("cwd"),
+            )
+        )
         for device_id, fields in p.get("memory", {}).items():
             rows.append(ProcessMemory(pid=p["pid"], device_id=device_id, **fields))
     hidden_fields = set(HiddenProcess.__dataclass_fields__)
-    hidden = tuple(HiddenProcess(**{k: v for k, v in h.items() if k in hidden_fields})
-                   for h in doc.get("hidden", ()))
+    hidden = tuple(
+        HiddenProcess(**{k: v for k, v in h.items() if k in hidden_fields})
+        for h in doc.get("hidden", ())
+    )
     cgroup_fields = set(CgroupMemory.__dataclass_fields__)
-    cgroups = tuple(ProcessCgroup(p["pid"], CgroupMemory(**{
-        k: v for k, v in p["cgroup"].items() if k in cgroup_fields}))
-        for p in doc["processes"] if isinstance(p.get("cgroup"), dict))
-    return Snapshot(doc["ts_ms"], devices, tuple(infos), tuple(rows), hidden, (), (),
-                    cgroups=cgroups)
+    cgroups = tuple(
+        ProcessCgroup(
+            p["pid"], CgroupMemory(**{k: v for k, v in p["cgroup"].items() if k in cgroup_fields})
+        )
+        for p in doc["processes"]
+        if isinstance(p.get("cgroup"), dict)
+    )
+    return Snapshot(
+        doc["ts_ms"], devices, tuple(infos), tuple(rows), hidden, (), (), cgroups=cgroups
+    )
 
 
 def load_state(path: Path) -> Snapshot:

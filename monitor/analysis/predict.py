@@ -109,8 +109,9 @@ def _unified_ids(picture: Picture) -> set[str]:
     return {d.device_id for d in picture.devices.values() if d.memory_kind == "unified"}
 
 
-def need_by_device(est: MemoryEstimate, picture: Picture, include_growth: bool = False
-                   ) -> dict[str, int]:
+def need_by_device(
+    est: MemoryEstimate, picture: Picture, include_growth: bool = False
+) -> dict[str, int]:
     """Load-time bytes per picture device (with ``include_growth``: once the caches fill);
     host components also load a unified pool."""
     need = est.by_device(include_growth)
@@ -120,8 +121,12 @@ def need_by_device(est: MemoryEstimate, picture: Picture, include_growth: bool =
     return need
 
 
-def judge(est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = None,
-          include_growth: bool = False) -> tuple[DeviceVerdict, ...]:
+def judge(
+    est: MemoryEstimate,
+    picture: Picture,
+    freed: dict[str, int] | None = None,
+    include_growth: bool = False,
+) -> tuple[DeviceVerdict, ...]:
     freed = freed or {}
     out = []
     for device_id, need in sorted(need_by_device(est, picture, include_growth).items()):
@@ -138,8 +143,9 @@ def judge(est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = 
             verdict = "tight"
         else:
             verdict = "fits"
-        out.append(DeviceVerdict(device_id, verdict, need, room, pic.margin_bytes, extra,
-                                 pic.binding))
+        out.append(
+            DeviceVerdict(device_id, verdict, need, room, pic.margin_bytes, extra, pic.binding)
+        )
     return tuple(out)
 
 
@@ -149,8 +155,9 @@ def freed_by(processes: Iterable[ProcessUse], picture: Picture) -> dict[str, int
     pids = {p.pid for p in processes}
     out: dict[str, int] = {}
     for pic in picture.devices.values():
-        in_cgroup = pic.binding.removeprefix("cgroup ") if pic.binding.startswith(
-            "cgroup ") else None
+        in_cgroup = (
+            pic.binding.removeprefix("cgroup ") if pic.binding.startswith("cgroup ") else None
+        )
         for use in pic.processes:
             if use.pid in pids and (in_cgroup is None or use.cgroup_path == in_cgroup):
                 out[pic.device_id] = out.get(pic.device_id, 0) + use.bytes
@@ -164,10 +171,12 @@ def _worst(verdicts: Sequence[DeviceVerdict]) -> Verdict:
 Estimator = Callable[[LaunchSpec], MemoryEstimate]
 
 
-def fit_ctx(spec: LaunchSpec, estimator: Estimator, picture: Picture, freed: dict[str, int],
-            ceiling: int) -> int | None:
+def fit_ctx(
+    spec: LaunchSpec, estimator: Estimator, picture: Picture, freed: dict[str, int], ceiling: int
+) -> int | None:
     """The largest -c (a multiple of 256 per stream) whose load fits without eating the
     margin, as llama.cpp's fit would pick it, for this picture; None if even 256 does not."""
+
     def fits(ctx: int) -> bool:
         try:
             verdicts = judge(estimator(replace(spec, ctx_size=ctx)), picture, freed)
@@ -190,13 +199,16 @@ def fit_ctx(spec: LaunchSpec, estimator: Estimator, picture: Picture, freed: dic
     return low * step
 
 
-def _largest_ngl(spec: LaunchSpec, estimator: Estimator, picture: Picture,
-                 freed: dict[str, int]) -> int | None:
+def _largest_ngl(
+    spec: LaunchSpec, estimator: Estimator, picture: Picture, freed: dict[str, int]
+) -> int | None:
     """The most GPU layers (-ngl) that fit: GPU need grows with -ngl, so bisect."""
+
     def fits(ngl: int) -> bool:
         try:
-            return _worst(judge(estimator(replace(spec, n_gpu_layers=ngl)), picture,
-                                freed)) == "fits"
+            return (
+                _worst(judge(estimator(replace(spec, n_gpu_layers=ngl)), picture, freed)) == "fits"
+            )
         except EstimateError:
             return False
 
@@ -225,14 +237,18 @@ def _relieves(before: Sequence[DeviceVerdict], after: Sequence[DeviceVerdict]) -
             continue
         if v.device_id not in later:  # nothing of the load is left there
             return True
-        if later[v.device_id] - v.slack_bytes >= min(RELEVANT_MIN_BYTES,
-                                                     max(1, -v.slack_bytes)):
+        if later[v.device_id] - v.slack_bytes >= min(RELEVANT_MIN_BYTES, max(1, -v.slack_bytes)):
             return True
     return False
 
 
-def _fix(label: str, base: MemoryEstimate, changed: MemoryEstimate, picture: Picture,
-         freed: dict[str, int]) -> Fix | None:
+def _fix(
+    label: str,
+    base: MemoryEstimate,
+    changed: MemoryEstimate,
+    picture: Picture,
+    freed: dict[str, int],
+) -> Fix | None:
     before, after = need_by_device(base, picture), need_by_device(changed, picture)
     frees = {d: before.get(d, 0) - after.get(d, 0) for d in before}
     frees = {d: v for d, v in frees.items() if v > 0}
@@ -244,8 +260,9 @@ def _fix(label: str, base: MemoryEstimate, changed: MemoryEstimate, picture: Pic
     return Fix(label, frees, _worst(verdicts))
 
 
-def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
-                   limit: int = 4) -> list[str]:
+def smaller_drafts(
+    spec: LaunchSpec, read_header: Callable[[str], Any] | None, limit: int = 4
+) -> list[str]:
     """GGUF files in the draft's folder with the target's vocabulary (a valid -md) and
     fewer weight bytes than the current draft, smallest last so the list reads down."""
     if not spec.draft_model or not spec.model_path:
@@ -264,8 +281,11 @@ def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
     found = []
     folder = Path(spec.draft_model).parent
     for path in sorted(folder.glob("*.gguf"))[:64]:
-        if str(path) in (spec.draft_model, spec.model_path) or "-of-0" in path.name and \
-                "-00001-of-" not in path.name:
+        if (
+            str(path) in (spec.draft_model, spec.model_path)
+            or "-of-0" in path.name
+            and "-00001-of-" not in path.name
+        ):
             continue
         try:
             header = reader(str(path))
@@ -276,9 +296,15 @@ def smaller_drafts(spec: LaunchSpec, read_header: Callable[[str], Any] | None,
     return [p for _, p in sorted(found, reverse=True)[:limit]]
 
 
-def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, picture: Picture,
-            freed: dict[str, int], running: Sequence[ProcessUse] = (),
-            read_header: Callable[[str], Any] | None = None) -> list[Fix]:
+def suggest(
+    spec: LaunchSpec,
+    base: MemoryEstimate,
+    estimator: Estimator,
+    picture: Picture,
+    freed: dict[str, int],
+    running: Sequence[ProcessUse] = (),
+    read_header: Callable[[str], Any] | None = None,
+) -> list[Fix]:
     """What would make it fit, each priced in bytes per device."""
     fixes: list[Fix] = []
 
@@ -298,33 +324,44 @@ def suggest(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, pictur
         elif best is None:
             attempt(f"-c {max(256, cells // 2)}", replace(spec, ctx_size=max(256, cells // 2)))
     if spec.n_parallel and spec.n_parallel > 1:
-        attempt(f"-np {max(1, spec.n_parallel // 2)}",
-                replace(spec, n_parallel=max(1, spec.n_parallel // 2)))
+        attempt(
+            f"-np {max(1, spec.n_parallel // 2)}",
+            replace(spec, n_parallel=max(1, spec.n_parallel // 2)),
+        )
     narrower = {"f32": "f16", "f16": "q8_0", "bf16": "q8_0", "q8_0": "q4_0"}
     if spec.cache_type_k in narrower:
         kt = narrower[spec.cache_type_k]
         vt = narrower.get(spec.cache_type_v, spec.cache_type_v)
-        attempt(f"-ctk {kt} -ctv {vt} -fa on",
-                replace(spec, cache_type_k=kt, cache_type_v=vt, flash_attn="on"))
+        attempt(
+            f"-ctk {kt} -ctv {vt} -fa on",
+            replace(spec, cache_type_k=kt, cache_type_v=vt, flash_attn="on"),
+        )
     if spec.flash_attn == "off":
         attempt("-fa on", replace(spec, flash_attn="on"))
     if (spec.n_ubatch or 512) > 512:
         attempt("-ub 512", replace(spec, n_ubatch=512))
     gpu_ids = {c.device for c in base.components if c.device != HOST}
-    if gpu_ids and not any(picture.get(d) and picture.devices[d].memory_kind == "unified"
-                           for d in gpu_ids):
+    if gpu_ids and not any(
+        picture.get(d) and picture.devices[d].memory_kind == "unified" for d in gpu_ids
+    ):
         ngl = _largest_ngl(spec, estimator, picture, freed)
         if ngl is not None:
-            attempt(f"-ngl {ngl} (the most layers that fit; the rest run from host RAM)",
-                    replace(spec, n_gpu_layers=ngl))
+            attempt(
+                f"-ngl {ngl} (the most layers that fit; the rest run from host RAM)",
+                replace(spec, n_gpu_layers=ngl),
+            )
     if spec.draft_model:
         for candidate in smaller_drafts(spec, read_header):
-            attempt(f"-md {candidate} (a smaller draft beside the current one)",
-                    replace(spec, draft_model=candidate))
+            attempt(
+                f"-md {candidate} (a smaller draft beside the current one)",
+                replace(spec, draft_model=candidate),
+            )
         attempt("without the draft model (-md)", replace(spec, draft_model=None))
         if spec.draft_cache_type_k == "f16":
-            attempt("-ctkd q8_0 -ctvd q8_0",
-                    replace(spec, draft_cache_type_k="q8_0", draft_cache_type_v="q8_0"))
+            attempt(
+                "-ctkd q8_0 -ctvd q8_0",
+                replace(spec, draft_cache_type_k="q8_0", draft_cache_type_v="q8_0"),
+            )
     now = judge(base, picture, freed)
     for use in running:
         gain = freed_by([use], picture)
@@ -341,11 +378,17 @@ def _grows(est: MemoryEstimate) -> bool:
     return any(c.when == "grows" for c in est.components)
 
 
-def bound_growth(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator,
-                 picture: Picture, freed: dict[str, int]) -> list[Fix]:
+def bound_growth(
+    spec: LaunchSpec,
+    base: MemoryEstimate,
+    estimator: Estimator,
+    picture: Picture,
+    freed: dict[str, int],
+) -> list[Fix]:
     """The flags that bound what grows, each with the largest value whose full caches
     still fit (``fits``: the margin kept): ``--cache-ram N`` (MiB), ``-ctxcp N`` (per
     slot), and both together when neither alone is enough. Priced by re-estimating."""
+
     def grown_fits(changed: LaunchSpec) -> MemoryEstimate | None:
         try:
             est = estimator(changed)
@@ -389,14 +432,16 @@ def bound_growth(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator,
             out.append(f)
     if not out and cache > 0 and checkpoints:
         n = largest(lambda v: replace(spec, cache_ram_mib=0, ctx_checkpoints=v), per_slot)
-        if n is not None and (f := fix(f"--cache-ram 0 -ctxcp {n}",
-                                       replace(spec, cache_ram_mib=0, ctx_checkpoints=n))):
+        if n is not None and (
+            f := fix(f"--cache-ram 0 -ctxcp {n}", replace(spec, cache_ram_mib=0, ctx_checkpoints=n))
+        ):
             out.append(f)
     return out
 
 
-def _fit_targets(spec: LaunchSpec, base: MemoryEstimate, picture: Picture
-                 ) -> tuple[Picture, tuple[int, ...]]:
+def _fit_targets(
+    spec: LaunchSpec, base: MemoryEstimate, picture: Picture
+) -> tuple[Picture, tuple[int, ...]]:
     """The picture as llama.cpp's fit sees it: the devices it fits on (the GPUs the model
     uses; the host when it runs on CPU only), each with its -fitt margin."""
     on = sorted({c.device for c in base.components if c.device != HOST} & set(picture.devices))
@@ -404,13 +449,20 @@ def _fit_targets(spec: LaunchSpec, base: MemoryEstimate, picture: Picture
         on = [HOST] if HOST in picture.devices else []
     given = spec.fit_target_mib or (FIT_TARGET_MIB,)
     targets = tuple(given[min(i, len(given) - 1)] for i in range(len(on)))
-    devices = {d: replace(picture.devices[d], margin_bytes=t * MIB)
-               for d, t in zip(on, targets, strict=True)}
+    devices = {
+        d: replace(picture.devices[d], margin_bytes=t * MIB)
+        for d, t in zip(on, targets, strict=True)
+    }
     return Picture(picture.ts_ms, devices), targets
 
 
-def llama_fit(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, picture: Picture,
-              freed: dict[str, int]) -> LlamaFit | None:
+def llama_fit(
+    spec: LaunchSpec,
+    base: MemoryEstimate,
+    estimator: Estimator,
+    picture: Picture,
+    freed: dict[str, int],
+) -> LlamaFit | None:
     """The context llama.cpp's fit will run with (no -c, --fit on): the full n_ctx_train x
     streams when that leaves -fitt free on every device it fits on; else the largest
     multiple of 256 per stream that does, never below -fitc. None: fit does not apply."""
@@ -430,12 +482,19 @@ def llama_fit(spec: LaunchSpec, base: MemoryEstimate, estimator: Estimator, pict
     return LlamaFit(max(best, minimum), full, minimum, targets, ids)
 
 
-def predict(spec: LaunchSpec, picture: Picture, devices: Sequence[DeviceInfo],
-            evicted: Sequence[ProcessUse] = (), running: Sequence[ProcessUse] = (),
-            read_header: Callable[[str], Any] | None = None,
-            with_fixes: bool = True, fit_view: Picture | None = None) -> Prediction:
+def predict(
+    spec: LaunchSpec,
+    picture: Picture,
+    devices: Sequence[DeviceInfo],
+    evicted: Sequence[ProcessUse] = (),
+    running: Sequence[ProcessUse] = (),
+    read_header: Callable[[str], Any] | None = None,
+    with_fixes: bool = True,
+    fit_view: Picture | None = None,
+) -> Prediction:
     """``fit_view``: the box as llama.cpp's fit sees it, when that differs from
     ``picture`` (fit reads device free memory; it does not know the launch's cgroup)."""
+
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header)
 
@@ -446,34 +505,58 @@ def predict(spec: LaunchSpec, picture: Picture, devices: Sequence[DeviceInfo],
     if fit is not None and fit.ctx < fit.full_ctx:
         spec = replace(spec, ctx_size=fit.ctx)
         base = estimator(spec)
-        target = f"-fitt {'/'.join(str(t) for t in fit.target_mib)} MiB free on " \
-                 f"{', '.join(fit.devices)}"
-        if fit.ctx > fit.min_ctx or _worst(judge(base, _fit_targets(spec, base, fit_view or
-                                                                    picture)[0], freed)) \
-                == "fits":
-            notes.append(f"no -c: llama.cpp's fit will shrink the context from "
-                         f"{fit.full_ctx} to -c {fit.ctx}, the largest that leaves {target} "
-                         f"(not below -fitc {fit.min_ctx}); judged at -c {fit.ctx}")
+        target = (
+            f"-fitt {'/'.join(str(t) for t in fit.target_mib)} MiB free on {', '.join(fit.devices)}"
+        )
+        if (
+            fit.ctx > fit.min_ctx
+            or _worst(judge(base, _fit_targets(spec, base, fit_view or picture)[0], freed))
+            == "fits"
+        ):
+            notes.append(
+                f"no -c: llama.cpp's fit will shrink the context from "
+                f"{fit.full_ctx} to -c {fit.ctx}, the largest that leaves {target} "
+                f"(not below -fitc {fit.min_ctx}); judged at -c {fit.ctx}"
+            )
         else:
-            notes.append(f"no -c: llama.cpp's fit cannot leave {target} even at -fitc "
-                         f"{fit.min_ctx}; it runs at -c {fit.ctx}, judged here")
+            notes.append(
+                f"no -c: llama.cpp's fit cannot leave {target} even at -fitc "
+                f"{fit.min_ctx}; it runs at -c {fit.ctx}, judged here"
+            )
         if fit.ctx == fit.min_ctx and spec.n_gpu_layers is None and fit.devices != (HOST,):
-            notes.append("at its minimum context llama.cpp's fit may also move layers to the "
-                         "CPU (-ngl unset); that is not simulated here")
+            notes.append(
+                "at its minimum context llama.cpp's fit may also move layers to the "
+                "CPU (-ngl unset); that is not simulated here"
+            )
     verdicts = judge(base, picture, freed)
     grown = judge(base, picture, freed, include_growth=True) if _grows(base) else ()
     fixes: list[Fix] = []
     if with_fixes and _worst(verdicts) != "fits":
         evicted_pids = {p.pid for p in evicted}
-        fixes = suggest(spec, base, estimator, picture, freed,
-                        [p for p in running if p.pid not in evicted_pids], read_header)
+        fixes = suggest(
+            spec,
+            base,
+            estimator,
+            picture,
+            freed,
+            [p for p in running if p.pid not in evicted_pids],
+            read_header,
+        )
     bounds: list[Fix] = []
     if grown and _worst(verdicts) != "oom" and _worst(grown) == "oom":
         bounds = bound_growth(spec, base, estimator, picture, freed)
     if not verdicts:
         notes.append("no device with a known free figure: nothing to judge")
-    return Prediction(base, verdicts, tuple(p.name for p in evicted), tuple(fixes),
-                      tuple(notes), grown, tuple(bounds), fit)
+    return Prediction(
+        base,
+        verdicts,
+        tuple(p.name for p in evicted),
+        tuple(fixes),
+        tuple(notes),
+        grown,
+        tuple(bounds),
+        fit,
+    )
 
 
 # --------------------------------------------------------------------------- the workflow
@@ -566,14 +649,17 @@ def running_servers(picture: Picture) -> list[ProcessUse]:
     return list(seen.values())
 
 
-def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[ProcessUse],
-                                                                 list[str]]:
+def swap_target(
+    req: PredictRequest, picture: Picture
+) -> tuple[list[str], list[ProcessUse], list[str]]:
     """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``."""
     from monitor.integrations import llamaswap
 
     if req.swap_config is None:
-        raise EstimateError("predicting a llama-swap model needs --swap-config FILE (or "
-                            "[llama_swap] config in the config file)")
+        raise EstimateError(
+            "predicting a llama-swap model needs --swap-config FILE (or "
+            "[llama_swap] config in the config file)"
+        )
     config = llamaswap.load_config(req.swap_config)
     target = llamaswap.resolve(config, req.model_id or "")
     servers = running_servers(picture)
@@ -585,8 +671,10 @@ def swap_target(req: PredictRequest, picture: Picture) -> tuple[list[str], list[
         ids = [m for m, state in states.items() if state not in ("stopped", "shutdown")]
     else:
         ids = [m.model_id for m in config.models.values() if _model_of(m.cmd) in by_path]
-        notes.append("running models matched by their -m path (give --swap-url for "
-                     "llama-swap's own /running)")
+        notes.append(
+            "running models matched by their -m path (give --swap-url for "
+            "llama-swap's own /running)"
+        )
     for model_id in ids:
         model = config.models.get(model_id)
         path = _model_of(model.cmd) if model else None
@@ -608,14 +696,20 @@ def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | Non
     for proc in snap.processes:
         if proc.engine == "llama-swap" and proc.pid in limits:
             found = limits[proc.pid]
-            return found, (f"llama-swap (pid {proc.pid}) runs in the memory cgroup "
-                           f"{found.path}; the models it starts inherit it")
+            return found, (
+                f"llama-swap (pid {proc.pid}) runs in the memory cgroup "
+                f"{found.path}; the models it starts inherit it"
+            )
     return None, None
 
 
-def answer(req: PredictRequest, snap: Snapshot, devices: list[DeviceInfo],
-           launch: tuple[CgroupMemory | None, str | None] | None = None,
-           read_header: Callable[[str], Any] | None = None) -> PredictResult:
+def answer(
+    req: PredictRequest,
+    snap: Snapshot,
+    devices: list[DeviceInfo],
+    launch: tuple[CgroupMemory | None, str | None] | None = None,
+    read_header: Callable[[str], Any] | None = None,
+) -> PredictResult:
     """The predict workflow on one box state. ``devices``: the GPUs the estimator places
     on (from ``snap``); ``launch``: (the memory cgroup the launch runs under, the note
     saying which), None for what ``snap`` alone tells (llama-swap's, for a model id).
@@ -632,8 +726,10 @@ def answer(req: PredictRequest, snap: Snapshot, devices: list[DeviceInfo],
         command, evicted, swap_notes = swap_target(req, picture)
         notes += swap_notes
     if not command:
-        raise EstimateError("nothing to predict: give a command after -- or a llama-swap "
-                            "model id with --swap-config")
+        raise EstimateError(
+            "nothing to predict: give a command after -- or a llama-swap "
+            "model id with --swap-config"
+        )
     from monitor.engines import parse_command
 
     spec = parse_command(list(command))
@@ -643,16 +739,19 @@ def answer(req: PredictRequest, snap: Snapshot, devices: list[DeviceInfo],
         where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
         raise EstimateError(where + spec.refused[0])
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
-    result = predict(spec, picture, devices, evicted, running, read_header=read_header,
-                     fit_view=fit_view)
+    result = predict(
+        spec, picture, devices, evicted, running, read_header=read_header, fit_view=fit_view
+    )
     if limit is not None and limit.memory_high_bytes is not None:
         host_need = result.estimate.by_device(include_growth=True).get("host", 0)
         over = host_need - max(0, limit.memory_high_bytes - (limit.memory_current_bytes or 0))
         if over > 0:
-            notes.append(f"the cgroup {limit.path} has memory.high (MemoryHigh=) "
-                         f"{_gib(limit.memory_high_bytes)} GiB: this load passes it by "
-                         f"{_gib(over)} GiB, so the kernel throttles and reclaims (slow, "
-                         "no kill) before memory.max")
+            notes.append(
+                f"the cgroup {limit.path} has memory.high (MemoryHigh=) "
+                f"{_gib(limit.memory_high_bytes)} GiB: this load passes it by "
+                f"{_gib(over)} GiB, so the kernel throttles and reclaims (slow, "
+                "no kill) before memory.max"
+            )
     if not result.devices:  # no verdict is not "fits"
         raise EstimateError("nothing to judge: " + _why_nothing(result))
 
@@ -662,8 +761,13 @@ def answer(req: PredictRequest, snap: Snapshot, devices: list[DeviceInfo],
     best_ctx = None
     if req.want_fit_ctx:
         ceiling_cells = result.estimate.n_ctx or 0
-        best_ctx = fit_ctx(spec, estimator, picture, freed_by(evicted, picture),
-                           max(ceiling_cells, _train_ctx(spec, estimator)))
+        best_ctx = fit_ctx(
+            spec,
+            estimator,
+            picture,
+            freed_by(evicted, picture),
+            max(ceiling_cells, _train_ctx(spec, estimator)),
+        )
     bandwidth = None
     if req.bandwidth_gbs:
         bandwidth = _bandwidth(spec, estimator, devices, picture, result, req.bandwidth_gbs)
@@ -674,9 +778,12 @@ def _why_nothing(result: Prediction) -> str:
     est = result.estimate
     if not est.components and est.notes:
         return est.notes[0]  # vLLM with no GPU total known: "vLLM takes 92% of each GPU..."
-    return ("no device with a known free figure holds any part of this load (the box state "
-            "has no free memory figure for " + ", ".join(sorted(est.by_device())) + ")"
-            if est.by_device() else "the estimate places nothing on any device")
+    return (
+        "no device with a known free figure holds any part of this load (the box state "
+        "has no free memory figure for " + ", ".join(sorted(est.by_device())) + ")"
+        if est.by_device()
+        else "the estimate places nothing on any device"
+    )
 
 
 def _train_ctx(spec: LaunchSpec, estimator: Estimator) -> int:
@@ -687,9 +794,14 @@ def _train_ctx(spec: LaunchSpec, estimator: Estimator) -> int:
     return est.n_ctx or 0
 
 
-def _bandwidth(spec: LaunchSpec, estimator: Estimator, devices: list[DeviceInfo],
-               picture: Picture, result: Prediction, gbs: dict[str, float]
-               ) -> BandwidthCeiling:
+def _bandwidth(
+    spec: LaunchSpec,
+    estimator: Estimator,
+    devices: list[DeviceInfo],
+    picture: Picture,
+    result: Prediction,
+    gbs: dict[str, float],
+) -> BandwidthCeiling:
     from monitor.analysis.bandwidth import ceiling
 
     bw = {k: v * 1e9 for k, v in gbs.items()}
@@ -702,14 +814,17 @@ def _bandwidth(spec: LaunchSpec, estimator: Estimator, devices: list[DeviceInfo]
         if found is not None:
             ngl, est = found
             base = ceiling(est, bw)
-            baseline = DraftBaseline(f"no draft, -ngl {ngl}", round(base.tokens_per_s, 2),
-                                     round(mine.break_even_accepted(base), 2))
-    return BandwidthCeiling(round(mine.tokens_per_s, 2), round(mine.best_tokens_per_s, 2),
-                            baseline)
+            baseline = DraftBaseline(
+                f"no draft, -ngl {ngl}",
+                round(base.tokens_per_s, 2),
+                round(mine.break_even_accepted(base), 2),
+            )
+    return BandwidthCeiling(round(mine.tokens_per_s, 2), round(mine.best_tokens_per_s, 2), baseline)
 
 
-def _best_baseline(spec: LaunchSpec, estimator: Estimator, picture: Picture
-                   ) -> tuple[int, MemoryEstimate] | None:
+def _best_baseline(
+    spec: LaunchSpec, estimator: Estimator, picture: Picture
+) -> tuple[int, MemoryEstimate] | None:
     """The most GPU layers that fit without the draft (the placement a draft displaces)."""
     plain = replace(spec, draft_model=None)
     for ngl in range(200, -1, -1):
@@ -720,4 +835,3 @@ def _best_baseline(spec: LaunchSpec, estimator: Estimator, picture: Picture
         if _worst(judge(est, picture)) == "fits":
             return ngl, est
     return None
-

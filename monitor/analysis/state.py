@@ -105,8 +105,7 @@ class BoxState:
         their environment, predict's own cgroup)."""
         return self.origin == "live"
 
-    def picture_for(self, margin_bytes: int, cgroup: CgroupMemory | None = None
-                    ) -> Picture:
+    def picture_for(self, margin_bytes: int, cgroup: CgroupMemory | None = None) -> Picture:
         """The picture with another margin, or for a launch under a cgroup limit."""
         if margin_bytes == self.margin_bytes and cgroup is None:
             return self.picture
@@ -115,14 +114,20 @@ class BoxState:
     def _key(self) -> tuple[Any, ...]:
         s = self.snapshot
         box = replace(
-            s, devices=tuple(sorted(s.devices, key=lambda d: d.device_id)),
+            s,
+            devices=tuple(sorted(s.devices, key=lambda d: d.device_id)),
             processes=tuple(sorted(s.processes, key=lambda p: p.pid)),
             memory=tuple(sorted(s.memory, key=lambda m: (m.pid, m.device_id))),
             hidden=tuple(sorted(s.hidden, key=lambda h: (h.pid, h.device_id or ""))),
             cgroups=tuple(sorted(s.cgroups, key=lambda c: c.pid)),
-            exited=(), runs=(), events=())
-        picture = {k: replace(d, processes=tuple(sorted(d.processes, key=lambda u: u.pid)))
-                   for k, d in self.picture.devices.items()}
+            exited=(),
+            runs=(),
+            events=(),
+        )
+        picture = {
+            k: replace(d, processes=tuple(sorted(d.processes, key=lambda u: u.pid)))
+            for k, d in self.picture.devices.items()
+        }
         return box, self.picture.ts_ms, picture
 
     def __eq__(self, other: object) -> bool:
@@ -136,8 +141,7 @@ class BoxState:
 def box_state(origin: Origin, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> BoxState:
     """The state of the box from ``origin``, its picture with ``margin_bytes``."""
     snap, kind, where = _snapshot(origin)
-    return BoxState(snap, picture_from_snapshot(snap, margin_bytes), kind, where,
-                    margin_bytes)
+    return BoxState(snap, picture_from_snapshot(snap, margin_bytes), kind, where, margin_bytes)
 
 
 def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
@@ -160,8 +164,7 @@ def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
         doc = client.get("/api/v1/snapshot")
         problem = status_doc_problem(doc)
         if problem is not None:
-            raise RemoteError(f"{client.url}/api/v1/snapshot: not a vramscope snapshot: "
-                              f"{problem}")
+            raise RemoteError(f"{client.url}/api/v1/snapshot: not a vramscope snapshot: {problem}")
         return snapshot_from_status_json(doc), "remote", client.url
     if isinstance(origin, Live):
         if origin.sampler is not None:
@@ -176,8 +179,13 @@ def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
     raise TypeError(f"not an origin of the box state: {origin!r}")
 
 
-def chosen_origin(roots: Roots, enabled: Iterable[str] | None, db_path: Path,
-                  state: Path | None = None, at: str | None = None) -> Origin:
+def chosen_origin(
+    roots: Roots,
+    enabled: Iterable[str] | None,
+    db_path: Path,
+    state: Path | None = None,
+    at: str | None = None,
+) -> Origin:
     """The origin a command's options name: ``--state FILE``, else ``--at TIME`` (in
     ``db_path``), else live. A time that cannot be read is a ValueError."""
     if state is not None:

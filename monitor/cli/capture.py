@@ -57,11 +57,18 @@ class CaptureResult:
     archive: Path | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {"out": str(self.out), "files": self.files, "bytes": self.bytes,
-                "links": self.links, "denied": self.denied,
-                "redacted_cmdlines": self.redacted_cmdlines, "dropped": self.dropped,
-                "collectors": self.collectors, "nvml": self.nvml,
-                "archive": None if self.archive is None else str(self.archive)}
+        return {
+            "out": str(self.out),
+            "files": self.files,
+            "bytes": self.bytes,
+            "links": self.links,
+            "denied": self.denied,
+            "redacted_cmdlines": self.redacted_cmdlines,
+            "dropped": self.dropped,
+            "collectors": self.collectors,
+            "nvml": self.nvml,
+            "archive": None if self.archive is None else str(self.archive),
+        }
 
 
 @dataclass
@@ -108,8 +115,7 @@ class _Plan:
     links: dict[PurePosixPath, str] = field(default_factory=dict)
 
 
-def _plan(tree: _Tree, recorded: list[tuple[str, str, object]], result: CaptureResult
-          ) -> _Plan:
+def _plan(tree: _Tree, recorded: list[tuple[str, str, object]], result: CaptureResult) -> _Plan:
     plan = _Plan()
     for kind, path, value in recorded:
         target = tree.place(path)
@@ -161,13 +167,20 @@ def _write(out: OutDir, plan: _Plan, result: CaptureResult) -> None:
     for path, link in plan.links.items():
         out.symlink(path, link)
         result.links += 1
-    for path in sorted((p for p, denied in plan.dirs.items() if denied),
-                       key=lambda p: -len(p.parts)):
+    for path in sorted(
+        (p for p, denied in plan.dirs.items() if denied), key=lambda p: -len(p.parts)
+    ):
         out.mkdir(path, mode=0)
 
 
-def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
-            nvml: bool = True, archive: bool = False) -> CaptureResult:
+def capture(
+    roots: Roots,
+    out: Path,
+    *,
+    enabled: Iterable[str] | None = None,
+    nvml: bool = True,
+    archive: bool = False,
+) -> CaptureResult:
     """Sample once with every read recorded, and write the tree (and ``nvml.json``).
 
     The folder is made here (or is an empty one of ours) and written only through its
@@ -205,16 +218,19 @@ def capture(roots: Roots, out: Path, *, enabled: Iterable[str] | None = None,
         except OutDirError as exc:
             raise CaptureError(str(exc)) from None
         except OSError as exc:
-            raise CaptureError(f"cannot write the capture in {out}: {exc.strerror or exc}"
-                               ) from None
+            raise CaptureError(
+                f"cannot write the capture in {out}: {exc.strerror or exc}"
+            ) from None
     return result
 
 
 def replay_command(out: Path) -> str:
     """The command that samples the capture again, runnable from any folder."""
     folder = Path(os.path.abspath(out))
-    return (f"vramscope status --proc-root {shlex.quote(str(folder / 'proc'))} "
-            f"--sys-root {shlex.quote(str(folder / 'sys'))}")
+    return (
+        f"vramscope status --proc-root {shlex.quote(str(folder / 'proc'))} "
+        f"--sys-root {shlex.quote(str(folder / 'sys'))}"
+    )
 
 
 def _record_nvml(out: OutDir, proc: Path) -> str:
@@ -238,7 +254,7 @@ def _write_manifest(out: OutDir, result: CaptureResult) -> None:
         "python": platform.python_version(),
         "replay": f"vramscope status --proc-root {out.path}/proc --sys-root {out.path}/sys",
         "never_captured": "environ; secrets on command lines (redacted); targets of non-DRM "
-                          "file descriptors; /proc/PID/maps beyond libtorch lines",
+        "file descriptors; /proc/PID/maps beyond libtorch lines",
         **result.as_dict(),
     }
     doc.pop("out")

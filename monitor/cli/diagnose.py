@@ -46,16 +46,18 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     tracker = UsageTracker()
     by_ts: dict[int, list[SlotSample]] = {}
     for row in rows:
-        by_ts.setdefault(row.ts_ms, []).append(SlotSample(row.slot_id, row.n_ctx or 0,
-                                                          row.tokens, row.busy))
+        by_ts.setdefault(row.ts_ms, []).append(
+            SlotSample(row.slot_id, row.n_ctx or 0, row.tokens, row.busy)
+        )
     for ts, slots in by_ts.items():
         tracker.add(model_path, slots, ts)
     stats = tracker.stats(model_path)
     return stats.p99 if stats is not None and stats.samples else None
 
 
-def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | None
-                 ) -> list[Diagnosis]:
+def run_diagnose(
+    cfg: Config, state: Path | None, at: str | None, pid: int | None
+) -> list[Diagnosis]:
     """Each llama.cpp / ollama server assessed (monitor/analysis/assess.py: here and now,
     from its model files) and judged against what it holds in the snapshot."""
     box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
@@ -74,17 +76,32 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
         spec = parse_command(list(info.argv), env, cwd=info.cwd)
         if spec is None or not spec.model_path:
             continue
-        found = assess(info, devices, snap.ts_ms, env=env,
-                       usage_p99_tokens=usage_p99(cfg, spec.model_path))
+        found = assess(
+            info, devices, snap.ts_ms, env=env, usage_p99_tokens=usage_p99(cfg, spec.model_path)
+        )
         if found is None:
             continue
         if found.estimate is None:
-            out.append(Diagnosis(info.pid, spec.model_path, None, 0, None, (),
-                                 f"{Path(spec.model_path).name}: cannot estimate: "
-                                 f"{found.error}", "error"))
+            out.append(
+                Diagnosis(
+                    info.pid,
+                    spec.model_path,
+                    None,
+                    0,
+                    None,
+                    (),
+                    f"{Path(spec.model_path).name}: cannot estimate: {found.error}",
+                    "error",
+                )
+            )
             continue
-        a = judged(found, snap.memory, [h for h, owner in helpers.items() if owner == info.pid],
-                   budget_for(cfg, spec.model_path), tolerance)
+        a = judged(
+            found,
+            snap.memory,
+            [h for h, owner in helpers.items() if owner == info.pid],
+            budget_for(cfg, spec.model_path),
+            tolerance,
+        )
         assert a.diagnosis is not None  # an estimated llama.cpp / ollama server
         out.append(a.diagnosis)
     return out
@@ -92,17 +109,27 @@ def run_diagnose(cfg: Config, state: Path | None, at: str | None, pid: int | Non
 
 def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
     if as_json:
-        return json.dumps([{**{k: v for k, v in dataclasses.asdict(d).items() if k != "parts"},
-                            "excess_bytes": d.excess_bytes,
-                            "measured": d.parts.as_dict() if d.parts is not None else None}
-                           for d in diagnoses], indent=2)
+        return json.dumps(
+            [
+                {
+                    **{k: v for k, v in dataclasses.asdict(d).items() if k != "parts"},
+                    "excess_bytes": d.excess_bytes,
+                    "measured": d.parts.as_dict() if d.parts is not None else None,
+                }
+                for d in diagnoses
+            ],
+            indent=2,
+        )
     if not diagnoses:
         return "no running llama.cpp / ollama server found"
     lines = []
     for d in diagnoses:
         lines.append(f"pid {d.pid}: {d.summary}")
         for f in d.findings:
-            fix = f" -> {f.fix}" + (f" frees {f.frees_bytes / GIB:.1f} GiB" if f.frees_bytes
-                                    else "") if f.fix else ""
+            fix = (
+                f" -> {f.fix}" + (f" frees {f.frees_bytes / GIB:.1f} GiB" if f.frees_bytes else "")
+                if f.fix
+                else ""
+            )
             lines.append(f"  {f.component:<13} {f.bytes / GIB:6.1f} GiB  {f.cause}{fix}")
     return "\n".join(lines)

@@ -22,8 +22,9 @@ from monitor.units import GIB
 
 Level = Literal["ok", "info", "warn", "fail"]
 CAP_SYS_PTRACE = 19
-PTRACE_FIX = ("run the daemon as root, or grant CAP_SYS_PTRACE "
-              "(systemd: AmbientCapabilities=CAP_SYS_PTRACE)")
+PTRACE_FIX = (
+    "run the daemon as root, or grant CAP_SYS_PTRACE (systemd: AmbientCapabilities=CAP_SYS_PTRACE)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +45,38 @@ def kernel_checks(release: str) -> list[Check]:
     version = kernel_version(release)
     checks = []
     if version < (4, 5):
-        checks.append(Check("kernel", "fail", f"{release}: no RssAnon/RssFile in /proc/PID/status",
-                            "use Linux 4.5 or newer"))
+        checks.append(
+            Check(
+                "kernel",
+                "fail",
+                f"{release}: no RssAnon/RssFile in /proc/PID/status",
+                "use Linux 4.5 or newer",
+            )
+        )
     elif version < (4, 14):
-        checks.append(Check("kernel", "warn", f"{release}: no /proc/PID/smaps_rollup, so no PSS",
-                            "use Linux 4.14 or newer"))
+        checks.append(
+            Check(
+                "kernel",
+                "warn",
+                f"{release}: no /proc/PID/smaps_rollup, so no PSS",
+                "use Linux 4.14 or newer",
+            )
+        )
     if version < (5, 14):
-        checks.append(Check("kernel", "warn",
-                            f"{release}: no DRM fdinfo, so no per-process AMD/Intel GPU memory",
-                            "use Linux 5.14 or newer (5.19+ for the standard drm-* keys)"))
+        checks.append(
+            Check(
+                "kernel",
+                "warn",
+                f"{release}: no DRM fdinfo, so no per-process AMD/Intel GPU memory",
+                "use Linux 5.14 or newer (5.19+ for the standard drm-* keys)",
+            )
+        )
     elif version < (5, 19):
-        checks.append(Check("kernel", "info",
-                            f"{release}: old amdgpu fdinfo format (read, with fewer fields)"))
+        checks.append(
+            Check(
+                "kernel", "info", f"{release}: old amdgpu fdinfo format (read, with fewer fields)"
+            )
+        )
     if not checks:
         checks.append(
             Check("kernel", "ok", f"{release}: fdinfo, smaps_rollup and status all present")
@@ -82,8 +103,14 @@ def privilege_checks(roots: Roots) -> list[Check]:
     try:
         entries = list(os.scandir(roots.proc))
     except OSError as exc:
-        return [Check("privileges", "fail", f"cannot list {roots.proc}: {exc.strerror}",
-                      "point --proc-root at a proc tree")]
+        return [
+            Check(
+                "privileges",
+                "fail",
+                f"cannot list {roots.proc}: {exc.strerror}",
+                "point --proc-root at a proc tree",
+            )
+        ]
     for entry in entries:
         if not entry.name.isdigit():
             continue
@@ -95,9 +122,15 @@ def privilege_checks(roots: Roots) -> list[Check]:
         except OSError:
             total -= 1
     if denied:
-        return [Check("privileges", "warn",
-                      f"{denied} of {total} processes belong to other users: their GPU memory "
-                      "is counted in the device total but not attributed", PTRACE_FIX)]
+        return [
+            Check(
+                "privileges",
+                "warn",
+                f"{denied} of {total} processes belong to other users: their GPU memory "
+                "is counted in the device total but not attributed",
+                PTRACE_FIX,
+            )
+        ]
     return [Check("privileges", "ok", f"all {total} processes can be inspected")]
 
 
@@ -109,8 +142,14 @@ def hidepid_check(roots: Roots) -> list[Check]:
     for line in mounts.splitlines():
         fields = line.split()
         if len(fields) > 4 and fields[4] == "/proc" and "hidepid=" in line and os.geteuid() != 0:
-            return [Check("procfs", "warn", "/proc is mounted with hidepid=: other users' "
-                          "processes are invisible", "run as root or in the gid= of the mount")]
+            return [
+                Check(
+                    "procfs",
+                    "warn",
+                    "/proc is mounted with hidepid=: other users' processes are invisible",
+                    "run as root or in the gid= of the mount",
+                )
+            ]
     return []
 
 
@@ -120,9 +159,14 @@ def kernel_log_check(path: Path = Path("/dev/kmsg")) -> list[Check]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         os.close(fd)
     except OSError as exc:
-        return [Check("kernel log", "warn",
-                      f"cannot read {path} ({exc.strerror}): OOM kills will not be recorded",
-                      "run the daemon as root or with CAP_SYSLOG (the systemd unit grants it)")]
+        return [
+            Check(
+                "kernel log",
+                "warn",
+                f"cannot read {path} ({exc.strerror}): OOM kills will not be recorded",
+                "run the daemon as root or with CAP_SYSLOG (the systemd unit grants it)",
+            )
+        ]
     return [Check("kernel log", "ok", f"{path} is readable: OOM kills are recorded")]
 
 
@@ -132,17 +176,30 @@ def collector_checks(snap: Snapshot) -> list[Check]:
         devices = [d for d in snap.devices if d.collector == run.collector]
         if run.status == "ok":
             names = ", ".join(d.name or d.device_id for d in devices) or "no devices"
-            checks.append(Check(f"collector {run.collector}", "ok",
-                                f"{names} ({run.duration_s * 1000:.1f} ms)"))
+            checks.append(
+                Check(
+                    f"collector {run.collector}", "ok", f"{names} ({run.duration_s * 1000:.1f} ms)"
+                )
+            )
         elif run.status == "nodata":
-            checks.append(Check(f"collector {run.collector}", "info",
-                                f"not applicable here: {run.error}"))
+            checks.append(
+                Check(f"collector {run.collector}", "info", f"not applicable here: {run.error}")
+            )
         else:
-            checks.append(Check(f"collector {run.collector}", "fail", f"failed: {run.error}",
-                                "report it with the output of `vramscope doctor --json`"))
+            checks.append(
+                Check(
+                    f"collector {run.collector}",
+                    "fail",
+                    f"failed: {run.error}",
+                    "report it with the output of `vramscope doctor --json`",
+                )
+            )
     for h in snap.hidden:
-        checks.append(Check("hidden", "warn", f"{h.comm or '?'} (pid {h.pid}): {h.reason}",
-                            h.hint or PTRACE_FIX))
+        checks.append(
+            Check(
+                "hidden", "warn", f"{h.comm or '?'} (pid {h.pid}): {h.reason}", h.hint or PTRACE_FIX
+            )
+        )
     return checks
 
 
@@ -156,15 +213,25 @@ def cgroup_checks(snap: Snapshot, near_pct: float = 90.0) -> list[Check]:
         gib = GIB
         used = "?" if g.memory_current_bytes is None else f"{g.memory_current_bytes / gib:.2f}"
         limit = "no max" if g.memory_max_bytes is None else f"max {g.memory_max_bytes / gib:.2f}"
-        high = "" if g.memory_high_bytes is None else \
-            f", high {g.memory_high_bytes / gib:.2f}"
-        detail = (f"{names.get(c.pid, '?')} (pid {c.pid}) runs in {g.path}: {used} GiB "
-                  f"charged, {limit}{high} GiB")
-        share = (100.0 * g.memory_current_bytes / g.memory_max_bytes
-                 if g.memory_max_bytes and g.memory_current_bytes is not None else None)
+        high = "" if g.memory_high_bytes is None else f", high {g.memory_high_bytes / gib:.2f}"
+        detail = (
+            f"{names.get(c.pid, '?')} (pid {c.pid}) runs in {g.path}: {used} GiB "
+            f"charged, {limit}{high} GiB"
+        )
+        share = (
+            100.0 * g.memory_current_bytes / g.memory_max_bytes
+            if g.memory_max_bytes and g.memory_current_bytes is not None
+            else None
+        )
         if share is not None and share > near_pct:
-            checks.append(Check("memory cgroup", "warn", f"{detail} ({share:.0f}% of its max)",
-                                "raise MemoryMax= of the unit, or load less in it"))
+            checks.append(
+                Check(
+                    "memory cgroup",
+                    "warn",
+                    f"{detail} ({share:.0f}% of its max)",
+                    "raise MemoryMax= of the unit, or load less in it",
+                )
+            )
         else:
             checks.append(Check("memory cgroup", "info", detail))
     return checks
@@ -181,20 +248,33 @@ def database_file_checks(path: Path) -> list[Check]:
 
     checks = []
     try:
-        moved = sorted(p for p in path.parent.glob(f"{glob_escape(path.name)}.corrupt-*")
-                       if not p.name.endswith(("-wal", "-shm")))
+        moved = sorted(
+            p
+            for p in path.parent.glob(f"{glob_escape(path.name)}.corrupt-*")
+            if not p.name.endswith(("-wal", "-shm"))
+        )
     except OSError:
         moved = []
     if moved:
-        checks.append(Check(
-            "database", "warn", f"{len(moved)} corrupt database(s) moved aside by the daemon: "
-            + ", ".join(str(p) for p in moved[:5]),
-            "keep them as evidence or delete them; the daemon started a new database"))
+        checks.append(
+            Check(
+                "database",
+                "warn",
+                f"{len(moved)} corrupt database(s) moved aside by the daemon: "
+                + ", ".join(str(p) for p in moved[:5]),
+                "keep them as evidence or delete them; the daemon started a new database",
+            )
+        )
     for side in backlog.paths(path):
         if side.exists():
-            checks.append(Check(
-                "database", "warn", f"{side} holds ticks a stopped daemon could not write",
-                "start `vramscope daemon`: it writes them first, then removes the file"))
+            checks.append(
+                Check(
+                    "database",
+                    "warn",
+                    f"{side} holds ticks a stopped daemon could not write",
+                    "start `vramscope daemon`: it writes them first, then removes the file",
+                )
+            )
     return checks
 
 
@@ -234,26 +314,48 @@ def _database_state(config: Config) -> list[Check]:
     if holder is not None:
         health = daemon_health(config)
         if health is not None and health[0] != 200 and health[1].startswith("database:"):
-            return [Check("database", "fail",
-                          f"the daemon (pid {holder}) cannot write {path}: {health[1]}",
-                          "free disk space, stop the other writer, or fix the file's "
-                          "permissions; the daemon keeps sampling and writes the backlog "
-                          "when it can")]
+            return [
+                Check(
+                    "database",
+                    "fail",
+                    f"the daemon (pid {holder}) cannot write {path}: {health[1]}",
+                    "free disk space, stop the other writer, or fix the file's "
+                    "permissions; the daemon keeps sampling and writes the backlog "
+                    "when it can",
+                )
+            ]
         return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
     if path.exists():
         from monitor.store.database import classify
 
         kind, detail = classify(path)
         if kind in ("foreign", "not_sqlite", "directory", "unreadable"):
-            return [Check("database", "fail", f"{path} is not a vramscope database "
-                          f"({detail or kind}); the daemon refuses it",
-                          "pass --db a new path")]
-        return [Check("database", "info", f"{path} exists; no daemon is writing it now",
-                      "start one with `vramscope daemon` (or the systemd unit)")]
+            return [
+                Check(
+                    "database",
+                    "fail",
+                    f"{path} is not a vramscope database ({detail or kind}); the daemon refuses it",
+                    "pass --db a new path",
+                )
+            ]
+        return [
+            Check(
+                "database",
+                "info",
+                f"{path} exists; no daemon is writing it now",
+                "start one with `vramscope daemon` (or the systemd unit)",
+            )
+        ]
     parent = next((p for p in [path.parent, *path.parents] if p.exists()), Path("/"))
     if not os.access(parent, os.W_OK):
-        return [Check("database", "fail", f"cannot create {path}: {parent} is not writable",
-                      "pass --db to a writable place, or run as the service user")]
+        return [
+            Check(
+                "database",
+                "fail",
+                f"cannot create {path}: {parent} is not writable",
+                "pass --db to a writable place, or run as the service user",
+            )
+        ]
     return [Check("database", "info", f"{path} will be created by `vramscope daemon`")]
 
 
@@ -266,14 +368,26 @@ def exit_status_check(kernel_log_readable: bool) -> list[Check]:
     working = listener.open() and listener.verify()
     listener.close()
     if working:
-        return [Check("exit status", "ok", "source: connector (the kernel's process events): "
-                      "each tracked process's exit code or signal is recorded")]
-    fallback = ("zombie (a server's /proc/PID/stat while its parent has not reaped it)"
-                + (" and kernel log (OOM kills)" if kernel_log_readable else ""))
-    return [Check("exit status", "warn",
-                  f"source: {fallback} only; {listener.error}: most exits are recorded "
-                  "without a code or signal",
-                  "run the daemon as root or with CAP_NET_ADMIN")]
+        return [
+            Check(
+                "exit status",
+                "ok",
+                "source: connector (the kernel's process events): "
+                "each tracked process's exit code or signal is recorded",
+            )
+        ]
+    fallback = "zombie (a server's /proc/PID/stat while its parent has not reaped it)" + (
+        " and kernel log (OOM kills)" if kernel_log_readable else ""
+    )
+    return [
+        Check(
+            "exit status",
+            "warn",
+            f"source: {fallback} only; {listener.error}: most exits are recorded "
+            "without a code or signal",
+            "run the daemon as root or with CAP_NET_ADMIN",
+        )
+    ]
 
 
 def run_checks(config: Config) -> list[Check]:

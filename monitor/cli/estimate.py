@@ -19,8 +19,7 @@ def live_devices(cfg: Config) -> list[DeviceInfo]:
     """The GPUs the collectors see now, with their free memory (host RAM is implicit)."""
     from monitor.daemon.sampler import Sampler
 
-    wanted = [n for n in ("nvml", "drm", "amdsmi") if cfg.collectors is None
-              or n in cfg.collectors]
+    wanted = [n for n in ("nvml", "drm", "amdsmi") if cfg.collectors is None or n in cfg.collectors]
     sampler = Sampler(cfg.roots, CollectorOptions(), wanted)
     try:
         snap = sampler.sample()
@@ -37,8 +36,9 @@ def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
     try:
         raw = _fs.read_bytes(cfg.roots.proc / str(pid) / "cmdline")
     except OSError as exc:
-        raise EstimateError(f"cannot read the command line of pid {pid}: "
-                            f"{exc.strerror or exc}") from None
+        raise EstimateError(
+            f"cannot read the command line of pid {pid}: {exc.strerror or exc}"
+        ) from None
     argv = list(parse_cmdline(raw))
     if not argv:
         raise EstimateError(f"pid {pid} has no command line (a kernel thread or a zombie)")
@@ -53,8 +53,7 @@ def cwd_of(cfg: Config, pid: int) -> str | None:
     return read_cwd(str(cfg.roots.proc / str(pid) / "cwd"))
 
 
-def refused_values(command: list[str], env: dict[str, str] | None = None
-                   ) -> tuple[str, ...]:
+def refused_values(command: list[str], env: dict[str, str] | None = None) -> tuple[str, ...]:
     """One line per value the engine would refuse or misread (``-c abc``)."""
     from monitor.engines import parse_command
 
@@ -69,8 +68,14 @@ def refuse_bad_values(command: list[str]) -> None:
         raise EstimateError(refused[0])
 
 
-def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool,
-                 cpu_only: bool, log_path: str | None = None) -> str:
+def run_estimate(
+    cfg: Config,
+    command: list[str],
+    pid: int | None,
+    as_json: bool,
+    cpu_only: bool,
+    log_path: str | None = None,
+) -> str:
     if pid is not None and command:
         raise EstimateError("give either --pid or a command after --, not both")
     env = cwd = None
@@ -99,7 +104,8 @@ def run_estimate(cfg: Config, command: list[str], pid: int | None, as_json: bool
             raise EstimateError(
                 f"{log_path}: no llama.cpp memory lines in this log (the '... buffer size = "
                 "N MiB' and 'llama_kv_cache: size = ...' lines llama-server prints as it "
-                "loads); nothing to compare")
+                "loads); nothing to compare"
+            )
         rows = compare_with_log(est, report)
     if as_json:
         doc = to_json(est)

@@ -74,16 +74,29 @@ def _path(**kwargs: Any) -> click.Path:
 def common_options(func: Any) -> Any:
     """Options every command shares: where the config, database and roots are."""
     options = [
-        click.option("--config", "config_path", type=_path(),
-                     help="TOML config file (default: /etc/vramscope/config.toml for root, "
-                          "else ~/.config/vramscope/config.toml, if present)."),
-        click.option("--db", type=_path(),
-                     help="SQLite database (default: ~/.local/state/vramscope/vramscope.db, "
-                          "or /var/lib/vramscope/vramscope.db for root)."),
-        click.option("--proc-root", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     help="Read this tree instead of /proc (a recorded fixture)."),
-        click.option("--sys-root", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     help="Read this tree instead of /sys (a recorded fixture)."),
+        click.option(
+            "--config",
+            "config_path",
+            type=_path(),
+            help="TOML config file (default: /etc/vramscope/config.toml for root, "
+            "else ~/.config/vramscope/config.toml, if present).",
+        ),
+        click.option(
+            "--db",
+            type=_path(),
+            help="SQLite database (default: ~/.local/state/vramscope/vramscope.db, "
+            "or /var/lib/vramscope/vramscope.db for root).",
+        ),
+        click.option(
+            "--proc-root",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            help="Read this tree instead of /proc (a recorded fixture).",
+        ),
+        click.option(
+            "--sys-root",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            help="Read this tree instead of /sys (a recorded fixture).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -95,8 +108,11 @@ def load_config(**kwargs: Any) -> config_mod.Config:
     return config_mod.load(kwargs.pop("config_path", None), **kwargs)
 
 
-@click.group(cls=_Vramscope, invoke_without_command=True,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Vramscope,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="vramscope")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
@@ -119,10 +135,12 @@ def cli(ctx: click.Context) -> None:
 
 @cli.command()
 @common_options
-@click.option("--interval", type=Finite(0.05, 3600),
-              help="Seconds between samples (default 1).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              help="Log verbosity (default info). Logs go to stderr, one line each.")
+@click.option("--interval", type=Finite(0.05, 3600), help="Seconds between samples (default 1).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Log verbosity (default info). Logs go to stderr, one line each.",
+)
 def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None:
     """Sample devices and processes into the database until stopped.
 
@@ -135,7 +153,8 @@ def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None
 
     cfg = load_config(interval_s=interval, log_level=log_level, **kwargs)
     logging.basicConfig(
-        level=cfg.log_level.upper(), stream=sys.stderr,
+        level=cfg.log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if cfg.log_level != "debug":
@@ -145,12 +164,19 @@ def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None
 
 @cli.command()
 @common_options
-@click.option("--json", "as_json", is_flag=True,
-              help="Print JSON (schema vramscope.status/1, docs/status.schema.json).")
-@click.option("--pss", is_flag=True,
-              help="Also read PSS (smaps_rollup) of every tracked process. It walks page "
-                   "tables: up to ~0.5 s for a 70 GB process, competing with it for its "
-                   "memory map lock.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON (schema vramscope.status/1, docs/status.schema.json).",
+)
+@click.option(
+    "--pss",
+    is_flag=True,
+    help="Also read PSS (smaps_rollup) of every tracked process. It walks page "
+    "tables: up to ~0.5 s for a 70 GB process, competing with it for its "
+    "memory map lock.",
+)
 def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     """Show devices and tracked processes, sampled now.
 
@@ -168,7 +194,8 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
 
     cfg = load_config(**kwargs)
     options = CollectorOptions(
-        top_n=cfg.options.top_n, max_tracked=cfg.options.max_tracked,
+        top_n=cfg.options.top_n,
+        max_tracked=cfg.options.max_tracked,
         pss_per_tick=cfg.options.max_tracked if pss else 0,
     )
     sampler = Sampler(cfg.roots, options, cfg.collectors)
@@ -179,8 +206,11 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     if as_json:
         from monitor.engines import read_llama_env
 
-        click.echo(json.dumps(status_mod.to_json(
-            snap, lambda pid: read_llama_env(cfg.roots.proc, pid)), indent=2))
+        click.echo(
+            json.dumps(
+                status_mod.to_json(snap, lambda pid: read_llama_env(cfg.roots.proc, pid)), indent=2
+            )
+        )
     else:
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
         click.echo(status_mod.render_text(snap, width=width))
@@ -213,8 +243,9 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
 @click.option("--archive", is_flag=True, help="Also pack the folder as FOLDER.tar.gz.")
 @click.option("--no-nvml", is_flag=True, help="Leave out the NVIDIA driver's answers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json: bool = False,
-            **kwargs: Any) -> None:
+def capture(
+    folder: Path, archive: bool = False, no_nvml: bool = False, as_json: bool = False, **kwargs: Any
+) -> None:
     """Record what vramscope reads on this machine into FOLDER, for a bug report or a test.
 
     One sample is taken with every read recorded: the /proc and /sys files, listings and
@@ -232,17 +263,22 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
     from monitor.cli.capture import replay_command
 
     cfg = load_config(**kwargs)
-    result = capture_tree(cfg.roots, folder, enabled=cfg.collectors, nvml=not no_nvml,
-                          archive=archive)
+    result = capture_tree(
+        cfg.roots, folder, enabled=cfg.collectors, nvml=not no_nvml, archive=archive
+    )
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
     runs = ", ".join(f"{name} {status}" for name, status in result.collectors.items())
-    click.echo(f"captured {result.files} files ({result.bytes / 1024:.0f} KiB), "
-               f"{result.links} links into {result.out}")
+    click.echo(
+        f"captured {result.files} files ({result.bytes / 1024:.0f} KiB), "
+        f"{result.links} links into {result.out}"
+    )
     click.echo(f"collectors: {runs}; NVIDIA: {result.nvml}")
-    click.echo(f"redacted command lines: {result.redacted_cmdlines}; left out: "
-               f"{result.dropped}; unreadable here: {len(result.denied)}")
+    click.echo(
+        f"redacted command lines: {result.redacted_cmdlines}; left out: "
+        f"{result.dropped}; unreadable here: {len(result.denied)}"
+    )
     if result.archive is not None:
         click.echo(f"archive: {result.archive}")
     click.echo(f"replay: {replay_command(result.out)}")
@@ -252,14 +288,25 @@ def capture(folder: Path, archive: bool = False, no_nvml: bool = False, as_json:
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.estimate/1).")
 @click.option("--pid", type=PID, help="Estimate a running server from its real arguments.")
-@click.option("--cpu-only", is_flag=True,
-              help="Ignore this machine's GPUs: place everything in host memory.")
-@click.option("--log", "log_path", type=click.Path(dir_okay=False),
-              help="A llama-server log (-lv 4): show what llama.cpp reported beside each "
-                   "estimated component.")
+@click.option(
+    "--cpu-only", is_flag=True, help="Ignore this machine's GPUs: place everything in host memory."
+)
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False),
+    help="A llama-server log (-lv 4): show what llama.cpp reported beside each "
+    "estimated component.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only: bool,
-             log_path: str | None, **kwargs: Any) -> None:
+def estimate(
+    command: tuple[str, ...],
+    as_json: bool,
+    pid: int | None,
+    cpu_only: bool,
+    log_path: str | None,
+    **kwargs: Any,
+) -> None:
     """Estimate what a server will cost, per component and device, before it starts.
 
     \b
@@ -282,30 +329,71 @@ def estimate(command: tuple[str, ...], as_json: bool, pid: int | None, cpu_only:
 @cli.command(context_settings={"ignore_unknown_options": True})
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.predict/1).")
-@click.option("--state", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Judge against a recorded `vramscope status --json` file, not this box now.")
-@click.option("--at", "at_time", help="Judge against a moment in the database "
-              "('YYYY-MM-DD HH:MM', local time).")
-@click.option("--swap-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="llama-swap config: predict a model by its id, counting what it unloads.")
+@click.option(
+    "--state",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Judge against a recorded `vramscope status --json` file, not this box now.",
+)
+@click.option(
+    "--at",
+    "at_time",
+    help="Judge against a moment in the database ('YYYY-MM-DD HH:MM', local time).",
+)
+@click.option(
+    "--swap-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="llama-swap config: predict a model by its id, counting what it unloads.",
+)
 @click.option("--swap-url", help="llama-swap on loopback (http://127.0.0.1:PORT) for /running.")
-@click.option("--margin-gib", type=Finite(0, 1_000_000), default=0.5, show_default=True,
-              help="Safety margin kept free on every device.")
-@click.option("--fit-ctx", "want_fit_ctx", is_flag=True,
-              help="Also find the largest -c that fits on this box state.")
-@click.option("--bw", "bandwidths", multiple=True, metavar="DEVICE=GB/s",
-              help="Memory bandwidth for the tokens/s ceiling, e.g. --bw gpu=272 --bw "
-                   "host=76.8 (gpu = every GPU).")
-@click.option("--cgroup", "cgroup_path", metavar="PATH",
-              help="The memory cgroup the launch will run in (/sys/fs/cgroup/...); default: "
-                   "this shell's, or llama-swap's for a MODEL_ID.")
-@click.option("--unit", metavar="NAME", help="The systemd unit the launch will run in "
-              "(its cgroup system.slice/NAME bounds it: MemoryMax=).")
+@click.option(
+    "--margin-gib",
+    type=Finite(0, 1_000_000),
+    default=0.5,
+    show_default=True,
+    help="Safety margin kept free on every device.",
+)
+@click.option(
+    "--fit-ctx",
+    "want_fit_ctx",
+    is_flag=True,
+    help="Also find the largest -c that fits on this box state.",
+)
+@click.option(
+    "--bw",
+    "bandwidths",
+    multiple=True,
+    metavar="DEVICE=GB/s",
+    help="Memory bandwidth for the tokens/s ceiling, e.g. --bw gpu=272 --bw "
+    "host=76.8 (gpu = every GPU).",
+)
+@click.option(
+    "--cgroup",
+    "cgroup_path",
+    metavar="PATH",
+    help="The memory cgroup the launch will run in (/sys/fs/cgroup/...); default: "
+    "this shell's, or llama-swap's for a MODEL_ID.",
+)
+@click.option(
+    "--unit",
+    metavar="NAME",
+    help="The systemd unit the launch will run in "
+    "(its cgroup system.slice/NAME bounds it: MemoryMax=).",
+)
 @click.argument("target", nargs=-1, type=click.UNPROCESSED)
-def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time: str | None,
-            swap_config: Path | None, swap_url: str | None, margin_gib: float,
-            want_fit_ctx: bool, bandwidths: tuple[str, ...], cgroup_path: str | None,
-            unit: str | None, **kwargs: Any) -> None:
+def predict(
+    target: tuple[str, ...],
+    as_json: bool,
+    state: Path | None,
+    at_time: str | None,
+    swap_config: Path | None,
+    swap_url: str | None,
+    margin_gib: float,
+    want_fit_ctx: bool,
+    bandwidths: tuple[str, ...],
+    cgroup_path: str | None,
+    unit: str | None,
+    **kwargs: Any,
+) -> None:
     """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
     load; 3: fits at load, OOM once the prompt cache / checkpoints fill (bound them with
     the --cache-ram N / -ctxcp N it names); 2: error (a bad launch value, or no
@@ -337,12 +425,22 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
             raise UserError(f"--bw {item}: the bandwidth must be a positive number of GB/s")
     if swap_config is None:
         swap_config = cfg.swap_config  # [llama_swap] config
-    model_id = target[0] if swap_config is not None and len(target) == 1 and \
-        target[0] != "--" else None
-    req = PredictRequest([] if model_id is not None else list(target), model_id=model_id,
-                         state=state, at=at_time, swap_config=swap_config, swap_url=swap_url,
-                         margin_gib=margin_gib, want_fit_ctx=want_fit_ctx, bandwidth_gbs=bw,
-                         cgroup=cgroup_path, unit=unit)
+    model_id = (
+        target[0] if swap_config is not None and len(target) == 1 and target[0] != "--" else None
+    )
+    req = PredictRequest(
+        [] if model_id is not None else list(target),
+        model_id=model_id,
+        state=state,
+        at=at_time,
+        swap_config=swap_config,
+        swap_url=swap_url,
+        margin_gib=margin_gib,
+        want_fit_ctx=want_fit_ctx,
+        bandwidth_gbs=bw,
+        cgroup=cgroup_path,
+        unit=unit,
+    )
     try:
         result = run_predict(cfg, req)
         text = to_json(result) if as_json else render_text(result)
@@ -355,12 +453,16 @@ def predict(target: tuple[str, ...], as_json: bool, state: Path | None, at_time:
 @cli.command()
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--state", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Diagnose a recorded `vramscope status --json` file instead of this box.")
+@click.option(
+    "--state",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Diagnose a recorded `vramscope status --json` file instead of this box.",
+)
 @click.option("--at", "at_time", help="Diagnose a moment in the database.")
 @click.option("--pid", type=PID, help="Only this process.")
-def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | None,
-             **kwargs: Any) -> None:
+def diagnose(
+    as_json: bool, state: Path | None, at_time: str | None, pid: int | None, **kwargs: Any
+) -> None:
     """Explain why running models hold more memory than expected.
 
     \b
@@ -385,10 +487,20 @@ def diagnose(as_json: bool, state: Path | None, at_time: str | None, pid: int | 
 @click.option("--pid", type=PID, help="The crash of this process.")
 @click.option("--at", "at_time", help="The crash nearest this time ('YYYY-MM-DD HH:MM').")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (vramscope.postmortem/1).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write one self-contained HTML report (inline SVG chart) here.")
-def postmortem(last: bool, pid: int | None, at_time: str | None, as_json: bool,
-               html_path: Path | None, **kwargs: Any) -> None:
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write one self-contained HTML report (inline SVG chart) here.",
+)
+def postmortem(
+    last: bool,
+    pid: int | None,
+    at_time: str | None,
+    as_json: bool,
+    html_path: Path | None,
+    **kwargs: Any,
+) -> None:
     """What died, when and how: the evidence around an OOM kill or a crashed load.
 
     \b
@@ -433,11 +545,19 @@ def _since(text: str) -> int:
 
 @cli.command()
 @common_options
-@click.option("--since", default="24h", show_default=True,
-              help="How far back: 30m, 6h, 2d, or a time 'YYYY-MM-DD HH:MM'.")
-@click.option("--kind", "kinds", multiple=True,
-              help="Only these kinds (repeatable): oom_kill, crash, process_exit, "
-                   "oom_predicted, load_started, load_finished, xid, ...")
+@click.option(
+    "--since",
+    default="24h",
+    show_default=True,
+    help="How far back: 30m, 6h, 2d, or a time 'YYYY-MM-DD HH:MM'.",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    help="Only these kinds (repeatable): oom_kill, crash, process_exit, "
+    "oom_predicted, load_started, load_finished, xid, ...",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
@@ -455,8 +575,10 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
         return
     for r in rows:
         when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
-                   f"{terminal_safe(r['message'])}")
+        click.echo(
+            f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
+            f"{terminal_safe(r['message'])}"
+        )
     if not rows:
         click.echo("no events in that period")
 
@@ -468,11 +590,19 @@ def service() -> None:
 
 @service.command("install")
 @click.option("--user", "user", is_flag=True, help="Your user's systemd (no root needed).")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default="/",
-              hidden=True, help="Write under this directory instead of / (for packaging).")
-@click.option("--allow-user-venv", is_flag=True,
-              help="Install even though a non-root user can change the code the service "
-                   "runs with CAP_SYS_PTRACE (see docs/service.md).")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="/",
+    hidden=True,
+    help="Write under this directory instead of / (for packaging).",
+)
+@click.option(
+    "--allow-user-venv",
+    is_flag=True,
+    help="Install even though a non-root user can change the code the service "
+    "runs with CAP_SYS_PTRACE (see docs/service.md).",
+)
 def service_install(user: bool, root: Path, allow_user_venv: bool) -> None:
     """Write the unit and an example config (0600), then print the next steps."""
     from monitor.service.install import install
@@ -482,8 +612,7 @@ def service_install(user: bool, root: Path, allow_user_venv: bool) -> None:
 
 @service.command("uninstall")
 @click.option("--user", "user", is_flag=True, help="The --user unit.")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default="/",
-              hidden=True)
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default="/", hidden=True)
 def service_uninstall(user: bool, root: Path) -> None:
     """Remove the unit (the config and the data stay)."""
     from monitor.service.install import uninstall
@@ -504,8 +633,9 @@ def alerts_test(**kwargs: Any) -> None:
 
     cfg = load_config(**kwargs)
     if not cfg.alert_urls and not cfg.alert_command:
-        raise UserError("no alert channels: add [alerts] urls = [...] or command = \"...\" "
-                        "to the config")
+        raise UserError(
+            'no alert channels: add [alerts] urls = [...] or command = "..." to the config'
+        )
     notifier = Notifier(list(cfg.alert_urls), cfg.alert_command, cfg.alert_cooldown_s)
     try:
         results = notifier.send_test()

@@ -18,23 +18,35 @@ from monitor.config import Config
 from monitor.estimate import EstimateError
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 
-__all__ = ["EXIT_FITS", "EXIT_GROWS_OOM", "EXIT_OOM", "PredictRequest", "PredictResult",
-           "gpu_devices", "launch_cgroup", "run_predict", "take_snapshot"]
+__all__ = [
+    "EXIT_FITS",
+    "EXIT_GROWS_OOM",
+    "EXIT_OOM",
+    "PredictRequest",
+    "PredictResult",
+    "gpu_devices",
+    "launch_cgroup",
+    "run_predict",
+    "take_snapshot",
+]
 
 
-def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
-                  ) -> Snapshot:
+def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None) -> Snapshot:
     """The box state to judge against: ``snapshot`` when given (the daemon's latest, for
     the HTTP API), else ``req.state``, ``req.at`` or a live sample."""
     from monitor.analysis.state import Daemon, box_state, chosen_origin
 
-    origin = Daemon(snapshot) if snapshot is not None else chosen_origin(
-        cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at)
+    origin = (
+        Daemon(snapshot)
+        if snapshot is not None
+        else chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at)
+    )
     return box_state(origin).snapshot
 
 
-def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
-                  ) -> tuple[CgroupMemory | None, str | None]:
+def launch_cgroup(
+    cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
+) -> tuple[CgroupMemory | None, str | None]:
     """(the memory cgroup limit the launch will run under, a note saying which one).
 
     ``--cgroup``/``--unit`` name it; ``predict MODEL_ID`` takes llama-swap's (its children
@@ -45,22 +57,29 @@ def launch_cgroup(cfg: Config, req: PredictRequest, snap: Snapshot, live: bool
 
     if req.cgroup is not None or req.unit is not None:
         if req.unit is not None and ("/" in req.unit or req.unit in ("", ".", "..")):
-            raise EstimateError(f"--unit {req.unit}: expected a systemd unit name, "
-                                "e.g. llama-swap.service")
+            raise EstimateError(
+                f"--unit {req.unit}: expected a systemd unit name, e.g. llama-swap.service"
+            )
         given = req.cgroup if req.cgroup is not None else f"/system.slice/{req.unit}"
-        hier, path = cgroup.resolve(cfg.roots, given, None if req.unit is None or req.cgroup
-                                 else f"--unit {req.unit} ({given})")
+        hier, path = cgroup.resolve(
+            cfg.roots,
+            given,
+            None if req.unit is None or req.cgroup else f"--unit {req.unit} ({given})",
+        )
         limit = cgroup.read_limit(hier, path)
         return limit, f"the launch runs in the memory cgroup {path}" + (
-            "" if limit is not None else " (no memory limit on it or its ancestors)")
+            "" if limit is not None else " (no memory limit on it or its ancestors)"
+        )
     if req.model_id is not None:
         return swap_cgroup(req, snap)
     if live and req.state is None and req.at is None:
         h = cgroup.memory_hierarchy(cfg.roots)
         found = cgroup.pid_limit(cfg.roots, h, "self")
         if found is not None:
-            return found, (f"this shell runs in the memory cgroup {found.path}; a launch "
-                           "from it inherits it (--cgroup/--unit to judge another)")
+            return found, (
+                f"this shell runs in the memory cgroup {found.path}; a launch "
+                "from it inherits it (--cgroup/--unit to judge another)"
+            )
     return None, None
 
 
@@ -68,8 +87,9 @@ def gpu_devices(snap: Snapshot, cfg: Config) -> list[DeviceInfo]:
     return devices_from_samples(snap.devices, cfg.gpu_overhead_mib * 1024 * 1024)
 
 
-def run_predict(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
-                ) -> PredictResult:
+def run_predict(
+    cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
+) -> PredictResult:
     """The whole question: the box state (``snapshot`` when given: the daemon's latest,
     for the HTTP API), the launch's cgroup, then :func:`answer`."""
     snap = take_snapshot(cfg, req, snapshot)

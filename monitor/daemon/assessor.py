@@ -55,8 +55,7 @@ class Assessor:
     _unstored: dict[Key, tuple[Assessment, int | None]] = field(default_factory=dict)
     _done: list[Assessment] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _queue: queue.Queue[_Job | None] = field(
-        default_factory=lambda: queue.Queue(MAX_QUEUED))
+    _queue: queue.Queue[_Job | None] = field(default_factory=lambda: queue.Queue(MAX_QUEUED))
     _thread: threading.Thread | None = None
 
     def current(self) -> Mapping[Key, Assessment]:
@@ -79,8 +78,11 @@ class Assessor:
         from monitor.engines.recognise import helper_parents
 
         helpers = helper_parents({p.pid: p for p in snap.processes})
-        servers = {(p.pid, p.start_ticks): p for p in snap.processes
-                   if p.engine in SERVER_ENGINES and p.pid not in helpers}
+        servers = {
+            (p.pid, p.start_ticks): p
+            for p in snap.processes
+            if p.engine in SERVER_ENGINES and p.pid not in helpers
+        }
         current = {k: a for k, a in self._current.items() if k in servers}
         with self._lock:
             done, self._done = self._done, []
@@ -133,8 +135,9 @@ class Assessor:
         if store is None:
             return None
         try:
-            return store.stored_assessment(info.pid, info.start_ticks, info.started_at_ms,
-                                           key, ESTIMATOR_VERSION)
+            return store.stored_assessment(
+                info.pid, info.start_ticks, info.started_at_ms, key, ESTIMATOR_VERSION
+            )
         except sqlite3.Error as exc:
             log.debug("stored assessment of pid %d not read: %s", info.pid, exc)
             return None
@@ -157,8 +160,7 @@ class Assessor:
             self._run(job)
             return True
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="vramscope-assess",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._loop, name="vramscope-assess", daemon=True)
             self._thread.start()
         try:
             self._queue.put_nowait(job)

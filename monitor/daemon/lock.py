@@ -55,8 +55,7 @@ def lock_database_file(db_path: Path) -> IO[bytes]:
         db_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(db_path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o640)
     except OSError as exc:
-        raise StoreError(
-            f"cannot create the database {db_path}: {exc.strerror or exc}") from None
+        raise StoreError(f"cannot create the database {db_path}: {exc.strerror or exc}") from None
     handle = os.fdopen(fd, "rb")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -66,7 +65,8 @@ def lock_database_file(db_path: Path) -> IO[bytes]:
         pid = _flock_holder(st.st_dev, st.st_ino)
         raise DaemonLocked(
             f"another vramscope daemon (pid {pid if pid is not None else 'unknown'}) is "
-            f"already writing {db_path} (the same file, by another name: a link)") from None
+            f"already writing {db_path} (the same file, by another name: a link)"
+        ) from None
     return handle
 
 
@@ -79,8 +79,13 @@ def _flock_holder(dev: int, ino: int) -> int | None:
         return None
     for line in text.splitlines():
         parts = line.split()
-        if "->" not in parts and len(parts) >= 6 and parts[1] == "FLOCK" \
-                and parts[5] == want and parts[4].isdigit():
+        if (
+            "->" not in parts
+            and len(parts) >= 6
+            and parts[1] == "FLOCK"
+            and parts[5] == want
+            and parts[4].isdigit()
+        ):
             return int(parts[4])
     return None
 

@@ -57,7 +57,8 @@ class DaemonContext:
     scheduler: Any = None
     tails: list[Any] = field(default_factory=list)  # monitor.logs.follow: engine logs
     recent_kills: dict[int, tuple[int, str, str | None]] = field(
-        default_factory=dict)  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
+        default_factory=dict
+    )  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
     last_app_oom_ms: int | None = None  # an engine log's out-of-memory line
     proc_events: Any = None  # collectors.proc_events.ProcEventListener: exit statuses
     alerts: Any = None  # monitor.alerts.engine.AlertEngine (rules + delivery)
@@ -71,8 +72,13 @@ class DaemonContext:
 
     def health(self) -> WriterHealth:
         """Safe from any thread: reads a few fields the worker thread swaps."""
-        return WriterHealth(self.db_error is None, self.db_error, self.db_error_since_ms,
-                            len(self.pending), self.dropped)
+        return WriterHealth(
+            self.db_error is None,
+            self.db_error,
+            self.db_error_since_ms,
+            len(self.pending),
+            self.dropped,
+        )
 
 
 def tick(ctx: DaemonContext) -> Snapshot:
@@ -110,9 +116,11 @@ def tick(ctx: DaemonContext) -> Snapshot:
         ctx.dropped += 1
         if not ctx.dropped_logged:  # once per refusal; the count is in /metrics and /healthz
             ctx.dropped_logged = True
-            log.error("%d ticks wait for the database: dropping the oldest from now on "
-                      "(first: %s)", PENDING_MAX,
-                      datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat())
+            log.error(
+                "%d ticks wait for the database: dropping the oldest from now on (first: %s)",
+                PENDING_MAX,
+                datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(),
+            )
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
     _write_pending(ctx)
@@ -136,12 +144,17 @@ def _check_wal(ctx: DaemonContext) -> None:
             return
         ctx.store.recover_wal()
     except sqlite3.Error as exc:
-        log.error("the -wal file of %s was deleted while running and could not be "
-                  "checkpointed: %s", ctx.config.db_path, exc)
+        log.error(
+            "the -wal file of %s was deleted while running and could not be checkpointed: %s",
+            ctx.config.db_path,
+            exc,
+        )
         return
-    log.warning("the -wal file of %s was deleted while running; its ticks were "
-                "checkpointed into the database and a new -wal was started",
-                ctx.config.db_path)
+    log.warning(
+        "the -wal file of %s was deleted while running; its ticks were "
+        "checkpointed into the database and a new -wal was started",
+        ctx.config.db_path,
+    )
 
 
 def _write_pending(ctx: DaemonContext) -> None:
@@ -156,12 +169,27 @@ def _write_pending(ctx: DaemonContext) -> None:
             if ctx.db_error is None:  # said once; the event is stored with the tick
                 ctx.db_error = str(exc)
                 ctx.db_error_since_ms = now_ms()
-                log.error("cannot write to %s (%s); ticks are kept in memory until it "
-                          "accepts writes again", ctx.config.db_path, exc)
-                ctx.pending[0] = dataclasses.replace(head, events=(*head.events, DeviceEvent(
-                    head.ts_ms, "database", "database_unwritable", "critical",
-                    f"cannot write to the database {ctx.config.db_path} ({exc}); "
-                    "ticks are kept in memory", {"error": str(exc)})))
+                log.error(
+                    "cannot write to %s (%s); ticks are kept in memory until it "
+                    "accepts writes again",
+                    ctx.config.db_path,
+                    exc,
+                )
+                ctx.pending[0] = dataclasses.replace(
+                    head,
+                    events=(
+                        *head.events,
+                        DeviceEvent(
+                            head.ts_ms,
+                            "database",
+                            "database_unwritable",
+                            "critical",
+                            f"cannot write to the database {ctx.config.db_path} ({exc}); "
+                            "ticks are kept in memory",
+                            {"error": str(exc)},
+                        ),
+                    ),
+                )
             break
         except Exception as exc:
             failures = ctx.failures.get(head.ts_ms, 0) + 1
@@ -169,8 +197,9 @@ def _write_pending(ctx: DaemonContext) -> None:
             if failures < POISON_TRIES:
                 log.error("writing the tick of %d failed (%r); will retry", head.ts_ms, exc)
                 break
-            log.error("set aside the tick of %d after %d failed writes: %r",
-                      head.ts_ms, failures, exc)
+            log.error(
+                "set aside the tick of %d after %d failed writes: %r", head.ts_ms, failures, exc
+            )
             ctx.dropped += 1
         else:
             if ctx.db_error is not None:
@@ -181,21 +210,31 @@ def _write_pending(ctx: DaemonContext) -> None:
         for path in ctx.replay_files:
             try:
                 path.unlink()
-                log.info("the backlog of the previous run is in the database; removed %s",
-                         path)
+                log.info("the backlog of the previous run is in the database; removed %s", path)
             except OSError as exc:
                 log.error("cannot remove the written backlog %s: %s", path, exc)
         ctx.replay_files = []
 
 
 def _database_writable(ctx: DaemonContext) -> None:
-    log.info("%s accepts writes again; writing the %d tick(s) kept in memory (%d dropped "
-             "so far)", ctx.config.db_path, len(ctx.pending) - 1, ctx.dropped)
+    log.info(
+        "%s accepts writes again; writing the %d tick(s) kept in memory (%d dropped so far)",
+        ctx.config.db_path,
+        len(ctx.pending) - 1,
+        ctx.dropped,
+    )
     try:
-        ctx.store.add_event("database_writable", "info", "database",
-                            f"the database accepts writes again (it refused: {ctx.db_error})",
-                            {"error": ctx.db_error, "queued_ticks": len(ctx.pending) - 1,
-                             "dropped_ticks": ctx.dropped})
+        ctx.store.add_event(
+            "database_writable",
+            "info",
+            "database",
+            f"the database accepts writes again (it refused: {ctx.db_error})",
+            {
+                "error": ctx.db_error,
+                "queued_ticks": len(ctx.pending) - 1,
+                "dropped_ticks": ctx.dropped,
+            },
+        )
     except sqlite3.Error as exc:
         log.error("could not record that the database recovered: %s", exc)
     ctx.db_error = ctx.db_error_since_ms = None
@@ -208,14 +247,20 @@ def reload_config(ctx: DaemonContext) -> bool:
 
     old = ctx.config
     try:
-        new = config_mod.load(old.source, db=old.db_path, interval_s=None,
-                              proc_root=old.roots.proc, sys_root=old.roots.sys)
+        new = config_mod.load(
+            old.source,
+            db=old.db_path,
+            interval_s=None,
+            proc_root=old.roots.proc,
+            sys_root=old.roots.sys,
+        )
     except config_mod.ConfigError as exc:
         log.error("reload failed, keeping the running configuration: %s", exc)
         return False
     if new.db_path != old.db_path:
-        log.warning("reload: the database path cannot change while running; keeping %s",
-                    old.db_path)
+        log.warning(
+            "reload: the database path cannot change while running; keeping %s", old.db_path
+        )
         new = dataclasses.replace(new, db_path=old.db_path)
     if (new.roots, new.options, new.collectors) != (old.roots, old.options, old.collectors):
         ctx.sampler.close()
@@ -260,12 +305,14 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
         pid = ev.data.get("pid")
         if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
             constraint = ev.data.get("constraint")
-            ctx.recent_kills[pid] = (ev.ts_ms, ev.kind,
-                                     constraint if isinstance(constraint, str) else None)
+            ctx.recent_kills[pid] = (
+                ev.ts_ms,
+                ev.kind,
+                constraint if isinstance(constraint, str) else None,
+            )
         elif ev.kind in ("app_oom", "engine_oom"):  # an engine log's out-of-memory line
             ctx.last_app_oom_ms = ev.ts_ms
-    ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items()
-                        if snap.ts_ms - k[0] < 120_000}
+    ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items() if snap.ts_ms - k[0] < 120_000}
     wait_until = time.monotonic() + 0.2  # for exit datagrams not read yet, per tick
     exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in snap.exited]
     if not found and not exited:
@@ -282,9 +329,11 @@ def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: fl
     if ctx.proc_events is not None:
         # the exit datagram comes before the process is reaped; the reader thread may
         # not have read it yet: wait for it a little
-        status = ctx.proc_events.exit_of(gone.pid,
-                                         wait_s=max(0.0, wait_until - time.monotonic()),
-                                         since_ms=gone.last_seen_ms - 1000)
+        status = ctx.proc_events.exit_of(
+            gone.pid,
+            wait_s=max(0.0, wait_until - time.monotonic()),
+            since_ms=gone.last_seen_ms - 1000,
+        )
         if status is not None:
             code, sig, core = status.exit_code, status.exit_signal, status.core_dumped
             source = "connector"
@@ -293,20 +342,37 @@ def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: fl
         sig, source = signal.SIGKILL.value, "kernel log"
     previous = {p.pid: p for p in ctx.last_snapshot.processes} if ctx.last_snapshot else {}
     info = previous.get(gone.pid)
-    engine_oom = (info is not None and info.engine is not None
-                  and ctx.last_app_oom_ms is not None
-                  and snap.ts_ms - ctx.last_app_oom_ms < 120_000)
+    engine_oom = (
+        info is not None
+        and info.engine is not None
+        and ctx.last_app_oom_ms is not None
+        and snap.ts_ms - ctx.last_app_oom_ms < 120_000
+    )
     loading = ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks)
-    verdict = classify(ExitFacts(code, sig, core, loading=loading,
-                                 kernel_kill=kill[1] if kill is not None else None,
-                                 constraint=kill[2] if kill is not None else None,
-                                 engine_oom=engine_oom))
+    verdict = classify(
+        ExitFacts(
+            code,
+            sig,
+            core,
+            loading=loading,
+            kernel_kill=kill[1] if kill is not None else None,
+            constraint=kill[2] if kill is not None else None,
+            engine_oom=engine_oom,
+        )
+    )
     how = verdict.text
     if gone.state == "Z":
         how += "; not reaped by its parent (state Z)"
-    return dataclasses.replace(gone, how=how, exit_code=code, exit_signal=sig,
-                               core_dumped=core, exit_source=source, cause=verdict.cause,
-                               comm=gone.comm or (info.comm if info is not None else None))
+    return dataclasses.replace(
+        gone,
+        how=how,
+        exit_code=code,
+        exit_signal=sig,
+        core_dumped=core,
+        exit_source=source,
+        cause=verdict.cause,
+        comm=gone.comm or (info.comm if info is not None else None),
+    )
 
 
 def start_line(interval_s: float, db_path: object, runs: Iterable[CollectorRun]) -> str:
@@ -316,8 +382,10 @@ def start_line(interval_s: float, db_path: object, runs: Iterable[CollectorRun])
     named at debug level, and ``vramscope doctor`` says why.
     """
     here = [r.collector for r in runs if r.status != "nodata"]
-    return (f"sampling every {interval_s:g} s into {db_path} "
-            f"(collectors: {', '.join(here) or 'none apply here'})")
+    return (
+        f"sampling every {interval_s:g} s into {db_path} "
+        f"(collectors: {', '.join(here) or 'none apply here'})"
+    )
 
 
 def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
@@ -410,8 +478,10 @@ class RepeatedWarnings(logging.Filter):
         n = self.counts[key] = self.counts.get(key, 0) + 1
         now = time.monotonic()
         if n == 1:
-            record.msg = (f"{record.msg} (repeats are counted, one line every "
-                          f"{self.every_s / 60:.0f} minutes)")
+            record.msg = (
+                f"{record.msg} (repeats are counted, one line every "
+                f"{self.every_s / 60:.0f} minutes)"
+            )
         elif now - self._said_at[key] >= self.every_s:
             record.msg = f"{record.msg} ({n} times so far)"
         else:
@@ -435,8 +505,7 @@ def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
     return shared
 
 
-def _http_server(config: Config, latest: Any, health: Any = None,
-                 assessments: Any = None) -> Any:
+def _http_server(config: Config, latest: Any, health: Any = None, assessments: Any = None) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
     if not config.http_listen:
@@ -444,8 +513,15 @@ def _http_server(config: Config, latest: Any, health: Any = None,
     from monitor.http import HttpConfigError, HttpServer
 
     try:
-        return HttpServer(config.http_listen, config.http_token, latest, config.db_path,
-                          config, health=health, assessments=assessments)
+        return HttpServer(
+            config.http_listen,
+            config.http_token,
+            latest,
+            config.db_path,
+            config,
+            health=health,
+            assessments=assessments,
+        )
     except HttpConfigError as exc:
         raise StoreError(str(exc)) from None
 
@@ -458,9 +534,12 @@ def run(config: Config) -> int:
 
     lock = acquire_lock(config.db_path)
     holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
-    http = _http_server(config, lambda: holder[0].last_snapshot if holder else None,
-                        lambda: holder[0].health() if holder else None,
-                        lambda: holder[0].assessor.current() if holder else {})
+    http = _http_server(
+        config,
+        lambda: holder[0].last_snapshot if holder else None,
+        lambda: holder[0].health() if holder else None,
+        lambda: holder[0].assessor.current() if holder else {},
+    )
     file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path)
     if store.recovered_from:  # a new file now: lock it, not the one moved aside
@@ -479,56 +558,98 @@ def run(config: Config) -> int:
     ctx.proc_events = ProcEventListener()
     if not ctx.proc_events.open() or not ctx.proc_events.verify():
         ctx.proc_events.close()
-        log.warning("exit statuses from zombies and kernel records only (%s)",
-                    ctx.proc_events.error)
+        log.warning(
+            "exit statuses from zombies and kernel records only (%s)", ctx.proc_events.error
+        )
         ctx.proc_events = None
     if not ctx.kmsg.open():
-        log.warning("kernel log not followed (%s): OOM kills will not be recorded; run as "
-                    "root or with CAP_SYSLOG", ctx.kmsg.error)
+        log.warning(
+            "kernel log not followed (%s): OOM kills will not be recorded; run as "
+            "root or with CAP_SYSLOG",
+            ctx.kmsg.error,
+        )
         ctx.kmsg = None
     from monitor.logs.follow import open_tails
 
     ctx.tails = open_tails(list(config.log_files), list(config.journal_units), config.swap_url)
-    ctx.watch = LoadWatch(config.roots.proc,
-                          gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
-                          swap_url=config.swap_url, swap_config=config.swap_config)
+    ctx.watch = LoadWatch(
+        config.roots.proc,
+        gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
+        swap_url=config.swap_url,
+        swap_config=config.swap_config,
+    )
     from monitor.daemon.assessor import Assessor
 
-    ctx.assessor = Assessor(config.roots.proc,
-                            gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024)
+    ctx.assessor = Assessor(
+        config.roots.proc, gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024
+    )
     from monitor.alerts.engine import AlertEngine
 
     unclean = _previous_run_unclean(store)
     ctx.alerts = AlertEngine(config)
     if unclean:
-        ctx.startup_events.append(DeviceEvent(
-            now_ms(), "host", "daemon_started", "warning",
-            "vramscope restarted after an unclean stop (no daemon_stopped was recorded)",
-            {"unclean": True, "pid": os.getpid()}))
+        ctx.startup_events.append(
+            DeviceEvent(
+                now_ms(),
+                "host",
+                "daemon_started",
+                "warning",
+                "vramscope restarted after an unclean stop (no daemon_stopped was recorded)",
+                {"unclean": True, "pid": os.getpid()},
+            )
+        )
     started = DeviceEvent(
-        now_ms(), "daemon", "daemon_started", "info",
+        now_ms(),
+        "daemon",
+        "daemon_started",
+        "info",
         f"vramscope daemon started (pid {os.getpid()}, every {config.interval_s} s)",
-        {"pid": os.getpid(), "interval_s": config.interval_s,
-         "collectors": [c.name for c in sampler.collectors]})
+        {
+            "pid": os.getpid(),
+            "interval_s": config.interval_s,
+            "collectors": [c.name for c in sampler.collectors],
+        },
+    )
     try:
-        store.add_event(started.kind, started.severity, started.device_id, started.message,
-                        dict(started.data), ts_ms=started.ts_ms)
+        store.add_event(
+            started.kind,
+            started.severity,
+            started.device_id,
+            started.message,
+            dict(started.data),
+            ts_ms=started.ts_ms,
+        )
     except sqlite3.OperationalError:  # locked, full: it waits with the first tick instead
         ctx.startup_events.insert(0, started)
     sched = BlockingScheduler(
         timezone=UTC,
         executors={"default": ThreadPoolExecutor(max_workers=1)},
-        job_defaults={"coalesce": True, "max_instances": 1,
-                      "misfire_grace_time": max(1, int(config.interval_s))},
+        job_defaults={
+            "coalesce": True,
+            "max_instances": 1,
+            "misfire_grace_time": max(1, int(config.interval_s)),
+        },
     )
     now = datetime.now(UTC)
-    sched.add_job(tick, "interval", seconds=config.interval_s, id="sample",
-                  next_run_time=now, args=(ctx,))
-    sched.add_job(poll_slots, "interval", seconds=10, id="slots", args=(ctx,),
-                  next_run_time=now + timedelta(seconds=5))
-    sched.add_job(prune, "interval", seconds=config.prune_interval_s, id="prune",
-                  next_run_time=now + timedelta(seconds=min(60.0, config.prune_interval_s)),
-                  args=(ctx,))
+    sched.add_job(
+        tick, "interval", seconds=config.interval_s, id="sample", next_run_time=now, args=(ctx,)
+    )
+    sched.add_job(
+        poll_slots,
+        "interval",
+        seconds=10,
+        id="slots",
+        args=(ctx,),
+        next_run_time=now + timedelta(seconds=5),
+    )
+    sched.add_job(
+        prune,
+        "interval",
+        seconds=config.prune_interval_s,
+        id="prune",
+        next_run_time=now + timedelta(seconds=min(60.0, config.prune_interval_s)),
+        args=(ctx,),
+    )
 
     quiet_repeated_warnings()
     jobs_log = logging.getLogger(f"{__name__}.jobs")
@@ -537,8 +658,9 @@ def run(config: Config) -> int:
         if event.exception is not None:
             log.error("job %s raised %r", event.job_id, event.exception)
         else:
-            jobs_log.warning("job %s missed its time (the previous run was still going)",
-                             event.job_id)
+            jobs_log.warning(
+                "job %s missed its time (the previous run was still going)", event.job_id
+            )
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     ctx.scheduler = sched
@@ -612,8 +734,12 @@ def _queue_backlog(ctx: DaemonContext) -> None:
     ctx.pending.extend(snaps)  # past PENDING_MAX the oldest go, counted
     ctx.dropped += max(0, len(snaps) - len(ctx.pending))
     ctx.replay_files = found
-    log.info("queued %d tick(s) the previous run could not write, from %s%s", len(snaps),
-             ", ".join(map(str, found)), f" ({bad} unreadable line(s) skipped)" if bad else "")
+    log.info(
+        "queued %d tick(s) the previous run could not write, from %s%s",
+        len(snaps),
+        ", ".join(map(str, found)),
+        f" ({bad} unreadable line(s) skipped)" if bad else "",
+    )
 
 
 def _final_flush(ctx: DaemonContext) -> None:
@@ -621,10 +747,14 @@ def _final_flush(ctx: DaemonContext) -> None:
     the database still refuses goes to the backlog file for the next start."""
     from monitor.store import backlog
 
-    stopped = DeviceEvent(now_ms(), "daemon", "daemon_stopped", "info",
-                          f"vramscope daemon stopped after {ctx.ticks} ticks",
-                          {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending),
-                           "dropped_ticks": ctx.dropped})
+    stopped = DeviceEvent(
+        now_ms(),
+        "daemon",
+        "daemon_stopped",
+        "info",
+        f"vramscope daemon stopped after {ctx.ticks} ticks",
+        {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending), "dropped_ticks": ctx.dropped},
+    )
     ctx.pending.append(Snapshot(stopped.ts_ms, (), (), (), (), (), (), (stopped,)))
     try:
         ctx.store.set_busy_timeout(FINAL_FLUSH_WAIT_S)
@@ -636,12 +766,22 @@ def _final_flush(ctx: DaemonContext) -> None:
     try:
         path = backlog.save(ctx.config.db_path, list(ctx.pending))
     except OSError as exc:
-        log.error("the database still refuses writes (%s) and the backlog cannot be saved "
-                  "(%s): %d tick(s) lost", ctx.db_error, exc, len(ctx.pending))
+        log.error(
+            "the database still refuses writes (%s) and the backlog cannot be saved "
+            "(%s): %d tick(s) lost",
+            ctx.db_error,
+            exc,
+            len(ctx.pending),
+        )
         return
     for older in ctx.replay_files:  # their ticks were queued: now in the new file
         if older != path:
             with contextlib.suppress(OSError):
                 older.unlink()
-    log.error("the database still refuses writes (%s): saved %d tick(s) to %s; the next "
-              "daemon start writes them", ctx.db_error, len(ctx.pending), path)
+    log.error(
+        "the database still refuses writes (%s): saved %d tick(s) to %s; the next "
+        "daemon start writes them",
+        ctx.db_error,
+        len(ctx.pending),
+        path,
+    )

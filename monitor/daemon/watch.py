@@ -33,8 +33,6 @@ from monitor.units import GIB, gib
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass
 class _Loading:
     started_ms: int
@@ -101,14 +99,24 @@ class LoadWatch:
             now.add(key)
             if key in self._near:
                 continue
-            events.append(DeviceEvent(
-                snap.ts_ms, "host", "cgroup_near_limit", "warning",
-                f"{names.get(c.pid, '?')}[{c.pid}]: its memory cgroup {g.path} is at "
-                f"{share:.0f}% of memory.max ({g.memory_current_bytes / GIB:.2f} of "
-                f"{g.memory_max_bytes / GIB:.2f} GiB, page cache included); the kernel "
-                "OOM-kills in it at 100%",
-                {"pid": c.pid, "cgroup": g.path, "memory_max_bytes": g.memory_max_bytes,
-                 "memory_current_bytes": g.memory_current_bytes}))
+            events.append(
+                DeviceEvent(
+                    snap.ts_ms,
+                    "host",
+                    "cgroup_near_limit",
+                    "warning",
+                    f"{names.get(c.pid, '?')}[{c.pid}]: its memory cgroup {g.path} is at "
+                    f"{share:.0f}% of memory.max ({g.memory_current_bytes / GIB:.2f} of "
+                    f"{g.memory_max_bytes / GIB:.2f} GiB, page cache included); the kernel "
+                    "OOM-kills in it at 100%",
+                    {
+                        "pid": c.pid,
+                        "cgroup": g.path,
+                        "memory_max_bytes": g.memory_max_bytes,
+                        "memory_current_bytes": g.memory_current_bytes,
+                    },
+                )
+            )
             log.warning("%s", events[-1].message)
         self._near = now
         return events
@@ -137,8 +145,11 @@ class LoadWatch:
             spec = parse_command(list(config.models[model_id].cmd))
             if spec is None:
                 continue
-            running = [m for m, st in states.items()
-                       if st not in ("stopped", "shutdown", "starting") and m in config.models]
+            running = [
+                m
+                for m, st in states.items()
+                if st not in ("stopped", "shutdown", "starting") and m in config.models
+            ]
             try:
                 evict = llamaswap.evictions(config, running, model_id)
                 devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
@@ -146,33 +157,62 @@ class LoadWatch:
             except (ValueError, VramscopeError, OSError) as exc:
                 log.debug("llama-swap watch: %s: %s", model_id, exc)
                 continue
-            swap_limit = next((c.cgroup for c in snap.cgroups for p in snap.processes
-                               if p.pid == c.pid and p.engine == "llama-swap"), None)
+            swap_limit = next(
+                (
+                    c.cgroup
+                    for c in snap.cgroups
+                    for p in snap.processes
+                    if p.pid == c.pid and p.engine == "llama-swap"
+                ),
+                None,
+            )
             picture = picture_from_snapshot(snap, self.margin_bytes, swap_limit)
             paths = set()
             for m in evict:
                 evicted_spec = parse_command(list(config.models[m].cmd))
                 if evicted_spec is not None and evicted_spec.model_path:
                     paths.add(evicted_spec.model_path)
-            gone = [u for pic in picture.devices.values() for u in pic.processes
-                    if any(a in paths for a in u.argv)]
+            gone = [
+                u
+                for pic in picture.devices.values()
+                for u in pic.processes
+                if any(a in paths for a in u.argv)
+            ]
             for v in judge(est, picture, freed_by(gone, picture)):
                 if v.verdict == "oom":
-                    events.append(DeviceEvent(
-                        snap.ts_ms, v.device_id, "oom_predicted", "critical",
-                        f"llama-swap is starting {model_id}: it will not fit on {v.device_id}:"
-                        f" needs {v.need_bytes / GIB:.1f} GiB, can get {v.room_bytes / GIB:.1f}"
-                        f" GiB after unloading {', '.join(evict) or 'nothing'}",
-                        {"model": model_id, "need_bytes": v.need_bytes,
-                         "room_bytes": v.room_bytes, "source": "llama-swap"}))
-            events.append(DeviceEvent(snap.ts_ms, "host", "load_started", "info",
-                                      f"llama-swap is starting {model_id}",
-                                      {"model": model_id, "source": "llama-swap"}))
+                    events.append(
+                        DeviceEvent(
+                            snap.ts_ms,
+                            v.device_id,
+                            "oom_predicted",
+                            "critical",
+                            f"llama-swap is starting {model_id}: it will not fit on {v.device_id}:"
+                            f" needs {v.need_bytes / GIB:.1f} GiB, can get {v.room_bytes / GIB:.1f}"
+                            f" GiB after unloading {', '.join(evict) or 'nothing'}",
+                            {
+                                "model": model_id,
+                                "need_bytes": v.need_bytes,
+                                "room_bytes": v.room_bytes,
+                                "source": "llama-swap",
+                            },
+                        )
+                    )
+            events.append(
+                DeviceEvent(
+                    snap.ts_ms,
+                    "host",
+                    "load_started",
+                    "info",
+                    f"llama-swap is starting {model_id}",
+                    {"model": model_id, "source": "llama-swap"},
+                )
+            )
         return events
 
     def _on_new(self, snap: Snapshot, info: ProcessInfo) -> list[DeviceEvent]:
-        spec = parse_command(list(info.argv), read_llama_env(self.proc_root, info.pid),
-                             cwd=info.cwd)
+        spec = parse_command(
+            list(info.argv), read_llama_env(self.proc_root, info.pid), cwd=info.cwd
+        )
         if spec is None or spec.role not in ("server", "runner"):
             return []
         devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
@@ -180,35 +220,56 @@ class LoadWatch:
         try:
             est = estimate(spec, devices)
         except (ValueError, VramscopeError, OSError) as exc:
-            return [DeviceEvent(snap.ts_ms, "host", "load_started", "info",
-                                f"{subject} started loading; no estimate: {exc}",
-                                {"pid": info.pid})]
+            return [
+                DeviceEvent(
+                    snap.ts_ms,
+                    "host",
+                    "load_started",
+                    "info",
+                    f"{subject} started loading; no estimate: {exc}",
+                    {"pid": info.pid},
+                )
+            ]
         limit = next((c.cgroup for c in snap.cgroups if c.pid == info.pid), None)
         picture = picture_from_snapshot(snap, self.margin_bytes, limit)
-        own = {m.device_id: (m.vram_bytes or 0) + (m.gtt_bytes or 0) + (
-            (m.rss_anon_bytes or 0) if m.device_id == "host" else 0)
-            for m in snap.memory if m.pid == info.pid}
+        own = {
+            m.device_id: (m.vram_bytes or 0)
+            + (m.gtt_bytes or 0)
+            + ((m.rss_anon_bytes or 0) if m.device_id == "host" else 0)
+            for m in snap.memory
+            if m.pid == info.pid
+        }
         verdicts = judge(est, picture, own)
         model = Path(spec.model_path or spec.model_name or "?").name
-        data: dict[str, EventValue] = {"pid": info.pid, "model": model,
-                                             "engine": spec.engine}
+        data: dict[str, EventValue] = {"pid": info.pid, "model": model, "engine": spec.engine}
         for device_id, need in est.by_device().items():
             data[f"estimate_{device_id}"] = need
         self._loading[(info.pid, info.start_ticks)] = _Loading(snap.ts_ms, est.by_device())
-        events = [DeviceEvent(snap.ts_ms, verdicts[0].device_id if verdicts else "host",
-                              "load_started", "info",
-                              f"{subject} started loading {model}: estimate "
-                              + ", ".join(f"{d} {n / GIB:.1f} GiB"
-                                          for d, n in sorted(est.by_device().items())),
-                              data)]
+        events = [
+            DeviceEvent(
+                snap.ts_ms,
+                verdicts[0].device_id if verdicts else "host",
+                "load_started",
+                "info",
+                f"{subject} started loading {model}: estimate "
+                + ", ".join(f"{d} {n / GIB:.1f} GiB" for d, n in sorted(est.by_device().items())),
+                data,
+            )
+        ]
         for v in verdicts:
             if v.verdict == "oom":
-                events.append(DeviceEvent(
-                    snap.ts_ms, v.device_id, "oom_predicted", "critical",
-                    f"{subject} loading {model} will not fit on {v.device_id}: needs "
-                    f"{v.need_bytes / GIB:.1f} GiB, the device can give "
-                    f"{v.room_bytes / GIB:.1f} GiB ({v.binding})",
-                    {**data, "need_bytes": v.need_bytes, "room_bytes": v.room_bytes}))
+                events.append(
+                    DeviceEvent(
+                        snap.ts_ms,
+                        v.device_id,
+                        "oom_predicted",
+                        "critical",
+                        f"{subject} loading {model} will not fit on {v.device_id}: needs "
+                        f"{v.need_bytes / GIB:.1f} GiB, the device can give "
+                        f"{v.room_bytes / GIB:.1f} GiB ({v.binding})",
+                        {**data, "need_bytes": v.need_bytes, "room_bytes": v.room_bytes},
+                    )
+                )
                 log.warning("OOM predicted: %s", events[-1].message)
         return events
 
@@ -228,26 +289,41 @@ class LoadWatch:
                         held = (m.rss_anon_bytes or 0) + (m.rss_file_bytes or 0)
                     measured[m.device_id] = held
             total = sum(measured.values())  # the known parts: enough to see it settle
-            state.steady = state.steady + 1 if total and abs(
-                total - state.last_total) <= 0.01 * total else 0
+            state.steady = (
+                state.steady + 1 if total and abs(total - state.last_total) <= 0.01 * total else 0
+            )
             state.last_total = total
             elapsed = (snap.ts_ms - state.started_ms) / 1000
             if state.steady >= self.steady_ticks or elapsed >= self.max_load_s:
                 info = current[key]
-                helpers = [h for h, owner in helper_parents(
-                    {p.pid: p for p in snap.processes}).items() if owner == key[0]]
-                data: dict[str, EventValue] = {"pid": key[0], "load_time_ms":
-                                                     snap.ts_ms - state.started_ms}
+                helpers = [
+                    h
+                    for h, owner in helper_parents({p.pid: p for p in snap.processes}).items()
+                    if owner == key[0]
+                ]
+                data: dict[str, EventValue] = {
+                    "pid": key[0],
+                    "load_time_ms": snap.ts_ms - state.started_ms,
+                }
                 for device_id, held in measured.items():
                     data[f"measured_{device_id}"] = held
                 for device_id, need in state.estimated.items():
                     data[f"estimate_{device_id}"] = need
-                measured_text = gib(measure(key[0], snap.memory, helpers).total_bytes, 2,
-                                    unknown="unknown (a GPU lists it without its memory)")
-                events.append(DeviceEvent(
-                    snap.ts_ms, "host", "load_finished", "info",
-                    f"{info.comm}[{key[0]}] finished loading in {elapsed:.1f} s: measured "
-                    f"{measured_text} vs estimated {gib(sum(state.estimated.values()), 2)}",
-                    data))
+                measured_text = gib(
+                    measure(key[0], snap.memory, helpers).total_bytes,
+                    2,
+                    unknown="unknown (a GPU lists it without its memory)",
+                )
+                events.append(
+                    DeviceEvent(
+                        snap.ts_ms,
+                        "host",
+                        "load_finished",
+                        "info",
+                        f"{info.comm}[{key[0]}] finished loading in {elapsed:.1f} s: measured "
+                        f"{measured_text} vs estimated {gib(sum(state.estimated.values()), 2)}",
+                        data,
+                    )
+                )
                 del self._loading[key]
         return events

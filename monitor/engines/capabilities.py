@@ -33,17 +33,20 @@ class Engine:
     # (vLLM and SGLang take a hub id as often as a folder)
 
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (
-    Engine("llama.cpp", "server", "llama.cpp", slots=True, model_path_is_file=True),
-    # ollama's runner is a llama.cpp server on a GGUF blob (research/estimation.md section 3)
-    Engine("ollama", "server", "llama.cpp", slots=True, model_path_is_file=True),
-    Engine("vllm", "server", "vllm", slots=False, model_path_is_file=False),
-    Engine("sglang", "server", "vllm", slots=False, model_path_is_file=False),
-    Engine("llama-swap", "proxy", None, slots=False, model_path_is_file=False),
-    Engine("koboldcpp", "server", None, slots=False, model_path_is_file=False),
-    Engine("tgi", "server", None, slots=False, model_path_is_file=False),
-    Engine("torch", "server", None, slots=False, model_path_is_file=False),
-)}
+ENGINES: dict[str, Engine] = {
+    e.name: e
+    for e in (
+        Engine("llama.cpp", "server", "llama.cpp", slots=True, model_path_is_file=True),
+        # ollama's runner is a llama.cpp server on a GGUF blob (research/estimation.md section 3)
+        Engine("ollama", "server", "llama.cpp", slots=True, model_path_is_file=True),
+        Engine("vllm", "server", "vllm", slots=False, model_path_is_file=False),
+        Engine("sglang", "server", "vllm", slots=False, model_path_is_file=False),
+        Engine("llama-swap", "proxy", None, slots=False, model_path_is_file=False),
+        Engine("koboldcpp", "server", None, slots=False, model_path_is_file=False),
+        Engine("tgi", "server", None, slots=False, model_path_is_file=False),
+        Engine("torch", "server", None, slots=False, model_path_is_file=False),
+    )
+}
 
 ESTIMATED = frozenset(e.name for e in ENGINES.values() if e.estimator is not None)
 """Servers whose launch vramscope prices: watched when they load, listed as models."""

@@ -27,18 +27,38 @@ from monitor.engines.llamacpp import ENV_KEYS as LLAMA_KEYS
 # prefix so a huge environment cannot cost unbounded memory.
 MAX_BYTES = 1 << 20
 
-OLLAMA_KEYS = frozenset({
-    "OLLAMA_NUM_PARALLEL", "OLLAMA_CONTEXT_LENGTH", "OLLAMA_KV_CACHE_TYPE",
-    "OLLAMA_FLASH_ATTENTION", "OLLAMA_GPU_OVERHEAD", "OLLAMA_MAX_LOADED_MODELS",
-    "OLLAMA_KEEP_ALIVE", "OLLAMA_MODELS", "OLLAMA_SCHED_SPREAD", "OLLAMA_NEW_ENGINE",
-    "OLLAMA_LLM_LIBRARY", "OLLAMA_MAX_QUEUE", "OLLAMA_LOAD_TIMEOUT", "OLLAMA_HOST",
-    "OLLAMA_MULTIUSER_CACHE",
-})
-VLLM_KEYS = frozenset({
-    "VLLM_PROCESS_NAME_PREFIX", "VLLM_USE_V1", "VLLM_ENABLE_V1_MULTIPROCESSING",
-    "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ATTENTION_BACKEND", "VLLM_CPU_KVCACHE_SPACE",
-    "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_PORT", "VLLM_HOST_IP",
-})
+OLLAMA_KEYS = frozenset(
+    {
+        "OLLAMA_NUM_PARALLEL",
+        "OLLAMA_CONTEXT_LENGTH",
+        "OLLAMA_KV_CACHE_TYPE",
+        "OLLAMA_FLASH_ATTENTION",
+        "OLLAMA_GPU_OVERHEAD",
+        "OLLAMA_MAX_LOADED_MODELS",
+        "OLLAMA_KEEP_ALIVE",
+        "OLLAMA_MODELS",
+        "OLLAMA_SCHED_SPREAD",
+        "OLLAMA_NEW_ENGINE",
+        "OLLAMA_LLM_LIBRARY",
+        "OLLAMA_MAX_QUEUE",
+        "OLLAMA_LOAD_TIMEOUT",
+        "OLLAMA_HOST",
+        "OLLAMA_MULTIUSER_CACHE",
+    }
+)
+VLLM_KEYS = frozenset(
+    {
+        "VLLM_PROCESS_NAME_PREFIX",
+        "VLLM_USE_V1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_ATTENTION_BACKEND",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+        "VLLM_PORT",
+        "VLLM_HOST_IP",
+    }
+)
 # A LLAMA_ARG_ name that says it holds a secret is refused even though the prefix matches.
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 
@@ -75,7 +95,7 @@ def read_llama_env(proc_root: Path, pid: int) -> dict[str, str]:
     from collectors import _fs  # a --proc-root tree is read inside it, links not followed
 
     try:
-        raw = _fs.read_unrecorded(Path(proc_root) / str(int(pid)) / "environ")[:MAX_BYTES + 1]
+        raw = _fs.read_unrecorded(Path(proc_root) / str(int(pid)) / "environ")[: MAX_BYTES + 1]
     except (OSError, ValueError):
         return {}
     if len(raw) > MAX_BYTES:  # drop the entry cut in half

@@ -65,11 +65,28 @@ _STOF = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 # common/speculative.cpp common_speculative_type_from_name_map: current names, then the
 # spellings builds before the --spec-* rename (PR #22397) accepted
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash",
-              "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
-              "ngram-cache")
-OLD_SPEC_TYPES = ("draft", "eagle3", "ngram_simple", "ngram_map_k", "ngram_map_k4v",
-                  "ngram_mod", "ngram_cache")
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
+OLD_SPEC_TYPES = (
+    "draft",
+    "eagle3",
+    "ngram_simple",
+    "ngram_map_k",
+    "ngram_map_k4v",
+    "ngram_mod",
+    "ngram_cache",
+)
 
 
 class _Bad(ValueError):
@@ -79,8 +96,9 @@ class _Bad(ValueError):
     (:data:`REFUSE`, "llama-server would read it as 1"), or None where that is not known.
     """
 
-    def __init__(self, value: str, expected: str = "a valid value",
-                 llama: str | None = REFUSE) -> None:
+    def __init__(
+        self, value: str, expected: str = "a valid value", llama: str | None = REFUSE
+    ) -> None:
         super().__init__(value)
         self.value = value
         self.expected = expected
@@ -98,13 +116,14 @@ def _int(v: str, expected: str = "an integer") -> int:
     n = int(m.group(1))
     if not INT_MIN <= n <= INT_MAX:  # std::out_of_range
         raise _Bad(v, f"{expected} within 32 bits")
-    if v[m.end():].strip():  # "1e5", "4.5", "12k": stoi stops at the first odd character
+    if v[m.end() :].strip():  # "1e5", "4.5", "12k": stoi stops at the first odd character
         raise _Bad(v, expected, f"llama-server would read it as {n}")
     return n
 
 
 def _at_least(low: int, expected: str) -> Callable[[str], int]:
     """An integer, then ``n >= low`` (a range llama.cpp's parser does not check)."""
+
     def conv(v: str) -> int:
         n = _int(v)
         if n < low:
@@ -130,7 +149,7 @@ def _float(v: str, expected: str = "a number") -> float:
     m = _STOF.match(v)
     if m is None:
         raise _Bad(v, expected)
-    if v[m.end():].strip():
+    if v[m.end() :].strip():
         raise _Bad(v, expected, f"llama-server would read it as {float(m.group(0)):g}")
     return float(m.group(0))
 
@@ -385,15 +404,20 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("-m", "--model"), _set("model_path", _text)),
     _Opt(("-c", "--ctx-size"), _set("ctx_size", _ctx)),
     _Opt(("-np", "--parallel"), _n_parallel),
-    _Opt(("-kvu", "--kv-unified"), _const("kv_unified", True), SWITCH,
-         negate=_const("kv_unified", False)),
+    _Opt(
+        ("-kvu", "--kv-unified"),
+        _const("kv_unified", True),
+        SWITCH,
+        negate=_const("kv_unified", False),
+    ),
     _Opt(("-no-kvu", "--no-kv-unified"), _const("kv_unified", False), SWITCH),
-    _Opt(("-ctk", "--cache-type-k"), _set("cache_type_k", _cache_type),
-         check=_check_cache_type),
-    _Opt(("-ctv", "--cache-type-v"), _set("cache_type_v", _cache_type),
-         check=_check_cache_type),
-    _Opt(("--kv-cache-type",), _ctk_ctv,  # ollama's Go runner (v0.4 - v0.11)
-         check=_check_cache_type),
+    _Opt(("-ctk", "--cache-type-k"), _set("cache_type_k", _cache_type), check=_check_cache_type),
+    _Opt(("-ctv", "--cache-type-v"), _set("cache_type_v", _cache_type), check=_check_cache_type),
+    _Opt(
+        ("--kv-cache-type",),
+        _ctk_ctv,  # ollama's Go runner (v0.4 - v0.11)
+        check=_check_cache_type,
+    ),
     _Opt(("-fa", "--flash-attn"), _fa_act, OPTIONAL, _FA_VALUES),
     _Opt(("-b", "--batch-size"), _set("n_batch", _batch)),
     _Opt(("-ub", "--ubatch-size"), _set("n_ubatch", _batch)),
@@ -406,22 +430,38 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("-cmoe", "--cpu-moe"), _const("cpu_moe", True), SWITCH),
     _Opt(("-ncmoe", "--n-cpu-moe"), _set("n_cpu_moe", _n_cpu_moe)),
     _Opt(("-nkvo", "--no-kv-offload"), _const("no_kv_offload", True), SWITCH),
-    _Opt(("-kvo", "--kv-offload"), _const("no_kv_offload", False), SWITCH,
-         negate=_const("no_kv_offload", True)),
+    _Opt(
+        ("-kvo", "--kv-offload"),
+        _const("no_kv_offload", False),
+        SWITCH,
+        negate=_const("no_kv_offload", True),
+    ),
     _Opt(("-md", "--model-draft", "--spec-draft-model"), _set("draft_model", _text)),
-    _Opt(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"),
-         _set("draft_n_gpu_layers", _ngl)),
-    _Opt(("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"),
-         _set("draft_cache_type_k", _cache_type), check=_check_cache_type),
-    _Opt(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"),
-         _set("draft_cache_type_v", _cache_type), check=_check_cache_type),
+    _Opt(
+        ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"),
+        _set("draft_n_gpu_layers", _ngl),
+    ),
+    _Opt(
+        ("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"),
+        _set("draft_cache_type_k", _cache_type),
+        check=_check_cache_type,
+    ),
+    _Opt(
+        ("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"),
+        _set("draft_cache_type_v", _cache_type),
+        check=_check_cache_type,
+    ),
     _Opt(("--spec-type",), _spec_type_act, check=_check_spec_type),
     _Opt(("--spec-draft-n-max",), _set("spec_draft_n_max", _int)),
     _Opt(("--swa-full",), _const("swa_full", True), SWITCH),
     _Opt(("-mm", "--mmproj"), _set("mmproj", _text)),
     _Opt(("--no-mmproj-offload",), _const("mmproj_offload", False), SWITCH),
-    _Opt(("--mmproj-offload",), _const("mmproj_offload", True), SWITCH,
-         negate=_const("mmproj_offload", False)),
+    _Opt(
+        ("--mmproj-offload",),
+        _const("mmproj_offload", True),
+        SWITCH,
+        negate=_const("mmproj_offload", False),
+    ),
     _Opt(("--lora",), _lora_act),
     _Opt(("--lora-scaled",), _lora_scaled_act),
     _Opt(("-lm", "--load-mode"), _load("lm", conv=_choice(LOAD_MODES))),
@@ -511,57 +551,242 @@ _ENV: tuple[tuple[str, str, str], ...] = (
 ENV_KEYS = frozenset(key for key, _, _ in _ENV)
 
 # Known flags that change no memory: skipped, not reported as unknown.
-_SKIP_VALUED = frozenset({
-    "-t", "--threads", "-tb", "--threads-batch", "-C", "--cpu-mask", "-Cr", "--cpu-range",
-    "--cpu-strict", "--prio", "--poll", "-Cb", "--cpu-mask-batch", "-Crb",
-    "--cpu-range-batch", "--cpu-strict-batch", "--prio-batch", "--poll-batch", "-n",
-    "--predict", "--n-predict", "--keep", "-s", "--seed", "--temp", "--temperature",
-    "--top-k", "--top-p", "--min-p", "--typical", "--typical-p", "--top-nsigma",
-    "--top-n-sigma", "--xtc-probability", "--xtc-threshold", "--repeat-last-n",
-    "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--dry-multiplier",
-    "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n", "--dry-sequence-breaker",
-    "--adaptive-target", "--adaptive-decay", "--dynatemp-range", "--dynatemp-exp",
-    "--mirostat", "--mirostat-lr", "--mirostat-ent", "--samplers", "--sampler-seq",
-    "--sampling-seq", "-l", "--logit-bias", "--grammar", "--grammar-file", "-j",
-    "--json-schema", "-jf", "--json-schema-file", "--chat-template", "--chat-template-file",
-    "--chat-template-kwargs", "--reasoning-format", "-rea", "--reasoning",
-    "--reasoning-budget", "--reasoning-budget-message", "-lv", "--verbosity",
-    "--log-verbosity", "--log-file", "--log-colors", "--api-key", "--api-key-file",
-    "--ssl-key-file", "--ssl-cert-file", "-to", "--timeout", "--threads-http", "--path",
-    "--api-prefix", "--cors-origins", "--cors-methods", "--cors-headers", "--cache-reuse",
-    "-sps", "--slot-prompt-similarity", "--numa", "--rope-scaling", "--rope-scale",
-    "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx", "--yarn-ext-factor",
-    "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast", "-hff", "--hf-file",
-    "-hft", "--hf-token", "--sleep-idle-seconds", "-mmu", "--mmproj-url", "-cms",
-    "--checkpoint-min-step", "--spec-draft-n-min", "--spec-draft-p-min", "--draft-p-min",
-    "--spec-draft-p-split", "--draft-p-split", "-td", "--threads-draft",
-    "--spec-draft-threads", "-tbd", "--threads-batch-draft", "--spec-draft-threads-batch",
-    "--media-path", "--slot-save-path", "--tags", "-sys", "--system-prompt", "-p", "--prompt",
-    "-f", "--file", "--override-kv", "--ui-config", "--webui-config", "--models-dir",
-    "--models-preset", "--models-max", "--image-min-tokens", "--image-max-tokens",
-    "-mmdev", "--mmproj-device", "-ptc", "--print-token-count", "-r", "--reverse-prompt",
-    "--in-prefix", "--in-suffix", "--tools", "--sse-ping-interval",
-})
-_SKIP_SWITCHES = frozenset({
-    "--jinja", "--no-jinja", "--metrics", "--slots", "--no-slots", "--props", "--webui",
-    "--no-webui", "--ui", "--no-ui", "--offline", "-cb", "--cont-batching", "-nocb",
-    "--no-cont-batching", "--context-shift", "--no-context-shift", "--cache-prompt",
-    "--no-cache-prompt", "--warmup", "--no-warmup", "--log-disable", "--log-prefix",
-    "--no-log-prefix", "--log-timestamps", "--no-log-timestamps", "-v", "--verbose",
-    "--log-verbose", "--perf", "--no-perf", "-sp", "--special", "--no-mmproj",
-    "--mmproj-auto", "--no-mmproj-auto", "--check-tensors", "--cache-idle-slots",
-    "--no-cache-idle-slots", "--reuse-port", "-e", "--escape", "--no-escape",
-    "--op-offload", "--no-op-offload", "--repack", "-nr", "--no-repack", "-i",
-    "--interactive", "-if", "--interactive-first", "-cnv", "--conversation", "-no-cnv",
-    "--no-conversation", "-st", "--single-turn", "--simple-io", "--lora-init-without-apply",
-    "--spm-infill", "-bs", "--backend-sampling", "--prefill-assistant",
-    "--no-prefill-assistant", "--reasoning-preserve", "--no-reasoning-preserve",
-    "--cors-credentials", "--no-cors-credentials", "--models-autoload",
-    "--no-models-autoload", "-mli", "--multiline-input", "--ignore-eos", "-ag", "--agent",
-    "-no-ag", "--no-agent",
-    # ollama's Go runner
-    "--multiuser-cache", "--ollama-engine",
-})
+_SKIP_VALUED = frozenset(
+    {
+        "-t",
+        "--threads",
+        "-tb",
+        "--threads-batch",
+        "-C",
+        "--cpu-mask",
+        "-Cr",
+        "--cpu-range",
+        "--cpu-strict",
+        "--prio",
+        "--poll",
+        "-Cb",
+        "--cpu-mask-batch",
+        "-Crb",
+        "--cpu-range-batch",
+        "--cpu-strict-batch",
+        "--prio-batch",
+        "--poll-batch",
+        "-n",
+        "--predict",
+        "--n-predict",
+        "--keep",
+        "-s",
+        "--seed",
+        "--temp",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--typical",
+        "--typical-p",
+        "--top-nsigma",
+        "--top-n-sigma",
+        "--xtc-probability",
+        "--xtc-threshold",
+        "--repeat-last-n",
+        "--repeat-penalty",
+        "--presence-penalty",
+        "--frequency-penalty",
+        "--dry-multiplier",
+        "--dry-base",
+        "--dry-allowed-length",
+        "--dry-penalty-last-n",
+        "--dry-sequence-breaker",
+        "--adaptive-target",
+        "--adaptive-decay",
+        "--dynatemp-range",
+        "--dynatemp-exp",
+        "--mirostat",
+        "--mirostat-lr",
+        "--mirostat-ent",
+        "--samplers",
+        "--sampler-seq",
+        "--sampling-seq",
+        "-l",
+        "--logit-bias",
+        "--grammar",
+        "--grammar-file",
+        "-j",
+        "--json-schema",
+        "-jf",
+        "--json-schema-file",
+        "--chat-template",
+        "--chat-template-file",
+        "--chat-template-kwargs",
+        "--reasoning-format",
+        "-rea",
+        "--reasoning",
+        "--reasoning-budget",
+        "--reasoning-budget-message",
+        "-lv",
+        "--verbosity",
+        "--log-verbosity",
+        "--log-file",
+        "--log-colors",
+        "--api-key",
+        "--api-key-file",
+        "--ssl-key-file",
+        "--ssl-cert-file",
+        "-to",
+        "--timeout",
+        "--threads-http",
+        "--path",
+        "--api-prefix",
+        "--cors-origins",
+        "--cors-methods",
+        "--cors-headers",
+        "--cache-reuse",
+        "-sps",
+        "--slot-prompt-similarity",
+        "--numa",
+        "--rope-scaling",
+        "--rope-scale",
+        "--rope-freq-base",
+        "--rope-freq-scale",
+        "--yarn-orig-ctx",
+        "--yarn-ext-factor",
+        "--yarn-attn-factor",
+        "--yarn-beta-slow",
+        "--yarn-beta-fast",
+        "-hff",
+        "--hf-file",
+        "-hft",
+        "--hf-token",
+        "--sleep-idle-seconds",
+        "-mmu",
+        "--mmproj-url",
+        "-cms",
+        "--checkpoint-min-step",
+        "--spec-draft-n-min",
+        "--spec-draft-p-min",
+        "--draft-p-min",
+        "--spec-draft-p-split",
+        "--draft-p-split",
+        "-td",
+        "--threads-draft",
+        "--spec-draft-threads",
+        "-tbd",
+        "--threads-batch-draft",
+        "--spec-draft-threads-batch",
+        "--media-path",
+        "--slot-save-path",
+        "--tags",
+        "-sys",
+        "--system-prompt",
+        "-p",
+        "--prompt",
+        "-f",
+        "--file",
+        "--override-kv",
+        "--ui-config",
+        "--webui-config",
+        "--models-dir",
+        "--models-preset",
+        "--models-max",
+        "--image-min-tokens",
+        "--image-max-tokens",
+        "-mmdev",
+        "--mmproj-device",
+        "-ptc",
+        "--print-token-count",
+        "-r",
+        "--reverse-prompt",
+        "--in-prefix",
+        "--in-suffix",
+        "--tools",
+        "--sse-ping-interval",
+    }
+)
+_SKIP_SWITCHES = frozenset(
+    {
+        "--jinja",
+        "--no-jinja",
+        "--metrics",
+        "--slots",
+        "--no-slots",
+        "--props",
+        "--webui",
+        "--no-webui",
+        "--ui",
+        "--no-ui",
+        "--offline",
+        "-cb",
+        "--cont-batching",
+        "-nocb",
+        "--no-cont-batching",
+        "--context-shift",
+        "--no-context-shift",
+        "--cache-prompt",
+        "--no-cache-prompt",
+        "--warmup",
+        "--no-warmup",
+        "--log-disable",
+        "--log-prefix",
+        "--no-log-prefix",
+        "--log-timestamps",
+        "--no-log-timestamps",
+        "-v",
+        "--verbose",
+        "--log-verbose",
+        "--perf",
+        "--no-perf",
+        "-sp",
+        "--special",
+        "--no-mmproj",
+        "--mmproj-auto",
+        "--no-mmproj-auto",
+        "--check-tensors",
+        "--cache-idle-slots",
+        "--no-cache-idle-slots",
+        "--reuse-port",
+        "-e",
+        "--escape",
+        "--no-escape",
+        "--op-offload",
+        "--no-op-offload",
+        "--repack",
+        "-nr",
+        "--no-repack",
+        "-i",
+        "--interactive",
+        "-if",
+        "--interactive-first",
+        "-cnv",
+        "--conversation",
+        "-no-cnv",
+        "--no-conversation",
+        "-st",
+        "--single-turn",
+        "--simple-io",
+        "--lora-init-without-apply",
+        "--spm-infill",
+        "-bs",
+        "--backend-sampling",
+        "--prefill-assistant",
+        "--no-prefill-assistant",
+        "--reasoning-preserve",
+        "--no-reasoning-preserve",
+        "--cors-credentials",
+        "--no-cors-credentials",
+        "--models-autoload",
+        "--no-models-autoload",
+        "-mli",
+        "--multiline-input",
+        "--ignore-eos",
+        "-ag",
+        "--agent",
+        "-no-ag",
+        "--no-agent",
+        # ollama's Go runner
+        "--multiuser-cache",
+        "--ollama-engine",
+    }
+)
 
 
 def normalise_flag(name: str) -> str:
@@ -592,8 +817,9 @@ def _refusal(flag: str, value: str, source: str, bad: _Bad) -> str:
     return f"{given}: expected {bad.expected}" + (f" ({bad.llama})" if bad.llama else "")
 
 
-def _apply(st: _State, opt: _Opt, flag: str, value: str | None, source: str,
-           negate: bool = False) -> None:
+def _apply(
+    st: _State, opt: _Opt, flag: str, value: str | None, source: str, negate: bool = False
+) -> None:
     action = opt.negate if negate and opt.negate is not None else opt.action
     try:
         action(st, value, source)
@@ -648,8 +874,11 @@ def _parse_argv(st: _State, args: Sequence[str], aliases: Mapping[str, str]) -> 
             if name in _SKIP_SWITCHES:
                 continue
             takes_value = name in _SKIP_VALUED
-            if not eq and i < len(args) and (
-                    (takes_value and not _known(args[i])) or not is_flag(args[i])):
+            if (
+                not eq
+                and i < len(args)
+                and ((takes_value and not _known(args[i])) or not is_flag(args[i]))
+            ):
                 if not takes_value:
                     st.unknown.append(f"{tok}={args[i]}")
                 i += 1
@@ -680,8 +909,12 @@ def _parse_argv(st: _State, args: Sequence[str], aliases: Mapping[str, str]) -> 
             st.unknown.append(f"{raw}{MISSING}")
             st.refused.append(f"{_show(raw)}: missing value ({REFUSE})")
             continue
-        if name == "--lora-scaled" and value is not None and ":" not in value and (
-                i < len(args) and _FLOAT.fullmatch(args[i].strip())):
+        if (
+            name == "--lora-scaled"
+            and value is not None
+            and ":" not in value
+            and (i < len(args) and _FLOAT.fullmatch(args[i].strip()))
+        ):
             i += 1  # old builds: --lora-scaled FNAME SCALE
         _apply(st, opt, raw, value, "argv")
 
@@ -722,9 +955,14 @@ def program_args(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def parse_args(args: Sequence[str], env: Mapping[str, str] | None = None, *,
-               engine: str = ENGINE, role: str = "server",
-               aliases: Mapping[str, str] | None = None) -> LaunchSpec:
+def parse_args(
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    engine: str = ENGINE,
+    role: str = "server",
+    aliases: Mapping[str, str] | None = None,
+) -> LaunchSpec:
     """Parse llama.cpp flags (no program name) into a spec for ``engine``/``role``."""
     st = _State()
     if env:
@@ -751,7 +989,9 @@ def parse_args(args: Sequence[str], env: Mapping[str, str] | None = None, *,
         if source == "env":
             from_env.add("load_mode")
     return LaunchSpec(
-        engine=engine, role=role, **values,
+        engine=engine,
+        role=role,
+        **values,
         unknown=tuple(st.unknown),
         refused=tuple(st.refused),
         from_env=tuple(f for f in _SPEC_FIELDS if f in from_env),

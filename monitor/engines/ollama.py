@@ -26,10 +26,27 @@ from monitor.engines.spec import LaunchSpec
 ENGINE = "ollama"
 _BLOB = re.compile(r"(?:^|/)blobs/(sha256[-:][0-9a-fA-F]{12,})$")
 # Go's flag package takes -flag as well as --flag; these are the runner's own names.
-_GO_FLAGS = ("model", "port", "ctx-size", "batch-size", "n-gpu-layers", "main-gpu",
-             "flash-attn", "kv-cache-type", "parallel", "threads", "no-mmap", "mlock",
-             "tensor-split", "multiuser-cache", "ollama-engine", "lora", "mmproj", "verbose",
-             "embedding")
+_GO_FLAGS = (
+    "model",
+    "port",
+    "ctx-size",
+    "batch-size",
+    "n-gpu-layers",
+    "main-gpu",
+    "flash-attn",
+    "kv-cache-type",
+    "parallel",
+    "threads",
+    "no-mmap",
+    "mlock",
+    "tensor-split",
+    "multiuser-cache",
+    "ollama-engine",
+    "lora",
+    "mmproj",
+    "verbose",
+    "embedding",
+)
 _GO_ALIASES = {f"-{name}": f"--{name}" for name in _GO_FLAGS}
 
 
@@ -55,14 +72,12 @@ def is_runner_binary(argv: Sequence[str]) -> bool:
 
 def is_server(argv: Sequence[str]) -> bool:
     """``ollama serve`` (the parent that schedules runners)."""
-    return (len(argv) >= 2 and os.path.basename(argv[0]) == "ollama"
-            and argv[1] == "serve")
+    return len(argv) >= 2 and os.path.basename(argv[0]) == "ollama" and argv[1] == "serve"
 
 
 def is_runner(argv: Sequence[str]) -> bool:
     """``ollama runner ...`` (v0.4 - v0.2x)."""
-    return (len(argv) >= 2 and os.path.basename(argv[0]) == "ollama"
-            and argv[1] == "runner")
+    return len(argv) >= 2 and os.path.basename(argv[0]) == "ollama" and argv[1] == "runner"
 
 
 def parse_runner(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LaunchSpec:

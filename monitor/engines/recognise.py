@@ -28,14 +28,40 @@ from monitor.engines.llamacpp import is_flag, parse_llamacpp
 from monitor.engines.spec import LaunchSpec, resolve_paths
 from monitor.engines.vllm import parse_sglang, parse_vllm
 
-LLAMA_EXECUTABLES = frozenset({
-    "llama-server", "llama-cli", "llama-embedding", "llama-mtmd-cli", "llama-completion",
-    "llama-speculative", "llama-speculative-simple", "llama-lookup", "llama-parallel",
-    "llama-batched", "llama-perplexity", "llama-imatrix", "llama-bench", "llama-retrieval",
-})
+LLAMA_EXECUTABLES = frozenset(
+    {
+        "llama-server",
+        "llama-cli",
+        "llama-embedding",
+        "llama-mtmd-cli",
+        "llama-completion",
+        "llama-speculative",
+        "llama-speculative-simple",
+        "llama-lookup",
+        "llama-parallel",
+        "llama-batched",
+        "llama-perplexity",
+        "llama-imatrix",
+        "llama-bench",
+        "llama-retrieval",
+    }
+)
 # Wrappers seen in llama-swap ``cmd`` lines: the real command follows them.
-_WRAPPERS = frozenset({"env", "nice", "numactl", "taskset", "ionice", "stdbuf", "chrt",
-                       "nohup", "setsid", "systemd-run", "exec"})
+_WRAPPERS = frozenset(
+    {
+        "env",
+        "nice",
+        "numactl",
+        "taskset",
+        "ionice",
+        "stdbuf",
+        "chrt",
+        "nohup",
+        "setsid",
+        "systemd-run",
+        "exec",
+    }
+)
 _ENV_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 # A renamed process: "VLLM::EngineCore", "VLLM::Worker_TP0", "sglang::scheduler_TP0".
 _TITLE = re.compile(r"([A-Za-z0-9_.-]+)::(\S*)")
@@ -59,8 +85,7 @@ class EngineMatch:
 # --- one command line -------------------------------------------------------------------
 
 
-def _unwrap(argv: Sequence[str], env: Mapping[str, str] | None
-            ) -> tuple[list[str], dict[str, str]]:
+def _unwrap(argv: Sequence[str], env: Mapping[str, str] | None) -> tuple[list[str], dict[str, str]]:
     """Strip ``env K=V``, ``nice -n 5``, ``numactl ...`` prefixes; collect ``K=V``."""
     args = list(argv)
     merged = dict(env or {})
@@ -81,9 +106,12 @@ def _unwrap(argv: Sequence[str], env: Mapping[str, str] | None
 
 def _program(word: str) -> str | None:
     base = os.path.basename(word)
-    if (base in LLAMA_EXECUTABLES or base in _WRAPPERS or base.startswith("python")
-            or base in ("llama", "llama-swap", "ollama", "ollama_llama_server", "vllm",
-                        "sglang")):
+    if (
+        base in LLAMA_EXECUTABLES
+        or base in _WRAPPERS
+        or base.startswith("python")
+        or base in ("llama", "llama-swap", "ollama", "ollama_llama_server", "vllm", "sglang")
+    ):
         return base
     return None
 
@@ -95,9 +123,9 @@ def _python_target(args: Sequence[str]) -> tuple[str | None, list[str]]:
     while i < len(args):
         a = args[i]
         if a == "-m" and i + 1 < len(args):
-            return args[i + 1], list(args[i + 2:])
+            return args[i + 1], list(args[i + 2 :])
         if a.startswith("-m") and len(a) > 2:
-            return a[2:], list(args[i + 1:])
+            return a[2:], list(args[i + 1 :])
         if a in ("-c",):
             return None, []
         if a in ("-W", "-X", "--check-hash-based-pycs"):
@@ -106,7 +134,7 @@ def _python_target(args: Sequence[str]) -> tuple[str | None, list[str]]:
         if is_flag(a):
             i += 1
             continue
-        return os.path.basename(a), list(args[i + 1:])
+        return os.path.basename(a), list(args[i + 1 :])
     return None, []
 
 
@@ -129,11 +157,12 @@ def _kind(argv: Sequence[str]) -> str | None:
     if ollama.is_server(argv):
         return "ollama-server"
     if ollama.is_runner(argv) or (
-            (exe in LLAMA_EXECUTABLES or exe == "ollama_llama_server")
-            and ollama.is_runner_binary(argv)):
+        (exe in LLAMA_EXECUTABLES or exe == "ollama_llama_server") and ollama.is_runner_binary(argv)
+    ):
         return "ollama-runner"
-    if exe in LLAMA_EXECUTABLES or (exe == "llama" and len(argv) > 1
-                                    and argv[1] in ("serve", "server")):
+    if exe in LLAMA_EXECUTABLES or (
+        exe == "llama" and len(argv) > 1 and argv[1] in ("serve", "server")
+    ):
         return "llama.cpp"
     if exe == "vllm":
         return "vllm" if len(argv) > 1 and argv[1] == "serve" else None
@@ -148,13 +177,15 @@ def _kind(argv: Sequence[str]) -> str | None:
         if target.startswith("vllm.entrypoints"):
             return "vllm"
         if target.startswith("sglang.launch_server") or (
-                target in ("sglang", "sglang.cli.main") and rest[:1] == ["serve"]):
+            target in ("sglang", "sglang.cli.main") and rest[:1] == ["serve"]
+        ):
             return "sglang"
     return None
 
 
-def _spec_for(kind: str, argv: Sequence[str], env: Mapping[str, str] | None,
-              comm: str = "") -> LaunchSpec | None:
+def _spec_for(
+    kind: str, argv: Sequence[str], env: Mapping[str, str] | None, comm: str = ""
+) -> LaunchSpec | None:
     if kind == "llama.cpp":
         return parse_llamacpp(argv, env)
     if kind == "ollama-runner":
@@ -170,8 +201,13 @@ def _spec_for(kind: str, argv: Sequence[str], env: Mapping[str, str] | None,
     return None  # ollama serve, llama-swap: no model of their own
 
 
-def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                  *, cwd: str | None = None, _depth: int = 0) -> LaunchSpec | None:
+def parse_command(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    cwd: str | None = None,
+    _depth: int = 0,
+) -> LaunchSpec | None:
     """The launch spec of a model-serving command line, or None.
 
     Handles llama-server / llama-cli / llama-embedding (and the other llama.cpp tools),
@@ -190,11 +226,11 @@ def parse_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
     return resolve_paths(spec, cwd) if spec is not None and cwd else spec
 
 
-def _parse_command(argv: Sequence[str], env: Mapping[str, str] | None,
-                   _depth: int) -> LaunchSpec | None:
+def _parse_command(
+    argv: Sequence[str], env: Mapping[str, str] | None, _depth: int
+) -> LaunchSpec | None:
     args, merged = _unwrap(argv, env)
-    if (len(args) >= 3 and os.path.basename(args[0]) in _SHELLS and args[1] == "-c"
-            and _depth < 3):
+    if len(args) >= 3 and os.path.basename(args[0]) in _SHELLS and args[1] == "-c" and _depth < 3:
         try:  # a llama-swap `cmd` may be `sh -c "exec llama-server ..."`
             inner = shlex.split(args[2])
         except ValueError:
@@ -266,9 +302,9 @@ def _title_of(info: ProcessInfo) -> re.Match[str] | None:
     return _TITLE.fullmatch(info.comm.strip())
 
 
-def recognise(processes: Mapping[int, ProcessInfo],
-              env_for: Callable[[int], Mapping[str, str]] | None = None
-              ) -> dict[int, EngineMatch]:
+def recognise(
+    processes: Mapping[int, ProcessInfo], env_for: Callable[[int], Mapping[str, str]] | None = None
+) -> dict[int, EngineMatch]:
     """Every inference-related process in ``processes`` -> its :class:`EngineMatch`.
 
     ``env_for(pid)`` gives a process's allow-listed environment (environ.read_llama_env);
@@ -325,8 +361,9 @@ def recognise(processes: Mapping[int, ProcessInfo],
                 out[pid] = EngineMatch(pid, "llama.cpp", "server", pid, spec)
             else:
                 spec = resolve_paths(ollama.parse_runner(info.argv, env(pid)), info.cwd)
-                out[pid] = EngineMatch(pid, "ollama", "runner",
-                                       server if server is not None else pid, spec)
+                out[pid] = EngineMatch(
+                    pid, "ollama", "runner", server if server is not None else pid, spec
+                )
         elif kind in ("vllm", "sglang"):
             spec = parse_vllm(info.argv) if kind == "vllm" else parse_sglang(info.argv)
             out[pid] = EngineMatch(pid, kind, "server", pid, spec)
@@ -349,10 +386,12 @@ def recognise(processes: Mapping[int, ProcessInfo],
             engine = "vllm"
         owner = nearest(pid, {engine})
         owner_spec = specs.get(owner) if owner is not None else None
-        spec = (dataclasses.replace(owner_spec, role="worker") if owner_spec is not None
-                else LaunchSpec(engine=engine, role="worker"))
-        out[pid] = EngineMatch(pid, engine, "worker", owner if owner is not None else pid,
-                               spec)
+        spec = (
+            dataclasses.replace(owner_spec, role="worker")
+            if owner_spec is not None
+            else LaunchSpec(engine=engine, role="worker")
+        )
+        out[pid] = EngineMatch(pid, engine, "worker", owner if owner is not None else pid, spec)
 
     for pid, info in processes.items():
         if pid in out or pid in kinds:
@@ -366,4 +405,3 @@ def recognise(processes: Mapping[int, ProcessInfo],
             continue
         out[pid] = EngineMatch(pid, engine, "server", pid, LaunchSpec(engine=engine))
     return out
-

@@ -79,8 +79,6 @@ class LaunchSpec:
     refused: tuple[str, ...] = ()
 
 
-
-
 def resolve_paths(spec: LaunchSpec, cwd: str | None) -> LaunchSpec:
     """``spec`` with its relative file paths (-m, -md, --mmproj, --lora, from argv or
     ``LLAMA_ARG_*``) joined to the process's working directory, as the server itself
@@ -99,7 +97,10 @@ def resolve_paths(spec: LaunchSpec, cwd: str | None) -> LaunchSpec:
     model_path, draft_model = join(spec.model_path), join(spec.draft_model)
     mmproj, lora = join(spec.mmproj), tuple(join(p) or p for p in spec.lora)
     if (model_path, draft_model, mmproj, lora) == (
-            spec.model_path, spec.draft_model, spec.mmproj, spec.lora):
+        spec.model_path,
+        spec.draft_model,
+        spec.mmproj,
+        spec.lora,
+    ):
         return spec
-    return replace(spec, model_path=model_path, draft_model=draft_model, mmproj=mmproj,
-                   lora=lora)
+    return replace(spec, model_path=model_path, draft_model=draft_model, mmproj=mmproj, lora=lora)

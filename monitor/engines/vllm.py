@@ -30,14 +30,28 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _FLOAT = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 # Flags that take no value, by name or by prefix (argparse BooleanOptionalAction).
 _SWITCH_PREFIXES = ("--enable-", "--disable-", "--no-")
-_SWITCHES = frozenset({
-    "--enforce-eager", "--trust-remote-code", "--headless", "--async-scheduling",
-    "--skip-tokenizer-init", "--calculate-kv-scales", "--return-tokens-as-token-ids",
-    "--use-v2-block-manager", "--fully-sharded-loras", "--allow-credentials",
-    "--served-model-name-as-path", "--log-requests", "--skip-server-warmup",
-    "--is-embedding", "--enable-metrics", "--disable-radix-cache",
-    "--show-time-cost", "--random-seed-free",
-})
+_SWITCHES = frozenset(
+    {
+        "--enforce-eager",
+        "--trust-remote-code",
+        "--headless",
+        "--async-scheduling",
+        "--skip-tokenizer-init",
+        "--calculate-kv-scales",
+        "--return-tokens-as-token-ids",
+        "--use-v2-block-manager",
+        "--fully-sharded-loras",
+        "--allow-credentials",
+        "--served-model-name-as-path",
+        "--log-requests",
+        "--skip-server-warmup",
+        "--is-embedding",
+        "--enable-metrics",
+        "--disable-radix-cache",
+        "--show-time-cost",
+        "--random-seed-free",
+    }
+)
 
 
 def human_readable_int(value: str) -> int:
@@ -115,21 +129,40 @@ _SGLANG: dict[str, tuple[str, Conv]] = {
     "--port": ("port", _port),
 }
 # Value flags that change no memory: skipped silently.
-_SKIP_VALUED = frozenset({
-    "--api-key", "--served-model-name", "--uvicorn-log-level", "--chat-template",
-    "--tool-call-parser", "--reasoning-parser", "--log-level", "--seed", "--tokenizer",
-    "--revision", "--tokenizer-revision", "--download-dir", "--ssl-keyfile",
-    "--ssl-certfile", "--root-path", "--allowed-origins", "--allowed-methods",
-    "--allowed-headers", "--response-role", "--middleware", "--generation-config",
-})
+_SKIP_VALUED = frozenset(
+    {
+        "--api-key",
+        "--served-model-name",
+        "--uvicorn-log-level",
+        "--chat-template",
+        "--tool-call-parser",
+        "--reasoning-parser",
+        "--log-level",
+        "--seed",
+        "--tokenizer",
+        "--revision",
+        "--tokenizer-revision",
+        "--download-dir",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--root-path",
+        "--allowed-origins",
+        "--allowed-methods",
+        "--allowed-headers",
+        "--response-role",
+        "--middleware",
+        "--generation-config",
+    }
+)
 
 
 def _looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~"))
 
 
-def _parse(args: Sequence[str], table: dict[str, tuple[str, Conv]], engine: str,
-           positional_model: bool) -> LaunchSpec:
+def _parse(
+    args: Sequence[str], table: dict[str, tuple[str, Conv]], engine: str, positional_model: bool
+) -> LaunchSpec:
     values: dict[str, Any] = {}
     unknown: list[str] = []
     i = 0
@@ -184,16 +217,16 @@ def _after_module(argv: Sequence[str], prefix: str) -> list[str] | None:
     """The arguments after ``-m <module starting with prefix>`` in a python command line."""
     for i, a in enumerate(argv[:-1]):
         if a == "-m" and argv[i + 1].startswith(prefix):
-            return list(argv[i + 2:])
+            return list(argv[i + 2 :])
         if a.startswith("-m") and len(a) > 2 and a[2:].startswith(prefix):
-            return list(argv[i + 1:])
+            return list(argv[i + 1 :])
     return None
 
 
 def _after_word(argv: Sequence[str], words: tuple[str, ...]) -> list[str] | None:
     for i, a in enumerate(argv):
         if a.rsplit("/", 1)[-1] in words:
-            rest = list(argv[i + 1:])
+            rest = list(argv[i + 1 :])
             if rest and rest[0] == "serve":
                 rest = rest[1:]
             return rest

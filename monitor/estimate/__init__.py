@@ -18,8 +18,16 @@ from monitor.estimate.kv import EstimateError
 from monitor.estimate.llamacpp import estimate_llamacpp
 from monitor.estimate.model import ESTIMATOR_VERSION, HOST, Component, DeviceInfo, MemoryEstimate
 
-__all__ = ["Component", "DeviceInfo", "ESTIMATOR_VERSION", "EstimateError", "MemoryEstimate",
-           "estimate", "estimate_command", "HOST"]
+__all__ = [
+    "Component",
+    "DeviceInfo",
+    "ESTIMATOR_VERSION",
+    "EstimateError",
+    "MemoryEstimate",
+    "estimate",
+    "estimate_command",
+    "HOST",
+]
 
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm/config/cache.py (0.90 in older releases)
 
@@ -30,9 +38,12 @@ def _default_reader(path: str) -> Any:
     return read_header(path)
 
 
-def estimate(spec: LaunchSpec, devices: Sequence[DeviceInfo] = (),
-             read_header: Callable[[str], Any] | None = None,
-             outputs: str = "server") -> MemoryEstimate:
+def estimate(
+    spec: LaunchSpec,
+    devices: Sequence[DeviceInfo] = (),
+    read_header: Callable[[str], Any] | None = None,
+    outputs: str = "server",
+) -> MemoryEstimate:
     """``outputs``: "server" (llama-server's logit reservation) or "batch" (llama.cpp's
     library default, what llama-fit-params measures)."""
     reader = read_header or _default_reader
@@ -54,33 +65,60 @@ def estimate_vllm(spec: LaunchSpec, devices: Sequence[DeviceInfo]) -> MemoryEsti
     parts = []
     if spec.kv_cache_memory_bytes:
         for dev in gpus or [DeviceInfo("gpu0")]:
-            parts.append(Component("kv", dev.device_id, spec.kv_cache_memory_bytes,
-                                   "--kv-cache-memory-bytes (per GPU)"))
-        notes.append("weights and activations come on top of --kv-cache-memory-bytes; vLLM's "
-                     "log line 'Model loading took X GiB' gives the weights")
+            parts.append(
+                Component(
+                    "kv",
+                    dev.device_id,
+                    spec.kv_cache_memory_bytes,
+                    "--kv-cache-memory-bytes (per GPU)",
+                )
+            )
+        notes.append(
+            "weights and activations come on top of --kv-cache-memory-bytes; vLLM's "
+            "log line 'Model loading took X GiB' gives the weights"
+        )
     else:
         util = spec.gpu_memory_utilization or VLLM_DEFAULT_UTILIZATION
         for dev in gpus:
             if dev.total_bytes:
-                parts.append(Component("budget", dev.device_id,
-                                       math.ceil(dev.total_bytes * util),
-                                       f"ceil(total x gpu_memory_utilization {util}): "
-                                       "weights + activations + KV blocks fill it"))
+                parts.append(
+                    Component(
+                        "budget",
+                        dev.device_id,
+                        math.ceil(dev.total_bytes * util),
+                        f"ceil(total x gpu_memory_utilization {util}): "
+                        "weights + activations + KV blocks fill it",
+                    )
+                )
         if not parts:
             notes.append(f"vLLM takes {util:.0%} of each GPU's total; no GPU total known here")
     for dev in gpus:
         if dev.overhead_bytes and parts:
-            parts.append(Component("overhead", dev.device_id, dev.overhead_bytes,
-                                   "CUDA context and CUDA graphs outside the budget"))
-    return MemoryEstimate(engine=spec.engine, model_path=spec.model_path or spec.model_name,
-                          components=tuple(parts), notes=tuple(notes),
-                          devices=tuple(d.device_id for d in gpus))
+            parts.append(
+                Component(
+                    "overhead",
+                    dev.device_id,
+                    dev.overhead_bytes,
+                    "CUDA context and CUDA graphs outside the budget",
+                )
+            )
+    return MemoryEstimate(
+        engine=spec.engine,
+        model_path=spec.model_path or spec.model_name,
+        components=tuple(parts),
+        notes=tuple(notes),
+        devices=tuple(d.device_id for d in gpus),
+    )
 
 
-def estimate_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                     devices: Sequence[DeviceInfo] = (),
-                     read_header: Callable[[str], Any] | None = None,
-                     outputs: str = "server", cwd: str | None = None) -> MemoryEstimate:
+def estimate_command(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    devices: Sequence[DeviceInfo] = (),
+    read_header: Callable[[str], Any] | None = None,
+    outputs: str = "server",
+    cwd: str | None = None,
+) -> MemoryEstimate:
     """``cwd``: the directory relative model paths are relative to (a running server's
     ``/proc/PID/cwd``); None leaves them relative to ours."""
     from monitor.engines import parse_command

@@ -62,9 +62,16 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = Fal
     return moe
 
 
-def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: int,
-                  embeddings: bool = False, n_kv_swa: int = 0,
-                  kv_rotated: bool = False, mtp: bool = False) -> int:
+def compute_bytes(
+    shape: ModelShape,
+    ctx: Context,
+    flash_attn: bool,
+    n_outputs: int,
+    embeddings: bool = False,
+    n_kv_swa: int = 0,
+    kv_rotated: bool = False,
+    mtp: bool = False,
+) -> int:
     """``embeddings`` is kept for callers; a decoder embedder still reserves its logits.
     ``n_kv_swa``: cells per stream of the SWA cache (0 without one)."""
     del embeddings
@@ -86,7 +93,8 @@ def compute_bytes(shape: ModelShape, ctx: Context, flash_attn: bool, n_outputs: 
         # latent V [n_kv, kv_lora] (ggml_cont) and the latent KQV [kv_lora, ub, n_head]
         rope = shape.n_rot or (shape.head_k - shape.n_lora_kv)
         scores += 2 * n_kv * shape.n_lora_kv + 4 * ub * (
-            n_head * (2 * shape.n_lora_kv + rope) + 5 * shape.n_embd)
+            n_head * (2 * shape.n_lora_kv + rope) + 5 * shape.n_embd
+        )
     else:
         # what is alive beside the scores: residual-sized and query-sized tensors, fitted
         # on the tier (Qwen3-8B exact, Qwen3-30B-A3B exact, gpt-oss -0.2 %, Gemma-3 -3 %,

@@ -50,8 +50,9 @@ class Context:
     n_batch: int
 
 
-def context(n_ctx_arg: int, n_seq_max: int, kv_unified: bool, n_ubatch: int = 512,
-            n_batch: int = 2048) -> Context:
+def context(
+    n_ctx_arg: int, n_seq_max: int, kv_unified: bool, n_ubatch: int = 512, n_batch: int = 2048
+) -> Context:
     """``n_ctx = pad256(-c)``; non-unified: ``n_ctx_seq = pad256(n_ctx / np)`` and
     ``n_ctx = n_ctx_seq * np`` (it can round UP: -c 8192 -np 24 -> 12,288 cells)."""
     n_ctx = pad(n_ctx_arg)
@@ -60,8 +61,7 @@ def context(n_ctx_arg: int, n_seq_max: int, kv_unified: bool, n_ubatch: int = 51
     if kv_unified:
         return Context(n_ctx, n_ctx, n_seq_max, 1, True, n_ubatch, n_batch)
     n_ctx_seq = pad(n_ctx // n_seq_max)
-    return Context(n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max, n_seq_max, False, n_ubatch,
-                   n_batch)
+    return Context(n_ctx_seq * n_seq_max, n_ctx_seq, n_seq_max, n_seq_max, False, n_ubatch, n_batch)
 
 
 def swa_cells_per_stream(shape: ModelShape, ctx: Context, swa_full: bool) -> int:
@@ -73,8 +73,9 @@ def swa_cells_per_stream(shape: ModelShape, ctx: Context, swa_full: bool) -> int
     return pad(min(ctx.n_ctx_seq, shape.n_swa * seqs + ctx.n_ubatch))
 
 
-def layer_bytes_per_cell(shape: ModelShape, il: int, type_k: str, type_v: str,
-                         v_pad: int | None = None) -> int:
+def layer_bytes_per_cell(
+    shape: ModelShape, il: int, type_k: str, type_v: str, v_pad: int | None = None
+) -> int:
     """K (+ V unless MLA) bytes of one cell of one layer (src/llama-kv-cache.cpp 163-232)."""
     k = row_bytes(type_k, shape.k_width(il))
     if shape.is_mla:
@@ -102,9 +103,15 @@ def kv_layers(shape: ModelShape, mtp: bool = False) -> list[int]:
     return [il for il in range(shape.n_layer) if shape.has_kv(il)]
 
 
-def kv_size(shape: ModelShape, ctx: Context, type_k: str = "f16", type_v: str = "f16",
-            flash_attn: bool = True, swa_full: bool = False,
-            layers: list[int] | None = None) -> KvSize:
+def kv_size(
+    shape: ModelShape,
+    ctx: Context,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    flash_attn: bool = True,
+    swa_full: bool = False,
+    layers: list[int] | None = None,
+) -> KvSize:
     """Bytes of the KV caches over ``layers`` (default: every layer with KV). With flash
     attention off V is stored transposed and every layer's V is padded to the widest V of
     the cache ([TAG_V_CACHE_VARIABLE])."""

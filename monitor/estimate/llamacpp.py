@@ -42,11 +42,15 @@ def _host_residency(spec: LaunchSpec) -> Residency:
     return "anon" if spec.load_mode in ("none", "dio", "mlock") else "file"
 
 
-def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str],
-             devices: Sequence[DeviceInfo] = ()) -> kv.Context:
+def _context(
+    spec: LaunchSpec, shape: ModelShape, notes: list[str], devices: Sequence[DeviceInfo] = ()
+) -> kv.Context:
     n_seq_max = spec.n_parallel if spec.n_parallel and spec.n_parallel > 0 else kv.DEFAULT_SLOTS
-    unified = spec.kv_unified if spec.kv_unified is not None else (
-        spec.n_parallel is None or spec.n_parallel <= 0)
+    unified = (
+        spec.kv_unified
+        if spec.kv_unified is not None
+        else (spec.n_parallel is None or spec.n_parallel <= 0)
+    )
     n_ubatch = spec.n_ubatch or 512
     n_batch = spec.n_batch or 2048
     if spec.embedding:
@@ -64,20 +68,30 @@ def _context(spec: LaunchSpec, shape: ModelShape, notes: list[str],
             notes.append(
                 f"no -c: llama-server's fit starts from n_ctx_train x streams = {n_ctx} cells "
                 f"and shrinks it only to leave {margin} MiB free per device, so it takes "
-                "memory up to free minus that margin; the figures below are that maximum")
+                "memory up to free minus that margin; the figures below are that maximum"
+            )
             for dev in devices:
                 if dev.free_bytes is not None:
                     take = max(0, dev.free_bytes - margin * MIB)
-                    notes.append(f"on {dev.device_id}, with {dev.free_bytes / GIB:.1f} GiB free "
-                                 f"now, that is up to {take / GIB:.1f} GiB")
+                    notes.append(
+                        f"on {dev.device_id}, with {dev.free_bytes / GIB:.1f} GiB free "
+                        f"now, that is up to {take / GIB:.1f} GiB"
+                    )
         else:
             notes.append(f"-c {spec.ctx_size}: the full training context ({n_ctx}) is used")
     return kv.context(n_ctx, n_seq_max, unified, n_ubatch, n_batch)
 
 
-def _kv_components(shape: ModelShape, spec: LaunchSpec, ctx: kv.Context, flash: bool,
-                   placement: Placement, prefix: str, type_k: str, type_v: str
-                   ) -> list[Component]:
+def _kv_components(
+    shape: ModelShape,
+    spec: LaunchSpec,
+    ctx: kv.Context,
+    flash: bool,
+    placement: Placement,
+    prefix: str,
+    type_k: str,
+    type_v: str,
+) -> list[Component]:
     """KV per device: each layer's K/V lives with its weights, or on the host with -nkvo."""
     per_device: dict[str, list[int]] = {}
     for il in kv.kv_layers(shape):
@@ -88,33 +102,46 @@ def _kv_components(shape: ModelShape, spec: LaunchSpec, ctx: kv.Context, flash: 
         size = kv.kv_size(shape, ctx, type_k, type_v, flash, spec.swa_full, layers)
         residency: Residency = "anon" if dev == HOST else "device"
         if size.full_bytes:
-            out.append(Component(
-                f"{prefix}kv", dev, size.full_bytes,
-                f"{size.full_layers} layers x {size.full_cells} cells "
-                f"({ctx.n_ctx_seq} per stream x {ctx.n_stream}) x K {type_k}"
-                + ("" if shape.is_mla else f" + V {type_v}")
-                + (" (MLA: K only)" if shape.is_mla else "") + " [llama-kv-cache.cpp]",
-                residency))
+            out.append(
+                Component(
+                    f"{prefix}kv",
+                    dev,
+                    size.full_bytes,
+                    f"{size.full_layers} layers x {size.full_cells} cells "
+                    f"({ctx.n_ctx_seq} per stream x {ctx.n_stream}) x K {type_k}"
+                    + ("" if shape.is_mla else f" + V {type_v}")
+                    + (" (MLA: K only)" if shape.is_mla else "")
+                    + " [llama-kv-cache.cpp]",
+                    residency,
+                )
+            )
         if size.swa_bytes:
-            out.append(Component(
-                f"{prefix}kv_swa", dev, size.swa_bytes,
-                f"{size.swa_layers} SWA layers x {size.swa_cells} cells = pad256(min(n_ctx_seq,"
-                f" n_swa {shape.n_swa} x {ctx.n_seq_max if ctx.kv_unified else 1} + ub "
-                f"{ctx.n_ubatch})) x {ctx.n_stream} streams"
-                + (" (--swa-full: n_ctx_seq)" if spec.swa_full else "")
-                + " [llama-kv-cache-iswa.cpp]", residency))
+            out.append(
+                Component(
+                    f"{prefix}kv_swa",
+                    dev,
+                    size.swa_bytes,
+                    f"{size.swa_layers} SWA layers x {size.swa_cells} cells = pad256(min(n_ctx_seq,"
+                    f" n_swa {shape.n_swa} x {ctx.n_seq_max if ctx.kv_unified else 1} + ub "
+                    f"{ctx.n_ubatch})) x {ctx.n_stream} streams"
+                    + (" (--swa-full: n_ctx_seq)" if spec.swa_full else "")
+                    + " [llama-kv-cache-iswa.cpp]",
+                    residency,
+                )
+            )
     return out
 
 
-def _weights_components(placement: Placement, spec: LaunchSpec, prefix: str
-                        ) -> list[Component]:
+def _weights_components(placement: Placement, spec: LaunchSpec, prefix: str) -> list[Component]:
     out = []
     for dev, size in sorted(placement.weights.items()):
         if size <= 0:
             continue
         residency: Residency = _host_residency(spec) if dev == HOST else "device"
-        how = (f"tensor bytes of the layers on {dev}; -ngl -> {placement.n_gpu_layers} "
-               "(output counts as one, token_embd stays on the CPU)")
+        how = (
+            f"tensor bytes of the layers on {dev}; -ngl -> {placement.n_gpu_layers} "
+            "(output counts as one, token_embd stays on the CPU)"
+        )
         if dev == HOST and residency == "file":
             how += "; mmap'd: page cache (RssFile), not anonymous memory"
         out.append(Component(f"{prefix}weights", dev, size, how, residency))
@@ -144,9 +171,12 @@ def n_draft_max(spec: LaunchSpec) -> int:
     return 3 if spec.spec_draft_n_max is None else max(0, spec.spec_draft_n_max)
 
 
-def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
-                      read_header: Callable[[str], Any], outputs: str = "server"
-                      ) -> MemoryEstimate:
+def estimate_llamacpp(
+    spec: LaunchSpec,
+    devices: Sequence[DeviceInfo],
+    read_header: Callable[[str], Any],
+    outputs: str = "server",
+) -> MemoryEstimate:
     """``outputs="server"``: what llama-server reserves; ``"batch"``: llama.cpp's library
     default (n_batch logit rows), which is what llama-fit-params measures."""
     if not spec.model_path:
@@ -158,75 +188,128 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
     shape = shape_from_header(_whole(read_header, spec.model_path))
     flash = spec.flash_attn != "off"
     if spec.flash_attn == "auto":
-        notes.append("-fa auto: flash attention assumed on (llama.cpp turns it on where the "
-                     "backend supports it)")
+        notes.append(
+            "-fa auto: flash attention assumed on (llama.cpp turns it on where the "
+            "backend supports it)"
+        )
     if spec.cache_type_v not in ("f16", "bf16", "f32") and not flash:
-        raise kv.EstimateError(f"-ctv {spec.cache_type_v} needs flash attention; -fa off is "
-                               "an error in llama.cpp")
+        raise kv.EstimateError(
+            f"-ctv {spec.cache_type_v} needs flash attention; -fa off is an error in llama.cpp"
+        )
     ctx = _context(spec, shape, notes, devices)
     spec_type = spec.spec_type or ""
     loaded = _loaded_layers(shape, "draft-mtp" in spec_type.split(","), notes)
-    placement = place(loaded, devices, spec.n_gpu_layers, spec.tensor_split, spec.split_mode,
-                      spec.main_gpu, spec.override_tensor, spec.cpu_moe, spec.n_cpu_moe)
+    placement = place(
+        loaded,
+        devices,
+        spec.n_gpu_layers,
+        spec.tensor_split,
+        spec.split_mode,
+        spec.main_gpu,
+        spec.override_tensor,
+        spec.cpu_moe,
+        spec.n_cpu_moe,
+    )
     main = _main_device(placement)
     n_rs_seq = (spec.spec_draft_n_max or 3) if spec_type in MTP_LIKE else 0
     parts: list[Component] = []
     parts += _weights_components(placement, spec, "")
     if shape.encoder_only:
         notes.append(f"{shape.arch} is an encoder-only model: llama.cpp allocates no KV cache")
-    parts += _kv_components(shape, spec, ctx, flash, placement, "", spec.cache_type_k,
-                            spec.cache_type_v)
+    parts += _kv_components(
+        shape, spec, ctx, flash, placement, "", spec.cache_type_k, spec.cache_type_v
+    )
     if shape.recurrent:
         rs = kv.recurrent_bytes(shape, ctx.n_seq_max, n_rs_seq)
-        parts.append(Component(
-            "rs", HOST if spec.no_kv_offload else main, rs,
-            f"{shape.n_recurrent_layers} recurrent layers x 4 B x (r {shape.n_embd_r} + s "
-            f"{shape.n_embd_s}) x {ctx.n_seq_max} seqs x (1 + {n_rs_seq}) "
-            "[llama-memory-recurrent.cpp]", "anon" if main == HOST else "device"))
+        parts.append(
+            Component(
+                "rs",
+                HOST if spec.no_kv_offload else main,
+                rs,
+                f"{shape.n_recurrent_layers} recurrent layers x 4 B x (r {shape.n_embd_r} + s "
+                f"{shape.n_embd_s}) x {ctx.n_seq_max} seqs x (1 + {n_rs_seq}) "
+                "[llama-memory-recurrent.cpp]",
+                "anon" if main == HOST else "device",
+            )
+        )
     n_out = server_outputs(spec, ctx) if outputs == "server" else ctx.n_batch
     n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
     rotated = _kv_rotated(shape, spec.cache_type_k)
     comp = compute.compute_bytes(shape, ctx, flash, n_out, spec.embedding, n_kv_swa, rotated)
     per_token = compute.ffn_body_floats(shape, rotated)
-    ffn = (f"MoE FFN 4 B x ub x {per_token} (2 n_used (n_ff_exp + n_embd)"
-           + (" + 2 n_embd shared" if shape.n_ff_shexp else "")
-           + ") [llama-graph.cpp build_moe_ffn]" if shape.n_expert else
-           f"FFN 4 B x ub x {per_token} (3 n_ff + residuals) [llama-graph.cpp build_ffn]")
-    parts.append(Component(
-        "compute", main, comp,
-        f"max(body: {ffn} + f16 masks, logits 4 x "
-        f"{min(n_out, ctx.n_ubatch)} outputs x n_vocab"
-        + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1) [build_attn_mha]")
-        + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq}"
-        + (f", n_kv_swa={n_kv_swa}" if n_kv_swa else "")
-        + " [monitor/estimate/compute.py]", "anon" if main == HOST else "device"))
+    ffn = (
+        f"MoE FFN 4 B x ub x {per_token} (2 n_used (n_ff_exp + n_embd)"
+        + (" + 2 n_embd shared" if shape.n_ff_shexp else "")
+        + ") [llama-graph.cpp build_moe_ffn]"
+        if shape.n_expert
+        else f"FFN 4 B x ub x {per_token} (3 n_ff + residuals) [llama-graph.cpp build_ffn]"
+    )
+    parts.append(
+        Component(
+            "compute",
+            main,
+            comp,
+            f"max(body: {ffn} + f16 masks, logits 4 x "
+            f"{min(n_out, ctx.n_ubatch)} outputs x n_vocab"
+            + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1) [build_attn_mha]")
+            + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq}"
+            + (f", n_kv_swa={n_kv_swa}" if n_kv_swa else "")
+            + " [monitor/estimate/compute.py]",
+            "anon" if main == HOST else "device",
+        )
+    )
     if main == HOST and shape.encoder_only:
         ub = min(ctx.n_ubatch, ctx.n_ctx)
         n_head = max(shape.n_head) if shape.n_head else 1
-        parts.append(Component(
-            "attn_scores", HOST, 4 * ub * ub * n_head,
-            f"encoder attention scores at run time, 4 B x ub {ub}^2 x n_head {n_head}: "
-            "RssAnon of the CPU build grows by this with a full batch beyond the logged "
-            "compute buffer (measured: +13.5 MiB for 500 tokens of a 12-head BERT)", "anon"))
+        parts.append(
+            Component(
+                "attn_scores",
+                HOST,
+                4 * ub * ub * n_head,
+                f"encoder attention scores at run time, 4 B x ub {ub}^2 x n_head {n_head}: "
+                "RssAnon of the CPU build grows by this with a full batch beyond the logged "
+                "compute buffer (measured: +13.5 MiB for 500 tokens of a 12-head BERT)",
+                "anon",
+            )
+        )
     if main == HOST and not flash and not shape.encoder_only:
         ub = min(ctx.n_ubatch, ctx.n_ctx)
         n_head = max(shape.n_head) if shape.n_head else 1
-        parts.append(Component(
-            "cpu_work", HOST, 2 * ctx.n_ctx_seq * ub * n_head,
-            f"CPU backend work buffer without flash attention: an f16 copy of one layer's "
-            f"scores for KQ x V, n_kv {ctx.n_ctx_seq} x ub {ub} x n_head {n_head} x 2 B (not "
-            "in llama.cpp's logs; measured on the CPU build)", "anon"))
-    parts.append(Component(
-        "output", HOST, compute.output_bytes(shape, ctx, spec.embedding),
-        f"(n_vocab{' + n_embd' if spec.embedding else ''}) x {ctx.n_seq_max} seqs x 4 B "
-        "at start; grows with outputs per batch [llama_context::output_reserve]", "anon"))
+        parts.append(
+            Component(
+                "cpu_work",
+                HOST,
+                2 * ctx.n_ctx_seq * ub * n_head,
+                f"CPU backend work buffer without flash attention: an f16 copy of one layer's "
+                f"scores for KQ x V, n_kv {ctx.n_ctx_seq} x ub {ub} x n_head {n_head} x 2 B (not "
+                "in llama.cpp's logs; measured on the CPU build)",
+                "anon",
+            )
+        )
+    parts.append(
+        Component(
+            "output",
+            HOST,
+            compute.output_bytes(shape, ctx, spec.embedding),
+            f"(n_vocab{' + n_embd' if spec.embedding else ''}) x {ctx.n_seq_max} seqs x 4 B "
+            "at start; grows with outputs per batch [llama_context::output_reserve]",
+            "anon",
+        )
+    )
     if n_out > ctx.n_seq_max and outputs == "server":
-        parts.append(Component(
-            "output_growth", HOST, compute.output_bytes(shape, ctx, spec.embedding)
-            // ctx.n_seq_max * (n_out - ctx.n_seq_max),
-            f"the output buffer grows at run time up to n_outputs_max = {n_out} rows "
-            "(np x (1 + --spec-draft-n-max) when drafting) [llama_context::output_reserve]",
-            "anon", "grows"))
+        parts.append(
+            Component(
+                "output_growth",
+                HOST,
+                compute.output_bytes(shape, ctx, spec.embedding)
+                // ctx.n_seq_max
+                * (n_out - ctx.n_seq_max),
+                f"the output buffer grows at run time up to n_outputs_max = {n_out} rows "
+                "(np x (1 + --spec-draft-n-max) when drafting) [llama_context::output_reserve]",
+                "anon",
+                "grows",
+            )
+        )
     if spec_type == "draft-mtp" and shape.n_nextn:
         rows = ctx.n_seq_max * (1 + n_rs_seq)
         if shape.recurrent and rows > 9:
@@ -234,45 +317,85 @@ def estimate_llamacpp(spec: LaunchSpec, devices: Sequence[DeviceInfo],
                 f"MTP on a hybrid model with np x (1 + --spec-draft-n-max) = {rows} rows: "
                 "the target's compute buffer grows past its FFN peak beyond ~9 rows "
                 "(measured on Qwen3.5-27B: about +2.7 MiB a row); not in the compute "
-                "figure above")
+                "figure above"
+            )
         mtp_layers = kv.kv_layers(shape, mtp=True)
-        size = kv.kv_size(shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False,
-                          mtp_layers)
-        parts.append(Component("mtp_kv", main, size.full_bytes + size.swa_bytes,
-                               f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
-                               "[common/speculative.cpp, ctx_type MTP]",
-                               "anon" if main == HOST else "device"))
+        size = kv.kv_size(
+            shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False, mtp_layers
+        )
+        parts.append(
+            Component(
+                "mtp_kv",
+                main,
+                size.full_bytes + size.swa_bytes,
+                f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
+                "[common/speculative.cpp, ctx_type MTP]",
+                "anon" if main == HOST else "device",
+            )
+        )
         # The MTP context (common_speculative_init_result, ctx_type MTP) reserves one
         # output per sequence (n_outputs_max = n_parallel) and its own graph: the nextn
         # block after eh_proj, then the output head.
-        parts.append(Component(
-            "mtp_compute", main,
-            compute.compute_bytes(shape, ctx, flash, ctx.n_seq_max, mtp=True,
-                                  kv_rotated=_kv_rotated(shape, spec.cache_type_k)),
-            "the MTP context's compute buffer: the nextn block's FFN, 4 ub (3 n_ff + 2 "
-            "n_embd) (MoE: build_moe_ffn) + mask, or its logits [llama-graph.cpp]",
-            "anon" if main == HOST else "device"))
-        parts.append(Component(
-            "mtp_output", HOST, compute.output_bytes(shape, ctx, False),
-            f"n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
-            "anon"))
+        parts.append(
+            Component(
+                "mtp_compute",
+                main,
+                compute.compute_bytes(
+                    shape,
+                    ctx,
+                    flash,
+                    ctx.n_seq_max,
+                    mtp=True,
+                    kv_rotated=_kv_rotated(shape, spec.cache_type_k),
+                ),
+                "the MTP context's compute buffer: the nextn block's FFN, 4 ub (3 n_ff + 2 "
+                "n_embd) (MoE: build_moe_ffn) + mask, or its logits [llama-graph.cpp]",
+                "anon" if main == HOST else "device",
+            )
+        )
+        parts.append(
+            Component(
+                "mtp_output",
+                HOST,
+                compute.output_bytes(shape, ctx, False),
+                f"n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
+                "anon",
+            )
+        )
     if spec.draft_model:
         parts += _draft(spec, devices, read_header, ctx, flash, notes)
     parts += _host_growth(spec, shape, ctx, flash)
     for dev in devices:
         if any(c.device == dev.device_id for c in parts) and dev.overhead_bytes:
-            parts.append(Component("overhead", dev.device_id, dev.overhead_bytes,
-                                   "per-process driver context (CUDA context, cuBLAS "
-                                   "workspace); configurable per device", "device"))
+            parts.append(
+                Component(
+                    "overhead",
+                    dev.device_id,
+                    dev.overhead_bytes,
+                    "per-process driver context (CUDA context, cuBLAS "
+                    "workspace); configurable per device",
+                    "device",
+                )
+            )
     if placement.moved_to_host:
-        notes.append(f"-ot/-cmoe/-ncmoe move {_mib(placement.moved_to_host)} of expert "
-                     "weights to the CPU; their layers' KV stays on the GPU")
+        notes.append(
+            f"-ot/-cmoe/-ncmoe move {_mib(placement.moved_to_host)} of expert "
+            "weights to the CPU; their layers' KV stays on the GPU"
+        )
     return MemoryEstimate(
-        engine=spec.engine, model_path=spec.model_path, components=tuple(parts),
-        notes=tuple(notes), n_ctx=ctx.n_ctx, n_ctx_seq=ctx.n_ctx_seq,
-        n_seq_max=ctx.n_seq_max, n_stream=ctx.n_stream, kv_unified=ctx.kv_unified,
-        flash_attn=flash, devices=tuple(d.device_id for d in devices),
-        host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0)
+        engine=spec.engine,
+        model_path=spec.model_path,
+        components=tuple(parts),
+        notes=tuple(notes),
+        n_ctx=ctx.n_ctx,
+        n_ctx_seq=ctx.n_ctx_seq,
+        n_seq_max=ctx.n_seq_max,
+        n_stream=ctx.n_stream,
+        kv_unified=ctx.kv_unified,
+        flash_attn=flash,
+        devices=tuple(d.device_id for d in devices),
+        host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0,
+    )
 
 
 def _kv_rotated(shape: ModelShape, type_k: str) -> bool:
@@ -289,68 +412,127 @@ def _loaded_layers(shape: ModelShape, mtp: bool, notes: list[str]) -> ModelShape
         return shape
     first = shape.n_layer - shape.n_nextn
     skipped = sum(shape.layer_bytes[first:])
-    notes.append(f"the file's {shape.n_nextn} MTP layer(s) ({_mib(skipped)}) are not loaded "
-                 "without --spec-type draft-mtp")
+    notes.append(
+        f"the file's {shape.n_nextn} MTP layer(s) ({_mib(skipped)}) are not loaded "
+        "without --spec-type draft-mtp"
+    )
     keep = range(first)
     return dataclasses.replace(
         shape,
         layer_bytes=tuple(b if il in keep else 0 for il, b in enumerate(shape.layer_bytes)),
         expert_bytes=tuple(b if il in keep else 0 for il, b in enumerate(shape.expert_bytes)),
-        layer_tensors={il: t for il, t in shape.layer_tensors.items() if il in keep})
+        layer_tensors={il: t for il, t in shape.layer_tensors.items() if il in keep},
+    )
 
 
-def _draft(spec: LaunchSpec, devices: Sequence[DeviceInfo], read_header: Callable[[str], Any],
-           target_ctx: kv.Context, flash: bool, notes: list[str]
-           ) -> list[Component]:
+def _draft(
+    spec: LaunchSpec,
+    devices: Sequence[DeviceInfo],
+    read_header: Callable[[str], Any],
+    target_ctx: kv.Context,
+    flash: bool,
+    notes: list[str],
+) -> list[Component]:
     """The draft context copies the target's n_ctx (the same total cells), n_seq_max,
     kv_unified and ubatch; its KV is f16 unless -ctkd/-ctvd (common/speculative.cpp)."""
     assert spec.draft_model is not None
     shape = shape_from_header(_whole(read_header, spec.draft_model))
-    ctx = kv.context(target_ctx.n_ctx, target_ctx.n_seq_max, target_ctx.kv_unified,
-                     target_ctx.n_ubatch, target_ctx.n_batch)
+    ctx = kv.context(
+        target_ctx.n_ctx,
+        target_ctx.n_seq_max,
+        target_ctx.kv_unified,
+        target_ctx.n_ubatch,
+        target_ctx.n_batch,
+    )
     placement = place(shape, devices, spec.draft_n_gpu_layers)
     parts = _weights_components(placement, spec, "draft_")
-    parts += _kv_components(shape, spec, ctx, flash, placement, "draft_",
-                            spec.draft_cache_type_k, spec.draft_cache_type_v)
+    parts += _kv_components(
+        shape,
+        spec,
+        ctx,
+        flash,
+        placement,
+        "draft_",
+        spec.draft_cache_type_k,
+        spec.draft_cache_type_v,
+    )
     main = _main_device(placement)
     # The draft context reserves one output per sequence (common_base_params_to_speculative:
     # n_outputs_max = n_parallel), whatever the draft depth.
     n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
-    parts.append(Component("draft_compute", main,
-                           compute.compute_bytes(shape, ctx, flash, ctx.n_seq_max, False,
-                                                 n_kv_swa, _kv_rotated(
-                                                     shape, spec.draft_cache_type_k)),
-                           "the draft's own compute buffer, same formula as the target's, "
-                           f"{ctx.n_seq_max} output(s) [common/speculative.cpp]",
-                           "anon" if main == HOST else "device"))
-    parts.append(Component(
-        "draft_output", HOST, compute.output_bytes(shape, ctx, False),
-        f"draft n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]", "anon"))
+    parts.append(
+        Component(
+            "draft_compute",
+            main,
+            compute.compute_bytes(
+                shape,
+                ctx,
+                flash,
+                ctx.n_seq_max,
+                False,
+                n_kv_swa,
+                _kv_rotated(shape, spec.draft_cache_type_k),
+            ),
+            "the draft's own compute buffer, same formula as the target's, "
+            f"{ctx.n_seq_max} output(s) [common/speculative.cpp]",
+            "anon" if main == HOST else "device",
+        )
+    )
+    parts.append(
+        Component(
+            "draft_output",
+            HOST,
+            compute.output_bytes(shape, ctx, False),
+            f"draft n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
+            "anon",
+        )
+    )
     if spec.draft_cache_type_k == "f16" and spec.cache_type_k != "f16":
-        notes.append(f"the draft KV is f16 although the target's is {spec.cache_type_k}: "
-                     "-ctkd/-ctvd are not inherited from -ctk/-ctv")
+        notes.append(
+            f"the draft KV is f16 although the target's is {spec.cache_type_k}: "
+            "-ctkd/-ctvd are not inherited from -ctk/-ctv"
+        )
     return parts
 
 
-def _host_growth(spec: LaunchSpec, shape: ModelShape, ctx: kv.Context, flash: bool
-                 ) -> list[Component]:
+def _host_growth(
+    spec: LaunchSpec, shape: ModelShape, ctx: kv.Context, flash: bool
+) -> list[Component]:
     """Host RAM that fills at run time: the prompt cache and context checkpoints."""
     parts = []
     cache_ram = 8192 if spec.cache_ram_mib is None else spec.cache_ram_mib
     if cache_ram > 0:
-        parts.append(Component("cache_ram", HOST, cache_ram * MIB,
-                               f"--cache-ram {cache_ram} MiB prompt cache, filled as prompts "
-                               "are cached (common.h default 8192)", "anon", "grows"))
+        parts.append(
+            Component(
+                "cache_ram",
+                HOST,
+                cache_ram * MIB,
+                f"--cache-ram {cache_ram} MiB prompt cache, filled as prompts "
+                "are cached (common.h default 8192)",
+                "anon",
+                "grows",
+            )
+        )
     if shape.swa or shape.recurrent:
         per_slot = 32 if spec.ctx_checkpoints is None else spec.ctx_checkpoints
         swa_stream = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
-        swa_cell = sum(kv.layer_bytes_per_cell(shape, il, spec.cache_type_k, spec.cache_type_v)
-                       for il in kv.kv_layers(shape) if shape.is_swa(il))
+        swa_cell = sum(
+            kv.layer_bytes_per_cell(shape, il, spec.cache_type_k, spec.cache_type_v)
+            for il in kv.kv_layers(shape)
+            if shape.is_swa(il)
+        )
         state = swa_stream * swa_cell + kv.recurrent_bytes(shape, 1)
         total = state * per_slot * ctx.n_seq_max
         if total:
-            parts.append(Component(
-                "checkpoints", HOST, total,
-                f"-ctxcp {per_slot} per slot x {ctx.n_seq_max} slots x one sequence's SWA/"
-                "recurrent state (server-context.cpp create_checkpoint)", "anon", "grows"))
+            parts.append(
+                Component(
+                    "checkpoints",
+                    HOST,
+                    total,
+                    f"-ctxcp {per_slot} per slot x {ctx.n_seq_max} slots x one sequence's SWA/"
+                    "recurrent state (server-context.cpp create_checkpoint)",
+                    "anon",
+                    "grows",
+                )
+            )
     return parts

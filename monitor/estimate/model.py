@@ -62,11 +62,14 @@ class MemoryEstimate:
             return None
         return self.n_ctx_seq * self.n_stream
 
-    def total_bytes(self, name: str | None = None, device: str | None = None,
-                    include_growth: bool = False) -> int:
+    def total_bytes(
+        self, name: str | None = None, device: str | None = None, include_growth: bool = False
+    ) -> int:
         return sum(
-            c.bytes for c in self.components
-            if (name is None or c.name == name) and (device is None or c.device == device)
+            c.bytes
+            for c in self.components
+            if (name is None or c.name == name)
+            and (device is None or c.device == device)
             and (include_growth or c.when == "load")
         )
 
@@ -78,8 +81,10 @@ class MemoryEstimate:
         return out
 
 
-def devices_from_samples(samples: Iterable[DeviceSample], overhead_bytes: int
-                         ) -> list[DeviceInfo]:
+def devices_from_samples(samples: Iterable[DeviceSample], overhead_bytes: int) -> list[DeviceInfo]:
     """The GPUs of a sample as placement targets (host RAM is implicit)."""
-    return [DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead_bytes)
-            for d in samples if d.device_id != HOST]
+    return [
+        DeviceInfo(d.device_id, d.total_bytes, d.free_bytes, d.memory_kind, overhead_bytes)
+        for d in samples
+        if d.device_id != HOST
+    ]

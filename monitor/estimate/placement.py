@@ -39,8 +39,9 @@ def gpu_layer_count(ngl: int | str | None, n_layer: int) -> int:
         return n_layer + 1
 
 
-def _split(count: int, devices: Sequence[DeviceInfo], fractions: Sequence[float] | None
-           ) -> list[str]:
+def _split(
+    count: int, devices: Sequence[DeviceInfo], fractions: Sequence[float] | None
+) -> list[str]:
     """Assign ``count`` consecutive layers to devices by cumulative fractions."""
     if not devices or count <= 0:
         return []
@@ -63,8 +64,9 @@ def _split(count: int, devices: Sequence[DeviceInfo], fractions: Sequence[float]
     return out
 
 
-def _override_patterns(override: Sequence[str], cpu_moe: bool, n_cpu_moe: int | None
-                       ) -> list[re.Pattern[str]]:
+def _override_patterns(
+    override: Sequence[str], cpu_moe: bool, n_cpu_moe: int | None
+) -> list[re.Pattern[str]]:
     patterns = []
     for item in override:
         regex, _, buft = item.rpartition("=")
@@ -76,15 +78,21 @@ def _override_patterns(override: Sequence[str], cpu_moe: bool, n_cpu_moe: int | 
     if cpu_moe:
         patterns.append(re.compile(_EXPERTS))
     if n_cpu_moe:
-        patterns.append(re.compile(rf"^blk\.({'|'.join(map(str, range(n_cpu_moe)))})"
-                                   + _EXPERTS))
+        patterns.append(re.compile(rf"^blk\.({'|'.join(map(str, range(n_cpu_moe)))})" + _EXPERTS))
     return patterns
 
 
-def place(shape: ModelShape, devices: Sequence[DeviceInfo], n_gpu_layers: int | str | None,
-          tensor_split: Sequence[float] | None = None, split_mode: str | None = None,
-          main_gpu: int | None = None, override: Sequence[str] = (), cpu_moe: bool = False,
-          n_cpu_moe: int | None = None) -> Placement:
+def place(
+    shape: ModelShape,
+    devices: Sequence[DeviceInfo],
+    n_gpu_layers: int | str | None,
+    tensor_split: Sequence[float] | None = None,
+    split_mode: str | None = None,
+    main_gpu: int | None = None,
+    override: Sequence[str] = (),
+    cpu_moe: bool = False,
+    n_cpu_moe: int | None = None,
+) -> Placement:
     n_layer = shape.n_layer
     gpus = list(devices)
     if split_mode == "none" and gpus:

@@ -13,29 +13,71 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # llama_model::create_memory returns nullptr for these (src/llama-model.cpp 2110-2126).
-ENCODER_ONLY = frozenset({
-    "bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert",
-    "eurobert", "modern-bert", "gemma-embedding", "wavtokenizer-dec", "dream", "llada",
-    "llada-moe", "rnd1",
-})
+ENCODER_ONLY = frozenset(
+    {
+        "bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "eurobert",
+        "modern-bert",
+        "gemma-embedding",
+        "wavtokenizer-dec",
+        "dream",
+        "llada",
+        "llada-moe",
+        "rnd1",
+    }
+)
 # llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp 982-1018).
 RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-HYBRID = frozenset({
-    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
-    "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe", "kimi-linear", "bailingmoe3",
-    "kimi-k3", "deepseek4", "minimax-01",
-})
+HYBRID = frozenset(
+    {
+        "jamba",
+        "falcon-h1",
+        "plamo2",
+        "granitehybrid",
+        "lfm2",
+        "lfm2moe",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "qwen3next",
+        "qwen35",
+        "qwen35moe",
+        "kimi-linear",
+        "bailingmoe3",
+        "kimi-k3",
+        "deepseek4",
+        "minimax-01",
+    }
+)
 # SWA period when the GGUF has no sliding_window_pattern (src/models/*.cpp).
 DEFAULT_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2, "llama4": 4, "cohere2": 4}
 DEFAULT_N_SWA = {"gemma2": 4096}
 # Archs whose nextn/MTP layers llama.cpp loads only for ``--spec-type draft-mtp``
 # (``mtp_flags |= TENSOR_SKIP`` unless ``ml.load_mtp``, src/models/<arch>.cpp
 # load_arch_tensors; load_mtp from common/common.cpp common_model_params_to_llama).
-MTP_SKIPPED_UNLESS_ASKED = frozenset({
-    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
-    "glm5-next", "hy-v3", "mimo2", "nemotron_h", "qwen35", "qwen35moe", "qwen3next",
-    "step35",
-})
+MTP_SKIPPED_UNLESS_ASKED = frozenset(
+    {
+        "bailingmoe3",
+        "cohere2moe",
+        "deepseek2",
+        "deepseek32",
+        "deepseek4",
+        "glm-dsa",
+        "glm4moe",
+        "glm5-next",
+        "hy-v3",
+        "mimo2",
+        "nemotron_h",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "step35",
+    }
+)
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -156,8 +198,9 @@ def recurrent_state(arch: str, get: Any, n_embd: int) -> tuple[int, int]:
     return 0, 0
 
 
-def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int],
-                     n_nextn: int = 0) -> tuple[bool, ...]:
+def recurrent_layers(
+    arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int], n_nextn: int = 0
+) -> tuple[bool, ...]:
     """Per layer: recurrent or not. The nextn/MTP layers are attention layers
     (``is_recr(i) = i < n_layer() && (i + 1) % interval != 0``, src/models/qwen35.cpp)."""
     if arch in RECURRENT:
@@ -168,10 +211,12 @@ def recurrent_layers(arch: str, get: Any, n_layer: int, n_head_kv: Sequence[int]
     if isinstance(flags, (tuple, list)):
         return tuple(bool(v) for v in flags[:n_layer])
     interval = get("full_attention_interval") or (
-        4 if arch in ("qwen3next", "qwen35", "qwen35moe") else None)  # their default
+        4 if arch in ("qwen3next", "qwen35", "qwen35moe") else None
+    )  # their default
     if interval:
-        return tuple((il + 1) % int(interval) != 0 and il < n_layer - n_nextn
-                     for il in range(n_layer))
+        return tuple(
+            (il + 1) % int(interval) != 0 and il < n_layer - n_nextn for il in range(n_layer)
+        )
     return tuple(h == 0 for h in n_head_kv)  # lfm2 / jamba / nemotron-h: 0 KV heads
 
 
@@ -192,8 +237,9 @@ def shape_from_header(header: Any) -> ModelShape:
     head_v = int(get("attention.value_length", head_k))
     n_swa = int(get("attention.sliding_window", DEFAULT_N_SWA.get(arch, 0)) or 0)
     swa = swa_layers(arch, n_layer, get("attention.sliding_window_pattern"), n_swa)
-    recurrent = recurrent_layers(arch, get, n_layer, n_head_kv,
-                                 int(get("nextn_predict_layers", 0) or 0))
+    recurrent = recurrent_layers(
+        arch, get, n_layer, n_head_kv, int(get("nextn_predict_layers", 0) or 0)
+    )
     n_embd_r, n_embd_s = recurrent_state(arch, get, n_embd) if recurrent else (0, 0)
     shared = get("attention.shared_kv_layers")
     n_ff = get("feed_forward_length", 0)
@@ -247,8 +293,9 @@ def shape_from_header(header: Any) -> ModelShape:
         n_embd_r=n_embd_r,
         n_embd_s=n_embd_s,
         encoder_only=arch in ENCODER_ONLY,
-        n_layer_kv_from_start=(n_layer - int(shared)) if shared else (
-            20 if arch == "gemma3n" else None),
+        n_layer_kv_from_start=(n_layer - int(shared))
+        if shared
+        else (20 if arch == "gemma3n" else None),
         n_nextn=int(get("nextn_predict_layers", 0) or 0),
         mtp_optional=arch in MTP_SKIPPED_UNLESS_ASKED,
         n_expert=n_expert,

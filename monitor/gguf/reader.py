@@ -240,10 +240,15 @@ def _read_splits(paths: list[str], stats: list[os.stat_result], max_items: int) 
 def _truncation(paths: list[str], stats: list[os.stat_result], ends: list[int]) -> str | None:
     for i, (path, st, end) in enumerate(zip(paths, stats, ends, strict=True)):
         if end > st.st_size:
-            name = f"split {i + 1} ({_quote(os.path.basename(path))})" if len(paths) > 1 \
+            name = (
+                f"split {i + 1} ({_quote(os.path.basename(path))})"
+                if len(paths) > 1
                 else "the file"
-            return (f"truncated: {name} is {st.st_size:,} bytes but its tensor data ends at "
-                    f"byte {end:,} (an interrupted download or copy?)")
+            )
+            return (
+                f"truncated: {name} is {st.st_size:,} bytes but its tensor data ends at "
+                f"byte {end:,} (an interrupted download or copy?)"
+            )
     return None
 
 
@@ -260,8 +265,7 @@ def _int_or_none(v: object) -> int | None:
 # --- one file ---------------------------------------------------------------------------
 
 
-def _read_one(path: str, max_items: int
-              ) -> tuple[int, dict[str, object], list[TensorInfo], int]:
+def _read_one(path: str, max_items: int) -> tuple[int, dict[str, object], list[TensorInfo], int]:
     try:
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size

@@ -30,8 +30,9 @@ class DaemonClient:
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RemoteError(f"--remote {url}: expected http://HOST:PORT, e.g. "
-                              "http://gpu-box:9835")
+            raise RemoteError(
+                f"--remote {url}: expected http://HOST:PORT, e.g. http://gpu-box:9835"
+            )
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -44,28 +45,35 @@ class DaemonClient:
             headers["Authorization"] = f"Bearer {self.token}"
         # http(s) only: no proxies, no file:// or ftp:// handlers
         opener = urllib.request.OpenerDirector()
-        for handler in (urllib.request.ProxyHandler({}), urllib.request.HTTPHandler(),
-                        urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(),
-                        urllib.request.HTTPErrorProcessor()):
+        for handler in (
+            urllib.request.ProxyHandler({}),
+            urllib.request.HTTPHandler(),
+            urllib.request.HTTPSHandler(),
+            urllib.request.HTTPDefaultErrorHandler(),
+            urllib.request.HTTPErrorProcessor(),
+        ):
             opener.add_handler(handler)
         try:
-            with opener.open(urllib.request.Request(self.url + path, headers=headers),
-                             timeout=self.timeout_s) as response:
+            with opener.open(
+                urllib.request.Request(self.url + path, headers=headers), timeout=self.timeout_s
+            ) as response:
                 body = response.read(REMOTE_MAX_BYTES + 1)
         except urllib.error.HTTPError as exc:
             hint = " (give --token)" if exc.code == 401 else ""
             raise RemoteError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
         except (OSError, ValueError) as exc:
-            raise RemoteError(f"cannot reach the vramscope daemon at {self.url}: {exc}"
-                              ) from None
+            raise RemoteError(f"cannot reach the vramscope daemon at {self.url}: {exc}") from None
         if len(body) > REMOTE_MAX_BYTES:
-            raise RemoteError(f"{self.url}{path}: the answer is larger than "
-                              f"{REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?")
+            raise RemoteError(
+                f"{self.url}{path}: the answer is larger than "
+                f"{REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?"
+            )
         try:
             return json.loads(body)
         except (ValueError, RecursionError) as exc:
-            raise RemoteError(f"{self.url}{path}: not JSON ({str(exc)[:80]}); "
-                              "not a vramscope daemon?") from None
+            raise RemoteError(
+                f"{self.url}{path}: not JSON ({str(exc)[:80]}); not a vramscope daemon?"
+            ) from None
 
 
 def _value_problem(value: Any, kind: str) -> str | None:
@@ -77,8 +85,9 @@ def _value_problem(value: Any, kind: str) -> str | None:
     if kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
     elif kind == "float":
-        ok = (isinstance(value, int | float) and not isinstance(value, bool)
-              and abs(value) < 2**63)  # json gives inf for 1e999: refused here
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 2**63
+        )  # json gives inf for 1e999: refused here
     elif kind == "bool":
         ok = isinstance(value, bool)
     elif kind == "str":
@@ -86,15 +95,17 @@ def _value_problem(value: Any, kind: str) -> str | None:
     elif kind == "MemoryKind":
         ok = value in ("dedicated", "unified", "host")
     elif kind == "tuple[str, ...]":
-        ok = (isinstance(value, list) and len(value) <= 4096
-              and all(isinstance(v, str) and len(v) <= 65536 for v in value))
+        ok = (
+            isinstance(value, list)
+            and len(value) <= 4096
+            and all(isinstance(v, str) and len(v) <= 65536 for v in value)
+        )
     else:
         ok = True
     return None if ok else f"{type(value).__name__} {str(value)[:40]!r}"
 
 
-def _record_problem(cls: type, record: Any, where: str, skip: tuple[str, ...] = ()
-                    ) -> str | None:
+def _record_problem(cls: type, record: Any, where: str, skip: tuple[str, ...] = ()) -> str | None:
     import dataclasses
 
     if not isinstance(record, dict):
@@ -102,8 +113,7 @@ def _record_problem(cls: type, record: Any, where: str, skip: tuple[str, ...] = 
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        required = (f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if f.name not in record:
             if required:
                 return f"{where} has no {f.name!r}"
@@ -142,8 +152,9 @@ def status_doc_problem(doc: Any) -> str | None:
         if not isinstance(memory, dict):
             return f"{where}.memory is not an object"
         for device_id, fields in memory.items():
-            if problem := _record_problem(ProcessMemory, fields, f"{where}.memory.{device_id}",
-                                          skip=("pid", "device_id")):
+            if problem := _record_problem(
+                ProcessMemory, fields, f"{where}.memory.{device_id}", skip=("pid", "device_id")
+            ):
                 return problem
             extra = set(fields) - {f for f in ProcessMemory.__dataclass_fields__}
             if extra or "pid" in fields or "device_id" in fields:
@@ -163,8 +174,13 @@ def events_doc_problem(page: Any) -> str | None:
     for i, e in enumerate(events):
         if not isinstance(e, dict):
             return f"events[{i}] is not an object"
-        for key, kind in (("ts_ms", "int"), ("kind", "str"), ("severity", "str"),
-                          ("message", "str"), ("subject", "str | None")):
+        for key, kind in (
+            ("ts_ms", "int"),
+            ("kind", "str"),
+            ("severity", "str"),
+            ("message", "str"),
+            ("subject", "str | None"),
+        ):
             if (bad := _value_problem(e.get(key), kind)) is not None:
                 return f"events[{i}].{key} is {bad}"
     return None

@@ -62,14 +62,26 @@ from monitor.engines.recognise import helper_parents
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONTENT_TYPE_LATEST", "Assessments", "Estimates", "SnapshotCollector",
-           "build_registry", "estimates_from_assessments", "model_label", "render"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "Assessments",
+    "Estimates",
+    "SnapshotCollector",
+    "build_registry",
+    "estimates_from_assessments",
+    "model_label",
+    "render",
+]
 
 Estimates = Callable[[], dict[int, dict[str, int]]]
 Assessments = Callable[[], Mapping[tuple[int, int], Any]]  # (pid, start_ticks) -> Assessment
 _DEVICE_LABELS = ["device", "name", "kind"]
-_PROCESS_KINDS = (("vram", "vram_bytes"), ("gtt", "gtt_bytes"),
-                  ("rss_anon", "rss_anon_bytes"), ("rss_file", "rss_file_bytes"))
+_PROCESS_KINDS = (
+    ("vram", "vram_bytes"),
+    ("gtt", "gtt_bytes"),
+    ("rss_anon", "rss_anon_bytes"),
+    ("rss_file", "rss_file_bytes"),
+)
 _MAX_LABEL = 200
 
 
@@ -96,9 +108,12 @@ def model_label(argv: tuple[str, ...]) -> str:
 class SnapshotCollector:
     """Builds every family from ``latest()`` when the registry is scraped."""
 
-    def __init__(self, latest: Callable[[], Snapshot | None],
-                 estimates: Estimates | None = None, health: Callable[[], Any] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        latest: Callable[[], Snapshot | None],
+        estimates: Estimates | None = None,
+        health: Callable[[], Any] | None = None,
+    ) -> None:
         self._latest = latest
         self._estimates = estimates
         self._health = health  # () -> monitor.store.database.WriterHealth | None
@@ -123,12 +138,22 @@ class SnapshotCollector:
         health = self._health() if self._health is not None else None
         if health is not None:
             for name, value, text in (
-                    ("vramscope_db_write_ok", int(health.write_ok),
-                     "1 while writes reach the database, 0 while it refuses them."),
-                    ("vramscope_db_backlog_ticks", health.backlog_ticks,
-                     "Ticks kept in memory waiting for the database."),
-                    ("vramscope_db_dropped_ticks", health.dropped_ticks,
-                     "Ticks dropped since the start because the backlog was full.")):
+                (
+                    "vramscope_db_write_ok",
+                    int(health.write_ok),
+                    "1 while writes reach the database, 0 while it refuses them.",
+                ),
+                (
+                    "vramscope_db_backlog_ticks",
+                    health.backlog_ticks,
+                    "Ticks kept in memory waiting for the database.",
+                ),
+                (
+                    "vramscope_db_dropped_ticks",
+                    health.dropped_ticks,
+                    "Ticks dropped since the start because the backlog was full.",
+                ),
+            ):
                 family = GaugeMetricFamily(name, text)
                 family.add_metric([], value)
                 yield family
@@ -137,12 +162,17 @@ class SnapshotCollector:
             return
         yield from self._devices(snap)
         infos = {p.pid: p for p in snap.processes}
-        self._models = {k: v for k, v in self._models.items()
-                        if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]}
+        self._models = {
+            k: v
+            for k, v in self._models.items()
+            if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]
+        }
         yield from self._processes(snap, infos)
         yield from self._collectors(snap)
-        tick = GaugeMetricFamily("vramscope_last_tick_timestamp_seconds",
-                                 "When the latest snapshot was taken (epoch seconds).")
+        tick = GaugeMetricFamily(
+            "vramscope_last_tick_timestamp_seconds",
+            "When the latest snapshot was taken (epoch seconds).",
+        )
         tick.add_metric([], snap.ts_ms / 1000)
         yield tick
 
@@ -154,17 +184,18 @@ class SnapshotCollector:
             "gtt_used_bytes": "GTT (GPU-mapped system memory) in use on the device.",
         }
         for field, help_text in helps.items():
-            family = GaugeMetricFamily(f"vramscope_device_memory_{field}", help_text,
-                                       labels=_DEVICE_LABELS)
+            family = GaugeMetricFamily(
+                f"vramscope_device_memory_{field}", help_text, labels=_DEVICE_LABELS
+            )
             for d in snap.devices:
                 value = getattr(d, field)
                 if value is not None:
-                    family.add_metric([_label(d.device_id), _label(d.name), d.memory_kind],
-                                      value)
+                    family.add_metric([_label(d.device_id), _label(d.name), d.memory_kind], value)
             yield family
-        available = GaugeMetricFamily("vramscope_host_memory_available_bytes",
-                                      "Host memory available for new allocations "
-                                      "(MemAvailable).")
+        available = GaugeMetricFamily(
+            "vramscope_host_memory_available_bytes",
+            "Host memory available for new allocations (MemAvailable).",
+        )
         host = next((d for d in snap.devices if d.memory_kind == "host"), None)
         if host is not None and host.available_bytes is not None:
             available.add_metric([], host.available_bytes)
@@ -173,8 +204,9 @@ class SnapshotCollector:
     def _processes(self, snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
         memory = GaugeMetricFamily(
             "vramscope_process_memory_bytes",
-            "Memory a tracked process holds on a device, by kind (vram, gtt, rss_anon, "
-            "rss_file).", labels=["pid", "comm", "engine", "model", "device", "kind"])
+            "Memory a tracked process holds on a device, by kind (vram, gtt, rss_anon, rss_file).",
+            labels=["pid", "comm", "engine", "model", "device", "kind"],
+        )
         seen: set[tuple[str, ...]] = set()
         for m in snap.memory:
             p = infos.get(m.pid)
@@ -182,8 +214,14 @@ class SnapshotCollector:
                 continue
             for kind, field in _PROCESS_KINDS:
                 value = getattr(m, field)
-                labels = (str(m.pid), _label(p.comm), _label(p.engine), self._model(p),
-                          _label(m.device_id), kind)
+                labels = (
+                    str(m.pid),
+                    _label(p.comm),
+                    _label(p.engine),
+                    self._model(p),
+                    _label(m.device_id),
+                    kind,
+                )
                 if value is None or labels in seen:
                     continue
                 seen.add(labels)
@@ -192,20 +230,24 @@ class SnapshotCollector:
         measured = GaugeMetricFamily(
             "vramscope_process_measured_bytes",
             "What a tracked process holds: VRAM+GTT (with its helpers') + RssAnon + RssFile "
-            "(absent when unknown).", labels=["pid", "comm", "model"])
+            "(absent when unknown).",
+            labels=["pid", "comm", "model"],
+        )
         helpers = helper_parents(infos)
         for pid, p in sorted(infos.items()):
             if pid in helpers:
                 continue  # counted in its server's: a sum over pids stays true
-            total = measure(pid, snap.memory,
-                            [h for h, owner in helpers.items() if owner == pid]).total_bytes
+            total = measure(
+                pid, snap.memory, [h for h, owner in helpers.items() if owner == pid]
+            ).total_bytes
             if total is not None:
                 measured.add_metric([str(pid), _label(p.comm), self._model(p)], total)
         yield measured
         hidden = GaugeMetricFamily(
             "vramscope_hidden_process_memory_bytes",
-            "Memory the driver reports for a process not visible here (another PID "
-            "namespace).", labels=["pid", "device"])
+            "Memory the driver reports for a process not visible here (another PID namespace).",
+            labels=["pid", "device"],
+        )
         for h in snap.hidden:
             if h.used_bytes is not None and h.device_id is not None:
                 hidden.add_metric([str(h.pid), _label(h.device_id)], h.used_bytes)
@@ -213,7 +255,8 @@ class SnapshotCollector:
         estimate = GaugeMetricFamily(
             "vramscope_process_estimate_bytes",
             "What the estimator expects a tracked process to hold on a device.",
-            labels=["pid", "model", "device"])
+            labels=["pid", "model", "device"],
+        )
         for pid, by_device in sorted(self._estimate_rows().items()):
             p = infos.get(pid)
             if p is None:
@@ -234,12 +277,16 @@ class SnapshotCollector:
 
     @staticmethod
     def _collectors(snap: Snapshot) -> Iterator[Metric]:
-        up = GaugeMetricFamily("vramscope_collector_up",
-                               "1 when the collector's last run succeeded, 0 when it failed.",
-                               labels=["collector"])
-        duration = GaugeMetricFamily("vramscope_collector_duration_seconds",
-                                     "Wall time of the collector's last run.",
-                                     labels=["collector"])
+        up = GaugeMetricFamily(
+            "vramscope_collector_up",
+            "1 when the collector's last run succeeded, 0 when it failed.",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            "vramscope_collector_duration_seconds",
+            "Wall time of the collector's last run.",
+            labels=["collector"],
+        )
         for run in snap.runs:
             if run.status != "nodata":
                 up.add_metric([run.collector], 1 if run.status == "ok" else 0)
@@ -248,25 +295,32 @@ class SnapshotCollector:
         yield duration
 
 
-def estimates_from_assessments(latest: Callable[[], Snapshot | None],
-                               assessments: Assessments) -> Estimates:
+def estimates_from_assessments(
+    latest: Callable[[], Snapshot | None], assessments: Assessments
+) -> Estimates:
     """pid -> bytes per device from the daemon's assessments (monitor/analysis/assess.py),
     for the processes of the latest tick only (a pid reused since is not the same
     process)."""
+
     def rows() -> dict[int, dict[str, int]]:
         snap = latest()
         if snap is None:
             return {}
         live = {(p.pid, p.start_ticks) for p in snap.processes}
-        return {k[0]: a.by_device for k, a in assessments().items()
-                if k in live and a.estimate is not None}
+        return {
+            k[0]: a.by_device
+            for k, a in assessments().items()
+            if k in live and a.estimate is not None
+        }
 
     return rows
 
 
-def build_registry(latest: Callable[[], Snapshot | None],
-                   estimates: Estimates | None = None,
-                   health: Callable[[], Any] | None = None) -> CollectorRegistry:
+def build_registry(
+    latest: Callable[[], Snapshot | None],
+    estimates: Estimates | None = None,
+    health: Callable[[], Any] | None = None,
+) -> CollectorRegistry:
     """A fresh registry holding only the snapshot collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(latest, estimates, health))

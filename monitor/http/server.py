@@ -96,9 +96,13 @@ _JSON = "application/json"
 # "not a GGUF file (magic b'root')" would read 4 bytes of any file the daemon can read).
 _MODEL_UNREADABLE = "not a readable GGUF model file"  # missing, unreadable or not GGUF
 _BUSY_BODY = b'{"error":"busy: too many connections at once; try again"}\n'
-_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-         b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
-         + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+    + str(len(_BUSY_BODY)).encode()
+    + b"\r\n\r\n"
+    + _BUSY_BODY
+)
 
 
 class HttpConfigError(SetupError):
@@ -116,11 +120,13 @@ def parse_listen(text: str) -> tuple[str, int]:
     else:
         host, sep, port_text = raw.rpartition(":")
         if not sep:
-            raise HttpConfigError(f"listen {text!r}: expected HOST:PORT, e.g. "
-                                  f"127.0.0.1:{DEFAULT_PORT}")
+            raise HttpConfigError(
+                f"listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}"
+            )
         if ":" in host:
-            raise HttpConfigError(f"listen {text!r}: write an IPv6 address in brackets, "
-                                  f"e.g. [::1]:{DEFAULT_PORT}")
+            raise HttpConfigError(
+                f"listen {text!r}: write an IPv6 address in brackets, e.g. [::1]:{DEFAULT_PORT}"
+            )
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise HttpConfigError(f"listen {text!r}: the port must be a number from 0 to 65535")
     if host == "":
@@ -131,8 +137,9 @@ def parse_listen(text: str) -> tuple[str, int]:
         try:
             host = str(ipaddress.ip_address(host))
         except ValueError:
-            raise HttpConfigError(f"listen {text!r}: the host must be an IP address or "
-                                  "localhost") from None
+            raise HttpConfigError(
+                f"listen {text!r}: the host must be an IP address or localhost"
+            ) from None
     return host, int(port_text)
 
 
@@ -161,8 +168,10 @@ class _Server(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread per connection while a slot is free; past that, 503 from here."""
         if not self.slots.acquire(blocking=False):
-            self.app.quiet.note("busy", f"more than {MAX_CONNECTIONS} HTTP connections at "
-                                "once; the excess is answered 503")
+            self.app.quiet.note(
+                "busy",
+                f"more than {MAX_CONNECTIONS} HTTP connections at once; the excess is answered 503",
+            )
             with contextlib.suppress(OSError):
                 request.settimeout(0.5)
                 request.sendall(_BUSY)
@@ -204,23 +213,33 @@ class HttpServer:
     request threads: they must be safe to call from any thread (returning the reference
     to an immutable Snapshot the sampling thread swaps in is)."""
 
-    def __init__(self, listen: str, token: str | None, latest: Callable[[], Snapshot | None],
-                 db_path: Path, config: Config, estimates: Estimates | None = None,
-                 health: Callable[[], WriterHealth | None] | None = None,
-                 assessments: Assessments | None = None) -> None:
+    def __init__(
+        self,
+        listen: str,
+        token: str | None,
+        latest: Callable[[], Snapshot | None],
+        db_path: Path,
+        config: Config,
+        estimates: Estimates | None = None,
+        health: Callable[[], WriterHealth | None] | None = None,
+        assessments: Assessments | None = None,
+    ) -> None:
         host, port = parse_listen(listen)
         if token is not None:
             token = token.strip()
             if not token:
-                raise HttpConfigError("[http] token is empty: set a long random string "
-                                      "(e.g. from `openssl rand -hex 32`) or remove it")
+                raise HttpConfigError(
+                    "[http] token is empty: set a long random string "
+                    "(e.g. from `openssl rand -hex 32`) or remove it"
+                )
             if not all(33 <= ord(c) <= 126 for c in token):
                 raise HttpConfigError("[http] token must be printable ASCII without spaces")
         if token is None and not is_loopback(host):
             raise HttpConfigError(
                 f"binding {_host_port(host, port)} needs [http] token: anyone who can reach "
                 "the port could read the process table and run predictions; set a token or "
-                f"listen on 127.0.0.1:{port}")
+                f"listen on 127.0.0.1:{port}"
+            )
         self._host, self._port = host, port
         self._token = token.encode() if token is not None else None
         self.latest = latest
@@ -257,14 +276,22 @@ class HttpServer:
         try:
             server = _Server((self._host, self._port), self)
         except OSError as exc:
-            raise HttpConfigError(f"cannot listen on {_host_port(self._host, self._port)}: "
-                                  f"{exc.strerror or exc}") from None
+            raise HttpConfigError(
+                f"cannot listen on {_host_port(self._host, self._port)}: {exc.strerror or exc}"
+            ) from None
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={
-            "poll_interval": 0.2}, name="vramscope-http", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="vramscope-http",
+            daemon=True,
+        )
         self._thread.start()
-        log.info("HTTP API on http://%s/ (token %s)", _host_port(*self.address),
-                 "required" if self._token else "off: loopback only")
+        log.info(
+            "HTTP API on http://%s/ (token %s)",
+            _host_port(*self.address),
+            "required" if self._token else "off: loopback only",
+        )
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice or before start."""
@@ -293,18 +320,25 @@ class HttpServer:
             return 503, "text/plain; charset=utf-8", b"starting: no tick yet\n"
         age = time.time() - snap.ts_ms / 1000
         if age > self.stale_after_s:
-            return 503, "text/plain; charset=utf-8", (
-                f"stale: last tick {age:.1f} s ago (limit {self.stale_after_s:.0f} s)\n"
-            ).encode()
+            return (
+                503,
+                "text/plain; charset=utf-8",
+                (f"stale: last tick {age:.1f} s ago (limit {self.stale_after_s:.0f} s)\n").encode(),
+            )
         health = self.health() if self.health is not None else None
         if health is not None and not health.write_ok:
             since = (time.time() - health.since_ms / 1000) if health.since_ms else 0.0
-            return 503, "text/plain; charset=utf-8", _one_line(
-                f"database: cannot write {self.db_path} for {max(since, 0):.0f} s "
-                f"({health.error}); {health.backlog_ticks} tick(s) kept in memory, "
-                f"{health.dropped_ticks} dropped; sampling goes on").encode() + b"\n"
-        return 200, "text/plain; charset=utf-8", f"ok: last tick {max(age, 0):.1f} s ago\n"\
-            .encode()
+            return (
+                503,
+                "text/plain; charset=utf-8",
+                _one_line(
+                    f"database: cannot write {self.db_path} for {max(since, 0):.0f} s "
+                    f"({health.error}); {health.backlog_ticks} tick(s) kept in memory, "
+                    f"{health.dropped_ticks} dropped; sampling goes on"
+                ).encode()
+                + b"\n",
+            )
+        return 200, "text/plain; charset=utf-8", f"ok: last tick {max(age, 0):.1f} s ago\n".encode()
 
     def metrics(self) -> tuple[int, str, bytes]:
         return 200, CONTENT_TYPE_LATEST, render(self.registry)
@@ -325,9 +359,13 @@ class HttpServer:
         helpers = helper_parents({p.pid: p for p in snap.processes})
         live = {(p.pid, p.start_ticks) for p in snap.processes}
         tolerance = Tolerance.from_settings(self.config.alert_settings)
-        items = [judged(a, snap.memory, [h for h, o in helpers.items() if o == a.pid],
-                        tolerance=tolerance)
-                 for k, a in sorted(stored.items()) if k in live]
+        items = [
+            judged(
+                a, snap.memory, [h for h, o in helpers.items() if o == a.pid], tolerance=tolerance
+            )
+            for k, a in sorted(stored.items())
+            if k in live
+        ]
         return 200, _JSON, _dump(assessments_document(items, snap.ts_ms))
 
     def events(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
@@ -342,21 +380,33 @@ class HttpServer:
             raise _RequestError(400, "kind: at most 32 kinds of at most 64 characters")
         unknown = set(query) - {"since_ms", "kind", "limit"}
         if unknown:
-            raise _RequestError(400, f"unknown parameter {sorted(unknown)[0]!r}; expected "
-                                     "since_ms, kind, limit")
+            raise _RequestError(
+                400, f"unknown parameter {sorted(unknown)[0]!r}; expected since_ms, kind, limit"
+            )
         try:
             rows = list_events(self.db_path, since_ms, kinds, limit + 1)  # +1: truncated?
         except StoreError as exc:
             raise _RequestError(503, str(exc)) from None
-        return 200, _JSON, _dump({"since_ms": since_ms, "kinds": list(kinds),
-                                  "truncated": len(rows) > limit, "events": rows[:limit]})
+        return (
+            200,
+            _JSON,
+            _dump(
+                {
+                    "since_ms": since_ms,
+                    "kinds": list(kinds),
+                    "truncated": len(rows) > limit,
+                    "events": rows[:limit],
+                }
+            ),
+        )
 
     def predict(self, body: bytes) -> tuple[int, str, bytes]:
         request = _predict_request(body)
         state = self._need_state()
         if not self.predict_slots.acquire(blocking=False):
-            raise _RequestError(503, f"busy: {MAX_PREDICTS} predictions are running",
-                                {"Retry-After": "1"})
+            raise _RequestError(
+                503, f"busy: {MAX_PREDICTS} predictions are running", {"Retry-After": "1"}
+            )
         try:
             from monitor.cli.predict import PredictRequest, run_predict
             from monitor.gguf.reader import GgufError
@@ -382,8 +432,9 @@ class HttpServer:
 
         snap = self.latest()
         if snap is None:
-            raise _RequestError(503, "no snapshot yet: the daemon has not finished a tick",
-                                {"Retry-After": "1"})
+            raise _RequestError(
+                503, "no snapshot yet: the daemon has not finished a tick", {"Retry-After": "1"}
+            )
         return box_state(Daemon(snap))
 
 
@@ -393,7 +444,7 @@ def _dump(doc: Any) -> bytes:
 
 def _one_line(text: str, limit: int = 500) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _gguf_message(exc: Any) -> str:
@@ -466,8 +517,9 @@ def _header(lines: list[bytes], name: bytes) -> str | None:
     return None
 
 
-def _int_param(query: dict[str, list[str]], name: str, default: int, low: int,
-               high: int | None = None) -> int:
+def _int_param(
+    query: dict[str, list[str]], name: str, default: int, low: int, high: int | None = None
+) -> int:
     values = query.get(name)
     if not values:
         return default
@@ -490,20 +542,24 @@ def _predict_request(body: bytes) -> dict[str, Any]:
         raise _RequestError(400, 'expected a JSON object: {"command": ["llama-server", ...]}')
     unknown = set(doc) - {"command", "margin_gib"}
     if unknown:
-        raise _RequestError(400, f"unknown field {sorted(unknown)[0]!r}; expected command, "
-                                 "margin_gib")
+        raise _RequestError(
+            400, f"unknown field {sorted(unknown)[0]!r}; expected command, margin_gib"
+        )
     command = doc.get("command")
-    if (not isinstance(command, list) or not command
-            or not all(isinstance(a, str) for a in command)):
-        raise _RequestError(400, 'command: expected a non-empty list of strings, e.g. '
-                                 '["llama-server", "-m", "/models/m.gguf"]')
-    if len(command) > MAX_COMMAND_ARGS or any(len(a) > MAX_ARG_CHARS or "\0" in a
-                                              for a in command):
-        raise _RequestError(400, f"command: at most {MAX_COMMAND_ARGS} arguments of at most "
-                                 f"{MAX_ARG_CHARS} characters, no NUL")
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+        raise _RequestError(
+            400,
+            "command: expected a non-empty list of strings, e.g. "
+            '["llama-server", "-m", "/models/m.gguf"]',
+        )
+    if len(command) > MAX_COMMAND_ARGS or any(len(a) > MAX_ARG_CHARS or "\0" in a for a in command):
+        raise _RequestError(
+            400,
+            f"command: at most {MAX_COMMAND_ARGS} arguments of at most "
+            f"{MAX_ARG_CHARS} characters, no NUL",
+        )
     margin = doc.get("margin_gib", 0.5)
-    if (isinstance(margin, bool) or not isinstance(margin, int | float)
-            or not 0 <= margin <= 1024):
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1024:
         raise _RequestError(400, "margin_gib: expected a number from 0 to 1024")
     return {"command": list(command), "margin_gib": float(margin)}
 
@@ -544,12 +600,17 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             got = self._read_head()
         except _HeadTooLarge:
-            self.send_error(431, f"the request line and headers may take {MAX_HEAD_BYTES} "
-                                 f"bytes and {MAX_HEADER_LINES} lines")
+            self.send_error(
+                431,
+                f"the request line and headers may take {MAX_HEAD_BYTES} "
+                f"bytes and {MAX_HEADER_LINES} lines",
+            )
             return
         except TimeoutError:
-            self.server.app.quiet.note("slow", "an HTTP client did not finish its request "
-                                       f"within {HEAD_TIMEOUT_S:.0f} s; dropped")
+            self.server.app.quiet.note(
+                "slow",
+                f"an HTTP client did not finish its request within {HEAD_TIMEOUT_S:.0f} s; dropped",
+            )
             return
         if got is None:
             return
@@ -563,8 +624,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.requestline = lines[0][:200].decode("latin-1") if lines else ""
         app = self.server.app
         if app.token_required and not app.authorized(_header(lines[1:], b"authorization")):
-            self._send(401, _JSON, _dump({"error": "missing or wrong bearer token"}),
-                       {"WWW-Authenticate": 'Bearer realm="vramscope"'})
+            self._send(
+                401,
+                _JSON,
+                _dump({"error": "missing or wrong bearer token"}),
+                {"WWW-Authenticate": 'Bearer realm="vramscope"'},
+            )
             return
         self.raw_requestline = lines[0] + b"\r\n" if lines else b""
         connection_reader = self.rfile
@@ -611,16 +676,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # the base sends HTML; malformed request lines and unknown methods end up here
         self.close_connection = True
         reason = message or self.responses.get(code, ("error",))[0]
         with contextlib.suppress(OSError):
             self._send(code, _JSON, _dump({"error": _one_line(str(reason))}))
 
-    def _send(self, status: int, content_type: str, body: bytes,
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -634,8 +699,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding"):
-            raise _RequestError(411, "send the body with a Content-Length (no chunked "
-                                     "transfer encoding)")
+            raise _RequestError(
+                411, "send the body with a Content-Length (no chunked transfer encoding)"
+            )
         length_text = self.headers.get("Content-Length")
         if length_text is None:
             raise _RequestError(411, "a Content-Length is required")
@@ -664,8 +730,11 @@ class _Handler(BaseHTTPRequestHandler):
         app = self.server.app
         try:
             if not app.authorized(self.headers.get("Authorization")):
-                raise _RequestError(401, "missing or wrong bearer token",
-                                    {"WWW-Authenticate": 'Bearer realm="vramscope"'})
+                raise _RequestError(
+                    401,
+                    "missing or wrong bearer token",
+                    {"WWW-Authenticate": 'Bearer realm="vramscope"'},
+                )
             if not app.token_required and not _dns_safe_host(self.headers.get("Host")):
                 raise _RequestError(403, "the Host header must be an IP address or localhost")
             url = urlsplit(self.path)
@@ -689,10 +758,8 @@ class _Handler(BaseHTTPRequestHandler):
             app.quiet.note("gone", f"an HTTP client went away before its answer ({exc!r})")
         except _RequestError as exc:
             if exc.status >= 400 and exc.status != 503:
-                log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.status,
-                          exc.message)
-            self._send(exc.status, _JSON, _dump({"error": _one_line(exc.message)}),
-                       exc.headers)
+                log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.status, exc.message)
+            self._send(exc.status, _JSON, _dump({"error": _one_line(exc.message)}), exc.headers)
         except VramscopeError as exc:  # the request (400) or the daemon's store (503)
             log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.http_status, exc)
             self._send(exc.http_status, _JSON, _dump({"error": exc.one_line()}))

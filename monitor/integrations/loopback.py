@@ -41,7 +41,8 @@ def is_loopback_host(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
         mapped = address.ipv4_mapped
         return address == ipaddress.IPv6Address("::1") or (
-            mapped is not None and mapped in _LOOPBACK_V4)
+            mapped is not None and mapped in _LOOPBACK_V4
+        )
     return address in _LOOPBACK_V4
 
 
@@ -71,9 +72,10 @@ def loopback_url(url: str, what: str = "URL") -> LoopbackURL:
         raise ValueError(f"{what} must not carry a user name or password: {url!r}")
     host = parts.hostname or ""
     if not is_loopback_host(host):
-        raise ValueError(f"refusing non-loopback {what} host {host or url!r}: "
-                         "only 127.0.0.0/8, ::1 and localhost are allowed")
+        raise ValueError(
+            f"refusing non-loopback {what} host {host or url!r}: "
+            "only 127.0.0.0/8, ::1 and localhost are allowed"
+        )
     if port is None:
         port = 443 if parts.scheme == "https" else 80
-    return LoopbackURL(parts.scheme, parts.netloc, host, port, parts.path.rstrip("/"),
-                       parts.query)
+    return LoopbackURL(parts.scheme, parts.netloc, host, port, parts.path.rstrip("/"), parts.query)

@@ -154,9 +154,7 @@ class VllmLogReport:
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # llama.cpp's own prefix: "0.00.193.540 I " (timestamp, level letter), either part optional.
-_PREFIX = re.compile(
-    r"^\s*(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+(?:[IWEDT]\s+)?|[IWEDT]\s+(?=\S+:))"
-)
+_PREFIX = re.compile(r"^\s*(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+(?:[IWEDT]\s+)?|[IWEDT]\s+(?=\S+:))")
 
 
 def _clean(raw: object) -> str | None:
@@ -497,8 +495,18 @@ class LlamaLogParser:
         cache = self._pending_cache or "kv"
         self._pending_cache = None
         self._store_kv(
-            KvLine(self._label, cache, size, None, None, None,
-                   m.group(2), _num(m.group(3)), m.group(4), _num(m.group(5)))
+            KvLine(
+                self._label,
+                cache,
+                size,
+                None,
+                None,
+                None,
+                m.group(2),
+                _num(m.group(3)),
+                m.group(4),
+                _num(m.group(5)),
+            )
         )
 
     def _store_kv(self, kv: KvLine) -> None:
@@ -552,8 +560,7 @@ class LlamaLogParser:
             unaccounted = v[6]
             if unaccounted is not None and unaccounted >= _WRAP // 2:
                 unaccounted -= _WRAP
-            row = BreakdownRow(m.group(1).strip(), v[0], v[1], v[2], v[3], v[4], v[5],
-                               unaccounted)
+            row = BreakdownRow(m.group(1).strip(), v[0], v[1], v[2], v[3], v[4], v[5], unaccounted)
         else:
             m = _TABLE_OTHER.search(line)
             if not m:

@@ -100,9 +100,11 @@ class JournalTail:
     def start(self) -> bool:
         try:
             self._proc = subprocess.Popen(
-                [self.journalctl, "-u", self.unit, "-f", "-o", "json", "-n", "0",
-                 "--no-pager"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL)
+                [self.journalctl, "-u", self.unit, "-f", "-o", "json", "-n", "0", "--no-pager"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+            )
         except OSError as exc:
             self.error = f"cannot run {self.journalctl}: {exc.strerror}"
             return False
@@ -149,8 +151,14 @@ class SwapLogTail:
     not seen.
     """
 
-    def __init__(self, base_url: str, *, retry_s: float = 10.0, max_lines: int = 10_000,
-                 connect_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        retry_s: float = 10.0,
+        max_lines: int = 10_000,
+        connect_timeout_s: float = 2.0,
+    ) -> None:
         from monitor.integrations.loopback import loopback_url
 
         parts = loopback_url(base_url, "llama-swap URL")  # ValueError unless loopback
@@ -209,8 +217,9 @@ class SwapLogTail:
                 if not self._stop.is_set():
                     message = f"{self.base_url}: {exc}"
                     if message != self.error:  # once per change, not every retry
-                        log.warning("llama-swap log stream: %s (retrying every %g s)",
-                                    message, self.retry_s)
+                        log.warning(
+                            "llama-swap log stream: %s (retrying every %g s)", message, self.retry_s
+                        )
                     self.error = message
             finally:
                 self.connected = False
@@ -237,8 +246,11 @@ class SwapLogTail:
             self._thread.join(timeout=5)
 
 
-def open_tails(files: list[str], units: list[str], swap_url: str | None = None,
-               ) -> list[FileTail | JournalTail | SwapLogTail]:
+def open_tails(
+    files: list[str],
+    units: list[str],
+    swap_url: str | None = None,
+) -> list[FileTail | JournalTail | SwapLogTail]:
     tails: list[FileTail | JournalTail | SwapLogTail] = [FileTail(Path(f)) for f in files]
     for unit in units:
         tail = JournalTail(unit)

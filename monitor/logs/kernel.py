@@ -147,15 +147,20 @@ class KernelEvent:
         if self.kind != "oom_kill" or pid is None:
             return None
         return OomKill(
-            pid=pid, comm=_opt_str(d.get("comm")) or "",
+            pid=pid,
+            comm=_opt_str(d.get("comm")) or "",
             total_vm_kb=_opt_int(d.get("total_vm_kb")),
             anon_rss_kb=_opt_int(d.get("anon_rss_kb")),
             file_rss_kb=_opt_int(d.get("file_rss_kb")),
-            shmem_rss_kb=_opt_int(d.get("shmem_rss_kb")), uid=_opt_int(d.get("uid")),
+            shmem_rss_kb=_opt_int(d.get("shmem_rss_kb")),
+            uid=_opt_int(d.get("uid")),
             pgtables_kb=_opt_int(d.get("pgtables_kb")),
             oom_score_adj=_opt_int(d.get("oom_score_adj")),
-            constraint=_opt_str(d.get("constraint")), memcg=_opt_str(d.get("memcg")),
-            task_memcg=_opt_str(d.get("task_memcg")), ts_usec=_opt_int(d.get("ts_usec")))
+            constraint=_opt_str(d.get("constraint")),
+            memcg=_opt_str(d.get("memcg")),
+            task_memcg=_opt_str(d.get("task_memcg")),
+            ts_usec=_opt_int(d.get("ts_usec")),
+        )
 
 
 # --- record formats -------------------------------------------------------------------
@@ -202,7 +207,7 @@ def _split_line(line: str) -> tuple[str, int | None, bool]:
     kernel = False
     m = _SYSLOG_KERNEL.match(text)
     if m:
-        text = text[m.end():]
+        text = text[m.end() :]
         kernel = True
     m = _DMESG.match(text)
     if m:
@@ -228,8 +233,14 @@ _SCORE_ADJ = re.compile(r"\boom_score_adj=(-?\d+)")
 # line (issue 14: 64 s for 4 KiB). Cgroup paths and comms may hold commas.
 _SUMMARY_HEAD = re.compile(r"oom-kill:constraint=(\w{1,64})")
 _SUMMARY_TAIL = re.compile(r",task=(.{0,64}),pid=\s{0,8}(\d{1,10}),uid=\s{0,8}(\d{1,10})\s*$")
-_SUMMARY_KEYS = (",nodemask=", ",cpuset=", ",mems_allowed=", ",global_oom", ",oom_memcg=",
-                 ",task_memcg=")
+_SUMMARY_KEYS = (
+    ",nodemask=",
+    ",cpuset=",
+    ",mems_allowed=",
+    ",global_oom",
+    ",oom_memcg=",
+    ",task_memcg=",
+)
 _KILLED_PREFIX = re.compile(r"([^:]{0,80}): $")  # "Out of memory" / "Memory cgroup out of memory"
 _KILLED = re.compile(
     r"Killed process (\d{1,10}) \((.{0,64}?)\) "
@@ -254,15 +265,14 @@ _AMD_FAULT = re.compile(
     r"(?:, for process (.{0,64}?) pid (\d+) thread (.{0,64}?) pid (\d+))?"
 )
 _AMD_PROCESS = re.compile(
-    r"(?:in process|Process information: process) (.{0,64}?) pid (\d+) thread")
+    r"(?:in process|Process information: process) (.{0,64}?) pid (\d+) thread"
+)
 _AMD_ADDRESS = re.compile(
     r"(?:in page starting at address|at page|at address) (0x[0-9a-fA-F]+) from "
     r"(?:IH client |client )?(\S+)"
 )
 _AMD_STATUS = re.compile(r"(?<!\w)(\w{0,32}_L2_PROTECTION_FAULT_STATUS):\s*(0x[0-9a-fA-F]+)")
-_AMD_RING = re.compile(
-    r"ring (\S+) timeout(?:, signaled seq=(\d+), emitted seq=(\d+))?"
-)
+_AMD_RING = re.compile(r"ring (\S+) timeout(?:, signaled seq=(\d+), emitted seq=(\d+))?")
 _AMD_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)")
 _AMD_GEM = re.compile(r"Failed to allocate GEM object \((\d+), (\d+), (\d+), (-?\d+)\)")
 
@@ -280,8 +290,14 @@ _PYTORCH = re.compile(
     r"(CUDA|HIP) out of memory\. Tried to allocate ([\d.]+ ?[KMGT]?i?B)"
     r"(?:\. GPU (\d+)| \(GPU (\d+))?"
 )
-_KERNEL_OOM_WORDS = ("Kill process", "Killed process", "oom-kill", "invoked oom",
-                     "no killable", "oom_reaper")
+_KERNEL_OOM_WORDS = (
+    "Kill process",
+    "Killed process",
+    "oom-kill",
+    "invoked oom",
+    "no killable",
+    "oom_reaper",
+)
 
 
 def _opt_int(value: object) -> int | None:
@@ -311,15 +327,19 @@ def _parse_summary(msg: str) -> dict[str, str] | None:
     tail = _SUMMARY_TAIL.search(msg, head.end())
     if not tail:
         return None
-    middle = msg[head.end():tail.start()]
-    out = {"constraint": head.group(1), "task": tail.group(1), "pid": tail.group(2),
-           "uid": tail.group(3)}
+    middle = msg[head.end() : tail.start()]
+    out = {
+        "constraint": head.group(1),
+        "task": tail.group(1),
+        "pid": tail.group(2),
+        "uid": tail.group(3),
+    }
     pos = 0
     for i, key in enumerate(_SUMMARY_KEYS):
         if not middle.startswith(key, pos):
             continue
         start = pos + len(key)
-        ends = [e for k in _SUMMARY_KEYS[i + 1:] if (e := middle.find(k, start)) >= 0]
+        ends = [e for k in _SUMMARY_KEYS[i + 1 :] if (e := middle.find(k, start)) >= 0]
         pos = min(ends, default=len(middle))
         out[key] = middle[start:pos]
     if pos != len(middle) or out.get(",global_oom", "") != "":
@@ -347,8 +367,15 @@ class KernelLogParser:
 
     # -- public -------------------------------------------------------------------------
 
-    def feed(self, message: str, ts_usec: int | None = None, *, kernel: bool = False,
-             clock: str | None = None, oomd: bool = False) -> list[KernelEvent]:
+    def feed(
+        self,
+        message: str,
+        ts_usec: int | None = None,
+        *,
+        kernel: bool = False,
+        clock: str | None = None,
+        oomd: bool = False,
+    ) -> list[KernelEvent]:
         """One record's message. ``kernel``: known to come from the kernel log (then
         userspace OOM lines are not looked for); ``clock``: "monotonic" / "realtime";
         ``oomd``: known to come from systemd-oomd or PID 1 (for a parser with a source)."""
@@ -436,7 +463,7 @@ class KernelLogParser:
         at = msg.find(_INVOKED)
         if at < 1:
             return None
-        comm, rest = msg[max(0, at - 64):at].strip(), msg[at + len(_INVOKED):]
+        comm, rest = msg[max(0, at - 64) : at].strip(), msg[at + len(_INVOKED) :]
         data: dict[str, object] = {}
         if g := _GFP.search(rest):
             data["gfp_mask"] = g.group(1)
@@ -519,9 +546,15 @@ class KernelLogParser:
     def _summary_only(self, pid: int) -> KernelEvent:
         _, data, ts = self._summaries.pop(pid)
         kill = OomKill(
-            pid=pid, comm=str(data.get("comm") or ""), total_vm_kb=None, anon_rss_kb=None,
-            file_rss_kb=None, shmem_rss_kb=None, uid=_opt_int(data.get("uid")),
-            pgtables_kb=None, oom_score_adj=None,
+            pid=pid,
+            comm=str(data.get("comm") or ""),
+            total_vm_kb=None,
+            anon_rss_kb=None,
+            file_rss_kb=None,
+            shmem_rss_kb=None,
+            uid=_opt_int(data.get("uid")),
+            pgtables_kb=None,
+            oom_score_adj=None,
             constraint=_opt_str(data.get("constraint")),
             memcg=_opt_str(data.get("memcg")),
             task_memcg=_opt_str(data.get("task_memcg")),
@@ -572,10 +605,14 @@ class KernelLogParser:
         if "page fault" in msg and (m := _AMD_FAULT.search(msg)):
             self._flush_amd(out)
             data: dict[str, object] = {
-                "error": "page_fault", "pci": pci, "hub": m.group(1),
+                "error": "page_fault",
+                "pci": pci,
+                "hub": m.group(1),
                 "retry": None if m.group(2) is None else m.group(2) == "retry",
-                "src_id": int(m.group(3)), "ring": int(m.group(4)),
-                "vmid": int(m.group(5)), "pasid": int(m.group(6)),
+                "src_id": int(m.group(3)),
+                "ring": int(m.group(4)),
+                "vmid": int(m.group(5)),
+                "pasid": int(m.group(6)),
             }
             pid, comm = _int(m.group(8)), m.group(7)
             event = KernelEvent("amdgpu_error", ts, msg, pid or None, comm or None, data)
@@ -583,19 +620,33 @@ class KernelLogParser:
             return None
         if "timeout" in msg and (m := _AMD_RING.search(msg)):
             self._flush_amd(out)
-            data = {"error": "ring_timeout", "pci": pci, "ring": m.group(1),
-                    "signaled_seq": _int(m.group(2)), "emitted_seq": _int(m.group(3))}
+            data = {
+                "error": "ring_timeout",
+                "pci": pci,
+                "ring": m.group(1),
+                "signaled_seq": _int(m.group(2)),
+                "emitted_seq": _int(m.group(3)),
+            }
             self._amd = (self._records, KernelEvent("amdgpu_error", ts, msg, None, None, data))
             return None
         if "GPU reset" in msg and (m := _AMD_RESET.search(msg)):
             phase = m.group(2).rstrip("!")
-            data = {"error": "gpu_reset", "pci": pci, "phase": phase,
-                    "reset_count": _int(m.group(1))}
+            data = {
+                "error": "gpu_reset",
+                "pci": pci,
+                "phase": phase,
+                "reset_count": _int(m.group(1)),
+            }
             return KernelEvent("amdgpu_error", ts, msg, None, None, data)
         if "GEM object" in msg and (m := _AMD_GEM.search(msg)):
-            data = {"error": "gem_alloc_failed", "pci": pci, "size_bytes": int(m.group(1)),
-                    "domain": int(m.group(2)), "alignment": int(m.group(3)),
-                    "errno": int(m.group(4))}
+            data = {
+                "error": "gem_alloc_failed",
+                "pci": pci,
+                "size_bytes": int(m.group(1)),
+                "domain": int(m.group(2)),
+                "alignment": int(m.group(3)),
+                "errno": int(m.group(4)),
+            }
             return KernelEvent("amdgpu_error", ts, msg, None, None, data)
         if self._amd is None:
             return None
@@ -603,9 +654,17 @@ class KernelLogParser:
         record, event = self._amd
         if m := _AMD_PROCESS.search(msg):
             pid = _int(m.group(2))
-            self._amd = (record, KernelEvent(event.kind, event.ts_usec, event.message,
-                                             pid or event.pid, m.group(1) or event.comm,
-                                             event.data))
+            self._amd = (
+                record,
+                KernelEvent(
+                    event.kind,
+                    event.ts_usec,
+                    event.message,
+                    pid or event.pid,
+                    m.group(1) or event.comm,
+                    event.data,
+                ),
+            )
             if event.data.get("error") == "ring_timeout":
                 self._flush_amd(out)
         elif m := _AMD_ADDRESS.search(msg):
@@ -626,22 +685,32 @@ class KernelLogParser:
     def _on_oomd(self, msg: str, ts: int | None) -> KernelEvent | None:
         m = _OOMD_UNIT.search(msg)
         if m and "systemd-oomd killed" in msg:
-            data: dict[str, object] = {"action": "unit_killed", "unit": m.group(1),
-                                       "processes": _int(m.group(2))}
+            data: dict[str, object] = {
+                "action": "unit_killed",
+                "unit": m.group(1),
+                "processes": _int(m.group(2)),
+            }
             return KernelEvent("oomd_kill", ts, msg, None, None, data)
         m = _OOMD.search(msg)
         if not m:
             return None
-        data = {"action": "killed" if m.group(1) == "Killed" else "marked",
-                "cgroup": m.group(2)}
+        data = {"action": "killed" if m.group(1) == "Killed" else "marked", "cgroup": m.group(2)}
         reason = m.group(3)
         if p := _OOMD_PRESSURE.search(reason):
-            data.update(reason="memory_pressure", monitored_cgroup=p.group(1),
-                        pressure_pct=float(p.group(2)), limit_pct=float(p.group(3)),
-                        duration=p.group(4))
+            data.update(
+                reason="memory_pressure",
+                monitored_cgroup=p.group(1),
+                pressure_pct=float(p.group(2)),
+                limit_pct=float(p.group(3)),
+                duration=p.group(4),
+            )
         elif s := _OOMD_SWAP.search(reason):
-            data.update(reason="swap", swap_used_bytes=int(s.group(1)),
-                        swap_total_bytes=int(s.group(2)), limit_pct=float(s.group(3)))
+            data.update(
+                reason="swap",
+                swap_used_bytes=int(s.group(1)),
+                swap_total_bytes=int(s.group(2)),
+                limit_pct=float(s.group(3)),
+            )
         else:
             data["reason"] = reason.strip()[:200]
         return KernelEvent("oomd_kill", ts, msg, None, None, data)
@@ -651,8 +720,12 @@ class KernelLogParser:
         data: dict[str, object] = {"source": "llama.cpp"}
         if m := _PYTORCH.search(line):
             gpu = m.group(3) or m.group(4)
-            data = {"source": "pytorch", "backend": m.group(1),
-                    "tried_to_allocate": m.group(2), "gpu": _int(gpu)}
+            data = {
+                "source": "pytorch",
+                "backend": m.group(1),
+                "tried_to_allocate": m.group(2),
+                "gpu": _int(gpu),
+            }
         return KernelEvent("app_oom", ts, line, None, None, data)
 
 
@@ -694,7 +767,7 @@ def _journal_message(value: object) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(b, int) and 0 <= b < 256 for b in value):
-        return bytes(value[: MAX_MESSAGE_CHARS]).decode("utf-8", "replace")  # non-UTF-8
+        return bytes(value[:MAX_MESSAGE_CHARS]).decode("utf-8", "replace")  # non-UTF-8
     return None
 
 
@@ -739,8 +812,13 @@ def parse_journal_json(
                 if isinstance(unit, str):
                     event.data["unit"] = unit
                 events[events.index(event)] = KernelEvent(
-                    event.kind, event.ts_usec, event.message, pid,
-                    comm if isinstance(comm, str) else None, event.data)
+                    event.kind,
+                    event.ts_usec,
+                    event.message,
+                    pid,
+                    comm if isinstance(comm, str) else None,
+                    event.data,
+                )
             elif event.kind == "oomd_kill" and "unit" not in event.data:
                 unit = entry.get("UNIT") or entry.get("_SYSTEMD_UNIT")
                 if isinstance(unit, str):

@@ -24,15 +24,23 @@ from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_kmsg_record
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_TICK = 2000
-SEVERITY: dict[str, Severity] = {"oom_kill": "critical", "oomd_kill": "critical", "xid": "critical",
-            "amdgpu_error": "warning", "oom_invoked": "warning", "app_oom": "critical",
-            "engine_oom": "critical"}
+SEVERITY: dict[str, Severity] = {
+    "oom_kill": "critical",
+    "oomd_kill": "critical",
+    "xid": "critical",
+    "amdgpu_error": "warning",
+    "oom_invoked": "warning",
+    "app_oom": "critical",
+    "engine_oom": "critical",
+}
 
 
 def boot_offset_ms() -> float:
     """epoch ms = kernel ms since boot + this."""
-    return time.clock_gettime(time.CLOCK_REALTIME) * 1000 - time.clock_gettime(
-        time.CLOCK_MONOTONIC) * 1000
+    return (
+        time.clock_gettime(time.CLOCK_REALTIME) * 1000
+        - time.clock_gettime(time.CLOCK_MONOTONIC) * 1000
+    )
 
 
 @dataclass
@@ -80,8 +88,9 @@ class KmsgFollower:
                 break
             record = parse_kmsg_record(raw.decode("utf-8", "replace"))
             if record is not None:
-                events += self.parser.feed(record.message, record.ts_usec, kernel=True,
-                                           clock="monotonic")
+                events += self.parser.feed(
+                    record.message, record.ts_usec, kernel=True, clock="monotonic"
+                )
         return events
 
 
@@ -102,8 +111,9 @@ def device_for_pci(pci: str, devices: Iterable[DeviceSample]) -> str | None:
     return None
 
 
-def to_device_events(events: list[KernelEvent], now_ms: int,
-                     devices: Iterable[DeviceSample] = ()) -> list[DeviceEvent]:
+def to_device_events(
+    events: list[KernelEvent], now_ms: int, devices: Iterable[DeviceSample] = ()
+) -> list[DeviceEvent]:
     """Kernel events as stored events; kernel timestamps become epoch ms. A GPU driver's
     event is filed under the device id its collector uses (``nvml:GPU-…``, ``drm:…``) when
     that device is sampled, else under its PCI address. amdgpu messages that name no
@@ -119,7 +129,8 @@ def to_device_events(events: list[KernelEvent], now_ms: int,
         elif e.ts_usec is not None:
             ts = e.ts_usec // 1000
         data: dict[str, EventValue] = {
-            k: v for k, v in e.data.items() if isinstance(v, int | str | float) or v is None}
+            k: v for k, v in e.data.items() if isinstance(v, int | str | float) or v is None
+        }
         data["pid"] = e.pid
         data["comm"] = e.comm
         pci = e.data.get("pci")
@@ -129,6 +140,7 @@ def to_device_events(events: list[KernelEvent], now_ms: int,
         elif e.kind == "amdgpu_error" and device == "host":
             amd = [d.device_id for d in devices if d.vendor == "amd" and d.pci_bus_id]
             device = amd[0] if len(amd) == 1 else device
-        out.append(DeviceEvent(ts, device, e.kind, SEVERITY.get(e.kind, "warning"), e.message,
-                               data))
+        out.append(
+            DeviceEvent(ts, device, e.kind, SEVERITY.get(e.kind, "warning"), e.message, data)
+        )
     return out

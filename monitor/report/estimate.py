@@ -15,9 +15,15 @@ def to_json(est: MemoryEstimate) -> dict[str, Any]:
         "engine": est.engine,
         "model_path": est.model_path,
         "estimator_version": est.version,
-        "context": {"n_ctx": est.n_ctx, "n_ctx_seq": est.n_ctx_seq, "n_seq_max": est.n_seq_max,
-                    "n_stream": est.n_stream, "kv_unified": est.kv_unified,
-                    "cells": est.cells, "flash_attn": est.flash_attn},
+        "context": {
+            "n_ctx": est.n_ctx,
+            "n_ctx_seq": est.n_ctx_seq,
+            "n_seq_max": est.n_seq_max,
+            "n_stream": est.n_stream,
+            "kv_unified": est.kv_unified,
+            "cells": est.cells,
+            "flash_attn": est.flash_attn,
+        },
         "components": [dataclasses.asdict(c) for c in est.components],
         "totals_at_load": est.by_device(),
         "totals_with_growth": est.by_device(include_growth=True),
@@ -31,7 +37,8 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
         lines.append(
             f"context: {est.cells} cells = {est.n_ctx_seq} per stream x {est.n_stream} "
             f"stream(s), {est.n_seq_max} slot(s), kv_unified={est.kv_unified}, "
-            f"flash_attn={'on' if est.flash_attn else 'off'}")
+            f"flash_attn={'on' if est.flash_attn else 'off'}"
+        )
     lines.append("")
     rows = [("COMPONENT", "DEVICE", "MiB", "WHERE", "HOW")]
     for c in est.components:
@@ -39,8 +46,15 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
         rows.append((c.name, c.device, f"{c.bytes / MIB:.2f}", where, c.formula))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        line = "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]),
-                          r[3].ljust(widths[3]), r[4]])
+        line = "  ".join(
+            [
+                r[0].ljust(widths[0]),
+                r[1].ljust(widths[1]),
+                r[2].rjust(widths[2]),
+                r[3].ljust(widths[3]),
+                r[4],
+            ]
+        )
         lines.append(line[:width] if width else line)
     lines.append("")
     load, grown = est.by_device(), est.by_device(include_growth=True)
@@ -55,11 +69,18 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
 
 # estimate component names -> (llama.cpp log context, buffer kind)
 _REPORTED = (
-    ("weights", "target", "model"), ("kv + kv_swa", "target", "KV"), ("rs", "target", "RS"),
-    ("compute", "target", "compute"), ("output", "target", "output"),
-    ("draft_weights", "draft", "model"), ("draft_kv + draft_kv_swa", "draft", "KV"),
-    ("draft_compute", "draft", "compute"), ("draft_output", "draft", "output"),
-    ("mtp_kv", "mtp", "KV"), ("mtp_compute", "mtp", "compute"), ("mtp_output", "mtp", "output"),
+    ("weights", "target", "model"),
+    ("kv + kv_swa", "target", "KV"),
+    ("rs", "target", "RS"),
+    ("compute", "target", "compute"),
+    ("output", "target", "output"),
+    ("draft_weights", "draft", "model"),
+    ("draft_kv + draft_kv_swa", "draft", "KV"),
+    ("draft_compute", "draft", "compute"),
+    ("draft_output", "draft", "output"),
+    ("mtp_kv", "mtp", "KV"),
+    ("mtp_compute", "mtp", "compute"),
+    ("mtp_output", "mtp", "output"),
 )
 
 
@@ -70,16 +91,26 @@ def compare_with_log(est: MemoryEstimate, report: Any) -> list[dict[str, Any]]:
         estimated = sum(est.total_bytes(n.strip()) for n in names.split("+")) / MIB
         reported = report.total_mib(kind=kind, context=context)
         if estimated or reported:
-            rows.append({"component": names, "estimated_mib": round(estimated, 2),
-                         "reported_mib": round(reported, 2),
-                         "delta_mib": round(estimated - reported, 2)})
+            rows.append(
+                {
+                    "component": names,
+                    "estimated_mib": round(estimated, 2),
+                    "reported_mib": round(reported, 2),
+                    "delta_mib": round(estimated - reported, 2),
+                }
+            )
     return rows
 
 
 def render_comparison(rows: list[dict[str, Any]]) -> str:
-    lines = ["", "estimated vs reported by llama.cpp (its log):",
-             f"{'COMPONENT':<16}{'ESTIMATED':>12}{'REPORTED':>12}{'DELTA':>10}"]
+    lines = [
+        "",
+        "estimated vs reported by llama.cpp (its log):",
+        f"{'COMPONENT':<16}{'ESTIMATED':>12}{'REPORTED':>12}{'DELTA':>10}",
+    ]
     for r in rows:
-        lines.append(f"{r['component']:<16}{r['estimated_mib']:>12.2f}{r['reported_mib']:>12.2f}"
-                     f"{r['delta_mib']:>+10.2f}")
+        lines.append(
+            f"{r['component']:<16}{r['estimated_mib']:>12.2f}{r['reported_mib']:>12.2f}"
+            f"{r['delta_mib']:>+10.2f}"
+        )
     return "\n".join(lines)

@@ -82,11 +82,15 @@ class OutDir:
         """What we hold open (not what the name points at now) is ours and empty."""
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
-            raise OutDirError(f"{path} is owned by uid {st.st_uid}, not by this user "
-                              f"(uid {os.geteuid()}); give a new folder")
+            raise OutDirError(
+                f"{path} is owned by uid {st.st_uid}, not by this user "
+                f"(uid {os.geteuid()}); give a new folder"
+            )
         if st.st_mode & 0o022:
-            raise OutDirError(f"{path} is writable by others (mode "
-                              f"{stat.S_IMODE(st.st_mode):o}); give a new folder")
+            raise OutDirError(
+                f"{path} is writable by others (mode "
+                f"{stat.S_IMODE(st.st_mode):o}); give a new folder"
+            )
         if os.listdir(fd):
             raise OutDirError(f"{path} exists and is not empty; give a new folder")
 

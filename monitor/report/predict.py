@@ -17,11 +17,15 @@ def _device(d: DeviceVerdict) -> dict[str, Any]:
 
 
 def _bandwidth(b: BandwidthCeiling) -> dict[str, Any]:
-    doc: dict[str, Any] = {"tokens_per_s_ceiling": b.tokens_per_s_ceiling,
-                           "with_all_drafts_accepted": b.with_all_drafts_accepted}
+    doc: dict[str, Any] = {
+        "tokens_per_s_ceiling": b.tokens_per_s_ceiling,
+        "with_all_drafts_accepted": b.with_all_drafts_accepted,
+    }
     if b.baseline is not None:
-        doc["baseline"] = {"change": b.baseline.change,
-                           "tokens_per_s_ceiling": b.baseline.tokens_per_s_ceiling}
+        doc["baseline"] = {
+            "change": b.baseline.change,
+            "tokens_per_s_ceiling": b.baseline.tokens_per_s_ceiling,
+        }
         doc["draft_must_accept_per_pass"] = b.baseline.draft_must_accept_per_pass
     return doc
 
@@ -36,13 +40,18 @@ def to_dict(result: PredictResult) -> dict[str, Any]:
         "engine": est.engine,
         "model_path": est.model_path,
         "devices": [_device(d) for d in p.devices],
-        "grown": None if p.grown_verdict is None else {
+        "grown": None
+        if p.grown_verdict is None
+        else {
             "verdict": p.grown_verdict,
             "devices": [_device(d) for d in p.grown],
             "bounds": [dataclasses.asdict(f) for f in p.growth_bounds],
-            "grows": [{"name": c.name, "device": c.device, "bytes": c.bytes,
-                       "formula": c.formula}
-                      for c in est.components if c.when == "grows"]},
+            "grows": [
+                {"name": c.name, "device": c.device, "bytes": c.bytes, "formula": c.formula}
+                for c in est.components
+                if c.when == "grows"
+            ],
+        },
         "llama_fit": None if p.fit is None else dataclasses.asdict(p.fit),
         "would_unload": list(p.evicted),
         "fixes": [dataclasses.asdict(f) for f in p.fixes],
@@ -58,8 +67,11 @@ def to_json(result: PredictResult) -> str:
 
 
 def _tail(d: DeviceVerdict) -> str:
-    return (f"short by {_gib(-d.slack_bytes)} GiB" if d.verdict == "oom" else
-            f"{_gib(d.slack_bytes)} GiB to spare after the margin")
+    return (
+        f"short by {_gib(-d.slack_bytes)} GiB"
+        if d.verdict == "oom"
+        else f"{_gib(d.slack_bytes)} GiB to spare after the margin"
+    )
 
 
 def render_text(result: PredictResult) -> str:
@@ -73,18 +85,21 @@ def render_text(result: PredictResult) -> str:
         lines.append(
             f"{d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
             f"{_gib(d.room_bytes)} GiB{freed} (binding: {d.binding or '-'}), margin "
-            f"{_gib(d.margin_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}")
+            f"{_gib(d.margin_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}"
+        )
     grown = p.grown_verdict
     if grown is not None:
-        what = ", ".join(f"{c.name} {_gib(c.bytes)} GiB" for c in est.components
-                         if c.when == "grows")
+        what = ", ".join(
+            f"{c.name} {_gib(c.bytes)} GiB" for c in est.components if c.when == "grows"
+        )
         lines.append(f"once the caches fill ({what}):")
         for d in p.grown:
-            lines.append(f"  {d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
-                         f"{_gib(d.room_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}")
+            lines.append(
+                f"  {d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
+                f"{_gib(d.room_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}"
+            )
         if p.growth_bounds:
-            lines.append("  bound the growth: " + "; or ".join(
-                f.change for f in p.growth_bounds))
+            lines.append("  bound the growth: " + "; or ".join(f.change for f in p.growth_bounds))
     if p.evicted:
         lines.append(f"llama-swap would unload first: {', '.join(p.evicted)}")
     if p.fixes:
@@ -96,14 +111,21 @@ def render_text(result: PredictResult) -> str:
         lines.append(f"largest context that fits: -c {result.fit_ctx}")
     b = result.bandwidth
     if b is not None:
-        lines.append(f"bandwidth ceiling: {b.tokens_per_s_ceiling} tokens/s per pass"
-                     + (f", {b.with_all_drafts_accepted} if every draft is accepted"
-                        if b.with_all_drafts_accepted != b.tokens_per_s_ceiling else ""))
+        lines.append(
+            f"bandwidth ceiling: {b.tokens_per_s_ceiling} tokens/s per pass"
+            + (
+                f", {b.with_all_drafts_accepted} if every draft is accepted"
+                if b.with_all_drafts_accepted != b.tokens_per_s_ceiling
+                else ""
+            )
+        )
         if b.baseline is not None:
-            lines.append(f"  baseline ({b.baseline.change}): "
-                         f"{b.baseline.tokens_per_s_ceiling} tokens/s; the draft must "
-                         f"get {b.baseline.draft_must_accept_per_pass} tokens accepted per "
-                         "pass just to break even")
+            lines.append(
+                f"  baseline ({b.baseline.change}): "
+                f"{b.baseline.tokens_per_s_ceiling} tokens/s; the draft must "
+                f"get {b.baseline.draft_must_accept_per_pass} tokens accepted per "
+                "pass just to break even"
+            )
     for note in result.all_notes:
         lines.append(f"note: {note}")
     verdict = p.verdict.upper()

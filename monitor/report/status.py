@@ -19,8 +19,9 @@ from monitor.textsafe import terminal_safe
 from monitor.units import human_bytes
 
 SCHEMA_ID = "vramscope.status/1"
-_MEMORY_FIELDS = [f.name for f in dataclasses.fields(ProcessMemory) if f.name not in
-                  ("pid", "device_id")]
+_MEMORY_FIELDS = [
+    f.name for f in dataclasses.fields(ProcessMemory) if f.name not in ("pid", "device_id")
+]
 
 
 def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> str | None:
@@ -39,13 +40,15 @@ def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> st
 
 def _measured_of(snap: Snapshot, helpers: Mapping[int, int]) -> dict[int, Measured]:
     """Every tracked process's :class:`Measured`; a server's helpers count in it."""
-    return {p.pid: measure(p.pid, snap.memory,
-                           [h for h, owner in helpers.items() if owner == p.pid])
-            for p in snap.processes}
+    return {
+        p.pid: measure(p.pid, snap.memory, [h for h, owner in helpers.items() if owner == p.pid])
+        for p in snap.processes
+    }
 
 
-def to_json(snap: Snapshot,
-            env_for: Callable[[int], Mapping[str, str]] | None = None) -> dict[str, Any]:
+def to_json(
+    snap: Snapshot, env_for: Callable[[int], Mapping[str, str]] | None = None
+) -> dict[str, Any]:
     """``env_for(pid)``: a process's allow-listed environment (``LLAMA_ARG_MODEL``), when
     the caller may read it."""
     by_pid: dict[int, dict[str, dict[str, int | None]]] = defaultdict(dict)
@@ -76,20 +79,28 @@ def to_json(snap: Snapshot,
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
         "exited": [dataclasses.asdict(x) for x in snap.exited],
         "collectors": [
-            {"collector": r.collector, "status": r.status, "error": r.error,
-             "duration_s": round(r.duration_s, 6), "cpu_s": round(r.cpu_s, 6)}
+            {
+                "collector": r.collector,
+                "status": r.status,
+                "error": r.error,
+                "duration_s": round(r.duration_s, 6),
+                "cpu_s": round(r.cpu_s, 6),
+            }
             for r in snap.runs
         ],
     }
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
 
     def fmt(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     return [fmt(headers), *(fmt(r) for r in rows)]
 
@@ -114,14 +125,24 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             parts.append(f"shares the {d.shares_pool_with} pool")
         if d.processes_used_bytes is not None:
             over = d.total_bytes is not None and d.processes_used_bytes > d.total_bytes
-            parts.append(f"GPU processes {human_bytes(d.processes_used_bytes)}"
-                         + (" (more than the pool!)" if over else ""))
+            parts.append(
+                f"GPU processes {human_bytes(d.processes_used_bytes)}"
+                + (" (more than the pool!)" if over else "")
+            )
         if d.util_pct is not None:
             parts.append(f"busy {d.util_pct:.0f}%")
-        dev_rows.append([terminal_safe(d.device_id), terminal_safe(d.name or "-"), d.memory_kind,
-                         human_bytes(used), human_bytes(total), pct, ", ".join(parts)])
-    out += _table(["DEVICE", "NAME", "KIND", "USED", "TOTAL", "USE", "DETAIL"], dev_rows,
-                  {3, 4, 5})
+        dev_rows.append(
+            [
+                terminal_safe(d.device_id),
+                terminal_safe(d.name or "-"),
+                d.memory_kind,
+                human_bytes(used),
+                human_bytes(total),
+                pct,
+                ", ".join(parts),
+            ]
+        )
+    out += _table(["DEVICE", "NAME", "KIND", "USED", "TOTAL", "USE", "DETAIL"], dev_rows, {3, 4, 5})
     out.append("")
     gpu_devices = [d.device_id for d in snap.devices if d.device_id != "host"]
     mem = {(m.pid, m.device_id): m for m in snap.memory}
@@ -134,35 +155,61 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         for dev in gpu_devices:
             m = mem.get((p.pid, dev))
             if m is not None:
-                on_gpu = (None if m.vram_bytes is None and m.gtt_bytes is None
-                          else (m.vram_bytes or 0) + (m.gtt_bytes or 0))  # None: not reported
+                on_gpu = (
+                    None
+                    if m.vram_bytes is None and m.gtt_bytes is None
+                    else (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+                )  # None: not reported
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(on_gpu)}")
-        command = (" ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
-                   if p.argv else f"[{terminal_safe(p.comm)}]")
-        proc_rows.append([
-            str(p.pid), (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
-            human_bytes(held[p.pid].total_bytes),
-            human_bytes(host.rss_anon_bytes if host else None),
-            human_bytes(host.rss_file_bytes if host else None),
-            human_bytes(host.pss_bytes if host else None),
-            ", ".join(gpu) or "-", ",".join(p.reasons), command,
-        ])
+        command = (
+            " ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
+            if p.argv
+            else f"[{terminal_safe(p.comm)}]"
+        )
+        proc_rows.append(
+            [
+                str(p.pid),
+                (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
+                human_bytes(held[p.pid].total_bytes),
+                human_bytes(host.rss_anon_bytes if host else None),
+                human_bytes(host.rss_file_bytes if host else None),
+                human_bytes(host.pss_bytes if host else None),
+                ", ".join(gpu) or "-",
+                ",".join(p.reasons),
+                command,
+            ]
+        )
     for h in snap.hidden:  # NVML still reports its memory: a row with its size
         if h.used_bytes is not None and h.device_id is not None:
             where = f"{h.device_id.split(':', 1)[-1]} {human_bytes(h.used_bytes)}"
-            proc_rows.append([str(h.pid), "-", human_bytes(h.used_bytes), "-", "-", "-", where,
-                              "hidden",
-                              "[not visible in this PID namespace]"])
-    lines = _table(["PID", "ENGINE", "MEASURED", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"],
-                   proc_rows, {2, 3, 4, 5})
+            proc_rows.append(
+                [
+                    str(h.pid),
+                    "-",
+                    human_bytes(h.used_bytes),
+                    "-",
+                    "-",
+                    "-",
+                    where,
+                    "hidden",
+                    "[not visible in this PID namespace]",
+                ]
+            )
+    lines = _table(
+        ["PID", "ENGINE", "MEASURED", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"],
+        proc_rows,
+        {2, 3, 4, 5},
+    )
     out += [line[:width] for line in lines] if width else lines
     if snap.hidden:
         out.append("")
         out.append("Hidden from this view (their /proc entry cannot be read here):")
         for h in snap.hidden:
             name = f"{terminal_safe(h.comm)} " if h.comm else ""
-            out.append(f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
-                       + (f" - {terminal_safe(h.hint)}" if h.hint else ""))
+            out.append(
+                f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
+                + (f" - {terminal_safe(h.hint)}" if h.hint else "")
+            )
     if snap.exited:
         out.append("")
         out.append("Exited:")
@@ -177,8 +224,11 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
 
 def _sort_key(pid: int, mem: dict[tuple[int, str], ProcessMemory], gpus: list[str]) -> int:
     """Biggest GPU holders first, then by host RSS."""
-    gpu = sum((m.vram_bytes or 0) + (m.gtt_bytes or 0)
-              for d in gpus if (m := mem.get((pid, d))) is not None)
+    gpu = sum(
+        (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+        for d in gpus
+        if (m := mem.get((pid, d))) is not None
+    )
     host = mem.get((pid, "host"))
     rss = (host.rss_anon_bytes or 0) + (host.rss_file_bytes or 0) if host else 0
     return -(gpu * 4 + rss)

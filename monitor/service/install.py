@@ -27,16 +27,32 @@ from pathlib import Path
 from monitor.errors import SetupError
 
 SOURCE_TREE = Path(__file__).resolve().parents[2] / "systemd"
-SYSTEM_ONLY = ("DynamicUser=", "SupplementaryGroups=", "CapabilityBoundingSet=",
-               "AmbientCapabilities=", "ProtectSystem=", "ProtectHome=", "ProtectKernel",
-               "ProtectControlGroups=", "ProtectClock=", "ProtectHostname=", "StateDirectory",
-               "RestrictNamespaces=", "PrivateTmp=", "RestrictAddressFamilies=",
-               "SystemCallArchitectures=", "RestrictRealtime=", "RestrictSUIDSGID=",
-               "LockPersonality=")
-ROOT_OWNED_FIX = ("install vramscope where only root can write (sudo python3 -m venv "
-                  "/opt/vramscope && sudo /opt/vramscope/bin/pip install vramscope, then "
-                  "sudo /opt/vramscope/bin/vramscope service install) or pass "
-                  "--allow-user-venv")
+SYSTEM_ONLY = (
+    "DynamicUser=",
+    "SupplementaryGroups=",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "ProtectSystem=",
+    "ProtectHome=",
+    "ProtectKernel",
+    "ProtectControlGroups=",
+    "ProtectClock=",
+    "ProtectHostname=",
+    "StateDirectory",
+    "RestrictNamespaces=",
+    "PrivateTmp=",
+    "RestrictAddressFamilies=",
+    "SystemCallArchitectures=",
+    "RestrictRealtime=",
+    "RestrictSUIDSGID=",
+    "LockPersonality=",
+)
+ROOT_OWNED_FIX = (
+    "install vramscope where only root can write (sudo python3 -m venv "
+    "/opt/vramscope && sudo /opt/vramscope/bin/pip install vramscope, then "
+    "sudo /opt/vramscope/bin/vramscope service install) or pass "
+    "--allow-user-venv"
+)
 
 
 class InstallError(SetupError):
@@ -54,10 +70,16 @@ def paths(user: bool, root: Path = Path("/")) -> Paths:
     if user:
         home = Path(os.environ.get("HOME", "~")).expanduser()
         cfg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-        return Paths(cfg / "systemd" / "user" / "vramscope.service",
-                     cfg / "vramscope" / "config.toml", "default.target")
-    return Paths(root / "etc/systemd/system/vramscope.service",
-                 root / "etc/vramscope/config.toml", "multi-user.target")
+        return Paths(
+            cfg / "systemd" / "user" / "vramscope.service",
+            cfg / "vramscope" / "config.toml",
+            "default.target",
+        )
+    return Paths(
+        root / "etc/systemd/system/vramscope.service",
+        root / "etc/vramscope/config.toml",
+        "multi-user.target",
+    )
 
 
 def shipped(name: str) -> bytes:
@@ -69,8 +91,9 @@ def shipped(name: str) -> bytes:
     try:
         return (SOURCE_TREE / name).read_bytes()
     except OSError:
-        raise InstallError(f"systemd/{name} is missing from this installation; reinstall "
-                           "vramscope") from None
+        raise InstallError(
+            f"systemd/{name} is missing from this installation; reinstall vramscope"
+        ) from None
 
 
 def executable() -> str:
@@ -100,6 +123,7 @@ def render_unit(user: bool, exe: str, config: Path) -> str:
 
 # --- who can change the code the service runs --------------------------------------------
 
+
 def _interpreter(exe: str) -> Path | None:
     """The ``#!`` interpreter of a console script (``None`` for a binary / unreadable)."""
     try:
@@ -123,10 +147,10 @@ def code_paths(exe: str) -> list[Path]:
     interp = _interpreter(exe)
     if interp is not None:
         found += [interp, Path(os.path.realpath(interp))]
-    found += [Path(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib",
-                                                          "platlib")]
-    found += [Path(m.__file__).parent for m in (collectors, monitor)
-              if m.__file__ is not None]
+    found += [
+        Path(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+    ]
+    found += [Path(m.__file__).parent for m in (collectors, monitor) if m.__file__ is not None]
     tui = Path(monitor.__file__ or ".").parent.parent / "tui"
     if tui.is_dir():
         found.append(tui)
@@ -174,6 +198,7 @@ def user_writable(paths_: Iterable[Path]) -> tuple[Path, str] | None:
 
 # --- writing -------------------------------------------------------------------------------
 
+
 def _make_dirs(path: Path, mode: int) -> None:
     """Create ``path`` and missing parents with exactly ``mode`` (existing ones untouched)."""
     missing = []
@@ -202,8 +227,9 @@ def _write_config(path: Path, data: bytes, system: bool) -> bool:
     """Create the config 0600 (root:root for a system install); False if something is
     already there (a file or a link: never opened, never replaced)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
     except FileExistsError:
         return False
     with os.fdopen(fd, "wb") as f:
@@ -224,19 +250,23 @@ def _kept_note(path: Path) -> str:
     return " (not overwritten)"
 
 
-def install(user: bool, root: Path = Path("/"), exe: str | None = None,
-            allow_user_venv: bool = False) -> list[str]:
+def install(
+    user: bool, root: Path = Path("/"), exe: str | None = None, allow_user_venv: bool = False
+) -> list[str]:
     """Write the unit (and the config when absent); return the lines to print."""
     if not user and os.geteuid() != 0 and root == Path("/"):
-        raise InstallError("a system install needs root; use sudo, or --user for your own "
-                           "user's systemd")
+        raise InstallError(
+            "a system install needs root; use sudo, or --user for your own user's systemd"
+        )
     exe = exe or executable()
     if not user and not allow_user_venv:
         unsafe = user_writable(code_paths(exe))
         if unsafe is not None:
             path, why = unsafe
-            raise InstallError(f"{path} {why}, and the service runs this vramscope with "
-                               f"CAP_SYS_PTRACE: {ROOT_OWNED_FIX}")
+            raise InstallError(
+                f"{path} {why}, and the service runs this vramscope with "
+                f"CAP_SYS_PTRACE: {ROOT_OWNED_FIX}"
+            )
     where = paths(user, root)
     dir_mode = 0o700 if user else 0o755
     unit_text = render_unit(user, exe, where.config)
@@ -251,7 +281,8 @@ def install(user: bool, root: Path = Path("/"), exe: str | None = None,
     ctl = "systemctl --user" if user else "systemctl"
     return [
         f"wrote {where.unit}",
-        f"wrote {where.config} (mode 600)" if wrote_config
+        f"wrote {where.config} (mode 600)"
+        if wrote_config
         else f"kept {where.config}{_kept_note(where.config)}",
         "next:",
         f"  {ctl} daemon-reload",
@@ -269,5 +300,7 @@ def uninstall(user: bool, root: Path = Path("/")) -> list[str]:
         where.unit.unlink()
     except OSError as exc:
         raise InstallError(f"cannot remove {where.unit}: {exc.strerror}") from None
-    return [f"removed {where.unit} (kept {where.config} and the data)",
-            f"run: {ctl} disable --now vramscope; {ctl} daemon-reload"]
+    return [
+        f"removed {where.unit} (kept {where.config} and the data)",
+        f"run: {ctl} disable --now vramscope; {ctl} daemon-reload",
+    ]

@@ -37,8 +37,12 @@ from collectors.base import (
 MAX_LINE_BYTES = 4 << 20  # one tick of 64 tracked processes is a few KiB
 MAX_FILE_BYTES = 1 << 30
 _PARTS: dict[str, type] = {
-    "devices": DeviceSample, "processes": ProcessInfo, "memory": ProcessMemory,
-    "hidden": HiddenProcess, "exited": ExitedProcess, "runs": CollectorRun,
+    "devices": DeviceSample,
+    "processes": ProcessInfo,
+    "memory": ProcessMemory,
+    "hidden": HiddenProcess,
+    "exited": ExitedProcess,
+    "runs": CollectorRun,
     "events": DeviceEvent,
 }
 _TUPLE_FIELDS = {"argv", "reasons"}  # ProcessInfo's tuples (JSON gives lists)
@@ -75,8 +79,10 @@ def from_json(doc: dict[str, Any]) -> Snapshot:
         for item in doc.get(name, ()):
             if not isinstance(item, dict):
                 raise ValueError(f"{name}: not an object")
-            fields = {k: tuple(v) if k in _TUPLE_FIELDS and isinstance(v, list) else v
-                      for k, v in item.items()}
+            fields = {
+                k: tuple(v) if k in _TUPLE_FIELDS and isinstance(v, list) else v
+                for k, v in item.items()
+            }
             items.append(cls(**fields))
         parts[name] = tuple(items)
     ts_ms = doc["ts_ms"]
@@ -99,8 +105,7 @@ def _save(final: Path, snaps: list[Snapshot]) -> Path:
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISREG(tmp.lstat().st_mode):
             tmp.unlink()  # our own leftover of a previous attempt (same pid)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for snap in snaps:

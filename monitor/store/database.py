@@ -51,8 +51,13 @@ SHORT_LIVED_MS = 60_000  # an exit of a process seen for less than this is no ev
 OWN_NAMES = ("vramscope",)  # ... nor one of our own CLI runs (unless they alert)
 
 
-def exit_is_event(comm: str, engine: str | None, argv_json: str | None,
-                  first_seen_ms: int | None, last_seen_ms: int) -> bool:
+def exit_is_event(
+    comm: str,
+    engine: str | None,
+    argv_json: str | None,
+    first_seen_ms: int | None,
+    last_seen_ms: int,
+) -> bool:
     """An inference server's exit is always an event; vramscope's own CLI runs never are;
     any other process only when it was seen for at least ``SHORT_LIVED_MS`` (a busy box
     has short-lived top-N processes come and go every minute)."""
@@ -63,8 +68,11 @@ def exit_is_event(comm: str, engine: str | None, argv_json: str | None,
     except ValueError:
         argv = []
     words = [str(a) for a in argv[:4]] if isinstance(argv, list) else []
-    if comm in OWN_NAMES or any(w.rsplit("/", 1)[-1] in OWN_NAMES for w in words) or (
-            "-m" in words and "monitor" in words):
+    if (
+        comm in OWN_NAMES
+        or any(w.rsplit("/", 1)[-1] in OWN_NAMES for w in words)
+        or ("-m" in words and "monitor" in words)
+    ):
         return False
     return first_seen_ms is None or last_seen_ms - first_seen_ms >= SHORT_LIVED_MS
 
@@ -191,17 +199,21 @@ def classify(path: Path) -> tuple[str, str]:
     except sqlite3.Error as exc:
         return "unreadable", str(exc)
     try:
-        names = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         if not names:
             return "empty", "a SQLite file with no tables"
         if migrations.migrations_table not in names:
             return "foreign", "no vramscope tables; it has " + ", ".join(sorted(names)[:5])
-        sets = {r[0] for r in conn.execute(
-            f"SELECT DISTINCT migration_set FROM {migrations.migrations_table}")}
+        sets = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT DISTINCT migration_set FROM {migrations.migrations_table}"
+            )
+        }
         if migrations.name not in sets:
             return "foreign", "no vramscope tables; its migrations are " + ", ".join(
-                sorted(str(s) for s in sets)[:5])
+                sorted(str(s) for s in sets)[:5]
+            )
         return "vramscope", ""
     except sqlite3.DatabaseError as exc:
         if getattr(exc, "sqlite_errorname", None) in _CORRUPT:
@@ -217,8 +229,9 @@ def open_readonly(path: Path) -> Database:
     StoreError with one line naming the problem."""
     kind, detail = classify(path)
     if kind == "missing":
-        raise StoreError(f"no database at {path}: start `vramscope daemon` first "
-                         "(or pass --db FILE)")
+        raise StoreError(
+            f"no database at {path}: start `vramscope daemon` first (or pass --db FILE)"
+        )
     if kind == "directory":
         raise StoreError(f"the database path {path} is a directory")
     if kind in ("empty", "not_sqlite", "foreign"):
@@ -248,16 +261,22 @@ class Store:
         if kind == "directory":
             raise StoreError(f"the database path {path} is a directory")
         if kind in ("not_sqlite", "foreign"):
-            raise StoreError(f"{path} is not a vramscope database ({detail}); refusing to "
-                             "touch it: pass --db a new path")
+            raise StoreError(
+                f"{path} is not a vramscope database ({detail}); refusing to "
+                "touch it: pass --db a new path"
+            )
         if kind == "damaged" and not _has_our_markers(path):
-            raise StoreError(f"{path} is a damaged SQLite file that is not recognisably "
-                             f"vramscope's ({detail}); refusing to touch it")
+            raise StoreError(
+                f"{path} is a damaged SQLite file that is not recognisably "
+                f"vramscope's ({detail}); refusing to touch it"
+            )
         if kind == "unreadable":
             raise StoreError(f"cannot read the database {path}: {detail}")
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            raise StoreError(f"the database {path} is not writable by this user (uid "
-                             f"{os.getuid()}): make it writable, or pass --db a writable path")
+            raise StoreError(
+                f"the database {path} is not writable by this user (uid "
+                f"{os.getuid()}): make it writable, or pass --db a writable path"
+            )
         try:
             _create_private(path)
             conn = _connect(path)
@@ -278,8 +297,12 @@ class Store:
             if len(problem) > 200:
                 problem = problem[:200] + "..."
             moved = move_aside(path)
-            log.error("database %s is corrupt (%s); moved it to %s and started a new one",
-                      path, problem, moved)
+            log.error(
+                "database %s is corrupt (%s); moved it to %s and started a new one",
+                path,
+                problem,
+                moved,
+            )
             recovered_from = f"{moved} ({problem})"
             _create_private(path)
             conn = _connect(path)
@@ -294,11 +317,14 @@ class Store:
         store = cls(db, path, recovered_from)
         store.note_wal()
         if moved is not None:
-            store.add_event("database_recovered", "warning", str(path),
-                            f"the previous database was corrupt and was moved to {moved}",
-                            {"moved_to": str(moved), "problem": problem})
+            store.add_event(
+                "database_recovered",
+                "warning",
+                str(path),
+                f"the previous database was corrupt and was moved to {moved}",
+                {"moved_to": str(moved), "problem": problem},
+            )
         return store
-
 
     def close(self) -> None:
         self.db.close()
@@ -365,22 +391,35 @@ class Store:
                 pid_key = ids.get(m.pid)
                 if pid_key is None:
                     continue  # a GPU client beyond max_tracked or gone: counted in the device
-                rows.append((snap.ts_ms, pid_key, m.device_id,
-                             *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS)))
+                rows.append(
+                    (
+                        snap.ts_ms,
+                        pid_key,
+                        m.device_id,
+                        *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS),
+                    )
+                )
             conn.executemany(_PROCESS_SAMPLE_SQL, rows)
             conn.executemany(
                 "INSERT OR REPLACE INTO hidden_samples VALUES (?, ?, ?, ?, ?)",
-                [(snap.ts_ms, h.pid, h.device_id, _sql_value(h.used_bytes), h.reason)
-                 for h in snap.hidden if h.device_id is not None])
+                [
+                    (snap.ts_ms, h.pid, h.device_id, _sql_value(h.used_bytes), h.reason)
+                    for h in snap.hidden
+                    if h.device_id is not None
+                ],
+            )
             for ev in snap.events:
-                self._insert_event(conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id,
-                                   ev.message, dict(ev.data))
+                self._insert_event(
+                    conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id, ev.message, dict(ev.data)
+                )
             for gone in snap.exited:
                 self._record_exit(conn, snap.ts_ms, gone)
             conn.executemany(
                 "INSERT OR REPLACE INTO collector_runs VALUES (?, ?, ?, ?, ?, ?)",
-                [(r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
-                 for r in snap.runs],
+                [
+                    (r.ts_ms, r.collector, r.duration_s, r.cpu_s, r.status, r.error)
+                    for r in snap.runs
+                ],
             )
 
     def _write_devices(self, conn: sqlite3.Connection, snap: Snapshot) -> None:
@@ -391,8 +430,14 @@ class Store:
                 self._devices[d.device_id] = static
         conn.executemany(
             _DEVICE_SAMPLE_SQL,
-            [(snap.ts_ms, d.device_id, *(_sql_value(getattr(d, f)) for f in DEVICE_SAMPLE_FIELDS))
-             for d in snap.devices],
+            [
+                (
+                    snap.ts_ms,
+                    d.device_id,
+                    *(_sql_value(getattr(d, f)) for f in DEVICE_SAMPLE_FIELDS),
+                )
+                for d in snap.devices
+            ],
         )
 
     def _upsert_device(
@@ -433,8 +478,20 @@ class Store:
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT(pid, start_ticks, started_at_ms) DO UPDATE SET"
             " engine=excluded.engine, reasons=excluded.reasons, exited_ms=NULL",
-            (p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm,
-             json.dumps(list(p.argv)), p.engine, ",".join(p.reasons), ts_ms, ts_ms, p.cwd),
+            (
+                p.pid,
+                p.start_ticks,
+                p.started_at_ms,
+                p.ppid,
+                p.uid,
+                p.comm,
+                json.dumps(list(p.argv)),
+                p.engine,
+                ",".join(p.reasons),
+                ts_ms,
+                ts_ms,
+                p.cwd,
+            ),
         )
         row = conn.execute(
             "SELECT id FROM processes WHERE pid = ? AND start_ticks = ?"
@@ -464,34 +521,75 @@ class Store:
         conn.execute(
             "UPDATE processes SET exited_ms = ?, exit_code = ?, exit_signal = ?,"
             " core_dumped = ?, exit_cause = ?, exit_source = ? WHERE id = ?",
-            (ts_ms, gone.exit_code, gone.exit_signal, core, cause, gone.exit_source, row[0]))
+            (ts_ms, gone.exit_code, gone.exit_signal, core, cause, gone.exit_source, row[0]),
+        )
         alerts = cause in ALERT_CAUSES
         if not alerts and not exit_is_event(row[1], row[2], row[3], row[4], last_seen_ms):
             return
-        data = {"pid": pid, "start_ticks": start_ticks, "process_id": row[0],
-                "engine": row[2], "comm": row[1], "last_seen_ms": last_seen_ms, "how": how,
-                "cause": cause, "exit_code": gone.exit_code, "exit_signal": gone.exit_signal,
-                "signal": signal_name(gone.exit_signal), "core_dumped": gone.core_dumped,
-                "exit_source": gone.exit_source}
+        data = {
+            "pid": pid,
+            "start_ticks": start_ticks,
+            "process_id": row[0],
+            "engine": row[2],
+            "comm": row[1],
+            "last_seen_ms": last_seen_ms,
+            "how": how,
+            "cause": cause,
+            "exit_code": gone.exit_code,
+            "exit_signal": gone.exit_signal,
+            "signal": signal_name(gone.exit_signal),
+            "core_dumped": gone.core_dumped,
+            "exit_source": gone.exit_source,
+        }
         self._insert_event(
-            conn, ts_ms, "process_exit", severity, f"{row[1]}[{pid}]",
-            f"{row[1]} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before", data)
+            conn,
+            ts_ms,
+            "process_exit",
+            severity,
+            f"{row[1]}[{pid}]",
+            f"{row[1]} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before",
+            data,
+        )
         if alerts:  # a crash keeps the full-resolution samples around it (see prune)
-            self._insert_event(conn, last_seen_ms, "crash", "critical", f"{row[1]}[{pid}]",
-                               f"{row[1]} (pid {pid}) {how}", data)
+            self._insert_event(
+                conn,
+                last_seen_ms,
+                "crash",
+                "critical",
+                f"{row[1]}[{pid}]",
+                f"{row[1]} (pid {pid}) {how}",
+                data,
+            )
 
     def add_event(
-        self, kind: str, severity: str, subject: str | None, message: str,
-        data: dict[str, Any] | None = None, ts_ms: int | None = None,
+        self,
+        kind: str,
+        severity: str,
+        subject: str | None,
+        message: str,
+        data: dict[str, Any] | None = None,
+        ts_ms: int | None = None,
     ) -> None:
         with self.db.atomic():
-            self._insert_event(self.db.conn, ts_ms or int(time.time() * 1000), kind, severity,
-                               subject, message, data)
+            self._insert_event(
+                self.db.conn,
+                ts_ms or int(time.time() * 1000),
+                kind,
+                severity,
+                subject,
+                message,
+                data,
+            )
 
     @staticmethod
     def _insert_event(
-        conn: sqlite3.Connection, ts_ms: int, kind: str, severity: str, subject: str | None,
-        message: str, data: dict[str, Any] | None,
+        conn: sqlite3.Connection,
+        ts_ms: int,
+        kind: str,
+        severity: str,
+        subject: str | None,
+        message: str,
+        data: dict[str, Any] | None,
     ) -> None:
         conn.execute(
             "INSERT INTO events (ts_ms, kind, severity, subject, message, data)"
@@ -504,8 +602,12 @@ class Store:
         with self.db.atomic():
             self.db.conn.executemany(
                 "INSERT OR REPLACE INTO slot_usage VALUES (?, ?, ?, ?, ?, ?)",
-                [(ts_ms, model, s.slot_id, s.tokens, int(s.busy), s.n_ctx) for s in slots
-                 if s.exact])
+                [
+                    (ts_ms, model, s.slot_id, s.tokens, int(s.busy), s.n_ctx)
+                    for s in slots
+                    if s.exact
+                ],
+            )
 
     def add_assessment(self, a: Any, started_at_ms: int | None) -> bool:
         """Store one server's assessment (monitor/analysis/assess.py); False while its
@@ -513,15 +615,15 @@ class Store:
         from monitor.store import estimates
 
         with self.db.atomic():
-            process_id = estimates.process_row(self.db.conn, a.pid, a.start_ticks,
-                                               started_at_ms)
+            process_id = estimates.process_row(self.db.conn, a.pid, a.start_ticks, started_at_ms)
             if process_id is None:
                 return False
             estimates.insert(self.db.conn, process_id, a)
         return True
 
-    def stored_assessment(self, pid: int, start_ticks: int, started_at_ms: int | None,
-                          key: str, version: int) -> Any:
+    def stored_assessment(
+        self, pid: int, start_ticks: int, started_at_ms: int | None, key: str, version: int
+    ) -> Any:
         """The assessment stored for this process and launch, or None."""
         from monitor.store import estimates
 
@@ -559,13 +661,19 @@ class Store:
             minute_cut = now_ms - int(retention.minute_days * 86400_000)
             runs_cut = now_ms - int(retention.runs_hours * 3600_000)
             for table, cut in (
-                ("device_samples", raw_cut), ("process_samples", raw_cut),
+                ("device_samples", raw_cut),
+                ("process_samples", raw_cut),
                 ("hidden_samples", raw_cut),
-                ("device_minutes", minute_cut), ("process_minutes", minute_cut),
-                ("collector_runs", runs_cut), ("slot_usage", minute_cut),
+                ("device_minutes", minute_cut),
+                ("process_minutes", minute_cut),
+                ("collector_runs", runs_cut),
+                ("slot_usage", minute_cut),
             ):
-                keep = _KEEP_AROUND_CRASHES.format(table=table) if table in (
-                    "device_samples", "process_samples") else ""
+                keep = (
+                    _KEEP_AROUND_CRASHES.format(table=table)
+                    if table in ("device_samples", "process_samples")
+                    else ""
+                )
                 counts[f"deleted_{table}"] = conn.execute(
                     f"DELETE FROM {table} WHERE ts_ms < ?{keep}", (cut,)
                 ).rowcount
@@ -576,7 +684,9 @@ class Store:
             counts["deleted_processes"] = conn.execute(
                 "DELETE FROM processes WHERE last_seen_ms < ? AND id NOT IN"
                 " (SELECT process_id FROM process_samples"
-                " UNION SELECT process_id FROM process_minutes)", (minute_cut,)).rowcount
+                " UNION SELECT process_id FROM process_minutes)",
+                (minute_cut,),
+            ).rowcount
             counts["deleted_estimates"] = conn.execute(
                 "DELETE FROM estimates WHERE process_id NOT IN (SELECT id FROM processes)"
             ).rowcount
@@ -589,7 +699,9 @@ class Store:
         deleted = conn.execute("DELETE FROM events WHERE ts_ms < ?", (cut,)).rowcount
         deleted += conn.execute(
             "DELETE FROM events WHERE id <= (SELECT id FROM events ORDER BY id DESC"
-            " LIMIT 1 OFFSET ?)", (retention.events_max,)).rowcount
+            " LIMIT 1 OFFSET ?)",
+            (retention.events_max,),
+        ).rowcount
         return deleted
 
 
@@ -598,8 +710,11 @@ class Store:
 KEEP_BEFORE_MS, KEEP_AFTER_MS = 600_000, 60_000
 _KEEP_AROUND_CRASHES = (
     " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.kind IN ('crash', 'oom_kill', 'oomd_kill')"
-    " AND {table}.ts_ms BETWEEN e.ts_ms - " + str(KEEP_BEFORE_MS)
-    + " AND e.ts_ms + " + str(KEEP_AFTER_MS) + ")"
+    " AND {table}.ts_ms BETWEEN e.ts_ms - "
+    + str(KEEP_BEFORE_MS)
+    + " AND e.ts_ms + "
+    + str(KEEP_AFTER_MS)
+    + ")"
 )
 _DEVICE_SAMPLE_SQL = (
     f"INSERT OR REPLACE INTO device_samples (ts_ms, device_id, {', '.join(DEVICE_SAMPLE_FIELDS)})"

@@ -12,9 +12,19 @@ from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMem
 from monitor.store.database import open_readonly
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
 
-_STATIC = ("collector", "vendor", "name", "memory_kind", "pci_bus_id", "vram_total_bytes",
-           "vis_vram_total_bytes", "gtt_total_bytes", "hugepages_total_bytes",
-           "swap_total_bytes", "mig_enabled")
+_STATIC = (
+    "collector",
+    "vendor",
+    "name",
+    "memory_kind",
+    "pci_bus_id",
+    "vram_total_bytes",
+    "vis_vram_total_bytes",
+    "gtt_total_bytes",
+    "hugepages_total_bytes",
+    "swap_total_bytes",
+    "mig_enabled",
+)
 
 
 def parse_time(text: str) -> int:
@@ -40,18 +50,17 @@ def _local(ts_ms: int) -> str:
     return datetime.fromtimestamp(ts_ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def check_moment(db_path: Path, ts_ms: int, first_ms: int | None, last_ms: int | None,
-                 now_ms: int | None = None) -> None:
+def check_moment(
+    db_path: Path, ts_ms: int, first_ms: int | None, last_ms: int | None, now_ms: int | None = None
+) -> None:
     """Raise ValueError naming the range the database covers when ``ts_ms`` is outside it
     (before the first full-resolution sample, or after the last one / in the future)."""
     if first_ms is None or last_ms is None:
-        raise ValueError(f"{db_path} holds no full-resolution samples yet (is the daemon "
-                         "running?)")
+        raise ValueError(f"{db_path} holds no full-resolution samples yet (is the daemon running?)")
     covers = f"the database covers {_local(first_ms)} .. {_local(last_ms)}"
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     if ts_ms < first_ms:
-        raise ValueError(f"{_local(ts_ms)} is before the first sample in {db_path}: "
-                         f"{covers}")
+        raise ValueError(f"{_local(ts_ms)} is before the first sample in {db_path}: {covers}")
     if ts_ms > last_ms + AFTER_LAST_GRACE_MS:
         where = "in the future" if ts_ms > now_ms else f"after the last sample in {db_path}"
         raise ValueError(f"{_local(ts_ms)} is {where}: {covers}")
@@ -76,33 +85,49 @@ def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
 
 def snapshot_in(db: Any, at: int) -> Snapshot:
     """The tick ``at`` (an exact ``ts_ms``) of an open database connection."""
-    statics = {r[0]: r[1:] for r in db.execute(
-        f"SELECT id, {', '.join(_STATIC)} FROM devices")}
+    statics = {r[0]: r[1:] for r in db.execute(f"SELECT id, {', '.join(_STATIC)} FROM devices")}
     devices = []
-    for r in db.execute(f"SELECT device_id, {', '.join(DEVICE_SAMPLE_FIELDS)} "
-                        "FROM device_samples WHERE ts_ms = ?", (at,)):
+    for r in db.execute(
+        f"SELECT device_id, {', '.join(DEVICE_SAMPLE_FIELDS)} FROM device_samples WHERE ts_ms = ?",
+        (at,),
+    ):
         fields = dict(zip(DEVICE_SAMPLE_FIELDS, r[1:], strict=True))
-        static = dict(zip(_STATIC, statics.get(r[0], (None,) * len(_STATIC)),
-                          strict=True))
-        static["mig_enabled"] = None if static["mig_enabled"] is None else bool(
-            static["mig_enabled"])
+        static = dict(zip(_STATIC, statics.get(r[0], (None,) * len(_STATIC)), strict=True))
+        static["mig_enabled"] = (
+            None if static["mig_enabled"] is None else bool(static["mig_enabled"])
+        )
         devices.append(DeviceSample(device_id=r[0], **static, **fields))
     infos, rows = {}, []
     sample_cols = ", ".join("s." + f for f in PROCESS_SAMPLE_FIELDS)
     for r in db.execute(
-            "SELECT p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm, p.argv,"
-            f" p.engine, p.reasons, p.cwd, s.device_id, {sample_cols}"
-            " FROM process_samples s JOIN processes p ON p.id = s.process_id"
-            " WHERE s.ts_ms = ?", (at,)):
+        "SELECT p.pid, p.start_ticks, p.started_at_ms, p.ppid, p.uid, p.comm, p.argv,"
+        f" p.engine, p.reasons, p.cwd, s.device_id, {sample_cols}"
+        " FROM process_samples s JOIN processes p ON p.id = s.process_id"
+        " WHERE s.ts_ms = ?",
+        (at,),
+    ):
         pid = r[0]
-        infos[pid] = ProcessInfo(pid, r[1], r[2], r[3], r[4], r[5], tuple(json.loads(r[6])),
-                                 r[7], tuple(x for x in (r[8] or "").split(",") if x),
-                                 cwd=r[9])
-        rows.append(ProcessMemory(pid, r[10], **dict(zip(PROCESS_SAMPLE_FIELDS, r[11:],
-                                                         strict=True))))
+        infos[pid] = ProcessInfo(
+            pid,
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            tuple(json.loads(r[6])),
+            r[7],
+            tuple(x for x in (r[8] or "").split(",") if x),
+            cwd=r[9],
+        )
+        rows.append(
+            ProcessMemory(pid, r[10], **dict(zip(PROCESS_SAMPLE_FIELDS, r[11:], strict=True)))
+        )
     hidden = tuple(
         HiddenProcess(pid, reason, device_id=device_id, used_bytes=used)
         for pid, device_id, used, reason in db.execute(
             "SELECT pid, device_id, used_bytes, reason FROM hidden_samples"
-            " WHERE ts_ms = ? ORDER BY pid", (at,)))
+            " WHERE ts_ms = ? ORDER BY pid",
+            (at,),
+        )
+    )
     return Snapshot(at, tuple(devices), tuple(infos.values()), tuple(rows), hidden, (), ())

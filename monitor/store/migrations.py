@@ -112,14 +112,17 @@ def m002_device_mig_mode(db: Database) -> None:
 @migrations()
 def m003_slot_usage(db: Database) -> None:
     """Tokens in use per llama-server slot, polled from /slots on loopback (issue 5)."""
-    _run(db, """
+    _run(
+        db,
+        """
         CREATE TABLE slot_usage (
             ts_ms INTEGER NOT NULL, model TEXT NOT NULL, slot_id INTEGER NOT NULL,
             tokens INTEGER NOT NULL, busy INTEGER NOT NULL, n_ctx INTEGER,
             PRIMARY KEY (ts_ms, model, slot_id)
         ) WITHOUT ROWID;
         CREATE INDEX slot_usage_model ON slot_usage (model, ts_ms)
-    """)
+    """,
+    )
 
 
 @migrations()
@@ -127,13 +130,16 @@ def m004_hidden_samples(db: Database) -> None:
     """Processes a device reports that we cannot see (NVML pids outside our PID namespace),
     with the bytes it reports for them, per tick (issue 16): the TUI's database source and
     ``--at`` show them as rows, counted as attributed, like a live sample."""
-    _run(db, """
+    _run(
+        db,
+        """
         CREATE TABLE hidden_samples (
             ts_ms INTEGER NOT NULL, pid INTEGER NOT NULL, device_id TEXT NOT NULL,
             used_bytes INTEGER, reason TEXT NOT NULL,
             PRIMARY KEY (ts_ms, pid, device_id)
         ) WITHOUT ROWID
-    """)
+    """,
+    )
 
 
 @migrations()
@@ -147,8 +153,13 @@ def m005_process_cwd(db: Database) -> None:
 def m006_exit_status(db: Database) -> None:
     """How each process ended (issue 19): its exit code or terminating signal, a core
     dump, the cause monitor/analysis/exits.py gave it and where the status came from."""
-    for name, kind in (("exit_code", int), ("exit_signal", int), ("core_dumped", int),
-                       ("exit_cause", str), ("exit_source", str)):
+    for name, kind in (
+        ("exit_code", int),
+        ("exit_signal", int),
+        ("core_dumped", int),
+        ("exit_cause", str),
+        ("exit_source", str),
+    ):
         db.table("processes").add_column(name, kind)
 
 
@@ -159,7 +170,9 @@ def m007_estimates(db: Database) -> None:
     (monitor/daemon/assessor.py), with the estimator's version. ``launch``, ``estimate``
     and ``findings`` are JSON (monitor/analysis/assess.py ``to_json``); ``total_bytes`` is
     the load-time total, NULL when the model cannot be estimated (``error`` says why)."""
-    _run(db, """
+    _run(
+        db,
+        """
         CREATE TABLE estimates (
             id INTEGER PRIMARY KEY,
             process_id INTEGER NOT NULL REFERENCES processes(id),
@@ -169,16 +182,13 @@ def m007_estimates(db: Database) -> None:
             error TEXT
         );
         CREATE INDEX estimates_process ON estimates (process_id, ts_ms)
-    """)
+    """,
+    )
 
 
 DEVICE_SAMPLE_FIELDS = tuple(
-    line.split()[0]
-    for chunk in _DEVICE_COLUMNS.split(",")
-    if (line := chunk.strip())
+    line.split()[0] for chunk in _DEVICE_COLUMNS.split(",") if (line := chunk.strip())
 )
 PROCESS_SAMPLE_FIELDS = tuple(
-    line.split()[0]
-    for chunk in _PROCESS_COLUMNS.split(",")
-    if (line := chunk.strip())
+    line.split()[0] for chunk in _PROCESS_COLUMNS.split(",") if (line := chunk.strip())
 )

@@ -53,16 +53,26 @@ class StoredEvent:
 
     def as_dict(self) -> dict[str, Any]:
         """The event as ``events --json``, ``/api/v1/events`` and the post-mortem show it."""
-        return {"id": self.id, "ts_ms": self.ts_ms, "kind": self.kind,
-                "severity": self.severity, "subject": self.subject,
-                "message": self.message, "data": self.data}
+        return {
+            "id": self.id,
+            "ts_ms": self.ts_ms,
+            "kind": self.kind,
+            "severity": self.severity,
+            "subject": self.subject,
+            "message": self.message,
+            "data": self.data,
+        }
 
 
 def _events(db: Any, where: str, params: Sequence[Any]) -> list[StoredEvent]:
-    rows = db.execute("SELECT id, ts_ms, kind, severity, subject, message, data FROM events "
-                      f"WHERE {where}", tuple(params)).fetchall()
-    return [StoredEvent(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else {})
-            for r in rows]
+    rows = db.execute(
+        f"SELECT id, ts_ms, kind, severity, subject, message, data FROM events WHERE {where}",
+        tuple(params),
+    ).fetchall()
+    return [
+        StoredEvent(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else {})
+        for r in rows
+    ]
 
 
 def events_of_kinds(db: Any, kinds: Sequence[str]) -> list[StoredEvent]:
@@ -76,8 +86,9 @@ def events_between(db: Any, start_ms: int, end_ms: int) -> list[StoredEvent]:
     return _events(db, "ts_ms BETWEEN ? AND ? ORDER BY ts_ms", (start_ms, end_ms))
 
 
-def events_since(db: Any, since_ms: int, kinds: Sequence[str] = (),
-                 limit: int | None = None) -> list[StoredEvent]:
+def events_since(
+    db: Any, since_ms: int, kinds: Sequence[str] = (), limit: int | None = None
+) -> list[StoredEvent]:
     """Events from ``since_ms`` in time order, at most ``limit``: the limit is SQL's, read
     along the ``events_ts`` index, so a long history is never loaded whole."""
     where, params = "ts_ms >= ?", list[Any]([since_ms])
@@ -95,7 +106,8 @@ def last_daemon_mark(db: Any) -> str | None:
     """The kind of the daemon's last ``daemon_started`` / ``daemon_stopped`` event."""
     rows = db.execute(
         "SELECT kind FROM events WHERE kind IN ('daemon_started', 'daemon_stopped')"
-        " AND subject = 'daemon' ORDER BY id DESC LIMIT 1").fetchall()
+        " AND subject = 'daemon' ORDER BY id DESC LIMIT 1"
+    ).fetchall()
     return rows[0][0] if rows else None
 
 
@@ -124,14 +136,15 @@ def latest_tick(db: Any) -> int | None:
 
 
 def tick_at_or_before(db: Any, ts_ms: int) -> int | None:
-    row = db.execute("SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?",
-                     (ts_ms,)).fetchone()
+    row = db.execute("SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?", (ts_ms,)).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
 def ticks_between(db: Any, since_ms: int, until_ms: int) -> list[int]:
-    rows = db.execute("SELECT DISTINCT ts_ms FROM device_samples WHERE ts_ms BETWEEN ? "
-                      "AND ? ORDER BY ts_ms", (since_ms, until_ms)).fetchall()
+    rows = db.execute(
+        "SELECT DISTINCT ts_ms FROM device_samples WHERE ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+        (since_ms, until_ms),
+    ).fetchall()
     return [int(r[0]) for r in rows]
 
 
@@ -155,8 +168,10 @@ def device_points(db: Any, start_ms: int, end_ms: int) -> list[DevicePoint]:
     names = {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, name, total_bytes FROM devices")}
     out = []
     for ts, device_id, used, total in db.execute(
-            "SELECT ts_ms, device_id, used_bytes, total_bytes FROM device_samples"
-            " WHERE ts_ms BETWEEN ? AND ? ORDER BY ts_ms", (start_ms, end_ms)):
+        "SELECT ts_ms, device_id, used_bytes, total_bytes FROM device_samples"
+        " WHERE ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+        (start_ms, end_ms),
+    ):
         name, static_total = names.get(device_id, (device_id, None))
         out.append(DevicePoint(ts, device_id, name, used, total or static_total))
     return out
@@ -191,12 +206,29 @@ def process_points(db: Any, start_ms: int, end_ms: int) -> list[ProcessPoint]:
         " s.vram_bytes, s.gtt_bytes, s.rss_anon_bytes, s.rss_file_bytes, s.rss_shmem_bytes,"
         " s.hwm_bytes, p.started_at_ms, p.exited_ms FROM process_samples s"
         " JOIN processes p ON p.id = s.process_id WHERE s.ts_ms BETWEEN ? AND ?"
-        " ORDER BY s.ts_ms", (start_ms, end_ms))
-    return [ProcessPoint(ts_ms=r[0], device_id=r[1], process_id=r[2], pid=r[3], comm=r[4],
-                         argv=_argv(r[5]), engine=r[6], vram_bytes=r[7], gtt_bytes=r[8],
-                         rss_anon_bytes=r[9], rss_file_bytes=r[10], rss_shmem_bytes=r[11],
-                         hwm_bytes=r[12], started_at_ms=r[13], exited_ms=r[14])
-            for r in rows]
+        " ORDER BY s.ts_ms",
+        (start_ms, end_ms),
+    )
+    return [
+        ProcessPoint(
+            ts_ms=r[0],
+            device_id=r[1],
+            process_id=r[2],
+            pid=r[3],
+            comm=r[4],
+            argv=_argv(r[5]),
+            engine=r[6],
+            vram_bytes=r[7],
+            gtt_bytes=r[8],
+            rss_anon_bytes=r[9],
+            rss_file_bytes=r[10],
+            rss_shmem_bytes=r[11],
+            hwm_bytes=r[12],
+            started_at_ms=r[13],
+            exited_ms=r[14],
+        )
+        for r in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,14 +252,16 @@ def _record(row: Any) -> ProcessRecord | None:
 
 def last_process(db: Any, pid: int) -> ProcessRecord | None:
     """The latest life of ``pid`` the database knows."""
-    return _record(db.execute(f"{_PROCESS} WHERE pid = ? ORDER BY id DESC",
-                              (pid,)).fetchone())
+    return _record(db.execute(f"{_PROCESS} WHERE pid = ? ORDER BY id DESC", (pid,)).fetchone())
 
 
 def process_seen_by(db: Any, pid: int, ts_ms: int) -> ProcessRecord | None:
     """The latest life of ``pid`` first seen at or before ``ts_ms``."""
-    return _record(db.execute(f"{_PROCESS} WHERE pid = ? AND first_seen_ms <= ? "
-                              "ORDER BY id DESC", (pid, ts_ms)).fetchone())
+    return _record(
+        db.execute(
+            f"{_PROCESS} WHERE pid = ? AND first_seen_ms <= ? ORDER BY id DESC", (pid, ts_ms)
+        ).fetchone()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +272,9 @@ class Peak:
     used_bytes: int
 
 
-def device_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
-                 buckets: int, minutes: bool) -> dict[str, list[Peak]]:
+def device_peaks(
+    db: Any, device_id: str | None, since_ms: int, until_ms: int, buckets: int, minutes: bool
+) -> dict[str, list[Peak]]:
     """Used memory per device, the window cut into ``buckets`` and each keeping its peak,
     in SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
     rule); ``minutes``: from the per-minute rollups instead of the raw samples."""
@@ -248,13 +283,15 @@ def device_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    table, col = (("device_minutes", "used_max_bytes") if minutes
-                  else ("device_samples", "used_bytes"))
+    table, col = (
+        ("device_minutes", "used_max_bytes") if minutes else ("device_samples", "used_bytes")
+    )
     out: dict[str, list[Peak]] = {}
     for dev, used, ts in db.execute(
-            f"SELECT device_id, max({col}), ts_ms FROM {table} WHERE {where} AND {col} IS "
-            "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
-            (*args, since_ms, width)).fetchall():
+        f"SELECT device_id, max({col}), ts_ms FROM {table} WHERE {where} AND {col} IS "
+        "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
+        (*args, since_ms, width),
+    ).fetchall():
         out.setdefault(dev, []).append(Peak(int(ts), int(used)))
     return out
 
@@ -270,8 +307,9 @@ class ServerPeak:
     comm: str
 
 
-def server_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
-                 buckets: int, minutes: bool) -> list[ServerPeak]:
+def server_peaks(
+    db: Any, device_id: str | None, since_ms: int, until_ms: int, buckets: int, minutes: bool
+) -> list[ServerPeak]:
     """Each inference server's measured total (monitor/analysis/measured.py: VRAM+GTT +
     RssAnon + RssFile; per minute, the sum of each part's maximum), bucketed like
     :func:`device_peaks`, oldest first. A tick where a GPU lists it without its memory is
@@ -283,7 +321,9 @@ def server_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
         args.append(device_id)
     vram, gtt, anon, file = (
         ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
-        if minutes else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes"))
+        if minutes
+        else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes")
+    )
     table = "process_minutes" if minutes else "process_samples"
     rows = db.execute(
         "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
@@ -295,9 +335,11 @@ def server_peaks(db: Any, device_id: str | None, since_ms: int, until_ms: int,
         " GROUP BY ts_ms, process_id HAVING unknown = 0"
         ") t JOIN processes p ON p.id = t.process_id"
         " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts",
-        (*args, since_ms, width)).fetchall()
-    return [ServerPeak(int(ts), int(peak), pid, _argv(argv), comm)
-            for peak, ts, pid, argv, comm in rows]
+        (*args, since_ms, width),
+    ).fetchall()
+    return [
+        ServerPeak(int(ts), int(peak), pid, _argv(argv), comm) for peak, ts, pid, argv, comm in rows
+    ]
 
 
 # --------------------------------------------------------------------------- slot usage
@@ -320,5 +362,6 @@ def slot_usage(db: Any, model_path: str, window_ms: int) -> list[SlotUse]:
     rows = db.execute(
         "SELECT ts_ms, slot_id, tokens, busy, n_ctx FROM slot_usage WHERE model = ?"
         " AND ts_ms >= (SELECT max(ts_ms) FROM slot_usage) - ? ORDER BY ts_ms",
-        (model_path, window_ms)).fetchall()
+        (model_path, window_ms),
+    ).fetchall()
     return [SlotUse(ts, slot, tokens, bool(busy), n_ctx) for ts, slot, tokens, busy, n_ctx in rows]

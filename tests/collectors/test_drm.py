@@ -34,6 +34,8 @@ from collectors.drm import (
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "drm"
 NOW_MS = 1_750_000_000_000
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+
 def as_json(reading: Reading) -> dict[str, object]:
     return json.loads(json.dumps(dataclasses.asdict(reading)))
 

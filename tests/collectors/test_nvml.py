@@ -38,10 +38,16 @@ def test_rtx4060_with_llama_server_and_a_draft_process(procs: dict[str, int]) ->
     (dev,) = reading.devices
     assert dev.device_id == "nvml:GPU-4060aaaa-1111-2222-3333-444455556666"
     assert (dev.name, dev.pci_bus_id, dev.memory_kind) == (
-        "NVIDIA GeForce RTX 4060", "0000:01:00.0", "dedicated")
+        "NVIDIA GeForce RTX 4060",
+        "0000:01:00.0",
+        "dedicated",
+    )
     # v2 semantics: used excludes the 301 MiB the driver reserves
     assert (dev.total_bytes, dev.used_bytes, dev.reserved_bytes) == (
-        8188 * MIB, 7021 * MIB, 301 * MIB)
+        8188 * MIB,
+        7021 * MIB,
+        301 * MIB,
+    )
     assert (dev.util_pct, dev.temp_c, dev.power_w, dev.mig_enabled) == (97.0, 66.0, 112.345, None)
     rows = {m.pid: m.vram_bytes for m in reading.memory}
     # llama-server is in both the compute and graphics lists: counted once
@@ -53,8 +59,11 @@ def test_rtx4060_with_llama_server_and_a_draft_process(procs: dict[str, int]) ->
 def test_r535_legacy_v3_struct_is_read_with_the_right_size(procs: dict[str, int]) -> None:
     _, lib, reading = collect("a100-535", procs)
     rows = {m.pid: m.vram_bytes for m in reading.memory}
-    assert rows == {procs["vllm"]: 28000 * MIB, procs["worker"]: 2000 * MIB,
-                    procs["idle"]: None}  # NOT_AVAILABLE is unknown, never 0
+    assert rows == {
+        procs["vllm"]: 28000 * MIB,
+        procs["worker"]: 2000 * MIB,
+        procs["idle"]: None,
+    }  # NOT_AVAILABLE is unknown, never 0
     (dev,) = reading.devices
     assert dev.mig_enabled is False
     # The same driver read with the 24-byte struct garbles every record after the first:
@@ -69,9 +78,11 @@ def test_r535_legacy_v3_struct_is_read_with_the_right_size(procs: dict[str, int]
 def test_gb10_unified_memory_pool_comes_from_meminfo(procs: dict[str, int]) -> None:
     _, _, reading = collect("gb10", procs)
     (dev,) = reading.devices
-    meminfo = dict((line.split(":")[0], int(line.split()[1]) * 1024)
-                   for line in Path("/proc/meminfo").read_text().splitlines()
-                   if line.endswith("kB"))
+    meminfo = dict(
+        (line.split(":")[0], int(line.split()[1]) * 1024)
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.endswith("kB")
+    )
     assert dev.memory_kind == "unified"
     assert dev.total_bytes == meminfo["MemTotal"]
     assert dev.used_bytes is not None and 0 < dev.used_bytes < dev.total_bytes
@@ -84,8 +95,10 @@ def test_gb10_unified_memory_pool_comes_from_meminfo(procs: dict[str, int]) -> N
 def test_two_gpus_one_process_on_both_a_foreign_pid_and_an_xid(procs: dict[str, int]) -> None:
     collector, _, reading = collect("two-gpus", procs)
     ids = [d.device_id for d in reading.devices]
-    assert ids == ["nvml:GPU-h100dddd-0000-2222-3333-444455556666",
-                   "nvml:GPU-h100eeee-1111-2222-3333-444455556666"]
+    assert ids == [
+        "nvml:GPU-h100dddd-0000-2222-3333-444455556666",
+        "nvml:GPU-h100eeee-1111-2222-3333-444455556666",
+    ]
     rows = {(m.pid, m.device_id): m.vram_bytes for m in reading.memory}
     assert rows == {(procs["llama"], ids[0]): 38000 * MIB, (procs["llama"], ids[1]): 36000 * MIB}
     (hidden,) = reading.hidden
@@ -93,7 +106,11 @@ def test_two_gpus_one_process_on_both_a_foreign_pid_and_an_xid(procs: dict[str, 
     assert "--pid=host" in (hidden.hint or "")
     (event,) = reading.events
     assert (event.kind, event.device_id, event.severity, event.data["xid"]) == (
-        "xid", ids[1], "critical", 79)
+        "xid",
+        ids[1],
+        "critical",
+        79,
+    )
     assert [d.mig_enabled for d in reading.devices] == [False, True]
     again = collector.collect(Tick(Roots(), 1_001_000))
     assert again.events == ()  # drained once
@@ -116,8 +133,13 @@ def test_one_unsupported_call_never_aborts_the_sample(procs: dict[str, int]) -> 
     scenario["missing_symbols"] = ["nvmlDeviceGetMigMode", "nvmlDeviceGetPowerUsage"]
     _, _, reading = collect(scenario, procs)
     (sample,) = reading.devices
-    assert (sample.util_pct, sample.temp_c, sample.pci_bus_id, sample.mig_enabled,
-            sample.power_w) == (None, None, None, None, None)
+    assert (
+        sample.util_pct,
+        sample.temp_c,
+        sample.pci_bus_id,
+        sample.mig_enabled,
+        sample.power_w,
+    ) == (None, None, None, None, None)
     assert sample.used_bytes == 7021 * MIB
     assert len(reading.memory) == 2
 
@@ -151,8 +173,14 @@ def test_status_json_end_to_end_on_the_fake_driver(procs: dict[str, int]) -> Non
         "main()\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "fakes")}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     dev = next(d for d in doc["devices"] if d["collector"] == "nvml")

@@ -30,8 +30,9 @@ from collectors.nvml_recorder import (
 MIB = 1024**2
 MEMINFO = b"MemTotal: 131072000 kB\nMemFree: 1000000 kB\nMemAvailable: 65536000 kB\n"
 FIXTURES = ["rtx4060", "a100-535", "old-driver-470", "gb10", "two-gpus"]
-RECORDED = sorted(p.stem for p in nvml_fake.FIXTURES.glob("*.json")
-                  if json.loads(p.read_text()).get("_recorded"))
+RECORDED = sorted(
+    p.stem for p in nvml_fake.FIXTURES.glob("*.json") if json.loads(p.read_text()).get("_recorded")
+)
 
 
 pytestmark = pytest.mark.usefixtures("fresh_pynvml")
@@ -83,8 +84,9 @@ def renamed(recording: dict[str, Any], names: dict[str, str]) -> list[dict[str, 
     return devices
 
 
-def round_trip(scenario: dict[str, Any] | str, procs: dict[str, int], roots: Roots
-               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def round_trip(
+    scenario: dict[str, Any] | str, procs: dict[str, int], roots: Roots
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(recording, the original read by name, the replay read by name); also checks that
     recording the replay gives the recording back."""
     original = read(nvml_fake.install(scenario, procs), roots)
@@ -108,8 +110,10 @@ def variant(name: str) -> dict[str, Any]:
         scenario["process_struct_bytes"] = 24
     elif name == "v1-16":  # only the unversioned calls: 16-byte records
         scenario = nvml_fake.load("old-driver-470")
-        scenario["missing_symbols"] += ["nvmlDeviceGetComputeRunningProcesses_v2",
-                                        "nvmlDeviceGetGraphicsRunningProcesses_v2"]
+        scenario["missing_symbols"] += [
+            "nvmlDeviceGetComputeRunningProcesses_v2",
+            "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        ]
         scenario["process_struct_bytes"] = 16
     else:  # "failures": other return codes, v2 memory failing alone, a 3 that is a value
         scenario = nvml_fake.load("rtx4060")
@@ -117,17 +121,23 @@ def variant(name: str) -> dict[str, Any]:
         first.update(memory_v2={"error": 999}, power_mw={"error": 4}, temp_c=3)
         second = json.loads(json.dumps(first))
         del second["memory_v2"]
-        second.update(uuid="GPU-4060bbbb-1111-2222-3333-444455556666", memory={"error": 999},
-                      util="not_supported", event_types=3, compute=[{"pid": "idle", "used": 0}],
-                      graphics=[])
+        second.update(
+            uuid="GPU-4060bbbb-1111-2222-3333-444455556666",
+            memory={"error": 999},
+            util="not_supported",
+            event_types=3,
+            compute=[{"pid": "idle", "used": 0}],
+            graphics=[],
+        )
         scenario["devices"].append(second)
         scenario["missing_symbols"] = ["nvmlDeviceGetMigMode"]
     return scenario
 
 
 @pytest.mark.parametrize("name", FIXTURES + ["v3-24", "v1-16", "failures"])
-def test_recording_replays_to_the_same_reading(name: str, procs: dict[str, int],
-                                               roots: Roots) -> None:
+def test_recording_replays_to_the_same_reading(
+    name: str, procs: dict[str, int], roots: Roots
+) -> None:
     scenario = nvml_fake.load(name) if name in FIXTURES else variant(name)
     recording, original, replayed = round_trip(scenario, procs, roots)
     assert original["memory"]  # every scenario has processes: the comparison is not empty
@@ -150,30 +160,42 @@ def test_the_recorded_fields_and_process_names(procs: dict[str, int], roots: Roo
         "hidden-4194000": {"pid": 4194000, "comm": None, "argv0": None, "visible": False},
     }
     first, second = recording["devices"]
-    assert first["compute"] == [{"pid": llama, "used": 39845888000},
-                                {"pid": "hidden-4194000", "used": 2097152000}]
+    assert first["compute"] == [
+        {"pid": llama, "used": 39845888000},
+        {"pid": "hidden-4194000", "used": 2097152000},
+    ]
     assert second["mig"] == [1, 1] and second["bus_id"] == "00000000:2a:00.0"
     assert recording["_process_api"] == "detail"
     assert "2x NVIDIA H100 80GB HBM3" in recording["_source"]
-    assert original["hidden"] == [("hidden-4194000", "nvml:" + first["uuid"],
-                                   original["hidden"][0][2])]
+    assert original["hidden"] == [
+        ("hidden-4194000", "nvml:" + first["uuid"], original["hidden"][0][2])
+    ]
 
 
-def test_failures_are_recorded_as_the_fake_writes_them(procs: dict[str, int],
-                                                       roots: Roots) -> None:
+def test_failures_are_recorded_as_the_fake_writes_them(procs: dict[str, int], roots: Roots) -> None:
     recording, original, _ = round_trip(variant("failures"), procs, roots)
     first, second = recording["devices"]
     # v2 failed alone: v1's figures, whose 'used' counts the reserved memory
     assert first["memory_v2"] == {"error": 999}
-    assert first["memory"] == {"total": 8585740288, "used": 7362052096 + 315621376,
-                               "free": 908066816, "reserved": 0}
-    assert (first["power_mw"], first["temp_c"], first["mig"]) == ({"error": 4}, 3,
-                                                                  "not_supported")
+    assert first["memory"] == {
+        "total": 8585740288,
+        "used": 7362052096 + 315621376,
+        "free": 908066816,
+        "reserved": 0,
+    }
+    assert (first["power_mw"], first["temp_c"], first["mig"]) == ({"error": 4}, 3, "not_supported")
     assert (second["memory"], second["util"], second["event_types"]) == (
-        {"error": 999}, "not_supported", 3)
+        {"error": 999},
+        "not_supported",
+        3,
+    )
     dev0, dev1 = original["devices"]
     assert (dev0.used_bytes, dev0.reserved_bytes, dev0.temp_c, dev0.power_w) == (
-        7021 * MIB + 301 * MIB, None, 3.0, None)
+        7021 * MIB + 301 * MIB,
+        None,
+        3.0,
+        None,
+    )
     # an error other than NOT_SUPPORTED is no figure, not a unified device
     assert (dev1.memory_kind, dev1.total_bytes, dev1.util_pct) == ("dedicated", None, None)
 
@@ -186,8 +208,9 @@ def test_detail_list_unknown_figure_is_recorded_as_unknown(procs: dict[str, int]
     assert [r["used"] for r in rows] == [6012534784, None]
 
 
-def test_collector_reads_a_detail_list_with_an_unknown_figure(procs: dict[str, int],
-                                                              roots: Roots) -> None:
+def test_collector_reads_a_detail_list_with_an_unknown_figure(
+    procs: dict[str, int], roots: Roots
+) -> None:
     scenario = nvml_fake.load("rtx4060")
     scenario["devices"][0]["compute"][1]["used"] = None
     reading = read(nvml_fake.install(scenario, procs), roots)
@@ -209,13 +232,16 @@ def test_no_argv_beyond_argv0_basename_nor_environ_is_recorded(procs: dict[str, 
     global _OPENED
     secret = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)", "--api-key", "SECRET_ARG_42"],
-        env={**os.environ, "HF_TOKEN": "SECRET_ENV_42"})
+        env={**os.environ, "HF_TOKEN": "SECRET_ENV_42"},
+    )
     try:
         # the secrets are there to be found: the test would catch a leak (on a busy machine
         # the new process's cmdline may read empty for a moment)
         deadline = time.monotonic() + 30
-        while (b"SECRET_ARG_42" not in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
-               and time.monotonic() < deadline):
+        while (
+            b"SECRET_ARG_42" not in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         assert b"SECRET_ARG_42" in Path(f"/proc/{secret.pid}/cmdline").read_bytes()
         assert b"SECRET_ENV_42" in Path(f"/proc/{secret.pid}/environ").read_bytes()
@@ -229,8 +255,7 @@ def test_no_argv_beyond_argv0_basename_nor_environ_is_recorded(procs: dict[str, 
         secret.kill()
         secret.wait()
     text = json.dumps(recording)
-    for leak in ("SECRET", "--api-key", "HF_TOKEN", "import time",
-                 os.path.dirname(sys.executable)):
+    for leak in ("SECRET", "--api-key", "HF_TOKEN", "import time", os.path.dirname(sys.executable)):
         assert leak not in text
     per_process = sorted(p.rsplit("/", 1)[-1] for p in opened if p.startswith("/proc/"))
     assert per_process == ["cmdline", "cmdline", "comm", "comm"]  # two processes, no environ
@@ -241,13 +266,16 @@ def test_no_argv_beyond_argv0_basename_nor_environ_is_recorded(procs: dict[str, 
     assert rows and all(isinstance(r["pid"], str) for r in rows)  # names, not pids
 
 
-@pytest.mark.parametrize(("cmdline", "argv0"), [
-    (b"/opt/llama/bin/llama-server\0--api-key\0SECRET\0", "llama-server"),
-    (b"nginx: master process /usr/sbin/nginx -c /etc/nginx.conf", "nginx:"),
-    (b"python3\0-m\0vllm.entrypoints.openai.api_server\0", "python3"),
-    (b"", None),
-    (b"\0", None),
-])
+@pytest.mark.parametrize(
+    ("cmdline", "argv0"),
+    [
+        (b"/opt/llama/bin/llama-server\0--api-key\0SECRET\0", "llama-server"),
+        (b"nginx: master process /usr/sbin/nginx -c /etc/nginx.conf", "nginx:"),
+        (b"python3\0-m\0vllm.entrypoints.openai.api_server\0", "python3"),
+        (b"", None),
+        (b"\0", None),
+    ],
+)
 def test_argv0_basename(cmdline: bytes, argv0: str | None) -> None:
     assert argv0_basename(cmdline) == argv0
 
@@ -277,10 +305,16 @@ def test_committed_recording_replays(name: str, roots: Roots) -> None:
         again = record()
     assert [d.device_id for d in reading.devices] == [
         f"nvml:{d['uuid']}" if isinstance(d["uuid"], str) else f"nvml:index{i}"
-        for i, d in enumerate(recording["devices"])]
+        for i, d in enumerate(recording["devices"])
+    ]
     names = {pid: name for name, pid in pids.items()}
-    expected = {(row["pid"], f"nvml:{d['uuid']}") for d in recording["devices"]
-                for k in ("compute", "graphics") for row in d[k] if row["pid"] != 0}
+    expected = {
+        (row["pid"], f"nvml:{d['uuid']}")
+        for d in recording["devices"]
+        for k in ("compute", "graphics")
+        for row in d[k]
+        if row["pid"] != 0
+    }
     got = by_name(reading, names)
     assert {(n, dev) for n, dev, _ in got["memory"] + got["hidden"]} == expected
     back = {pid: name for name, pid in pids.items()}
@@ -288,8 +322,9 @@ def test_committed_recording_replays(name: str, roots: Roots) -> None:
     assert renamed(again, second_to_first) == recording["devices"]
 
 
-def test_vramscope_capture_writes_the_drivers_answers(procs: dict[str, int],
-                                                      tmp_path: Path) -> None:
+def test_vramscope_capture_writes_the_drivers_answers(
+    procs: dict[str, int], tmp_path: Path
+) -> None:
     """`capture()` end to end on the fake driver: the collector read it, and nvml.json is a
     recording that replays to the same devices."""
     from monitor.cli.capture import capture
@@ -300,5 +335,6 @@ def test_vramscope_capture_writes_the_drivers_answers(procs: dict[str, int],
     recording = json.loads((tmp_path / "box" / "nvml.json").read_text())
     assert recording["_recorded"] is True
     assert [d["uuid"] for d in recording["devices"]] == [
-        d["uuid"] for d in nvml_fake.load("rtx4060")["devices"]]
+        d["uuid"] for d in nvml_fake.load("rtx4060")["devices"]
+    ]
     assert json.loads((tmp_path / "box" / "capture.json").read_text())["nvml"] == "nvml.json"

@@ -63,7 +63,8 @@ def test_others_and_free_count_the_reserve_once(procs: dict[str, int]) -> None:
 
 
 def test_an_old_driver_v1_used_holds_the_reserve_and_is_not_cut_twice(
-        procs: dict[str, int]) -> None:
+    procs: dict[str, int],
+) -> None:
     """v1 (driver 470): used 9200 MiB includes the 200 MiB reserve, reserved unknown."""
     snap = sample("old-driver-470", procs)
     dev = nvidia(snap)
@@ -85,7 +86,8 @@ def _foreign(pid: int) -> dict:
 
 
 def test_a_hidden_process_keeps_its_bytes_on_every_surface(
-        procs: dict[str, int], tmp_path: Path) -> None:
+    procs: dict[str, int], tmp_path: Path
+) -> None:
     hidden_pid = nvml_fake._pid_max() + 1
     snap = sample(_foreign(hidden_pid), procs)
     gpu0 = nvidia(snap, 0)
@@ -112,8 +114,10 @@ def test_a_hidden_process_keeps_its_bytes_on_every_surface(
 
     # /metrics
     body = render(build_registry(lambda: snap)).decode()
-    assert (f'vramscope_hidden_process_memory_bytes{{device="{gpu0.device_id}",'
-            f'pid="{hidden_pid}"}} 2.097152e+09') in body
+    assert (
+        f'vramscope_hidden_process_memory_bytes{{device="{gpu0.device_id}",'
+        f'pid="{hidden_pid}"}} 2.097152e+09'
+    ) in body
 
     # the database, as the TUI's database source reads it back
     db = tmp_path / "v.db"
@@ -176,6 +180,7 @@ def test_gb10_warns_once_when_the_gpu_holds_more_than_the_pool(procs: dict[str, 
     (event,) = [e for e in first.events if e.kind == "unified_pool_exceeded"]
     assert event.severity == "warning" and event.data["processes_used_bytes"] == over
     assert not [e for e in second.events if e.kind == "unified_pool_exceeded"]  # once
-    line = next(ln for ln in render_text(second).splitlines()
-                if ln.startswith(nvidia(second).device_id))
+    line = next(
+        ln for ln in render_text(second).splitlines() if ln.startswith(nvidia(second).device_id)
+    )
     assert "more than the pool" in line

@@ -45,13 +45,17 @@ def test_wait_status_decoding() -> None:
 
 
 def test_exits_of_processes_are_parsed_threads_and_other_events_are_not() -> None:
-    data = (message(PROC_EVENT_EXIT, 10, 10, 3 << 8)
-            + message(PROC_EVENT_EXIT, 11, 10, 0)  # a thread of process 10
-            + message(PROC_EVENT_FORK, 12, 12, 0)
-            + message(PROC_EVENT_EXIT, 13, 13, 0x86, idx=7)  # another connector
-            + message(PROC_EVENT_EXIT, 14, 14, 0x86))
-    assert parse_datagram(data, 5) == [ExitStatus(10, 3, None, False, 5),
-                                       ExitStatus(14, None, 6, True, 5)]
+    data = (
+        message(PROC_EVENT_EXIT, 10, 10, 3 << 8)
+        + message(PROC_EVENT_EXIT, 11, 10, 0)  # a thread of process 10
+        + message(PROC_EVENT_FORK, 12, 12, 0)
+        + message(PROC_EVENT_EXIT, 13, 13, 0x86, idx=7)  # another connector
+        + message(PROC_EVENT_EXIT, 14, 14, 0x86)
+    )
+    assert parse_datagram(data, 5) == [
+        ExitStatus(10, 3, None, False, 5),
+        ExitStatus(14, None, 6, True, 5),
+    ]
 
 
 def test_truncated_and_lying_lengths_are_skipped() -> None:
@@ -77,8 +81,7 @@ def test_random_bytes_never_raise(data: bytes) -> None:
 
 
 @settings(max_examples=2000, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(-(2**31), 2**31 - 1),
-       st.binary(max_size=64))
+@given(st.integers(0, 2**32 - 1), st.integers(-(2**31), 2**31 - 1), st.binary(max_size=64))
 def test_mutated_exit_messages_never_raise(status: int, pid: int, tail: bytes) -> None:
     out = parse_datagram(message(PROC_EVENT_EXIT, pid, pid, status) + tail)
     for e in out:

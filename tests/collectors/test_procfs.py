@@ -65,8 +65,11 @@ def test_rss_anon_of_a_256_mib_child_is_reported_within_5_percent() -> None:
         # Every process is "top N" here: the child need not be among the biggest on a busy
         # box (other tests, other servers), only measured right once it is tracked.
         every = 1_000_000
-        reading = collect(ProcfsCollector(REAL, CollectorOptions(
-            top_n=every, max_tracked=every, pss_per_tick=every)))
+        reading = collect(
+            ProcfsCollector(
+                REAL, CollectorOptions(top_n=every, max_tracked=every, pss_per_tick=every)
+            )
+        )
         rows = {m.pid: m for m in reading.memory}
         assert child.pid in rows, "a process with resident memory must be tracked as top N"
         anon = rows[child.pid].rss_anon_bytes
@@ -102,7 +105,8 @@ def test_inference_server_is_tracked_by_name_with_secrets_redacted(tmp_path: Pat
     code = "import time; print('ready', flush=True); time.sleep(120)"
     child = subprocess.Popen(
         [str(exe), "-c", code, "--api-key", "sk-supersecret123", "-m", "/models/q.gguf"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -168,8 +172,9 @@ def test_reused_pid_is_a_new_identity(tmp_path: Path) -> None:
     (proc / "stat").write_text("cpu 0 0\nbtime 1700000000\n")
 
     def write(start: int, argv0: str) -> None:
-        (proc / "77" / "stat").write_text(f"77 (x) S 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
-                                          f"{start} 1000 10 0\n")
+        (proc / "77" / "stat").write_text(
+            f"77 (x) S 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 1000 10 0\n"
+        )
         (proc / "77" / "cmdline").write_bytes(argv0.encode() + b"\0")
         (proc / "77" / "status").write_text("Uid:\t1000\t1000\t1000\t1000\nRssAnon:\t8 kB\n")
         (proc / "77" / "statm").write_text("100 10 0 0 0 0 0\n")
@@ -186,8 +191,10 @@ def test_reused_pid_is_a_new_identity(tmp_path: Path) -> None:
 
 
 def test_parse_stat_handles_hostile_comm() -> None:
-    data = b"4242 (evil) (name ) x) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 " \
-           b"1000 10 18446744073709551615\n"
+    data = (
+        b"4242 (evil) (name ) x) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 "
+        b"1000 10 18446744073709551615\n"
+    )
     assert parse_stat(data) == ("evil) (name ) x", 1, 987654)
     assert parse_stat(b"garbage") is None
     assert parse_stat(b"1 (x) S") is None
@@ -200,12 +207,19 @@ def test_parse_cmdline_nul_and_rewritten_titles() -> None:
 
 
 def test_parse_status_and_meminfo_units() -> None:
-    row, uid = parse_status(b"Uid:\t1000\t1000\t1000\t1000\nRssAnon:\t  2048 kB\n"
-                            b"RssFile:\t1 kB\nVmHWM: junk kB\n", 9)
-    assert (row.rss_anon_bytes, row.rss_file_bytes, row.hwm_bytes, uid) == (2 * MIB, 1024,
-                                                                            None, 1000)
-    host = host_device(b"MemTotal: 100 kB\nMemAvailable: 40 kB\nHugePages_Total: 2\n"
-                       b"HugePages_Free: 1\nHugepagesize: 2048 kB\n")
+    row, uid = parse_status(
+        b"Uid:\t1000\t1000\t1000\t1000\nRssAnon:\t  2048 kB\nRssFile:\t1 kB\nVmHWM: junk kB\n", 9
+    )
+    assert (row.rss_anon_bytes, row.rss_file_bytes, row.hwm_bytes, uid) == (
+        2 * MIB,
+        1024,
+        None,
+        1000,
+    )
+    host = host_device(
+        b"MemTotal: 100 kB\nMemAvailable: 40 kB\nHugePages_Total: 2\n"
+        b"HugePages_Free: 1\nHugepagesize: 2048 kB\n"
+    )
     assert (host.total_bytes, host.used_bytes, host.available_bytes) == (102400, 61440, 40960)
     assert (host.hugepages_total_bytes, host.hugepages_free_bytes) == (4 * MIB, 2 * MIB)
     assert host.swap_total_bytes is None
@@ -224,8 +238,9 @@ def test_sigkill_of_untracked_processes_is_not_an_exit_event() -> None:
 @pytest.mark.parametrize("rescan_s", [0.0, 3600.0])
 def test_top_n_ranking_follows_rescan_cadence(rescan_s: float) -> None:
     # every process is "top": what decides is only whether the ranking was refreshed
-    collector = ProcfsCollector(REAL, CollectorOptions(top_n=100_000, max_tracked=100_000,
-                                                       rescan_s=rescan_s))
+    collector = ProcfsCollector(
+        REAL, CollectorOptions(top_n=100_000, max_tracked=100_000, rescan_s=rescan_s)
+    )
     collect(collector)
     child = spawn(ALLOC)
     try:
@@ -244,8 +259,9 @@ def test_pss_rotates_and_an_unreadable_rollup_does_not_starve_the_others(tmp_pat
     for pid in (10, 11, 12):
         d = proc / str(pid)
         d.mkdir()
-        (d / "stat").write_text(f"{pid} (llama-server) S 1 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
-                                f"{pid} 1 1 0\n")
+        (d / "stat").write_text(
+            f"{pid} (llama-server) S 1 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {pid} 1 1 0\n"
+        )
         (d / "cmdline").write_bytes(b"llama-server\0")
         (d / "status").write_text("RssAnon:\t4 kB\n")
         if pid != 10:  # pid 10's smaps_rollup is missing: as if denied

@@ -64,8 +64,9 @@ def rows(doc: dict, est, report) -> list[Row]:
     for context, prefix in PREFIX.items():
         for kind, (log_kind, names) in KINDS.items():
             if log_kind is None:
-                logged = sum(k.size_mib for k in report.kv
-                             if k.context == context and k.cache != "rs")
+                logged = sum(
+                    k.size_mib for k in report.kv if k.context == context and k.cache != "rs"
+                )
             else:
                 logged = report.total_mib(kind=log_kind, context=context)
             estimated = sum(est.total_bytes(prefix + n) for n in names) / MIB

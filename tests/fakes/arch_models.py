@@ -82,9 +82,19 @@ def spm_vocab(n_vocab: int) -> dict[str, object]:
     }
 
 
-def _common(arch: str, name: str, n_layer: int, n_ctx: int, n_embd: int, n_head: int,
-            n_head_kv: int, head_dim: int | None, n_ff: int, eps: float = 1e-6,
-            rope_base: float = 1e6) -> dict[str, object]:
+def _common(
+    arch: str,
+    name: str,
+    n_layer: int,
+    n_ctx: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    head_dim: int | None,
+    n_ff: int,
+    eps: float = 1e-6,
+    rope_base: float = 1e6,
+) -> dict[str, object]:
     meta: dict[str, object] = {
         "general.name": name,
         "general.file_type": 7,
@@ -104,8 +114,9 @@ def _common(arch: str, name: str, n_layer: int, n_ctx: int, n_embd: int, n_head:
     return meta
 
 
-def _head(n_embd: int, n_vocab: int, wtype: int, tied: bool,
-          out_type: int | None = None) -> tuple[list[Tensor], list[Tensor]]:
+def _head(
+    n_embd: int, n_vocab: int, wtype: int, tied: bool, out_type: int | None = None
+) -> tuple[list[Tensor], list[Tensor]]:
     """(token_embd first, output_norm + output last)."""
     first: list[Tensor] = [("token_embd.weight", (n_embd, n_vocab), wtype)]
     last: list[Tensor] = [("output_norm.weight", (n_embd,), F32)]
@@ -114,8 +125,17 @@ def _head(n_embd: int, n_vocab: int, wtype: int, tied: bool,
     return first, last
 
 
-def _attn(b: str, n_embd: int, n_q: int, n_k: int, n_v: int, n_o: int, wtype: int,
-          qk_norm: int = 0, bias: bool = False) -> list[Tensor]:
+def _attn(
+    b: str,
+    n_embd: int,
+    n_q: int,
+    n_k: int,
+    n_v: int,
+    n_o: int,
+    wtype: int,
+    qk_norm: int = 0,
+    bias: bool = False,
+) -> list[Tensor]:
     out: list[Tensor] = [
         (b + "attn_q.weight", (n_embd, n_q), wtype),
         (b + "attn_k.weight", (n_embd, n_k), wtype),
@@ -123,16 +143,22 @@ def _attn(b: str, n_embd: int, n_q: int, n_k: int, n_v: int, n_o: int, wtype: in
         (b + "attn_output.weight", (n_o, n_embd), wtype),
     ]
     if bias:
-        out += [(b + "attn_q.bias", (n_q,), F32), (b + "attn_k.bias", (n_k,), F32),
-                (b + "attn_v.bias", (n_v,), F32)]
+        out += [
+            (b + "attn_q.bias", (n_q,), F32),
+            (b + "attn_k.bias", (n_k,), F32),
+            (b + "attn_v.bias", (n_v,), F32),
+        ]
     if qk_norm:
-        out += [(b + "attn_q_norm.weight", (qk_norm,), F32),
-                (b + "attn_k_norm.weight", (qk_norm,), F32)]
+        out += [
+            (b + "attn_q_norm.weight", (qk_norm,), F32),
+            (b + "attn_k_norm.weight", (qk_norm,), F32),
+        ]
     return out
 
 
-def _ffn(b: str, n_embd: int, n_ff: int, wtype: int, down_type: int | None = None,
-         suffix: str = "") -> list[Tensor]:
+def _ffn(
+    b: str, n_embd: int, n_ff: int, wtype: int, down_type: int | None = None, suffix: str = ""
+) -> list[Tensor]:
     return [
         (b + f"ffn_gate{suffix}.weight", (n_embd, n_ff), wtype),
         (b + f"ffn_up{suffix}.weight", (n_embd, n_ff), wtype),
@@ -140,8 +166,9 @@ def _ffn(b: str, n_embd: int, n_ff: int, wtype: int, down_type: int | None = Non
     ]
 
 
-def _experts(b: str, n_embd: int, n_ff_exp: int, n_expert: int, wtype: int,
-             down_type: int | None = None) -> list[Tensor]:
+def _experts(
+    b: str, n_embd: int, n_ff_exp: int, n_expert: int, wtype: int, down_type: int | None = None
+) -> list[Tensor]:
     return [
         (b + "ffn_gate_inp.weight", (n_embd, n_expert), F32),
         (b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), wtype),
@@ -153,9 +180,21 @@ def _experts(b: str, n_embd: int, n_ff_exp: int, n_expert: int, wtype: int,
 # ----------------------------------------------------------------------------- qwen3
 
 
-def _qwen3_dense(key: str, name: str, source: str, *, n_layer: int, n_embd: int, n_head: int,
-                 n_head_kv: int, n_ff: int, n_vocab: int, n_ctx: int, tied: bool,
-                 pooling: int | None = None) -> ArchModel:
+def _qwen3_dense(
+    key: str,
+    name: str,
+    source: str,
+    *,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    n_ff: int,
+    n_vocab: int,
+    n_ctx: int,
+    tied: bool,
+    pooling: int | None = None,
+) -> ArchModel:
     arch, hd = "qwen3", 128
     meta = _common(arch, name, n_layer, n_ctx, n_embd, n_head, n_head_kv, hd, n_ff)
     if pooling is not None:
@@ -166,8 +205,9 @@ def _qwen3_dense(key: str, name: str, source: str, *, n_layer: int, n_embd: int,
     for il in range(n_layer):
         b = f"blk.{il}."
         tensors += [(b + "attn_norm.weight", (n_embd,), F32)]
-        tensors += _attn(b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd,
-                         Q8_0, qk_norm=hd)
+        tensors += _attn(
+            b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd, Q8_0, qk_norm=hd
+        )
         tensors += [(b + "ffn_norm.weight", (n_embd,), F32)]
         tensors += _ffn(b, n_embd, n_ff, Q8_0)
     return ArchModel(key, arch, source, meta, tensors + last)
@@ -175,49 +215,88 @@ def _qwen3_dense(key: str, name: str, source: str, *, n_layer: int, n_embd: int,
 
 def qwen3_8b() -> ArchModel:
     return _qwen3_dense(
-        "qwen3-8b", "Qwen3 8B", "Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, 32/8 "
+        "qwen3-8b",
+        "Qwen3 8B",
+        "Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, 32/8 "
         "heads of 128, intermediate 12288, vocab 151936, untied, max_position 40960",
-        n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
-        n_ctx=40960, tied=False)
+        n_layer=36,
+        n_embd=4096,
+        n_head=32,
+        n_head_kv=8,
+        n_ff=12288,
+        n_vocab=151936,
+        n_ctx=40960,
+        tied=False,
+    )
 
 
 def qwen3_06b() -> ArchModel:
     return _qwen3_dense(
-        "qwen3-0.6b", "Qwen3 0.6B", "Qwen/Qwen3-0.6B config.json: 28 layers, hidden 1024, "
+        "qwen3-0.6b",
+        "Qwen3 0.6B",
+        "Qwen/Qwen3-0.6B config.json: 28 layers, hidden 1024, "
         "16/8 heads of 128, intermediate 3072, vocab 151936, tied, max_position 40960",
-        n_layer=28, n_embd=1024, n_head=16, n_head_kv=8, n_ff=3072, n_vocab=151936,
-        n_ctx=40960, tied=True)
+        n_layer=28,
+        n_embd=1024,
+        n_head=16,
+        n_head_kv=8,
+        n_ff=3072,
+        n_vocab=151936,
+        n_ctx=40960,
+        tied=True,
+    )
 
 
 def qwen3_embedding_06b() -> ArchModel:
     return _qwen3_dense(
-        "qwen3-embedding-0.6b", "Qwen3 Embedding 0.6B", "Qwen/Qwen3-Embedding-0.6B "
+        "qwen3-embedding-0.6b",
+        "Qwen3 Embedding 0.6B",
+        "Qwen/Qwen3-Embedding-0.6B "
         "config.json: 28 layers, hidden 1024, 16/8 heads of 128, intermediate 3072, vocab "
         "151669, tied, max_position 32768; last-token pooling",
-        n_layer=28, n_embd=1024, n_head=16, n_head_kv=8, n_ff=3072, n_vocab=151669,
-        n_ctx=32768, tied=True, pooling=3)
+        n_layer=28,
+        n_embd=1024,
+        n_head=16,
+        n_head_kv=8,
+        n_ff=3072,
+        n_vocab=151669,
+        n_ctx=32768,
+        tied=True,
+        pooling=3,
+    )
 
 
 def qwen3moe_30b_a3b() -> ArchModel:
     arch, hd = "qwen3moe", 128
     n_layer, n_embd, n_head, n_head_kv, n_expert, n_ff_exp = 48, 2048, 32, 4, 128, 768
     meta = _common(arch, "Qwen3 30B A3B", n_layer, 40960, n_embd, n_head, n_head_kv, hd, 6144)
-    meta.update({f"{arch}.expert_count": n_expert, f"{arch}.expert_used_count": 8,
-                 f"{arch}.expert_feed_forward_length": n_ff_exp})
+    meta.update(
+        {
+            f"{arch}.expert_count": n_expert,
+            f"{arch}.expert_used_count": 8,
+            f"{arch}.expert_feed_forward_length": n_ff_exp,
+        }
+    )
     meta.update(bpe_vocab(151936, "qwen2", eos=151645))
     first, last = _head(n_embd, 151936, Q4_K, False, Q6_K)
     tensors = list(first)
     for il in range(n_layer):
         b = f"blk.{il}."
         tensors += [(b + "attn_norm.weight", (n_embd,), F32)]
-        tensors += _attn(b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd,
-                         Q4_K, qk_norm=hd)
+        tensors += _attn(
+            b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd, Q4_K, qk_norm=hd
+        )
         tensors += [(b + "ffn_norm.weight", (n_embd,), F32)]
         tensors += _experts(b, n_embd, n_ff_exp, n_expert, Q4_K, Q6_K)
-    return ArchModel("qwen3moe-30b-a3b", arch, "Qwen/Qwen3-30B-A3B config.json: 48 layers, "
-                     "hidden 2048, 32/4 heads of 128, 128 experts (8 used) of 768, "
-                     "intermediate 6144, vocab 151936, max_position 40960", meta,
-                     tensors + last)
+    return ArchModel(
+        "qwen3moe-30b-a3b",
+        arch,
+        "Qwen/Qwen3-30B-A3B config.json: 48 layers, "
+        "hidden 2048, 32/4 heads of 128, 128 experts (8 used) of 768, "
+        "intermediate 6144, vocab 151936, max_position 40960",
+        meta,
+        tensors + last,
+    )
 
 
 # ----------------------------------------------------------------------------- gemma3
@@ -227,24 +306,37 @@ def gemma3_4b() -> ArchModel:
     arch, hd = "gemma3", 256
     n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab = 34, 2560, 8, 4, 10240, 262208
     meta = _common(arch, "Gemma 3 4B", n_layer, 131072, n_embd, n_head, n_head_kv, hd, n_ff)
-    meta.update({f"{arch}.attention.sliding_window": 1024,
-                 f"{arch}.rope.scaling.type": "linear", f"{arch}.rope.scaling.factor": 8.0})
+    meta.update(
+        {
+            f"{arch}.attention.sliding_window": 1024,
+            f"{arch}.rope.scaling.type": "linear",
+            f"{arch}.rope.scaling.factor": 8.0,
+        }
+    )
     meta.update(spm_vocab(n_vocab))
     first, last = _head(n_embd, n_vocab, Q8_0, True)
     tensors = list(first)
     for il in range(n_layer):
         b = f"blk.{il}."
         tensors += [(b + "attn_norm.weight", (n_embd,), F32)]
-        tensors += _attn(b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd,
-                         Q8_0, qk_norm=hd)
-        tensors += [(b + "post_attention_norm.weight", (n_embd,), F32),
-                    (b + "ffn_norm.weight", (n_embd,), F32),
-                    (b + "post_ffw_norm.weight", (n_embd,), F32)]
+        tensors += _attn(
+            b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd, Q8_0, qk_norm=hd
+        )
+        tensors += [
+            (b + "post_attention_norm.weight", (n_embd,), F32),
+            (b + "ffn_norm.weight", (n_embd,), F32),
+            (b + "post_ffw_norm.weight", (n_embd,), F32),
+        ]
         tensors += _ffn(b, n_embd, n_ff, Q8_0)
-    return ArchModel("gemma3-4b", arch, "google/gemma-3-4b-it text_config: 34 layers, hidden "
-                     "2560, 8/4 heads of 256, intermediate 10240, vocab 262208, sliding window "
-                     "1024 every 6th layer global, max_position 131072, tied", meta,
-                     tensors + last)
+    return ArchModel(
+        "gemma3-4b",
+        arch,
+        "google/gemma-3-4b-it text_config: 34 layers, hidden "
+        "2560, 8/4 heads of 256, intermediate 10240, vocab 262208, sliding window "
+        "1024 every 6th layer global, max_position 131072, tied",
+        meta,
+        tensors + last,
+    )
 
 
 # ----------------------------------------------------------------------------- gpt-oss
@@ -254,34 +346,64 @@ def gpt_oss_20b() -> ArchModel:
     arch, hd = "gpt-oss", 64
     n_layer, n_embd, n_head, n_head_kv, n_expert, n_ff_exp = 24, 2880, 64, 8, 32, 2880
     n_vocab = 201088
-    meta = _common(arch, "gpt-oss 20b", n_layer, 131072, n_embd, n_head, n_head_kv, hd,
-                   n_ff_exp, eps=1e-5, rope_base=150000.0)
-    meta.update({f"{arch}.expert_count": n_expert, f"{arch}.expert_used_count": 4,
-                 f"{arch}.expert_feed_forward_length": n_ff_exp,
-                 f"{arch}.attention.sliding_window": 128,
-                 f"{arch}.rope.dimension_count": hd,
-                 f"{arch}.rope.scaling.type": "yarn", f"{arch}.rope.scaling.factor": 32.0,
-                 f"{arch}.rope.scaling.original_context_length": 4096})
+    meta = _common(
+        arch,
+        "gpt-oss 20b",
+        n_layer,
+        131072,
+        n_embd,
+        n_head,
+        n_head_kv,
+        hd,
+        n_ff_exp,
+        eps=1e-5,
+        rope_base=150000.0,
+    )
+    meta.update(
+        {
+            f"{arch}.expert_count": n_expert,
+            f"{arch}.expert_used_count": 4,
+            f"{arch}.expert_feed_forward_length": n_ff_exp,
+            f"{arch}.attention.sliding_window": 128,
+            f"{arch}.rope.dimension_count": hd,
+            f"{arch}.rope.scaling.type": "yarn",
+            f"{arch}.rope.scaling.factor": 32.0,
+            f"{arch}.rope.scaling.original_context_length": 4096,
+        }
+    )
     meta.update(bpe_vocab(n_vocab, "gpt-4o", eos=200002, bos=199998))
     first, last = _head(n_embd, n_vocab, Q8_0, False)
     tensors = list(first)
     for il in range(n_layer):
         b = f"blk.{il}."
-        tensors += [(b + "attn_norm.weight", (n_embd,), F32),
-                    (b + "post_attention_norm.weight", (n_embd,), F32)]
-        tensors += _attn(b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd,
-                         F16, bias=True)
-        tensors += [(b + "attn_output.bias", (n_embd,), F32),
-                    (b + "attn_sinks.weight", (n_head,), F32)]
+        tensors += [
+            (b + "attn_norm.weight", (n_embd,), F32),
+            (b + "post_attention_norm.weight", (n_embd,), F32),
+        ]
+        tensors += _attn(
+            b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd, F16, bias=True
+        )
+        tensors += [
+            (b + "attn_output.bias", (n_embd,), F32),
+            (b + "attn_sinks.weight", (n_head,), F32),
+        ]
         tensors += _experts(b, n_embd, n_ff_exp, n_expert, MXFP4)
-        tensors += [(b + "ffn_gate_inp.bias", (n_expert,), F32),
-                    (b + "ffn_gate_exps.bias", (n_ff_exp, n_expert), F32),
-                    (b + "ffn_up_exps.bias", (n_ff_exp, n_expert), F32),
-                    (b + "ffn_down_exps.bias", (n_embd, n_expert), F32)]
-    return ArchModel("gpt-oss-20b", arch, "openai/gpt-oss-20b config.json: 24 layers, hidden "
-                     "2880, 64/8 heads of 64, 32 experts (4 used) of 2880, sliding window 128 "
-                     "on every other layer, attention sinks, vocab 201088, max_position "
-                     "131072; experts MXFP4", meta, tensors + last)
+        tensors += [
+            (b + "ffn_gate_inp.bias", (n_expert,), F32),
+            (b + "ffn_gate_exps.bias", (n_ff_exp, n_expert), F32),
+            (b + "ffn_up_exps.bias", (n_ff_exp, n_expert), F32),
+            (b + "ffn_down_exps.bias", (n_embd, n_expert), F32),
+        ]
+    return ArchModel(
+        "gpt-oss-20b",
+        arch,
+        "openai/gpt-oss-20b config.json: 24 layers, hidden "
+        "2880, 64/8 heads of 64, 32 experts (4 used) of 2880, sliding window 128 "
+        "on every other layer, attention sinks, vocab 201088, max_position "
+        "131072; experts MXFP4",
+        meta,
+        tensors + last,
+    )
 
 
 # ----------------------------------------------------------------------------- deepseek2
@@ -292,27 +414,30 @@ def deepseek_v2_lite() -> ArchModel:
     n_layer, n_embd, n_head, n_vocab = 27, 2048, 16, 102400
     kv_lora, nope, rope, v_head = 512, 128, 64, 128
     n_expert, n_ff_exp, n_ff = 64, 1408, 10944
-    meta = _common(arch, "DeepSeek V2 Lite", n_layer, 163840, n_embd, n_head, 1, None, n_ff,
-                   rope_base=10000.0)
-    meta.update({
-        f"{arch}.attention.key_length": kv_lora + rope,
-        f"{arch}.attention.value_length": kv_lora,
-        f"{arch}.attention.key_length_mla": nope + rope,
-        f"{arch}.attention.value_length_mla": v_head,
-        f"{arch}.attention.kv_lora_rank": kv_lora,
-        f"{arch}.rope.dimension_count": rope,
-        f"{arch}.leading_dense_block_count": 1,
-        f"{arch}.expert_count": n_expert,
-        f"{arch}.expert_used_count": 6,
-        f"{arch}.expert_shared_count": 2,
-        f"{arch}.expert_feed_forward_length": n_ff_exp,
-        f"{arch}.expert_weights_scale": 1.0,
-        f"{arch}.vocab_size": n_vocab,
-        f"{arch}.rope.scaling.type": "yarn",
-        f"{arch}.rope.scaling.factor": 40.0,
-        f"{arch}.rope.scaling.original_context_length": 4096,
-        f"{arch}.rope.scaling.yarn_log_multiplier": 0.0707,
-    })
+    meta = _common(
+        arch, "DeepSeek V2 Lite", n_layer, 163840, n_embd, n_head, 1, None, n_ff, rope_base=10000.0
+    )
+    meta.update(
+        {
+            f"{arch}.attention.key_length": kv_lora + rope,
+            f"{arch}.attention.value_length": kv_lora,
+            f"{arch}.attention.key_length_mla": nope + rope,
+            f"{arch}.attention.value_length_mla": v_head,
+            f"{arch}.attention.kv_lora_rank": kv_lora,
+            f"{arch}.rope.dimension_count": rope,
+            f"{arch}.leading_dense_block_count": 1,
+            f"{arch}.expert_count": n_expert,
+            f"{arch}.expert_used_count": 6,
+            f"{arch}.expert_shared_count": 2,
+            f"{arch}.expert_feed_forward_length": n_ff_exp,
+            f"{arch}.expert_weights_scale": 1.0,
+            f"{arch}.vocab_size": n_vocab,
+            f"{arch}.rope.scaling.type": "yarn",
+            f"{arch}.rope.scaling.factor": 40.0,
+            f"{arch}.rope.scaling.original_context_length": 4096,
+            f"{arch}.rope.scaling.yarn_log_multiplier": 0.0707,
+        }
+    )
     meta.update(bpe_vocab(n_vocab, "deepseek-llm", eos=100001, bos=100000))
     first, last = _head(n_embd, n_vocab, Q8_0, False, Q8_0)
     tensors = list(first)
@@ -333,41 +458,67 @@ def deepseek_v2_lite() -> ArchModel:
         else:
             tensors += _experts(b, n_embd, n_ff_exp, n_expert, Q8_0)
             tensors += _ffn(b, n_embd, n_ff_exp * 2, Q8_0, suffix="_shexp")
-    return ArchModel("deepseek-v2-lite", arch, "deepseek-ai/DeepSeek-V2-Lite config.json: 27 "
-                     "layers (first dense, 10944), hidden 2048, 16 heads, MLA kv_lora_rank "
-                     "512, qk_nope 128 + rope 64, v_head 128, no q_lora, 64 experts (6 used) "
-                     "of 1408 + 2 shared, vocab 102400, max_position 163840", meta,
-                     tensors + last)
+    return ArchModel(
+        "deepseek-v2-lite",
+        arch,
+        "deepseek-ai/DeepSeek-V2-Lite config.json: 27 "
+        "layers (first dense, 10944), hidden 2048, 16 heads, MLA kv_lora_rank "
+        "512, qk_nope 128 + rope 64, v_head 128, no q_lora, 64 experts (6 used) "
+        "of 1408 + 2 shared, vocab 102400, max_position 163840",
+        meta,
+        tensors + last,
+    )
 
 
 # ----------------------------------------------------------------------------- qwen3.5
 
 
-def _qwen35(key: str, arch: str, name: str, source: str, *, n_layer: int, n_embd: int,
-            n_head: int, n_head_kv: int, n_ff: int, k_heads: int, v_heads: int,
-            mtp: bool, moe: tuple[int, int, int, int] | None = None) -> ArchModel:
+def _qwen35(
+    key: str,
+    arch: str,
+    name: str,
+    source: str,
+    *,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    n_ff: int,
+    k_heads: int,
+    v_heads: int,
+    mtp: bool,
+    moe: tuple[int, int, int, int] | None = None,
+) -> ArchModel:
     """moe = (n_expert, n_used, n_ff_exp, n_ff_shexp)."""
     hd, n_vocab, d_state, d_conv = 256, 248320, 128, 4
     n_all = n_layer + (1 if mtp else 0)
-    meta = _common(arch, name, n_all, 262144, n_embd, n_head, n_head_kv, hd, n_ff,
-                   rope_base=10000000.0)
-    meta.update({
-        f"{arch}.rope.dimension_count": 64,
-        f"{arch}.rope.dimension_sections": [11, 11, 10, 0],
-        f"{arch}.ssm.conv_kernel": d_conv,
-        f"{arch}.ssm.state_size": d_state,
-        f"{arch}.ssm.group_count": k_heads,
-        f"{arch}.ssm.time_step_rank": v_heads,
-        f"{arch}.ssm.inner_size": v_heads * d_state,
-        f"{arch}.full_attention_interval": 4,
-    })
+    meta = _common(
+        arch, name, n_all, 262144, n_embd, n_head, n_head_kv, hd, n_ff, rope_base=10000000.0
+    )
+    meta.update(
+        {
+            f"{arch}.rope.dimension_count": 64,
+            f"{arch}.rope.dimension_sections": [11, 11, 10, 0],
+            f"{arch}.ssm.conv_kernel": d_conv,
+            f"{arch}.ssm.state_size": d_state,
+            f"{arch}.ssm.group_count": k_heads,
+            f"{arch}.ssm.time_step_rank": v_heads,
+            f"{arch}.ssm.inner_size": v_heads * d_state,
+            f"{arch}.full_attention_interval": 4,
+        }
+    )
     if mtp:
         meta[f"{arch}.nextn_predict_layers"] = 1
     if moe:
         n_expert, n_used, n_ff_exp, n_ff_shexp = moe
-        meta.update({f"{arch}.expert_count": n_expert, f"{arch}.expert_used_count": n_used,
-                     f"{arch}.expert_feed_forward_length": n_ff_exp,
-                     f"{arch}.expert_shared_feed_forward_length": n_ff_shexp})
+        meta.update(
+            {
+                f"{arch}.expert_count": n_expert,
+                f"{arch}.expert_used_count": n_used,
+                f"{arch}.expert_feed_forward_length": n_ff_exp,
+                f"{arch}.expert_shared_feed_forward_length": n_ff_shexp,
+            }
+        )
     meta.update(bpe_vocab(n_vocab, "qwen35", eos=248046))
     first, last = _head(n_embd, n_vocab, Q8_0, False)
     key_dim, value_dim = d_state * k_heads, d_state * v_heads
@@ -375,19 +526,31 @@ def _qwen35(key: str, arch: str, name: str, source: str, *, n_layer: int, n_embd
     def ffn(b: str) -> list[Tensor]:
         if not moe:
             return _ffn(b, n_embd, n_ff, Q8_0)
-        return (_experts(b, n_embd, moe[2], moe[0], Q8_0)
-                + [(b + "ffn_gate_inp_shexp.weight", (n_embd,), F32)]
-                + _ffn(b, n_embd, moe[3], Q8_0, suffix="_shexp"))
+        return (
+            _experts(b, n_embd, moe[2], moe[0], Q8_0)
+            + [(b + "ffn_gate_inp_shexp.weight", (n_embd,), F32)]
+            + _ffn(b, n_embd, moe[3], Q8_0, suffix="_shexp")
+        )
 
     def full_attn(b: str) -> list[Tensor]:
-        return _attn(b, n_embd, n_head * hd * 2, n_head_kv * hd, n_head_kv * hd, n_head * hd,
-                     Q8_0, qk_norm=hd)
+        return _attn(
+            b,
+            n_embd,
+            n_head * hd * 2,
+            n_head_kv * hd,
+            n_head_kv * hd,
+            n_head * hd,
+            Q8_0,
+            qk_norm=hd,
+        )
 
     tensors = list(first)
     for il in range(n_layer):
         b = f"blk.{il}."
-        tensors += [(b + "attn_norm.weight", (n_embd,), F32),
-                    (b + "post_attention_norm.weight", (n_embd,), F32)]
+        tensors += [
+            (b + "attn_norm.weight", (n_embd,), F32),
+            (b + "post_attention_norm.weight", (n_embd,), F32),
+        ]
         if (il + 1) % 4 == 0:
             tensors += full_attn(b)
         else:
@@ -406,34 +569,57 @@ def _qwen35(key: str, arch: str, name: str, source: str, *, n_layer: int, n_embd
     tensors += last  # the MTP block comes last, as in the HF checkpoints (mtp.* after lm_head)
     if mtp:
         b = f"blk.{n_layer}."
-        tensors += [(b + "attn_norm.weight", (n_embd,), F32),
-                    (b + "post_attention_norm.weight", (n_embd,), F32)]
+        tensors += [
+            (b + "attn_norm.weight", (n_embd,), F32),
+            (b + "post_attention_norm.weight", (n_embd,), F32),
+        ]
         tensors += full_attn(b) + ffn(b)
-        tensors += [(b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), Q8_0),
-                    (b + "nextn.enorm.weight", (n_embd,), F32),
-                    (b + "nextn.hnorm.weight", (n_embd,), F32),
-                    (b + "nextn.shared_head_norm.weight", (n_embd,), F32)]
+        tensors += [
+            (b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), Q8_0),
+            (b + "nextn.enorm.weight", (n_embd,), F32),
+            (b + "nextn.hnorm.weight", (n_embd,), F32),
+            (b + "nextn.shared_head_norm.weight", (n_embd,), F32),
+        ]
     return ArchModel(key, arch, source, meta, tensors)
 
 
 def qwen35_27b(mtp: bool = True) -> ArchModel:
     return _qwen35(
-        "qwen35-27b" + ("" if mtp else "-nomtp"), "qwen35", "Qwen3.5 27B",
+        "qwen35-27b" + ("" if mtp else "-nomtp"),
+        "qwen35",
+        "Qwen3.5 27B",
         "Qwen/Qwen3.5-27B config.json (text_config): 64 layers (every 4th full attention), "
         "hidden 5120, 24/4 heads of 256, intermediate 17408, gated delta net 16 key / 48 "
         "value heads of 128, conv 4, vocab 248320, 1 MTP layer",
-        n_layer=64, n_embd=5120, n_head=24, n_head_kv=4, n_ff=17408, k_heads=16, v_heads=48,
-        mtp=mtp)
+        n_layer=64,
+        n_embd=5120,
+        n_head=24,
+        n_head_kv=4,
+        n_ff=17408,
+        k_heads=16,
+        v_heads=48,
+        mtp=mtp,
+    )
 
 
 def qwen35moe_35b_a3b(mtp: bool = True) -> ArchModel:
     return _qwen35(
-        "qwen35moe-35b-a3b" + ("" if mtp else "-nomtp"), "qwen35moe", "Qwen3.5 35B A3B",
+        "qwen35moe-35b-a3b" + ("" if mtp else "-nomtp"),
+        "qwen35moe",
+        "Qwen3.5 35B A3B",
         "Qwen/Qwen3.5-35B-A3B config.json (text_config): 40 layers (every 4th full "
         "attention), hidden 2048, 16/2 heads of 256, 256 experts (8 used) of 512 + shared "
         "512, gated delta net 16 key / 32 value heads of 128, vocab 248320, 1 MTP layer",
-        n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, n_ff=512, k_heads=16, v_heads=32,
-        mtp=mtp, moe=(256, 8, 512, 512))
+        n_layer=40,
+        n_embd=2048,
+        n_head=16,
+        n_head_kv=2,
+        n_ff=512,
+        k_heads=16,
+        v_heads=32,
+        mtp=mtp,
+        moe=(256, 8, 512, 512),
+    )
 
 
 ARCH_MODELS: dict[str, Callable[[], ArchModel]] = {

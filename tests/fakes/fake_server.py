@@ -65,17 +65,25 @@ class FakeServer:
 
 
 @contextlib.contextmanager
-def running(argv: Sequence[str], cwd: str | Path | None = None,
-            child: str | int | None = None,
-            env: dict[str, str] | None = None) -> Iterator[FakeServer]:
+def running(
+    argv: Sequence[str],
+    cwd: str | Path | None = None,
+    child: str | int | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[FakeServer]:
     """A process with ``argv`` as its command line; ``child``: None, "sleep" (a helper
     with the same argv) or an exit code (a zombie child with the same argv); ``env`` is added
     to this environment."""
     cfg = json.dumps({"argv": list(argv), "child": child})
     padding = "x" * (sum(len(a) + 1 for a in argv) + 16)
-    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, cfg, padding], cwd=cwd,
-                            env={**os.environ, **(env or {})}, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT, cfg, padding],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     info: dict = {}
     try:
         assert proc.stdout is not None

@@ -37,8 +37,20 @@ Q6_K = GGMLQuantizationType.Q6_K
 Tensor = tuple[str, tuple[int, ...], int]  # (name, shape ne0 first, ggml type)
 
 __all__ = [
-    "BF16", "F16", "F32", "Q4_0", "Q4_K", "Q6_K", "Q8_0", "GGUFValue", "GGUFValueType",
-    "Tensor", "dense_tensors", "qwen3_8b", "tensor_nbytes", "write_model",
+    "BF16",
+    "F16",
+    "F32",
+    "Q4_0",
+    "Q4_K",
+    "Q6_K",
+    "Q8_0",
+    "GGUFValue",
+    "GGUFValueType",
+    "Tensor",
+    "dense_tensors",
+    "qwen3_8b",
+    "tensor_nbytes",
+    "write_model",
 ]
 
 
@@ -46,8 +58,11 @@ class _Writer(GGUFWriter):
     """GGUFWriter with the big metadata arrays (a 262k-token vocabulary) packed at once
     rather than item by item: the same bytes, about 20x faster."""
 
-    _ARRAY_DTYPES = {GGUFValueType.INT32: "<i4", GGUFValueType.UINT32: "<u4",
-                     GGUFValueType.FLOAT32: "<f4"}
+    _ARRAY_DTYPES = {
+        GGUFValueType.INT32: "<i4",
+        GGUFValueType.UINT32: "<u4",
+        GGUFValueType.FLOAT32: "<f4",
+    }
 
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def]
         if vtype != GGUFValueType.ARRAY or not isinstance(val, list | tuple) or len(val) < 64:
@@ -121,8 +136,11 @@ def write_model(
         if i in bounds:
             writer.tensors.append({})  # the writer's own per-split tensor dicts
         writer.add_tensor_info(
-            name, tuple(reversed(shape)), np.dtype(np.float32),
-            tensor_nbytes(shape, ggml_type), raw_dtype=GGMLQuantizationType(ggml_type),
+            name,
+            tuple(reversed(shape)),
+            np.dtype(np.float32),
+            tensor_nbytes(shape, ggml_type),
+            raw_dtype=GGMLQuantizationType(ggml_type),
         )
 
     paths = writer.format_shard_names(path)
@@ -133,8 +151,9 @@ def write_model(
     for fout, shard in zip(writer.fout, writer.tensors, strict=True):
         writer.write_padding(fout, fout.tell())
         if sparse_data:
-            data = sum(GGUFWriter.ggml_pad(ti.nbytes, writer.data_alignment)
-                       for ti in shard.values())
+            data = sum(
+                GGUFWriter.ggml_pad(ti.nbytes, writer.data_alignment) for ti in shard.values()
+            )
             fout.truncate(fout.tell() + data)
     writer.close()
     if version is not None:
@@ -214,13 +233,21 @@ def dense_tensors(
 
 
 QWEN3_8B = {
-    "n_layer": 36, "n_embd": 4096, "n_head": 32, "n_head_kv": 8, "head_dim": 128,
-    "n_ff": 12288, "n_vocab": 151936,
+    "n_layer": 36,
+    "n_embd": 4096,
+    "n_head": 32,
+    "n_head_kv": 8,
+    "head_dim": 128,
+    "n_ff": 12288,
+    "n_vocab": 151936,
 }
 
 
 def qwen3_8b(
-    ggml_type: int = Q8_0, *, n_layer: int = 36, n_vocab: int = 151936,
+    ggml_type: int = Q8_0,
+    *,
+    n_layer: int = 36,
+    n_vocab: int = 151936,
 ) -> tuple[dict[str, object], list[Tensor]]:
     """Metadata and tensors shaped like Qwen3-8B (HF config: 36 layers, 4096 embd, 32/8 heads
     of 128, ffn 12288, vocab 151936, untied output). ``n_layer`` / ``n_vocab`` shrink it."""

@@ -34,9 +34,12 @@ def comm_of(pid: int) -> str:
 def hostile_server(comm: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """A running process named ``comm`` whose command line is
     ``llama-server -c <program> --comm <comm> *args``; killed on exit."""
-    proc = subprocess.Popen(["llama-server", "-c", _CHILD, "--comm", comm, *args],
-                            executable=sys.executable, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["llama-server", "-c", _CHILD, "--comm", comm, *args],
+        executable=sys.executable,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n"

@@ -224,8 +224,11 @@ class FakeNvmlLib:
             count.value = len(rows)
             return SUCCESS if not rows else INSUFFICIENT_SIZE
         raw = b"".join(
-            struct.pack("<IxxxxQII", pid, used, 0xFFFFFFFF, 0xFFFFFFFF).ljust(self.stride, b"\0")
-            [: self.stride] if self.stride >= 24 else struct.pack("<IxxxxQ", pid, used)
+            struct.pack("<IxxxxQII", pid, used, 0xFFFFFFFF, 0xFFFFFFFF).ljust(self.stride, b"\0")[
+                : self.stride
+            ]
+            if self.stride >= 24
+            else struct.pack("<IxxxxQ", pid, used)
             for pid, used in rows
         )
         ctypes.memmove(ctypes.addressof(buf), raw, len(raw))

@@ -32,8 +32,29 @@ _BYTE = int(gguf.TokenType.BYTE)
 _UNUSED = int(gguf.TokenType.UNUSED)
 
 _WORDS = (
-    "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was",
-    "hello", "world", "memory", "model", "cache", "token", "llama", "gemma", "server", "test",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "hello",
+    "world",
+    "memory",
+    "model",
+    "cache",
+    "token",
+    "llama",
+    "gemma",
+    "server",
+    "test",
 )
 
 
@@ -237,8 +258,19 @@ def write_llama(
     t.vec("output_norm.weight", n_embd, 1.0)
     t.mat("output.weight", n_vocab, n_embd)
     _finish(w)
-    return TinyModel(path, arch, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab,
-                     n_ctx_train, dtype=dtype)
+    return TinyModel(
+        path,
+        arch,
+        n_layer,
+        n_embd,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ff,
+        n_vocab,
+        n_ctx_train,
+        dtype=dtype,
+    )
 
 
 def write_llama_draft(
@@ -255,9 +287,19 @@ def write_llama_draft(
     seed: int = 1,
 ) -> TinyModel:
     """A smaller llama with the identical vocab (pass the target's n_vocab): a valid -md."""
-    return write_llama(path, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                       n_ff=n_ff, n_vocab=n_vocab, n_ctx_train=n_ctx_train, dtype=dtype,
-                       seed=seed, name="tiny-llama-draft")
+    return write_llama(
+        path,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        n_vocab=n_vocab,
+        n_ctx_train=n_ctx_train,
+        dtype=dtype,
+        seed=seed,
+        name="tiny-llama-draft",
+    )
 
 
 def write_gemma3(
@@ -323,8 +365,21 @@ def write_gemma3(
         t.vec(f"blk.{i}.post_ffw_norm.weight", n_embd, 0.0)
     t.vec("output_norm.weight", n_embd, 0.0)
     _finish(w)
-    return TinyModel(path, arch, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab,
-                     n_ctx_train, n_swa=sliding_window, swa_layers=swa_layers, dtype=dtype)
+    return TinyModel(
+        path,
+        arch,
+        n_layer,
+        n_embd,
+        n_head,
+        n_head_kv,
+        head_dim,
+        n_ff,
+        n_vocab,
+        n_ctx_train,
+        n_swa=sliding_window,
+        swa_layers=swa_layers,
+        dtype=dtype,
+    )
 
 
 def write_bert(
@@ -389,8 +444,19 @@ def write_bert(
         t.vec(f"blk.{i}.layer_output_norm.weight", n_embd, 1.0)
         t.vec(f"blk.{i}.layer_output_norm.bias", n_embd, 0.0)
     _finish(w)
-    return TinyModel(path, arch, n_layer, n_embd, n_head, n_head, head_dim, n_ff, n_vocab,
-                     n_ctx_train, dtype=dtype)
+    return TinyModel(
+        path,
+        arch,
+        n_layer,
+        n_embd,
+        n_head,
+        n_head,
+        head_dim,
+        n_ff,
+        n_vocab,
+        n_ctx_train,
+        dtype=dtype,
+    )
 
 
 def write_all(directory: str | Path, **sizes: dict) -> dict[str, TinyModel]:

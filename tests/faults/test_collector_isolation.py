@@ -53,8 +53,7 @@ class Hangs(Good):
     def collect(self, tick: Tick) -> Reading:
         self.calls += 1
         self.release.wait(30)
-        return Reading(devices=(DeviceSample("fake:1", "hangs", "x", "late", "dedicated",
-                                             1, 1),))
+        return Reading(devices=(DeviceSample("fake:1", "hangs", "x", "late", "dedicated", 1, 1),))
 
     def close(self) -> None:
         self.closed = True
@@ -103,8 +102,7 @@ def test_bad_collectors_are_isolated_and_the_good_one_samples_every_tick(
             runs = {r.collector: r for r in snap.runs}
             assert [d.device_id for d in snap.devices] == ["fake:0"]  # good, every tick
             assert runs["good"].status == "ok"
-            assert runs["raises"].status == "error" and runs["raises"].error == \
-                "RuntimeError: boom"
+            assert runs["raises"].status == "error" and runs["raises"].error == "RuntimeError: boom"
             assert runs["hangs"].status == "error"
             assert runs["hangs"].error is not None
             assert runs["hangs"].error.startswith("timed out after 0.2 s")
@@ -114,14 +112,22 @@ def test_bad_collectors_are_isolated_and_the_good_one_samples_every_tick(
         assert hangs.calls == 1  # skipped while stuck: never a second call on top
         assert not ctx.pending  # garbage never reached (or poisoned) the database
         rows = store.db.execute(
-            "SELECT collector, status, count(*) FROM collector_runs GROUP BY 1, 2").fetchall()
+            "SELECT collector, status, count(*) FROM collector_runs GROUP BY 1, 2"
+        ).fetchall()
         n = len(GARBAGE) * 2
-        assert set(rows) == {("good", "ok", n), ("raises", "error", n),
-                             ("hangs", "error", n), ("garbage", "error", n)}
-        errors = {r[0] for r in store.db.execute(
-            "SELECT error FROM collector_runs WHERE collector = 'garbage'")}
-        assert any("not a Reading" in e for e in errors) and any("holds a str" in e
-                                                                  for e in errors)
+        assert set(rows) == {
+            ("good", "ok", n),
+            ("raises", "error", n),
+            ("hangs", "error", n),
+            ("garbage", "error", n),
+        }
+        errors = {
+            r[0]
+            for r in store.db.execute(
+                "SELECT error FROM collector_runs WHERE collector = 'garbage'"
+            )
+        }
+        assert any("not a Reading" in e for e in errors) and any("holds a str" in e for e in errors)
         # the hung call returns: after its backoff the collector is called again
         hangs.release.set()
         guard = next(g for g in sampler.guards if g.name == "hangs")
@@ -199,8 +205,9 @@ def test_a_hung_collector_does_not_keep_the_process_from_exiting(tmp_path: Path)
         "g.close()\n"
     )
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=20, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=20, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "timed out after 0.1 s"
     assert time.monotonic() - t0 < 10

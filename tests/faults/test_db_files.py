@@ -23,13 +23,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def daemon_args(db: Path) -> list[str]:
-    return [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2",
-            "--config", "/dev/null"]
+    return [
+        sys.executable,
+        "-m",
+        "monitor",
+        "daemon",
+        "--db",
+        str(db),
+        "--interval",
+        "0.2",
+        "--config",
+        "/dev/null",
+    ]
 
 
 def run_daemon(db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(daemon_args(db), cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(daemon_args(db), cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
 def folder_state(folder: Path) -> dict[str, tuple[bytes, int]]:
@@ -48,12 +57,17 @@ def not_sqlite(path: Path) -> None:
     path.write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 40)
 
 
-@pytest.mark.parametrize(("make", "expected"), [
-    (other_app, "is not a vramscope database (no vramscope tables; it has invoices)"),
-    (not_sqlite, "is not a vramscope database (not a SQLite file)"),
-], ids=["other-app", "not-sqlite"])
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (other_app, "is not a vramscope database (no vramscope tables; it has invoices)"),
+        (not_sqlite, "is not a vramscope database (not a SQLite file)"),
+    ],
+    ids=["other-app", "not-sqlite"],
+)
 def test_daemon_refuses_a_file_that_is_not_its_own_and_leaves_it_alone(
-        tmp_path: Path, make, expected: str) -> None:  # noqa: ANN001
+    tmp_path: Path, make, expected: str
+) -> None:  # noqa: ANN001
     folder = tmp_path / "data"
     folder.mkdir()
     db = folder / "v.db"
@@ -71,9 +85,23 @@ def test_daemon_refuses_a_file_that_is_not_its_own_and_leaves_it_alone(
 def test_doctor_says_the_configured_file_is_not_a_vramscope_database(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     other_app(db)
-    done = subprocess.run([sys.executable, "-m", "monitor", "doctor", "--db", str(db),
-                           "--config", "/dev/null", "--json"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "doctor",
+            "--db",
+            str(db),
+            "--config",
+            "/dev/null",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     checks = [c for c in json.loads(done.stdout) if c["name"] == "database"]
     assert checks[0]["level"] == "fail" and "not a vramscope database" in checks[0]["detail"]
     assert done.returncode == 1
@@ -87,8 +115,10 @@ def wait_for_ticks(db: Path, n: int, proc: subprocess.Popen[str]) -> None:
         try:
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
             try:
-                if conn.execute("SELECT count(DISTINCT ts_ms) FROM collector_runs"
-                                ).fetchone()[0] >= n:
+                if (
+                    conn.execute("SELECT count(DISTINCT ts_ms) FROM collector_runs").fetchone()[0]
+                    >= n
+                ):
                     return
             finally:
                 conn.close()
@@ -98,7 +128,8 @@ def wait_for_ticks(db: Path, n: int, proc: subprocess.Popen[str]) -> None:
 
 
 def test_empty_file_is_taken_and_a_corrupt_vramscope_database_is_moved_aside(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "v.db"
     db.write_bytes(b"")
     proc = subprocess.Popen(daemon_args(db), cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -111,13 +142,15 @@ def test_empty_file_is_taken_and_a_corrupt_vramscope_database_is_moved_aside(
     assert proc.returncode == 0, err
     conn = sqlite3.connect(db)
     for i in range(300):  # enough pages to tear one in the middle
-        conn.execute("INSERT INTO events (ts_ms, kind, severity, message) VALUES (?,?,?,?)",
-                     (i, "filler", "info", "x" * 500))
+        conn.execute(
+            "INSERT INTO events (ts_ms, kind, severity, message) VALUES (?,?,?,?)",
+            (i, "filler", "info", "x" * 500),
+        )
     conn.commit()
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     data = bytearray(db.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 8192] = b"\xff" * 8192
+    data[len(data) // 2 : len(data) // 2 + 8192] = b"\xff" * 8192
     db.write_bytes(bytes(data))
 
     proc = subprocess.Popen(daemon_args(db), cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -132,16 +165,32 @@ def test_empty_file_is_taken_and_a_corrupt_vramscope_database_is_moved_aside(
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    moved = [p for p in tmp_path.glob("v.db.corrupt-*") if not p.name.endswith(("-wal",
-                                                                                "-shm"))]
+    moved = [p for p in tmp_path.glob("v.db.corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
     assert len(moved) == 1 and moved[0].read_bytes() == bytes(data)
     said = [line for line in err.splitlines() if "is corrupt" in line]
     assert len(said) == 1 and str(moved[0]) in said[0], err
-    done = subprocess.run([sys.executable, "-m", "monitor", "doctor", "--db", str(db),
-                           "--config", "/dev/null", "--json"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    details = [c["detail"] for c in json.loads(done.stdout) if c["name"] == "database"
-               and c["level"] == "warn"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "doctor",
+            "--db",
+            str(db),
+            "--config",
+            "/dev/null",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    details = [
+        c["detail"]
+        for c in json.loads(done.stdout)
+        if c["name"] == "database" and c["level"] == "warn"
+    ]
     assert any("moved aside" in d and str(moved[0]) in d for d in details), details
 
 
@@ -171,5 +220,6 @@ def test_a_database_this_user_cannot_write_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"vramscope: error: the database {db} is not writable by this user (uid "
-        f"{os.geteuid()}): make it writable, or pass --db a writable path"], done.stderr
+        f"{os.geteuid()}): make it writable, or pass --db a writable path"
+    ], done.stderr
     assert db.read_bytes() == before

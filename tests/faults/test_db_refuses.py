@@ -40,9 +40,23 @@ class Daemon:
         cfg = tmp_path / f"c{self.port}.toml"
         cfg.write_text(f'[http]\nlisten = "127.0.0.1:{self.port}"\n')
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval",
-             str(INTERVAL_S), "--config", str(cfg)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "daemon",
+                "--db",
+                str(db),
+                "--interval",
+                str(INTERVAL_S),
+                "--config",
+                str(cfg),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -101,13 +115,15 @@ def hold_write_lock(db: Path) -> sqlite3.Connection:
 
 def log_problems(err: str) -> list[str]:
     """Warnings and errors, less the load watch's about other servers on this (busy) box."""
-    return [line for line in err.splitlines() if (" WARNING " in line or " ERROR " in line)
-            and " monitor.daemon.watch: " not in line]
+    return [
+        line
+        for line in err.splitlines()
+        if (" WARNING " in line or " ERROR " in line) and " monitor.daemon.watch: " not in line
+    ]
 
 
 @pytest.mark.parametrize("hold_s", [4.0, pytest.param(30.0, marks=pytest.mark.slow)])
-def test_a_locked_database_costs_no_tick_and_is_said_once(tmp_path: Path,
-                                                          hold_s: float) -> None:
+def test_a_locked_database_costs_no_tick_and_is_said_once(tmp_path: Path, hold_s: float) -> None:
     db = tmp_path / "v.db"
     d = Daemon(tmp_path, db)
     try:
@@ -117,8 +133,7 @@ def test_a_locked_database_costs_no_tick_and_is_said_once(tmp_path: Path,
         blocker = hold_write_lock(db)
         locked_at = time.time() * 1000
         try:
-            status, body = d.wait("healthz 503", lambda: (r := d.get("/healthz"))[0] == 503
-                                  and r)
+            status, body = d.wait("healthz 503", lambda: (r := d.get("/healthz"))[0] == 503 and r)
             assert body.startswith("database: cannot write") and "locked" in body, body
             assert d.metric("vramscope_db_write_ok") == 0.0
             d.wait("a backlog", lambda: (d.metric("vramscope_db_backlog_ticks") or 0) >= 3)
@@ -134,8 +149,10 @@ def test_a_locked_database_costs_no_tick_and_is_said_once(tmp_path: Path,
         err = d.stop()
     assert d.proc.returncode == 0, err
     expected = (freed_at - locked_at) / 1000 / INTERVAL_S
-    print(f"lock {hold_s:.0f} s: {len(during)} ticks recorded of ~{expected:.0f} expected; "
-          f"{len(log_problems(err))} warning/error lines: {log_problems(err)}")
+    print(
+        f"lock {hold_s:.0f} s: {len(during)} ticks recorded of ~{expected:.0f} expected; "
+        f"{len(log_problems(err))} warning/error lines: {log_problems(err)}"
+    )
     assert len(during) >= 0.5 * expected, (len(during), expected)  # sampling went on
     refusals = [line for line in err.splitlines() if "cannot write to" in line]
     assert len(refusals) == 1, err  # once per change of state, not once a tick
@@ -145,7 +162,8 @@ def test_a_locked_database_costs_no_tick_and_is_said_once(tmp_path: Path,
 
 
 def test_sigterm_while_locked_saves_the_backlog_and_the_next_start_writes_it(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "v.db"
     d = Daemon(tmp_path, db)
     blocker = None
@@ -178,15 +196,15 @@ def test_sigterm_while_locked_saves_the_backlog_and_the_next_start_writes_it(
         err2 = again.stop()
     assert again.proc.returncode == 0, err2
     conn = sqlite3.connect(db)
-    kinds = [r[0] for r in conn.execute(
-        "SELECT kind FROM events WHERE subject = 'daemon' ORDER BY id")]
+    kinds = [
+        r[0] for r in conn.execute("SELECT kind FROM events WHERE subject = 'daemon' ORDER BY id")
+    ]
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
     assert kinds.count("daemon_stopped") == 2, kinds  # the first run's stop came back too
 
 
-def test_a_hard_link_to_the_database_does_not_let_a_second_daemon_in(
-        tmp_path: Path) -> None:
+def test_a_hard_link_to_the_database_does_not_let_a_second_daemon_in(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     first = Daemon(tmp_path, db)
     try:
@@ -196,12 +214,26 @@ def test_a_hard_link_to_the_database_does_not_let_a_second_daemon_in(
         link = other_dir / "same.db"
         os.link(db, link)
         second = subprocess.run(
-            [sys.executable, "-m", "monitor", "daemon", "--db", str(link), "--interval",
-             str(INTERVAL_S)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "daemon",
+                "--db",
+                str(link),
+                "--interval",
+                str(INTERVAL_S),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 2, second.stderr
         assert second.stderr.strip().splitlines() == [
             f"vramscope: error: another vramscope daemon (pid {first.proc.pid}) is already "
-            f"writing {link} (the same file, by another name: a link)"], second.stderr
+            f"writing {link} (the same file, by another name: a link)"
+        ], second.stderr
     finally:
         err = first.stop()
     assert first.proc.returncode == 0, err
@@ -217,9 +249,15 @@ def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Pa
 
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
             ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-            capture_output=True, check=False).returncode != 0:
+            capture_output=True,
+            check=False,
+        ).returncode
+        != 0
+    ):
         pytest.skip("needs root to mount a tiny tmpfs")
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
@@ -236,12 +274,26 @@ def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Pa
                 while True:
                     os.write(fd, b"\0" * 4096)
             os.close(fd)
-            d.wait("503 for a full disk", lambda: (r := d.get("/healthz"))[0] == 503
-                   and "full" in r[1])
+            d.wait(
+                "503 for a full disk", lambda: (r := d.get("/healthz"))[0] == 503 and "full" in r[1]
+            )
             doctor = subprocess.run(
-                [sys.executable, "-m", "monitor", "doctor", "--db", str(db), "--config",
-                 str(tmp_path / f"c{d.port}.toml"), "--json"], cwd=ROOT, capture_output=True,
-                text=True, timeout=60)
+                [
+                    sys.executable,
+                    "-m",
+                    "monitor",
+                    "doctor",
+                    "--db",
+                    str(db),
+                    "--config",
+                    str(tmp_path / f"c{d.port}.toml"),
+                    "--json",
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             import json
 
             check = next(c for c in json.loads(doctor.stdout) if c["name"] == "database")
@@ -256,8 +308,11 @@ def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Pa
         assert stat.S_IMODE(saved_files[0].stat().st_mode) == 0o600
         import json
 
-        saved = {json.loads(line)["ts_ms"] for line in saved_files[0].read_text().splitlines()
-                 if json.loads(line)["runs"]}
+        saved = {
+            json.loads(line)["ts_ms"]
+            for line in saved_files[0].read_text().splitlines()
+            if json.loads(line)["runs"]
+        }
         assert len(saved) >= 5 and not saved & tick_times(db)
         print(f"full disk: {len(saved)} ticks saved at SIGTERM to {saved_files[0]}")
 
@@ -278,8 +333,7 @@ def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Pa
             subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_a_daemon_started_while_another_writer_holds_the_lock_waits_for_it(
-        tmp_path: Path) -> None:
+def test_a_daemon_started_while_another_writer_holds_the_lock_waits_for_it(tmp_path: Path) -> None:
     """The start itself writes (daemon_started): a lock held longer than SQLite's busy
     timeout must not end the daemon; the event is written with the backlog."""
     from monitor.store.database import Store
@@ -290,8 +344,11 @@ def test_a_daemon_started_while_another_writer_holds_the_lock_waits_for_it(
     d = None
     try:
         d = Daemon(tmp_path, db)
-        status, body = d.wait("healthz 503 database", lambda: (r := d.get("/healthz"))[0]
-                              == 503 and r[1].startswith("database:") and r, timeout_s=60)
+        status, body = d.wait(
+            "healthz 503 database",
+            lambda: (r := d.get("/healthz"))[0] == 503 and r[1].startswith("database:") and r,
+            timeout_s=60,
+        )
         assert "locked" in body, body
         time.sleep(6)  # past SQLite's 5 s busy timeout of the start
         assert d.proc.poll() is None, d.proc.communicate()[1]

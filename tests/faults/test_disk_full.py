@@ -48,8 +48,11 @@ def tiny_disk(tmp_path: Path) -> Iterator[TinyDisk | None]:
     if os.geteuid() != 0:
         yield None
         return
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
     if done.returncode != 0:
         yield None
         return
@@ -113,8 +116,11 @@ def test_disk_full_keeps_ticks_in_memory_then_writes_them(
         assert any("accepts writes again" in r.getMessage() for r in caplog.records)
         stored = ticks(db)
         assert committed | queued <= stored and len(stored) == 5 + 40 + 1
-        events = dict(store.db.execute(
-            "SELECT kind, severity FROM events WHERE subject = 'database'").fetchall())
+        events = dict(
+            store.db.execute(
+                "SELECT kind, severity FROM events WHERE subject = 'database'"
+            ).fetchall()
+        )
         assert events == {"database_unwritable": "critical", "database_writable": "info"}
     finally:
         ctx.sampler.close()

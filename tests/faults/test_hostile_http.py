@@ -44,8 +44,7 @@ class Daemon:
                 out["threads"] = int(value)
         return out
 
-    def get(self, path: str, token: str | None = TOKEN, timeout: float = 30.0
-            ) -> tuple[int, bytes]:
+    def get(self, path: str, token: str | None = TOKEN, timeout: float = 30.0) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -66,11 +65,27 @@ def free_port() -> int:
 def running_daemon(tmp_path: Path, db: Path, token: str | None = TOKEN) -> Iterator[Daemon]:
     port = free_port()
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n'
-                   + (f'token = "{token}"\n' if token else ""))
-    proc = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                             "--interval", "0.2", "--config", str(cfg)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cfg.write_text(
+        f'[http]\nlisten = "127.0.0.1:{port}"\n' + (f'token = "{token}"\n' if token else "")
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(db),
+            "--interval",
+            "0.2",
+            "--config",
+            str(cfg),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     daemon = Daemon(proc, port, db)
     try:
         deadline = time.monotonic() + 60
@@ -110,6 +125,7 @@ def peak_while(daemon: Daemon, work: threading.Thread) -> dict[str, int]:
 
 # -- item 2: the events API reads only what it returns ---------------------------------
 
+
 def fill_events(db: Path, n: int) -> int:
     Store.open(db).close()
     conn = sqlite3.connect(db)
@@ -118,7 +134,8 @@ def fill_events(db: Path, n: int) -> int:
         conn.executemany(
             "INSERT INTO events (ts_ms, kind, severity, subject, message, data)"
             " VALUES (?, 'xid', 'warning', 'nvml:GPU-0', ?, '{\"xid\": 79}')",
-            ((t0 + 10 * i, f"Xid 79 number {i}: GPU has fallen off the bus") for i in range(n)))
+            ((t0 + 10 * i, f"Xid 79 number {i}: GPU has fallen off the bus") for i in range(n)),
+        )
     conn.close()
     return t0
 
@@ -133,9 +150,14 @@ def test_events_with_a_small_limit_never_load_the_whole_table(tmp_path: Path) ->
         answers: list[tuple[int, bytes]] = []
 
         def attack() -> None:
-            pool = [threading.Thread(target=lambda: answers.append(
-                daemon.get("/api/v1/events?since_ms=0&limit=1", timeout=120)))
-                for _ in range(8)]
+            pool = [
+                threading.Thread(
+                    target=lambda: answers.append(
+                        daemon.get("/api/v1/events?since_ms=0&limit=1", timeout=120)
+                    )
+                )
+                for _ in range(8)
+            ]
             for t in pool:
                 t.start()
             for t in pool:
@@ -153,13 +175,15 @@ def test_events_with_a_small_limit_never_load_the_whole_table(tmp_path: Path) ->
         # A page in the middle is the right page, and the default is bounded too.
         status, body = daemon.get(f"/api/v1/events?since_ms={t0 + 10 * 150_000}&limit=3")
         assert [e["ts_ms"] for e in json.loads(body)["events"]] == [
-            t0 + 10 * i for i in (150_000, 150_001, 150_002)]
+            t0 + 10 * i for i in (150_000, 150_001, 150_002)
+        ]
         status, body = daemon.get("/api/v1/events?since_ms=0")
         doc = json.loads(body)
         assert len(doc["events"]) == 1000 and doc["truncated"] is True
 
 
 # -- item 3: connections, header sizes and slow clients are bounded ------------------
+
 
 def open_idle(port: int, n: int, partial: bytes) -> list[socket.socket]:
     """``n`` connections that send ``partial`` (an unfinished request head) and stay."""
@@ -251,17 +275,22 @@ def raw_exchange(port: int, data: bytes) -> bytes:
         return b"".join(chunks)
 
 
-@pytest.mark.parametrize("head", [
-    b"X-Big: " + b"a" * 32_000 + b"\r\n",  # one long line (python's own limit is 64 KiB)
-    b"".join(b"X-H%d: " % i + b"b" * 2000 + b"\r\n" for i in range(20)),  # 40 KiB in all
-    b"".join(b"X-N%d: c\r\n" % i for i in range(90)),  # many small ones
-], ids=["one-long-line", "large-in-all", "too-many"])
-def test_oversized_headers_are_refused_before_anything_else(tmp_path: Path,
-                                                           head: bytes) -> None:
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"X-Big: " + b"a" * 32_000 + b"\r\n",  # one long line (python's own limit is 64 KiB)
+        b"".join(b"X-H%d: " % i + b"b" * 2000 + b"\r\n" for i in range(20)),  # 40 KiB in all
+        b"".join(b"X-N%d: c\r\n" % i for i in range(90)),  # many small ones
+    ],
+    ids=["one-long-line", "large-in-all", "too-many"],
+)
+def test_oversized_headers_are_refused_before_anything_else(tmp_path: Path, head: bytes) -> None:
     with running_daemon(tmp_path, tmp_path / "v.db") as daemon:
-        answer = raw_exchange(daemon.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
-                              + head + b"\r\n")
+        answer = raw_exchange(
+            daemon.port,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer " + TOKEN.encode() + b"\r\n" + head + b"\r\n",
+        )
         assert answer == b"" or answer.startswith(b"HTTP/1.0 431"), answer[:200]
         assert daemon.get("/healthz")[0] == 200
 
@@ -270,10 +299,12 @@ def test_the_token_is_checked_before_the_request_is_understood(tmp_path: Path) -
     """Without the token nothing is parsed or routed: an unknown method, a bad request line
     and a POST body all get the same 401."""
     with running_daemon(tmp_path, tmp_path / "v.db") as daemon:
-        for request in (b"BREW /coffee HTTP/1.1\r\n\r\n",
-                        b"GET /api/v1/snapshot HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
-                        b"POST /api/v1/predict HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
-                        b"GARBAGE\r\n\r\n"):
+        for request in (
+            b"BREW /coffee HTTP/1.1\r\n\r\n",
+            b"GET /api/v1/snapshot HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+            b"POST /api/v1/predict HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            b"GARBAGE\r\n\r\n",
+        ):
             answer = raw_exchange(daemon.port, request)
             assert answer.startswith(b"HTTP/1.0 401"), (request, answer[:200])
             assert b"Bearer" in answer
@@ -281,12 +312,15 @@ def test_the_token_is_checked_before_the_request_is_understood(tmp_path: Path) -
 
 # -- item 4: a client that goes away mid-answer costs no log flood ---------------------
 
+
 def test_clients_that_disconnect_mid_answer_leave_no_traceback(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     fill_events(db, 5_000)
     with running_daemon(tmp_path, db) as daemon:
-        request = (b"GET /api/v1/events?since_ms=0&limit=4000 HTTP/1.1\r\nHost: 127.0.0.1"
-                   b"\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n\r\n")
+        request = (
+            b"GET /api/v1/events?since_ms=0&limit=4000 HTTP/1.1\r\nHost: 127.0.0.1"
+            b"\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n\r\n"
+        )
         for _ in range(50):
             s = socket.create_connection(("127.0.0.1", daemon.port), timeout=30)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -32,7 +32,9 @@ def test_kill_9_twenty_times_integrity_ok_and_no_committed_tick_lost(tmp_path: P
     for round_no in range(KILLS):
         proc = subprocess.Popen(
             [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.05"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             deadline = time.monotonic() + 20
@@ -50,8 +52,7 @@ def test_kill_9_twenty_times_integrity_ok_and_no_committed_tick_lost(tmp_path: P
         conn = sqlite3.connect(db)
         try:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)], round_no
-            after = conn.execute(
-                "SELECT count(DISTINCT ts_ms) FROM collector_runs").fetchone()[0]
+            after = conn.execute("SELECT count(DISTINCT ts_ms) FROM collector_runs").fetchone()[0]
         finally:
             conn.close()
         # Every tick a reader saw committed before the kill survives it; only the tick in

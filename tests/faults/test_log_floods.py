@@ -14,8 +14,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from monitor.daemon.loop import quiet_repeated_warnings
 
 
-def test_ticks_skipped_every_interval_are_logged_once(caplog: pytest.LogCaptureFixture
-                                                      ) -> None:
+def test_ticks_skipped_every_interval_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     """A real APScheduler running a job slower than its interval, configured as the
     daemon's (one worker, max_instances 1): it skips a run at every interval, and each
     skip used to be a WARNING line."""
@@ -28,12 +27,16 @@ def test_ticks_skipped_every_interval_are_logged_once(caplog: pytest.LogCaptureF
         runs.set()
         time.sleep(0.4)
 
-    sched = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max_workers=1)},
-                                job_defaults={"coalesce": True, "max_instances": 1,
-                                              "misfire_grace_time": 1})
-    sched.add_listener(lambda e: jobs_log.warning(
-        "job %s missed its time (the previous run was still going)", e.job_id),
-        EVENT_JOB_MISSED)
+    sched = BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(max_workers=1)},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 1},
+    )
+    sched.add_listener(
+        lambda e: jobs_log.warning(
+            "job %s missed its time (the previous run was still going)", e.job_id
+        ),
+        EVENT_JOB_MISSED,
+    )
     sched.add_job(slow_tick, "interval", seconds=0.02, id="sample")
     sched.start()
     try:

@@ -26,8 +26,10 @@ def _stat_line(pid: int, comm: str) -> str:
 
 
 def _status(rss_anon_kib: int) -> str:
-    return (f"Name:\tllama-server\nUid:\t0\t0\t0\t0\nVmHWM:\t2048 kB\nVmLck:\t0 kB\n"
-            f"RssAnon:\t{rss_anon_kib} kB\nRssFile:\t512 kB\nRssShmem:\t0 kB\nVmSwap:\t0 kB\n")
+    return (
+        f"Name:\tllama-server\nUid:\t0\t0\t0\t0\nVmHWM:\t2048 kB\nVmLck:\t0 kB\n"
+        f"RssAnon:\t{rss_anon_kib} kB\nRssFile:\t512 kB\nRssShmem:\t0 kB\nVmSwap:\t0 kB\n"
+    )
 
 
 def _process(d: Path, pid: int, argv: bytes) -> None:
@@ -49,8 +51,9 @@ def crafted(tmp_path: Path) -> Path:
     proc = tmp_path / "tree" / "proc"
     proc.mkdir(parents=True)
     (tmp_path / "tree" / "sys").mkdir()
-    (proc / "meminfo").write_text("MemTotal: 1000000 kB\nMemFree: 500000 kB\n"
-                                  "MemAvailable: 600000 kB\n")
+    (proc / "meminfo").write_text(
+        "MemTotal: 1000000 kB\nMemFree: 500000 kB\nMemAvailable: 600000 kB\n"
+    )
     (proc / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
     _process(proc / "300", 300, b"llama-server\0-m\0/models/plain.gguf\0")
     _process(proc / "301", 301, b"")
@@ -67,10 +70,22 @@ def crafted(tmp_path: Path) -> Path:
 
 
 def test_status_does_not_read_through_links_leaving_the_proc_root(crafted: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "monitor", "status", "--json",
-                             "--proc-root", str(crafted), "--sys-root",
-                             str(crafted.parent / "sys")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "status",
+            "--json",
+            "--proc-root",
+            str(crafted),
+            "--sys-root",
+            str(crafted.parent / "sys"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert SECRET not in result.stdout and SECRET not in result.stderr

@@ -25,9 +25,11 @@ def _stat_line(pid: int, comm: str) -> str:
     return f"{pid} ({comm}) {' '.join(rest)}\n"
 
 
-STATUS = "Name:\tllama-server\nUid:\t1000\t1000\t1000\t1000\nVmHWM:\t  2048 kB\n" \
-         "VmLck:\t0 kB\nRssAnon:\t  1024 kB\nRssFile:\t  512 kB\nRssShmem:\t0 kB\n" \
-         "VmSwap:\t0 kB\n"
+STATUS = (
+    "Name:\tllama-server\nUid:\t1000\t1000\t1000\t1000\nVmHWM:\t  2048 kB\n"
+    "VmLck:\t0 kB\nRssAnon:\t  1024 kB\nRssFile:\t  512 kB\nRssShmem:\t0 kB\n"
+    "VmSwap:\t0 kB\n"
+)
 
 
 @pytest.fixture
@@ -35,8 +37,9 @@ def tree() -> Iterator[Path]:
     top = Path(tempfile.mkdtemp(prefix="vramscope-proc-", dir="/tmp"))
     proc = top / "tree" / "proc"
     proc.mkdir(parents=True)
-    (proc / "meminfo").write_text("MemTotal: 1000000 kB\nMemFree: 500000 kB\n"
-                                  "MemAvailable: 600000 kB\n")
+    (proc / "meminfo").write_text(
+        "MemTotal: 1000000 kB\nMemFree: 500000 kB\nMemAvailable: 600000 kB\n"
+    )
     (proc / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
     for pid in PIDS:
         d = proc / str(pid)
@@ -91,11 +94,16 @@ print(json.dumps({"effective": effective,
                      (("first", first), ("second", second), ("third", third))}}))
 """
 
+
 def _run(tree: Path, prelude: str, **kwargs: object) -> dict | str:
     checkout = Path(collectors.__file__).resolve().parents[1]
     done = subprocess.run(
-        [sys.executable, "-c", prelude + CHILD, str(tree)], capture_output=True, text=True,
-        cwd="/", check=False, timeout=60,
+        [sys.executable, "-c", prelude + CHILD, str(tree)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=False,
+        timeout=60,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(checkout)},
         **kwargs,  # type: ignore[call-overload]
     )
@@ -128,8 +136,10 @@ def test_exit_and_unreadable_entries_between_listing_and_reading(tree: Path) -> 
     assert [p["pid"] for p in second["processes"]] == [204]
     hidden = {h["pid"]: h for h in second["hidden"]}
     assert set(hidden) == {201, 202}
-    assert all(h["reason"] == "permission denied reading /proc/PID/status"
-               and h["comm"] == "llama-server" for h in hidden.values())
+    assert all(
+        h["reason"] == "permission denied reading /proc/PID/status" and h["comm"] == "llama-server"
+        for h in hidden.values()
+    )
     # The fresh listing no longer has 203: it is reported as exited exactly once.
     exits = [e["pid"] for e in (*second["exited"], *third["exited"])]
     assert exits == [203]

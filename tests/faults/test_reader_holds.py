@@ -23,9 +23,10 @@ def committed(conn: sqlite3.Connection) -> int:
 def test_long_reader_never_stalls_the_writer_beyond_one_tick(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-         "--interval", str(INTERVAL_S)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", str(INTERVAL_S)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20

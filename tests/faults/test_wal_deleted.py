@@ -40,9 +40,23 @@ def _until(what: str, check, timeout_s: float = 60.0):  # noqa: ANN001, ANN202
 def _daemon(db: Path) -> subprocess.Popen[str]:
     cfg = db.with_name("c.toml")
     cfg.write_text("[http]\nenabled = false\n")
-    return subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                             "--interval", "0.2", "--config", str(cfg)],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(db),
+            "--interval",
+            "0.2",
+            "--config",
+            str(cfg),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:
@@ -61,12 +75,21 @@ def test_a_deleted_wal_loses_no_committed_tick(tmp_path: Path) -> None:
     daemon = _daemon(db)
     try:
         # the daemon checkpoints its WAL from time to time: wait until ticks are in it
-        before = _until("10 ticks, some in the -wal file", lambda: (
-            (r := _read(db)) and r[0] >= 10 and Path(f"{db}-wal").exists()
-            and Path(f"{db}-wal").stat().st_size > 0 and r))[0]
+        before = _until(
+            "10 ticks, some in the -wal file",
+            lambda: (
+                (r := _read(db))
+                and r[0] >= 10
+                and Path(f"{db}-wal").exists()
+                and Path(f"{db}-wal").stat().st_size > 0
+                and r
+            ),
+        )[0]
         Path(f"{db}-wal").unlink()
-        after = _until("readers see every earlier tick and new ones", lambda: (
-            (r := _read(db)) and r[0] >= before + 5 and r[1] == "ok" and r))
+        after = _until(
+            "readers see every earlier tick and new ones",
+            lambda: (r := _read(db)) and r[0] >= before + 5 and r[1] == "ok" and r,
+        )
         assert after[0] >= before + 5
     finally:
         err = _stop(daemon)
@@ -77,16 +100,19 @@ def test_a_deleted_wal_loses_no_committed_tick(tmp_path: Path) -> None:
     # the next start takes the same database: nothing moved aside, nothing lost
     again = _daemon(db)
     try:
-        _until("the restarted daemon adds ticks",
-               lambda: (r := _read(db)) and r[0] >= stopped[0] + 3)
+        _until(
+            "the restarted daemon adds ticks", lambda: (r := _read(db)) and r[0] >= stopped[0] + 3
+        )
     finally:
         err = _stop(again)
     assert again.returncode == 0, err
     assert not list(tmp_path.glob("v.db.corrupt-*")), err
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples"
-                            ).fetchone()[0] >= stopped[0] + 3
+        assert (
+            conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0]
+            >= stopped[0] + 3
+        )
 
 
 def test_a_fresh_database_is_not_a_deleted_wal(tmp_path: Path, caplog) -> None:  # noqa: ANN001
@@ -104,8 +130,9 @@ def test_a_fresh_database_is_not_a_deleted_wal(tmp_path: Path, caplog) -> None: 
     try:
         assert not store.wal_lost()
         cfg = config_mod.load(None, db=tmp_path / "v.db")
-        ctx = DaemonContext(cfg, store, Sampler(Roots(), CollectorOptions(pss_per_tick=0),
-                                                ["procfs"]))
+        ctx = DaemonContext(
+            cfg, store, Sampler(Roots(), CollectorOptions(pss_per_tick=0), ["procfs"])
+        )
         with caplog.at_level(logging.WARNING, logger="monitor.daemon.loop"):
             tick(ctx)
             tick(ctx)

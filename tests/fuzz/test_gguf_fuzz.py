@@ -29,8 +29,7 @@ def _seed() -> bytes:
     with tempfile.TemporaryDirectory() as d:
         metadata, tensors = qwen3_8b(n_layer=2, n_vocab=300)
         path = Path(d) / "seed.gguf"
-        write_model(path, "qwen3", metadata, tensors, vocab_size=300, merges=200,
-                    sparse_data=False)
+        write_model(path, "qwen3", metadata, tensors, vocab_size=300, merges=200, sparse_data=False)
         return path.read_bytes()
 
 
@@ -54,14 +53,22 @@ def _mutate(data: bytes, edits: list[tuple[int, int, int, bytes]], cut: int) -> 
     return bytes(out[: cut % (len(out) + 1)]) if cut >= 0 else bytes(out)
 
 
-_EDITS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**20),
-                            st.one_of(st.integers(0, 2**64 - 1), _U64),
-                            st.binary(max_size=16)), min_size=1, max_size=6)
+_EDITS = st.lists(
+    st.tuples(
+        st.integers(0, 3),
+        st.integers(0, 2**20),
+        st.one_of(st.integers(0, 2**64 - 1), _U64),
+        st.binary(max_size=16),
+    ),
+    min_size=1,
+    max_size=6,
+)
 CONTENT = st.one_of(
     st.tuples(st.just(SEED), _EDITS, st.integers(-1, len(SEED))).map(lambda t: _mutate(*t)),
     st.binary(max_size=1024).map(lambda b: SEED[:24] + b),  # a valid preamble, then noise
     st.tuples(st.integers(0, 4), _U64, _U64, st.binary(max_size=256)).map(
-        lambda t: b"GGUF" + struct.pack("<IQQ", *t[:3]) + t[3]),
+        lambda t: b"GGUF" + struct.pack("<IQQ", *t[:3]) + t[3]
+    ),
     st.binary(max_size=512),
 )
 
@@ -76,9 +83,16 @@ def traced() -> Iterator[None]:
 
 
 @pytest.mark.slow
-@settings(max_examples=CASES, deadline=TIME_BOUND_S * 1000, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=CASES,
+    deadline=TIME_BOUND_S * 1000,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
 @given(content=CONTENT)
 def test_gguf_reader_10k_cases_only_gguf_error_bounded(
     traced: None, tmp_path: Path, content: bytes

@@ -100,8 +100,7 @@ def _slots(text: str) -> None:
 
 
 def _swap_config(text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8",
-                                     errors="replace") as f:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8", errors="replace") as f:
         f.write(text)
         f.flush()
         with contextlib.suppress(llamaswap.SwapConfigError):
@@ -163,14 +162,24 @@ _PROCFS_SEEDS = [
     "MemTotal:       131072000 kB\nMemFree:        1000000 kB\nMemAvailable:   2000000 kB\n",
 ]
 _SLOTS_SEEDS = [
-    json.dumps([{"id": 0, "id_task": 7, "n_ctx": 8192, "is_processing": True,
-                 "next_token": [{"n_decoded": 12, "n_remain": -1}], "n_prompt_tokens": 100}]),
+    json.dumps(
+        [
+            {
+                "id": 0,
+                "id_task": 7,
+                "n_ctx": 8192,
+                "is_processing": True,
+                "next_token": [{"n_decoded": 12, "n_remain": -1}],
+                "n_prompt_tokens": 100,
+            }
+        ]
+    ),
     "# HELP llamacpp:n_tokens_max Largest observed n_tokens.\n"
-    "# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max{model=\"x\"} 8192 1700000\n",
+    '# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max{model="x"} 8192 1700000\n',
 ]
 _SWAP_SEEDS = [
-    (FIXTURES / "llamaswap" / name).read_text() for name in (
-        "matrix.yaml", "macros.yaml", "groups.yaml", "cmd-comments.yaml")
+    (FIXTURES / "llamaswap" / name).read_text()
+    for name in ("matrix.yaml", "macros.yaml", "groups.yaml", "cmd-comments.yaml")
 ]
 _REDACT_SEEDS = [
     "llama-server --api-key sk-abcdefghijklmnopqrstuvwxyz -m /m.gguf --hf-token hf_abcdefghij"
@@ -179,8 +188,8 @@ _REDACT_SEEDS = [
     "&key=y&api_key=z",
     "env HF_TOKEN=hf_x OPENAI_API_KEY=sk-x TOKEN=t PASSWORD=p sh -c 'llama-server --passphrase "
     "p --password=q --secret s'",
-    "vllm serve m --header '{\"Authorization\": \"Bearer abc\", \"api_key\": \"k\"}' -o "
-    "'{\"token\":\"t\",\"password\":\"p\"}'",
+    'vllm serve m --header \'{"Authorization": "Bearer abc", "api_key": "k"}\' -o '
+    '\'{"token":"t","password":"p"}\'',
 ]
 _ARGV_SEEDS = [
     "llama-server -m /models/q.gguf -c 8192 -np 4 -ngl 99 -fa on --cache-type-k q8_0 "
@@ -202,21 +211,38 @@ PARSERS: dict[str, tuple[Callable[[str], None], list[str]]] = {
 }
 
 # YAML aliases that expand to 9**7 strings when walked as a tree ("billion laughs").
-_LAUGHS = "a: &a [" + ",".join(["lol"] * 9) + "]\n" + "".join(
-    f"{b}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n"
-    for a, b in zip("abcdef", "bcdefg", strict=True)
-) + "models:\n  m:\n    cmd: llama-server --port ${PORT}\n    aliases: *g\n"
-_MERGE_LAUGHS = "a: &a {x: 1}\n" + "".join(
-    f"{b}: &{b} {{<<: [*{a}, *{a}, *{a}]}}\n"
-    for a, b in zip("abcdefghijklmn", "bcdefghijklmno", strict=True)
-) + "models:\n  m:\n    cmd: llama-server --port ${PORT}\n    <<: *o\n"
-_MACRO_LAUGHS = "macros:\n  m0: lol\n" + "".join(
-    f'  m{i + 1}: "${{m{i}}} ${{m{i}}} ${{m{i}}}"\n' for i in range(30)
-) + "models:\n  m:\n    cmd: llama-server --port ${PORT} ${m30}\n"
+_LAUGHS = (
+    "a: &a ["
+    + ",".join(["lol"] * 9)
+    + "]\n"
+    + "".join(
+        f"{b}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n"
+        for a, b in zip("abcdef", "bcdefg", strict=True)
+    )
+    + "models:\n  m:\n    cmd: llama-server --port ${PORT}\n    aliases: *g\n"
+)
+_MERGE_LAUGHS = (
+    "a: &a {x: 1}\n"
+    + "".join(
+        f"{b}: &{b} {{<<: [*{a}, *{a}, *{a}]}}\n"
+        for a, b in zip("abcdefghijklmn", "bcdefghijklmno", strict=True)
+    )
+    + "models:\n  m:\n    cmd: llama-server --port ${PORT}\n    <<: *o\n"
+)
+_MACRO_LAUGHS = (
+    "macros:\n  m0: lol\n"
+    + "".join(f'  m{i + 1}: "${{m{i}}} ${{m{i}}} ${{m{i}}}"\n' for i in range(30))
+    + "models:\n  m:\n    cmd: llama-server --port ${PORT} ${m30}\n"
+)
 _SELF_MERGE = "a: &a {<<: *a, x: 1}\nmodels:\n  m:\n    <<: *a\n    cmd: x ${PORT}\n"
-_MATRIX_OR = "models:\n" + "".join(f"  m{i}:\n    cmd: x ${{PORT}}\n" for i in range(24)) + (
-    "routing:\n  router:\n    use: matrix\n    settings:\n      matrix:\n        sets:\n"
-    "          s: \"" + " & ".join(f"(m{i} | m{i + 1})" for i in range(23)) + "\"\n")
+_MATRIX_OR = (
+    "models:\n"
+    + "".join(f"  m{i}:\n    cmd: x ${{PORT}}\n" for i in range(24))
+    + (
+        "routing:\n  router:\n    use: matrix\n    settings:\n      matrix:\n        sets:\n"
+        '          s: "' + " & ".join(f"(m{i} | m{i + 1})" for i in range(23)) + '"\n'
+    )
+)
 
 # Hand-made: the line of issue 14 (64 s before the fix) and its relatives.
 _SUMMARY_UNIT = ",cpuset=,mems_allowed=,oom_memcg=,task_memcg="
@@ -251,9 +277,16 @@ ADVERSARIAL: dict[str, list[str]] = {
         '{"api_key": ' * 400,
     ],
     "command line": ["A" * 4096 + "=", "a" * 4096 + "::" + "b" * 10, "1" * 4096 + "x"],
-    "llama-swap config": [_LAUGHS, _LAUGHS.replace("${PORT}", "${PORT} ${env.HOME}"),
-                          _MERGE_LAUGHS, _MACRO_LAUGHS, _SELF_MERGE, _MATRIX_OR,
-                          "models: " + "[{a: " * 1500, "x: ${env.HOME}\nm: " + "[" * 3000],
+    "llama-swap config": [
+        _LAUGHS,
+        _LAUGHS.replace("${PORT}", "${PORT} ${env.HOME}"),
+        _MERGE_LAUGHS,
+        _MACRO_LAUGHS,
+        _SELF_MERGE,
+        _MATRIX_OR,
+        "models: " + "[{a: " * 1500,
+        "x: ${env.HOME}\nm: " + "[" * 3000,
+    ],
 }
 
 
@@ -311,8 +344,9 @@ def worst_times(per_seed: int, seed: int = 14) -> dict[str, tuple[float, float, 
 
 def _check(per_seed: int, total_bound_s: float) -> None:
     times = worst_times(per_seed)
-    slow = {name: (round(w * 1000, 1), start) for name, (w, _, _, start, over) in times.items()
-            if over}
+    slow = {
+        name: (round(w * 1000, 1), start) for name, (w, _, _, start, over) in times.items() if over
+    }
     assert not slow, f"calls over {CALL_BOUND_S * 1000:.0f} ms (ms, input start): {slow}"
     for name, (_, total, calls, _, _) in times.items():
         assert total < total_bound_s, f"{name}: {calls} calls took {total:.2f} s CPU"
@@ -327,9 +361,11 @@ def test_issue_14_oom_summary_line_parses_fast() -> None:
 
 
 def test_oom_summary_still_parsed_after_the_rewrite() -> None:
-    line = ("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
-            "oom_memcg=/system.slice/a,b.service,task_memcg=/system.slice/a,b.service,"
-            "task=llama,server,pid= 4242,uid=1000")
+    line = (
+        "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
+        "oom_memcg=/system.slice/a,b.service,task_memcg=/system.slice/a,b.service,"
+        "task=llama,server,pid= 4242,uid=1000"
+    )
     (event,) = kernlog.parse_lines([line])
     assert event.kind == "oom_kill" and event.pid == 4242 and event.comm == "llama,server"
     assert event.data["memcg"] == "/system.slice/a,b.service"

@@ -39,19 +39,27 @@ def gpu(pct: float | None, total: int = 24 * GIB) -> DeviceSample:
 
 def host(total: int, available: int) -> DeviceSample:
     # used_bytes is deliberately wrong: host pressure must come from available
-    return DeviceSample("host", "procfs", "host", "Host RAM", "host", total, GIB,
-                        available_bytes=available)
+    return DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", total, GIB, available_bytes=available
+    )
 
 
-def snap(ts: int, devices: tuple[DeviceSample, ...] = (), events: tuple[DeviceEvent, ...] = (),
-         runs: tuple[CollectorRun, ...] = (), exited: tuple[ExitedProcess, ...] = (),
-         processes: tuple[ProcessInfo, ...] = ()) -> Snapshot:
+def snap(
+    ts: int,
+    devices: tuple[DeviceSample, ...] = (),
+    events: tuple[DeviceEvent, ...] = (),
+    runs: tuple[CollectorRun, ...] = (),
+    exited: tuple[ExitedProcess, ...] = (),
+    processes: tuple[ProcessInfo, ...] = (),
+) -> Snapshot:
     return Snapshot(ts, devices, processes, (), (), exited, runs, events)
 
 
-def run_steps(steps: list[tuple[float, Snapshot | Callable[[int], Snapshot]]],
-              settings: AlertSettings = S, state: AlertState | None = None,
-              ) -> tuple[AlertState, list[list[tuple[str, str, str]]]]:
+def run_steps(
+    steps: list[tuple[float, Snapshot | Callable[[int], Snapshot]]],
+    settings: AlertSettings = S,
+    state: AlertState | None = None,
+) -> tuple[AlertState, list[list[tuple[str, str, str]]]]:
     """Evaluate each (seconds after T0, snapshot) in turn; the changes of every step as
     (kind, rule, level)."""
     state = state or AlertState()
@@ -74,42 +82,59 @@ RES_C = [("resolved", "pressure", "critical")]
 
 PRESSURE_CASES = {
     "hold respected: 29 s is not enough, 30 s is": (
-        [(0, 95), (10, 95), (29, 95), (30, 95), (40, 95)], [[], [], [], FW, []]),
+        [(0, 95), (10, 95), (29, 95), (30, 95), (40, 95)],
+        [[], [], [], FW, []],
+    ),
     "a dip restarts the hold": (
-        [(0, 95), (20, 80), (40, 95), (69, 95), (70, 95)], [[], [], [], [], FW]),
+        [(0, 95), (20, 80), (40, 95), (69, 95), (70, 95)],
+        [[], [], [], [], FW],
+    ),
     "hysteresis: 91 -> 89 stays, 84 resolves (clear 5)": (
-        [(0, 91), (30, 91), (40, 89), (50, 85), (60, 84)], [[], FW, [], [], RES_W]),
+        [(0, 91), (30, 91), (40, 89), (50, 85), (60, 84)],
+        [[], FW, [], [], RES_W],
+    ),
     "escalation needs its own hold": (
-        [(0, 91), (30, 91), (40, 98), (69, 98), (70, 98)], [[], FW, [], [], ESC]),
-    "straight to critical fires critical only": (
-        [(0, 99), (30, 99), (40, 99)], [[], FC, []]),
+        [(0, 91), (30, 91), (40, 98), (69, 98), (70, 98)],
+        [[], FW, [], [], ESC],
+    ),
+    "straight to critical fires critical only": ([(0, 99), (30, 99), (40, 99)], [[], FC, []]),
     "critical falls quietly to warning and escalates again": (
         [(0, 99), (30, 99), (40, 93), (50, 91), (60, 98), (90, 98), (100, 80)],
-        [[], FC, [], [], [], ESC, RES_C]),
-    "below the warning threshold never fires": (
-        [(0, 89.9), (100, 89.9)], [[], []]),
+        [[], FC, [], [], [], ESC, RES_C],
+    ),
+    "below the warning threshold never fires": ([(0, 89.9), (100, 89.9)], [[], []]),
     "unknown usage keeps the alert and restarts a pending hold": (
-        [(0, 95), (30, 95), (40, None), (50, 80), (60, 95), (70, None), (80, 95), (109, 95),
-         (110, 84)],
-        [[], FW, [], RES_W, [], [], [], [], []]),
+        [
+            (0, 95),
+            (30, 95),
+            (40, None),
+            (50, 80),
+            (60, 95),
+            (70, None),
+            (80, 95),
+            (109, 95),
+            (110, 84),
+        ],
+        [[], FW, [], RES_W, [], [], [], [], []],
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(PRESSURE_CASES))
 def test_pressure_rules(case: str) -> None:
     points, expected = PRESSURE_CASES[case]
-    steps: list[tuple[float, Any]] = [
-        (t, lambda now, p=p: snap(now, (gpu(p),))) for t, p in points]
+    steps: list[tuple[float, Any]] = [(t, lambda now, p=p: snap(now, (gpu(p),))) for t, p in points]
     _, seen = run_steps(steps)
     assert seen == expected
 
 
 def test_pressure_with_other_settings() -> None:
-    settings = AlertSettings(pressure_warning_pct=80, pressure_critical_pct=95,
-                             clear_drop_pct=10, hold_s=0)
+    settings = AlertSettings(
+        pressure_warning_pct=80, pressure_critical_pct=95, clear_drop_pct=10, hold_s=0
+    )
     steps: list[tuple[float, Any]] = [
-        (t, lambda now, p=p: snap(now, (gpu(p),))) for t, p in
-        [(0, 81), (1, 71), (2, 69.9)]]
+        (t, lambda now, p=p: snap(now, (gpu(p),))) for t, p in [(0, 81), (1, 71), (2, 69.9)]
+    ]
     _, seen = run_steps(steps, settings)
     assert seen == [FW, [], RES_W]
 
@@ -121,10 +146,10 @@ def test_host_pressure_uses_available_and_names_gib() -> None:
     alert = state.active["pressure:host"]
     assert alert.message == "host RAM at 95.3%: 61.0 of 64.0 GiB used (3.0 GiB available)"
     assert alert.data["used_bytes"] == 61 * GIB
-    state, changes = evaluate(S, snap(T0 + 40_000, (host(64 * GIB, 20 * GIB),)), state,
-                              T0 + 40_000)
+    state, changes = evaluate(S, snap(T0 + 40_000, (host(64 * GIB, 20 * GIB),)), state, T0 + 40_000)
     assert [(c.kind, c.alert.message) for c in changes] == [
-        ("resolved", "host RAM at 68.8%: 44.0 of 64.0 GiB used (20.0 GiB available)")]
+        ("resolved", "host RAM at 68.8%: 44.0 of 64.0 GiB used (20.0 GiB available)")
+    ]
     assert state.active == {}
 
 
@@ -132,8 +157,9 @@ def test_gpu_pressure_message_and_key() -> None:
     state, _ = run_steps([(0, snap(T0, (gpu(92),))), (30, snap(T0 + 30_000, (gpu(92),)))])
     alert = state.active[f"pressure:{GPU}"]
     assert alert.level == "warning" and alert.subject == GPU
-    assert alert.message == (f"unified memory of Radeon 8060S ({GPU}) at 92.0%: "
-                             "22.1 of 24.0 GiB used")
+    assert alert.message == (
+        f"unified memory of Radeon 8060S ({GPU}) at 92.0%: 22.1 of 24.0 GiB used"
+    )
     assert "\n" not in alert.message
 
 
@@ -151,22 +177,37 @@ def test_evaluate_does_not_mutate_its_input_state() -> None:
 
 
 def run_of(status: str, ts: int) -> CollectorRun:
-    return CollectorRun("nvml", ts, 0.01, 0.01, status,  # type: ignore[arg-type]
-                        "NVMLError_Unknown" if status == "error" else None)
+    return CollectorRun(
+        "nvml",
+        ts,
+        0.01,
+        0.01,
+        status,  # type: ignore[arg-type]
+        "NVMLError_Unknown" if status == "error" else None,
+    )
 
 
 COLLECTOR_CASES = {
     "failing 60 s fires, ok resolves": (
         [(0, "error"), (30, "error"), (59, "error"), (60, "error"), (70, "error"), (80, "ok")],
-        [[], [], [], [("fired", "collector", "warning")], [],
-         [("resolved", "collector", "warning")]]),
+        [
+            [],
+            [],
+            [],
+            [("fired", "collector", "warning")],
+            [],
+            [("resolved", "collector", "warning")],
+        ],
+    ),
     "a blip shorter than the hold never fires": (
-        [(0, "error"), (50, "ok"), (60, "error"), (100, "error")], [[], [], [], []]),
-    "nodata is not a failure": (
-        [(0, "nodata"), (100, "nodata")], [[], []]),
+        [(0, "error"), (50, "ok"), (60, "error"), (100, "error")],
+        [[], [], [], []],
+    ),
+    "nodata is not a failure": ([(0, "nodata"), (100, "nodata")], [[], []]),
     "nodata after failing resolves": (
         [(0, "error"), (60, "error"), (70, "nodata")],
-        [[], [("fired", "collector", "warning")], [("resolved", "collector", "warning")]]),
+        [[], [("fired", "collector", "warning")], [("resolved", "collector", "warning")]],
+    ),
 }
 
 
@@ -174,14 +215,16 @@ COLLECTOR_CASES = {
 def test_collector_rules(case: str) -> None:
     points, expected = COLLECTOR_CASES[case]
     steps: list[tuple[float, Any]] = [
-        (t, lambda now, st=st: snap(now, runs=(run_of(st, now),))) for t, st in points]
+        (t, lambda now, st=st: snap(now, runs=(run_of(st, now),))) for t, st in points
+    ]
     state, seen = run_steps(steps)
     assert seen == expected
 
 
 def test_collector_message_names_it_and_the_error() -> None:
-    state, _ = run_steps([(t, lambda now: snap(now, runs=(run_of("error", now),)))
-                          for t in (0, 65)])
+    state, _ = run_steps(
+        [(t, lambda now: snap(now, runs=(run_of("error", now),))) for t in (0, 65)]
+    )
     alert = state.active["collector:nvml"]
     assert alert.message == "collector nvml failing for 65 s: NVMLError_Unknown"
 
@@ -236,8 +279,7 @@ def test_kill_and_crash_events_fire_critical_then_resolve_after_ten_minutes(kind
     ev = event(kind, T0, pid=4242, start_ticks=777)
     s0 = snap(T0, events=(ev,), processes=(PROC,))
     state, changes = evaluate(S, s0, AlertState(), T0)
-    assert [(c.kind, c.alert.rule, c.alert.level) for c in changes] == [
-        ("fired", kind, "critical")]
+    assert [(c.kind, c.alert.rule, c.alert.level) for c in changes] == [("fired", kind, "critical")]
     assert changes[0].alert.subject == "llama-server[4242]"
     state, changes = evaluate(S, snap(T0 + 599_000), state, T0 + 599_000)
     assert changes == [] and len(state.active) == 1
@@ -250,8 +292,9 @@ def test_kill_and_crash_events_fire_critical_then_resolve_after_ten_minutes(kind
 
 def test_oom_kill_and_its_crash_exit_are_one_alert() -> None:
     kill = event("oom_kill", T0, pid=4242)
-    gone = ExitedProcess(4242, 777, T0 - 1000, "killed by the kernel OOM killer",
-                         cause="oom_killed")
+    gone = ExitedProcess(
+        4242, 777, T0 - 1000, "killed by the kernel OOM killer", cause="oom_killed"
+    )
     crash = event("crash", T0 - 1000, pid=4242, start_ticks=777)
     # the crash event listed before the kill: order within a tick must not matter
     s = snap(T0, events=(crash, kill), exited=(gone,), processes=(PROC,))
@@ -260,8 +303,7 @@ def test_oom_kill_and_its_crash_exit_are_one_alert() -> None:
 
 
 def test_crash_exit_without_kill_is_one_crash_alert() -> None:
-    gone = ExitedProcess(4242, 777, T0 - 1000, "crashed (SIGSEGV)", exit_signal=11,
-                         cause="crashed")
+    gone = ExitedProcess(4242, 777, T0 - 1000, "crashed (SIGSEGV)", exit_signal=11, cause="crashed")
     crash = event("crash", T0 - 1000, pid=4242, start_ticks=777)
     s = snap(T0, events=(crash,), exited=(gone,), processes=(PROC,))
     state, changes = evaluate(S, s, AlertState(), T0)
@@ -286,28 +328,39 @@ SURPRISE_CASES = {
 @pytest.mark.parametrize("case", list(SURPRISE_CASES))
 def test_memory_surprise_threshold(case: str) -> None:
     measured, expected = SURPRISE_CASES[case]
-    ev = event("load_finished", T0, pid=4242, **{f"measured_{GPU}": measured,
-                                                 f"estimate_{GPU}": 10 * GIB,
-                                                 "measured_host": GIB, "estimate_host": GIB})
+    ev = event(
+        "load_finished",
+        T0,
+        pid=4242,
+        **{
+            f"measured_{GPU}": measured,
+            f"estimate_{GPU}": 10 * GIB,
+            "measured_host": GIB,
+            "estimate_host": GIB,
+        },
+    )
     state, changes = evaluate(S, snap(T0, events=(ev,), processes=(PROC,)), AlertState(), T0)
     assert [(c.kind, c.alert.rule, c.alert.level) for c in changes] == expected
     if expected:
         alert = changes[0].alert
         assert alert.subject == GPU
-        assert alert.message == (f"memory surprise: llama-server[4242] uses 12.1 GiB on {GPU},"
-                                 " 2.1 GiB (21%) more than the 10.0 GiB estimated")
+        assert alert.message == (
+            f"memory surprise: llama-server[4242] uses 12.1 GiB on {GPU},"
+            " 2.1 GiB (21%) more than the 10.0 GiB estimated"
+        )
 
 
 def test_surprise_pct_setting() -> None:
-    ev = event("load_finished", T0, pid=4242, measured_host=int(10.6 * GIB),
-               estimate_host=10 * GIB)
+    ev = event("load_finished", T0, pid=4242, measured_host=int(10.6 * GIB), estimate_host=10 * GIB)
     loose = evaluate(S, snap(T0, events=(ev,)), AlertState(), T0)[1]
     tight = evaluate(AlertSettings(surprise_pct=5), snap(T0, events=(ev,)), AlertState(), T0)[1]
     assert loose == [] and [c.alert.subject for c in tight] == ["host"]
 
 
-@pytest.mark.parametrize("unclean, expected", [(True, [("fired", "unclean_restart", "warning")]),
-                                               (False, []), (None, [])])
+@pytest.mark.parametrize(
+    "unclean, expected",
+    [(True, [("fired", "unclean_restart", "warning")]), (False, []), (None, [])],
+)
 def test_unclean_restart(unclean: bool | None, expected: list[tuple[str, str, str]]) -> None:
     data: dict[str, Any] = {"pid": 99}
     if unclean is not None:
@@ -374,8 +427,11 @@ def url(server: ThreadingHTTPServer, path: str) -> str:
     return f"json://127.0.0.1:{server.server_address[1]}{path}"
 
 
-def received(server: ThreadingHTTPServer, n: int, timeout: float = 8.0,
-             ) -> list[tuple[str, dict[str, Any]]]:
+def received(
+    server: ThreadingHTTPServer,
+    n: int,
+    timeout: float = 8.0,
+) -> list[tuple[str, dict[str, Any]]]:
     """The first ``n`` posts, waiting at most ``timeout``; fewer if they never came."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -393,8 +449,12 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def change(kind: str, level: str = "warning", key: str = f"pressure:{GPU}",
-           message: str = "GPU memory at 91.0%: 21.8 of 24.0 GiB used") -> AlertChange:
+def change(
+    kind: str,
+    level: str = "warning",
+    key: str = f"pressure:{GPU}",
+    message: str = "GPU memory at 91.0%: 21.8 of 24.0 GiB used",
+) -> AlertChange:
     alert = Alert(key, "pressure", level, GPU, message, {"pct": 91.0})  # type: ignore[arg-type]
     return AlertChange(kind, alert, T0)  # type: ignore[arg-type]
 
@@ -417,15 +477,16 @@ def test_apprise_json_delivery_cooldown_and_resolve(receiver: ThreadingHTTPServe
         assert notifier.flush(8)
         got = received(receiver, 3)
         assert [(p["title"], p["message"]) for _, p in got] == [
-            (f"[vramscope] warning: memory pressure ({GPU})",
-             "GPU memory at 91.0%: 21.8 of 24.0 GiB used"),
+            (
+                f"[vramscope] warning: memory pressure ({GPU})",
+                "GPU memory at 91.0%: 21.8 of 24.0 GiB used",
+            ),
             (f"[vramscope] critical: memory pressure ({GPU})", "at 98.0%"),
             (f"[vramscope] resolved: memory pressure ({GPU})", "resolved: at 80.0%"),
         ]
         time.sleep(0.2)
         assert len(received(receiver, 4, timeout=0.1)) == 3
-        assert (notifier.stats.sent, notifier.stats.suppressed, notifier.stats.failed) == (
-            3, 3, 0)
+        assert (notifier.stats.sent, notifier.stats.suppressed, notifier.stats.failed) == (3, 3, 0)
     finally:
         notifier.close()
 
@@ -449,10 +510,15 @@ def test_command_hook_gets_the_change_as_json(tmp_path: Path) -> None:
 
 def test_send_test_reports_each_channel(receiver: ThreadingHTTPServer) -> None:
     port = receiver.server_address[1]
-    notifier = Notifier([f"json://vram:s3cret@127.0.0.1:{port}/t",
-                         f"json://127.0.0.1:{closed_port()}/x",
-                         "notascheme://nothing"],
-                        command="echo 'no such channel' >&2; exit 3", timeout_s=2)
+    notifier = Notifier(
+        [
+            f"json://vram:s3cret@127.0.0.1:{port}/t",
+            f"json://127.0.0.1:{closed_port()}/x",
+            "notascheme://nothing",
+        ],
+        command="echo 'no such channel' >&2; exit 3",
+        timeout_s=2,
+    )
     try:
         results = notifier.send_test()
         assert len(results) == 4
@@ -480,11 +546,12 @@ def test_command_hook_timeout_is_a_failure() -> None:
 
 @pytest.mark.parametrize("bad", ["closed_port", "slow_receiver"])
 def test_failing_channel_never_delays_submit_or_the_others(
-        receiver: ThreadingHTTPServer, bad: str) -> None:
-    bad_url = (f"json://127.0.0.1:{closed_port()}/x" if bad == "closed_port"
-               else url(receiver, "/slow"))
-    notifier = Notifier([bad_url, url(receiver, "/good")], retries=2, backoff_s=0.2,
-                        timeout_s=1.0)
+    receiver: ThreadingHTTPServer, bad: str
+) -> None:
+    bad_url = (
+        f"json://127.0.0.1:{closed_port()}/x" if bad == "closed_port" else url(receiver, "/slow")
+    )
+    notifier = Notifier([bad_url, url(receiver, "/good")], retries=2, backoff_s=0.2, timeout_s=1.0)
     try:
         slowest = 0.0
         for i in range(5):
@@ -505,9 +572,9 @@ def test_failing_channel_never_delays_submit_or_the_others(
 
 
 def test_failing_channel_first_notice_arrives_within_one_timeout(
-        receiver: ThreadingHTTPServer) -> None:
-    notifier = Notifier([url(receiver, "/slow"), url(receiver, "/good")], retries=0,
-                        timeout_s=1.0)
+    receiver: ThreadingHTTPServer,
+) -> None:
+    notifier = Notifier([url(receiver, "/slow"), url(receiver, "/good")], retries=0, timeout_s=1.0)
     try:
         start = time.monotonic()
         notifier.submit(change("fired"))
@@ -556,8 +623,9 @@ def test_retries_run_out_and_count_failed() -> None:
 
 def test_full_queue_drops_the_oldest_and_counts(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    notifier = Notifier([], command=f"sleep 0.3; cat >> {log}; echo >> {log}", queue_size=2,
-                        timeout_s=5)
+    notifier = Notifier(
+        [], command=f"sleep 0.3; cat >> {log}; echo >> {log}", queue_size=2, timeout_s=5
+    )
     try:
         for i in range(6):
             notifier.submit(change("fired", key=f"k{i}"))

@@ -40,8 +40,9 @@ class _Receiver(BaseHTTPRequestHandler):
         pass
 
 
-def receiver(delay_s: float = 0.0, gate: threading.Event | None = None
-             ) -> tuple[ThreadingHTTPServer, str]:
+def receiver(
+    delay_s: float = 0.0, gate: threading.Event | None = None
+) -> tuple[ThreadingHTTPServer, str]:
     handler = type("R", (_Receiver,), {"delay_s": delay_s, "gate": gate, "bodies": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -64,13 +65,18 @@ def kinds(ctx: DaemonContext) -> list[str]:
 def test_reloaded_threshold_takes_effect_and_reaches_the_channel(tmp_path: Path) -> None:
     server, url = receiver()
     try:
-        ctx = context(tmp_path, f'[alerts]\nurls = ["{url}"]\npressure_warning_pct = 99.9\n'
-                                'pressure_critical_pct = 99.95\nhold_s = 0\n')
+        ctx = context(
+            tmp_path,
+            f'[alerts]\nurls = ["{url}"]\npressure_warning_pct = 99.9\n'
+            "pressure_critical_pct = 99.95\nhold_s = 0\n",
+        )
         tick(ctx)
         assert "alert_fired" not in kinds(ctx)  # host RAM is nowhere near 99.9 % here
-        (tmp_path / "c.toml").write_text(f'[alerts]\nurls = ["{url}"]\n'
-                                         'pressure_warning_pct = 0.5\n'
-                                         'pressure_critical_pct = 99.95\nhold_s = 0\n')
+        (tmp_path / "c.toml").write_text(
+            f'[alerts]\nurls = ["{url}"]\n'
+            "pressure_warning_pct = 0.5\n"
+            "pressure_critical_pct = 99.95\nhold_s = 0\n"
+        )
         assert reload_config(ctx)
         time.sleep(0.002)
         tick(ctx)
@@ -90,8 +96,9 @@ def test_a_slow_channel_never_delays_a_tick(tmp_path: Path) -> None:
     gate = threading.Event()
     server, url = receiver(gate=gate)
     try:
-        ctx = context(tmp_path, f'[alerts]\nurls = ["{url}"]\npressure_warning_pct = 0.5\n'
-                                'hold_s = 0\n')
+        ctx = context(
+            tmp_path, f'[alerts]\nurls = ["{url}"]\npressure_warning_pct = 0.5\nhold_s = 0\n'
+        )
         tick(ctx)  # returns while the receiver still holds the request
         assert "alert_fired" in kinds(ctx)
         notifier = ctx.alerts.notifier
@@ -126,11 +133,17 @@ def test_unclean_restart_is_noticed(tmp_path: Path, wait_for_ticks) -> None:
     second.wait(timeout=20)
     import sqlite3
 
-    rows = sqlite3.connect(db).execute(
-        "SELECT kind, data FROM events WHERE kind IN ('daemon_started', 'alert_fired')"
-        " ORDER BY id").fetchall()
-    unclean = [r for r in rows if r[0] == "daemon_started" and r[1] and
-               json.loads(r[1]).get("unclean")]
+    rows = (
+        sqlite3.connect(db)
+        .execute(
+            "SELECT kind, data FROM events WHERE kind IN ('daemon_started', 'alert_fired')"
+            " ORDER BY id"
+        )
+        .fetchall()
+    )
+    unclean = [
+        r for r in rows if r[0] == "daemon_started" and r[1] and json.loads(r[1]).get("unclean")
+    ]
     assert len(unclean) == 1
     fired = [json.loads(r[1]) for r in rows if r[0] == "alert_fired"]
     assert any(f.get("rule") == "unclean_restart" for f in fired), fired
@@ -142,9 +155,13 @@ def test_alerts_test_command(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[alerts]\nurls = ["{url}"]\ncommand = "cat > {out}"\n')
     try:
-        result = subprocess.run([sys.executable, "-m", "monitor", "alerts", "test", "--config",
-                                 str(cfg)], cwd=ROOT, capture_output=True, text=True,
-                                timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "monitor", "alerts", "test", "--config", str(cfg)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stdout + result.stderr
@@ -152,7 +169,12 @@ def test_alerts_test_command(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["kind"] in ("test", "fired")
     empty = tmp_path / "e.toml"
     empty.write_text("")
-    none = subprocess.run([sys.executable, "-m", "monitor", "alerts", "test", "--config",
-                           str(empty)], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ})
+    none = subprocess.run(
+        [sys.executable, "-m", "monitor", "alerts", "test", "--config", str(empty)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert none.returncode == 2 and "no alert channels" in none.stderr

@@ -86,14 +86,18 @@ def poll(what: str, check, daemon: subprocess.Popen[str], timeout_s: float = 60.
 def estimate_rows(db: Path, pid: int) -> int:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
-        return conn.execute("SELECT count(*) FROM estimates e JOIN processes p ON"
-                            " p.id = e.process_id WHERE p.pid = ?", (pid,)).fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM estimates e JOIN processes p ON"
+            " p.id = e.process_id WHERE p.pid = ?",
+            (pid,),
+        ).fetchone()[0]
     finally:
         conn.close()
 
 
 def test_a_remote_tui_and_metrics_show_the_daemons_estimate_after_the_model_file_is_gone(
-        tmp_path: Path, stop_with_sigterm) -> None:
+    tmp_path: Path, stop_with_sigterm
+) -> None:
     """The done-when of issue 15 point 3, on real parts end to end."""
     (tmp_path / "models").mkdir()
     model = tiny_models.write_llama(tmp_path / "models" / "x.gguf").path
@@ -114,21 +118,47 @@ def test_a_remote_tui_and_metrics_show_the_daemons_estimate_after_the_model_file
         expected = assess(info, devices_from_samples(snap.devices, 300 * 1024**2), 0)
         assert expected is not None and expected.estimate is not None
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2",
-             "--config", str(cfg)], cwd=ROOT, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "daemon",
+                "--db",
+                str(db),
+                "--interval",
+                "0.2",
+                "--config",
+                str(cfg),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            doc = poll("the daemon's estimate", lambda: next(
-                (e for e in json.loads(get(f"{url}/api/v1/estimates"))["estimates"]
-                 if e["pid"] == server.pid), None), daemon)
+            doc = poll(
+                "the daemon's estimate",
+                lambda: next(
+                    (
+                        e
+                        for e in json.loads(get(f"{url}/api/v1/estimates"))["estimates"]
+                        if e["pid"] == server.pid
+                    ),
+                    None,
+                ),
+                daemon,
+            )
             assert doc["error"] is None and doc["estimator_version"] == ESTIMATOR_VERSION
             model.unlink()  # from now on nothing can read it: not here, not the daemon
             first_rows = estimate_rows(db, server.pid)
             ticks_then = _ticks(db)
             poll("five more ticks", lambda: _ticks(db) >= ticks_then + 5, daemon)
 
-            by_device = poll("the estimate metric",
-                             lambda: estimate_metric(get(f"{url}/metrics"), server.pid), daemon)
+            by_device = poll(
+                "the estimate metric",
+                lambda: estimate_metric(get(f"{url}/metrics"), server.pid),
+                daemon,
+            )
             assert by_device == {d: float(b) for d, b in expected.by_device.items()}
 
             frame = RemoteSource(url).latest()
@@ -138,8 +168,9 @@ def test_a_remote_tui_and_metrics_show_the_daemons_estimate_after_the_model_file
             assert row.model == "x.gguf" and row.ctx_slots.startswith("512×")
             assert row.measured_bytes is not None  # judged from the remote tick
             # what the remote source did before: estimate here, from a file that is gone
-            (local,) = [r for r in FrameBuilder().build(frame.snapshot).models
-                        if r.pid == server.pid]
+            (local,) = [
+                r for r in FrameBuilder().build(frame.snapshot).models if r.pid == server.pid
+            ]
             assert local.estimate_bytes is None and "unknown model" in local.flags
             assert first_rows == 1 and estimate_rows(db, server.pid) == 1  # once, not per tick
 
@@ -168,16 +199,27 @@ T0 = 1_767_225_600_000
 
 
 def _snap(ts: int, procs: list[ProcessInfo], rss: int = GIB) -> Snapshot:
-    host = DeviceSample("host", "procfs", "linux", "host RAM", "host", 64 * GIB, 20 * GIB,
-                        available_bytes=44 * GIB, free_bytes=44 * GIB)
-    memory = tuple(ProcessMemory(p.pid, "host", rss_anon_bytes=rss, rss_file_bytes=0)
-                   for p in procs)
+    host = DeviceSample(
+        "host",
+        "procfs",
+        "linux",
+        "host RAM",
+        "host",
+        64 * GIB,
+        20 * GIB,
+        available_bytes=44 * GIB,
+        free_bytes=44 * GIB,
+    )
+    memory = tuple(
+        ProcessMemory(p.pid, "host", rss_anon_bytes=rss, rss_file_bytes=0) for p in procs
+    )
     return Snapshot(ts, (host,), tuple(procs), memory, (), (), ())
 
 
 def _server(argv: list[str], pid: int = 4242) -> ProcessInfo:
-    return ProcessInfo(pid, 9999, T0 - 60_000, 1, 1000, "llama-server", tuple(argv),
-                       "llama.cpp", ("inference",))
+    return ProcessInfo(
+        pid, 9999, T0 - 60_000, 1, 1000, "llama-server", tuple(argv), "llama.cpp", ("inference",)
+    )
 
 
 @pytest.fixture
@@ -187,7 +229,8 @@ def model(tmp_path: Path) -> Path:
 
 
 def test_the_daemon_assesses_a_server_once_per_launch_not_every_tick(
-        tmp_path: Path, model: Path) -> None:
+    tmp_path: Path, model: Path
+) -> None:
     reads: list[str] = []
 
     def counting(path: str):  # noqa: ANN202 - the real reader, counted
@@ -277,7 +320,8 @@ def test_the_threaded_assessor_never_holds_up_a_tick(tmp_path: Path, model: Path
 
 
 def test_the_database_source_shows_stored_estimates_and_reads_no_model(
-        tmp_path: Path, model: Path) -> None:
+    tmp_path: Path, model: Path
+) -> None:
     db = tmp_path / "v.db"
     store = Store.open(db)
     assessor = Assessor(tmp_path / "no-proc", threaded=False)
@@ -303,8 +347,9 @@ def test_the_database_source_shows_stored_estimates_and_reads_no_model(
         assert rows[server.pid].measured_bytes == 3 * GIB
         diag = rows[server.pid].diagnosis
         assert diag is not None and diag.measured_bytes == 3 * GIB  # judged for this tick
-        assert diag.verdict == ("over" if expected.estimate.total_bytes() * 1.2 < 3 * GIB
-                                else "as_expected")
+        assert diag.verdict == (
+            "over" if expected.estimate.total_bytes() * 1.2 < 3 * GIB else "as_expected"
+        )
         # a model the daemon could not read: unknown, with the daemon's reason
         assert rows[unknown.pid].estimate_bytes is None
         assert "absent.gguf" in (rows[unknown.pid].error or "")
@@ -319,8 +364,7 @@ def test_the_database_source_shows_stored_estimates_and_reads_no_model(
 # -- the served form --------------------------------------------------------------------------
 
 
-def test_an_assessment_survives_its_json_and_hostile_documents_are_refused(
-        model: Path) -> None:
+def test_an_assessment_survives_its_json_and_hostile_documents_are_refused(model: Path) -> None:
     server = _server(["llama-server", "-m", str(model), "-c", "512", "-ctk", "q8_0"])
     a = assess(server, [], T0)
     assert a is not None and a.estimate is not None and a.error is None
@@ -334,12 +378,13 @@ def test_an_assessment_survives_its_json_and_hostile_documents_are_refused(
 
     good = json.loads(json.dumps(doc))
     for path, value, message in (
-            (("estimates", 0, "estimate", "components", 0, "bytes"), -1, "bytes"),
-            (("estimates", 0, "estimate", "components", 0, "when"), "later", "when"),
-            (("estimates", 0, "launch", "model"), "x" * 5000, "launch.model"),
-            (("estimates", 0, "pid"), True, "pid"),
-            (("estimates", 0, "estimate", "components"), [{}] * 600, "components"),
-            (("schema",), "other/1", "schema")):
+        (("estimates", 0, "estimate", "components", 0, "bytes"), -1, "bytes"),
+        (("estimates", 0, "estimate", "components", 0, "when"), "later", "when"),
+        (("estimates", 0, "launch", "model"), "x" * 5000, "launch.model"),
+        (("estimates", 0, "pid"), True, "pid"),
+        (("estimates", 0, "estimate", "components"), [{}] * 600, "components"),
+        (("schema",), "other/1", "schema"),
+    ):
         bad = json.loads(json.dumps(good))
         target = bad
         for step in path[:-1]:
@@ -353,8 +398,9 @@ def test_an_assessment_survives_its_json_and_hostile_documents_are_refused(
         assessments_from_document(bad)
 
 
-def test_the_api_serves_what_the_daemon_assessed_and_nothing_else(tmp_path: Path,
-                                                                  model: Path) -> None:
+def test_the_api_serves_what_the_daemon_assessed_and_nothing_else(
+    tmp_path: Path, model: Path
+) -> None:
     from monitor.config import Config
     from monitor.http import HttpServer
 
@@ -364,8 +410,14 @@ def test_the_api_serves_what_the_daemon_assessed_and_nothing_else(tmp_path: Path
     assert a is not None
     served = {"now": {(a.pid, a.start_ticks): a}}
     Store.open(tmp_path / "v.db").close()  # the events the remote source reads too
-    http = HttpServer("127.0.0.1:0", None, lambda: snap, tmp_path / "v.db",
-                      Config(db_path=tmp_path / "v.db"), assessments=lambda: served["now"])
+    http = HttpServer(
+        "127.0.0.1:0",
+        None,
+        lambda: snap,
+        tmp_path / "v.db",
+        Config(db_path=tmp_path / "v.db"),
+        assessments=lambda: served["now"],
+    )
     http.start()
     url = f"http://127.0.0.1:{http.address[1]}"
     try:
@@ -388,8 +440,7 @@ def test_the_api_serves_what_the_daemon_assessed_and_nothing_else(tmp_path: Path
         RemoteSource(url, timeout_s=1).latest()
 
 
-def test_retention_drops_the_estimates_of_processes_it_forgets(tmp_path: Path,
-                                                               model: Path) -> None:
+def test_retention_drops_the_estimates_of_processes_it_forgets(tmp_path: Path, model: Path) -> None:
     from monitor.store.retention import Retention
 
     db = tmp_path / "v.db"

@@ -26,10 +26,33 @@ GIB = 1024**3
 def tick(ts_ms: int) -> Snapshot:
     return Snapshot(
         ts_ms,
-        (DeviceSample("drm:0000:c3:00.0", "drm", "amd", "Strix", "unified", 96 * GIB, GIB,
-                      gtt_used_bytes=GIB, mig_enabled=None, util_pct=12.5),),
-        (ProcessInfo(7, 70, 1_700_000_000_000, 1, 1000, "llama-server",
-                     ("llama-server", "-m", "m.gguf"), "llama.cpp", ("inference", "gpu")),),
+        (
+            DeviceSample(
+                "drm:0000:c3:00.0",
+                "drm",
+                "amd",
+                "Strix",
+                "unified",
+                96 * GIB,
+                GIB,
+                gtt_used_bytes=GIB,
+                mig_enabled=None,
+                util_pct=12.5,
+            ),
+        ),
+        (
+            ProcessInfo(
+                7,
+                70,
+                1_700_000_000_000,
+                1,
+                1000,
+                "llama-server",
+                ("llama-server", "-m", "m.gguf"),
+                "llama.cpp",
+                ("inference", "gpu"),
+            ),
+        ),
         (ProcessMemory(7, "drm:0000:c3:00.0", gtt_bytes=GIB),),
         (HiddenProcess(9, "permission denied", comm="x"),),
         (ExitedProcess(8, 80, ts_ms - 1000, "vanished"),),

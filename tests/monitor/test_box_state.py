@@ -55,8 +55,9 @@ def live(tmp_path: Path):  # noqa: ANN201
     with fake_server.running(argv, cwd=tmp_path) as server:
         draft = subprocess.Popen(["sleep", "600"])
         try:
-            nvml_fake.install(scenario, {"llama": server.pid, "draft": draft.pid,
-                                         "ghost": _pid_max() + 7})
+            nvml_fake.install(
+                scenario, {"llama": server.pid, "draft": draft.pid, "ghost": _pid_max() + 7}
+            )
             sampler = Sampler(Roots(), CollectorOptions(pss_per_tick=0))
             try:
                 state = box_state(Live(sampler=sampler))
@@ -100,8 +101,13 @@ def test_every_origin_gives_the_same_box_state(live, tmp_path: Path) -> None:
     # and of a hidden process only its device, bytes and reason (not the advice text, nor
     # a hidden process that holds no device memory)
     assert from_db.snapshot.cgroups == ()
-    recorded = replace(snap, cgroups=(), hidden=tuple(
-        replace(h, hint=None, comm=None) for h in snap.hidden if h.device_id is not None))
+    recorded = replace(
+        snap,
+        cgroups=(),
+        hidden=tuple(
+            replace(h, hint=None, comm=None) for h in snap.hidden if h.device_id is not None
+        ),
+    )
     assert from_db == box_state(Daemon(recorded))
     conn = open_readonly(db)
     try:  # the same tick on an open connection (the post-mortem's way in)
@@ -128,8 +134,10 @@ def test_a_different_box_is_a_different_state(live) -> None:
     the margin the picture was drawn with is part of it."""
     state, server_pid, _ = live
     snap = state.snapshot
-    memory = tuple(replace(m, vram_bytes=m.vram_bytes + 1)
-                   if m.pid == server_pid and m.vram_bytes else m for m in snap.memory)
+    memory = tuple(
+        replace(m, vram_bytes=m.vram_bytes + 1) if m.pid == server_pid and m.vram_bytes else m
+        for m in snap.memory
+    )
     assert box_state(Daemon(replace(snap, memory=memory))) != state
     assert box_state(Daemon(snap), margin_bytes=state.margin_bytes + 1) != state
     assert box_state(Daemon(replace(snap, events=(), exited=(), runs=()))) == state
@@ -137,8 +145,9 @@ def test_a_different_box_is_a_different_state(live) -> None:
 
 def test_the_options_choose_the_origin(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
-    assert chosen_origin(Roots(), None, db, state=tmp_path / "s.json", at="1000") == \
-        StatusFile(tmp_path / "s.json")
+    assert chosen_origin(Roots(), None, db, state=tmp_path / "s.json", at="1000") == StatusFile(
+        tmp_path / "s.json"
+    )
     assert chosen_origin(Roots(), None, db, at="1000") == DatabaseMoment(db, 1000)
     assert isinstance(chosen_origin(Roots(), ("procfs",), db), Live)
     with pytest.raises(ValueError, match="cannot read the time"):

@@ -32,14 +32,12 @@ def reading(roots: Roots) -> dict[str, object]:
     finally:
         sampler.close()
     return {
-        "devices": sorted(json.dumps(dataclasses.asdict(d), sort_keys=True)
-                          for d in snap.devices),
-        "processes": sorted(json.dumps(dataclasses.asdict(p), sort_keys=True)
-                            for p in snap.processes),
-        "memory": sorted(json.dumps(dataclasses.asdict(m), sort_keys=True)
-                         for m in snap.memory),
-        "hidden": sorted(json.dumps(dataclasses.asdict(h), sort_keys=True)
-                         for h in snap.hidden),
+        "devices": sorted(json.dumps(dataclasses.asdict(d), sort_keys=True) for d in snap.devices),
+        "processes": sorted(
+            json.dumps(dataclasses.asdict(p), sort_keys=True) for p in snap.processes
+        ),
+        "memory": sorted(json.dumps(dataclasses.asdict(m), sort_keys=True) for m in snap.memory),
+        "hidden": sorted(json.dumps(dataclasses.asdict(h), sort_keys=True) for h in snap.hidden),
     }
 
 
@@ -67,8 +65,10 @@ def test_a_capture_of_this_machine_keeps_secrets_off(tmp_path: Path) -> None:
     private = tmp_path / "private-notes.txt"
     private.write_text("x")
     code = "import os, time; f = open(os.environ['NOTES']); time.sleep(60)"
-    child = subprocess.Popen([str(exe), "-c", code, "--api-key", SECRET, "-m", "/m/x.gguf"],
-                             env={**os.environ, "HF_TOKEN": SECRET, "NOTES": str(private)})
+    child = subprocess.Popen(
+        [str(exe), "-c", code, "--api-key", SECRET, "-m", "/m/x.gguf"],
+        env={**os.environ, "HF_TOKEN": SECRET, "NOTES": str(private)},
+    )
     try:
         time.sleep(0.5)
         result = capture(Roots(), tmp_path / "cap", nvml=False)
@@ -130,8 +130,12 @@ def test_capture_command(tmp_path: Path) -> None:
     roots = ["--proc-root", str(fixture / "proc"), "--sys-root", str(fixture / "sys")]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "monitor", "capture", *args, *roots],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "monitor", "capture", *args, *roots],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     done = run(str(tmp_path / "c"), "--json")
     assert done.returncode == 0, done.stderr
@@ -182,11 +186,12 @@ def plant_during_sample(monkeypatch: pytest.MonkeyPatch, plant) -> None:  # noqa
     monkeypatch.setattr(RealSampler, "sample", sample)
 
 
-@pytest.mark.parametrize("where", ["proc-dir", "sys-dir", "file-inside", "manifest",
-                                   "manifest-dangling"])
+@pytest.mark.parametrize(
+    "where", ["proc-dir", "sys-dir", "file-inside", "manifest", "manifest-dangling"]
+)
 def test_links_planted_during_a_capture_are_never_followed(
-        tmp_path: Path, victim: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
-        where: str) -> None:
+    tmp_path: Path, victim: dict[str, Path], monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
     out = tmp_path / "cap"
 
     def plant() -> None:
@@ -245,7 +250,8 @@ def test_an_empty_folder_of_ours_is_still_accepted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("dangling", [False, True])
 def test_an_archive_path_that_is_a_link_is_never_written(
-        tmp_path: Path, victim: dict[str, Path], dangling: bool) -> None:
+    tmp_path: Path, victim: dict[str, Path], dangling: bool
+) -> None:
     (tmp_path / "box.tar.gz").symlink_to(victim["chosen"] if dangling else victim["file"])
     with pytest.raises(CaptureError, match="box.tar.gz"):
         capture(STRIX, tmp_path / "box", nvml=False, archive=True)
@@ -258,27 +264,34 @@ def test_the_archive_holds_links_as_links_and_unreadable_files_empty(tmp_path: P
     with tarfile.open(result.archive) as tar:
         members = {m.name: m for m in tar.getmembers()}
         links = [m for m in members.values() if m.issym()]
-        assert links and all(m.linkname.startswith("/dev/dri/") or m.linkname == OMITTED_LINK
-                             for m in links)
+        assert links and all(
+            m.linkname.startswith("/dev/dri/") or m.linkname == OMITTED_LINK for m in links
+        )
         meminfo = tar.extractfile("box/proc/meminfo")
         assert meminfo is not None
         assert meminfo.read() == (tmp_path / "box" / "proc" / "meminfo").read_bytes()
     assert members["box"].isdir() and members["box/proc"].isdir()
 
 
-def test_the_command_refuses_planted_links_with_one_line(tmp_path: Path,
-                                                        victim: dict[str, Path]) -> None:
+def test_the_command_refuses_planted_links_with_one_line(
+    tmp_path: Path, victim: dict[str, Path]
+) -> None:
     fixture = FIXTURES / "strix-halo"
     roots = ["--proc-root", str(fixture / "proc"), "--sys-root", str(fixture / "sys")]
     (tmp_path / "box.tar.gz").symlink_to(victim["file"])
     (tmp_path / "linked").symlink_to(victim["dir"])
     for folder, extra in ((tmp_path / "box", ["--archive"]), (tmp_path / "linked", [])):
-        done = subprocess.run([sys.executable, "-m", "monitor", "capture", str(folder),
-                               *extra, *roots], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", "capture", str(folder), *extra, *roots],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("vramscope: error:")
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     untouched(victim)
+
 
 def test_the_printed_replay_command_runs(tmp_path: Path) -> None:
     """Run exactly the `replay:` line the capture printed, from another folder: a capture
@@ -291,10 +304,26 @@ def test_the_printed_replay_command_runs(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "monitor", "capture", "my box", "--no-nvml", "--config",
-         str(config), "--proc-root", str(FIXTURES / "strix-halo" / "proc"), "--sys-root",
-         str(FIXTURES / "strix-halo" / "sys")],
-        capture_output=True, text=True, timeout=60, cwd=work, env=env)
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "capture",
+            "my box",
+            "--no-nvml",
+            "--config",
+            str(config),
+            "--proc-root",
+            str(FIXTURES / "strix-halo" / "proc"),
+            "--sys-root",
+            str(FIXTURES / "strix-halo" / "sys"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=work,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert (work / "my box" / "sys").is_dir()  # nothing under /sys was read: still there
     line = next(x for x in done.stdout.splitlines() if x.startswith("replay: "))
@@ -302,7 +331,13 @@ def test_the_printed_replay_command_runs(tmp_path: Path) -> None:
     assert argv[:2] == ["vramscope", "status"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    replay = subprocess.run([sys.executable, "-m", "monitor", *argv[1:]], capture_output=True,
-                            text=True, timeout=60, cwd=elsewhere, env=env)
+    replay = subprocess.run(
+        [sys.executable, "-m", "monitor", *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=elsewhere,
+        env=env,
+    )
     assert replay.returncode == 0, replay.stderr
     assert "host" in replay.stdout.lower()

@@ -15,8 +15,13 @@ SCHEMA = json.loads((ROOT / "docs" / "status.schema.json").read_text())
 
 
 def vramscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_status_json_follows_the_schema_and_sees_this_process() -> None:
@@ -30,8 +35,11 @@ def test_status_json_follows_the_schema_and_sees_this_process() -> None:
     runs = {r["collector"]: r["status"] for r in doc["collectors"]}
     assert runs["procfs"] == "ok"
     assert runs["drm"] in {"ok", "nodata"}
-    assert all(p["memory"]["host"]["rss_anon_bytes"] >= 0 for p in doc["processes"]
-               if "host" in p["memory"])
+    assert all(
+        p["memory"]["host"]["rss_anon_bytes"] >= 0
+        for p in doc["processes"]
+        if "host" in p["memory"]
+    )
 
 
 def test_status_table_is_readable() -> None:
@@ -56,8 +64,14 @@ def test_doctor_explains_each_collector() -> None:
     assert "collector drm" in result.stdout
     checks = json.loads(vramscope("doctor", "--json").stdout)
     names = {c["name"] for c in checks}
-    assert {"kernel", "privileges", "collector procfs", "collector drm", "collector nvml",
-            "database"} <= names
+    assert {
+        "kernel",
+        "privileges",
+        "collector procfs",
+        "collector drm",
+        "collector nvml",
+        "database",
+    } <= names
     nvml = next(c for c in checks if c["name"] == "collector nvml")
     assert "libnvidia-ml.so.1 not found" in nvml["detail"]  # this machine has no NVIDIA driver
     assert all(c["level"] in {"ok", "info", "warn", "fail"} for c in checks)
@@ -139,8 +153,11 @@ def test_default_database_goes_to_the_users_state_dir(tmp_path: Path) -> None:
     env.pop("STATE_DIRECTORY", None)
     code = "from monitor.config import load; print(load().db_path)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    expected = ("/var/lib/vramscope/vramscope.db" if os.geteuid() == 0
-                else f"{tmp_path}/state/vramscope/{config.DB_NAME}")
+    expected = (
+        "/var/lib/vramscope/vramscope.db"
+        if os.geteuid() == 0
+        else f"{tmp_path}/state/vramscope/{config.DB_NAME}"
+    )
     assert out.stdout.strip() == expected
     env["STATE_DIRECTORY"] = str(tmp_path / "svc")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -17,8 +17,13 @@ X = "/nonexistent/x.gguf"
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True,
-                              text=True, timeout=30, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-c", ENTRY, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:  # the TUI started (and spun) instead of refusing
         pytest.fail(f"vramscope {' '.join(args)} did not exit")
 
@@ -48,8 +53,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("args", "names"), BAD, ids=[" ".join(a[:3])[:40] for a, _ in BAD])
-def test_a_bad_number_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
-                                             names: str) -> None:
+def test_a_bad_number_is_one_line_and_exit_2(tmp_path: Path, args: list[str], names: str) -> None:
     db = tmp_path / "v.db"
     cut = args.index("--") if "--" in args else len(args)
     result = vramscope(*args[:cut], "--db", str(db), *args[cut:])
@@ -60,14 +64,18 @@ def test_a_bad_number_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
     assert not db.exists()  # refused before anything opened the database
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[budgets]\n'm.gguf' = nan\n", "must be a positive number"),
-    ("[budgets]\n'm.gguf' = inf\n", "must be a positive number"),
-    ("[daemon]\ninterval_s = nan\n", "interval_s = nan is outside"),
-    ("[collectors]\nrescan_s = -inf\n", "rescan_s = -inf is outside"),
-])
-def test_a_bad_number_in_the_config_is_one_line_and_exit_2(tmp_path: Path, text: str,
-                                                           message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[budgets]\n'm.gguf' = nan\n", "must be a positive number"),
+        ("[budgets]\n'm.gguf' = inf\n", "must be a positive number"),
+        ("[daemon]\ninterval_s = nan\n", "interval_s = nan is outside"),
+        ("[collectors]\nrescan_s = -inf\n", "rescan_s = -inf is outside"),
+    ],
+)
+def test_a_bad_number_in_the_config_is_one_line_and_exit_2(
+    tmp_path: Path, text: str, message: str
+) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text(text)
     result = vramscope("status", "--config", str(cfg))

@@ -24,9 +24,10 @@ SAMPLE_TABLES = ("devices", "device_samples", "processes", "process_samples", "c
 
 def start_daemon(db: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2",
-         *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -63,8 +64,9 @@ def test_daemon_samples_then_exits_0_on_sigterm(tmp_path: Path, stop_with_sigter
     # The start line names the collectors that apply here (those whose first run found
     # their hardware or library), not every enabled one.
     first = conn.execute("SELECT min(ts_ms) FROM collector_runs").fetchone()[0]
-    runs = dict(conn.execute("SELECT collector, status FROM collector_runs WHERE ts_ms = ?",
-                             (first,)))
+    runs = dict(
+        conn.execute("SELECT collector, status FROM collector_runs WHERE ts_ms = ?", (first,))
+    )
     here = [name for name, st in runs.items() if st != "nodata"]
     absent = [name for name, st in runs.items() if st == "nodata"]
     line = next(x for x in err.splitlines() if "sampling every 0.2 s into" in x)
@@ -91,8 +93,9 @@ def test_kill_9_keeps_every_committed_tick(tmp_path: Path) -> None:
         proc.kill()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0] >= \
-        committed
+    assert (
+        conn.execute("SELECT count(DISTINCT ts_ms) FROM device_samples").fetchone()[0] >= committed
+    )
     conn.close()
     # And a new daemon takes over the same file (the lock died with the process).
     again = start_daemon(db)
@@ -114,8 +117,7 @@ def test_second_daemon_on_the_same_database_is_refused(tmp_path: Path) -> None:
         _, err = second.communicate(timeout=20)
         assert second.returncode == 2
         assert err.strip().splitlines() == [
-            f"vramscope: error: another vramscope daemon (pid {first.pid}) is already "
-            f"writing {db}"
+            f"vramscope: error: another vramscope daemon (pid {first.pid}) is already writing {db}"
         ]
         assert lock_holder(db) == first.pid
     finally:
@@ -185,8 +187,9 @@ sys.exit(daemon.run(config.load(db=Path(sys.argv[1]), interval_s=0.2)))
 
 def test_sigterm_during_a_slow_tick_commits_that_tick(tmp_path: Path) -> None:
     db, marker = tmp_path / "v.db", tmp_path / "in-flight"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_DAEMON, str(db), str(marker)],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_DAEMON, str(db), str(marker)], stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 20
         while not marker.exists() and time.monotonic() < deadline:
@@ -201,8 +204,12 @@ def test_sigterm_during_a_slow_tick_commits_that_tick(tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     last = conn.execute("SELECT max(ts_ms) FROM collector_runs WHERE collector='slow'")
     assert last.fetchone()[0] == in_flight  # the tick that was running when SIGTERM came
-    assert conn.execute("SELECT count(*) FROM device_samples WHERE ts_ms = ?",
-                        (in_flight,)).fetchone()[0] >= 1
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM device_samples WHERE ts_ms = ?", (in_flight,)
+        ).fetchone()[0]
+        >= 1
+    )
 
 
 def test_a_tick_that_cannot_be_written_is_set_aside_after_three_tries(tmp_path: Path) -> None:
@@ -227,8 +234,9 @@ def test_a_tick_that_cannot_be_written_is_set_aside_after_three_tries(tmp_path: 
     store.close()
 
 
-def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(tmp_path: Path,
-                                                                 stop_with_sigterm) -> None:
+def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(
+    tmp_path: Path, stop_with_sigterm
+) -> None:
     """A real process that looks like llama-server, with a model (a sparse GGUF) far bigger
     than this machine's RAM: the daemon records oom_predicted in the very tick that first
     sees it (judged by the daemon's own timestamps, not the wall clock: a busy machine may
@@ -238,8 +246,10 @@ def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(tmp_path: Path,
     import gguf_models as g
 
     md, tensors = g.qwen3_8b(n_layer=36)
-    huge = [(n, (s[0], s[1] * 8) if len(s) == 2 and n.startswith("blk.") else s, t)
-            for n, s, t in tensors]  # ~70 GB of weights
+    huge = [
+        (n, (s[0], s[1] * 8) if len(s) == 2 and n.startswith("blk.") else s, t)
+        for n, s, t in tensors
+    ]  # ~70 GB of weights
     model = g.write_model(tmp_path / "huge.gguf", "qwen3", md, huge, vocab_size=151936)[0]
     db = tmp_path / "v.db"
     daemon = start_daemon(db)
@@ -247,15 +257,27 @@ def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(tmp_path: Path,
         wait_for_ticks(db, 2)
         exe = tmp_path / "llama-server"
         shutil.copy(sys.executable, exe)
-        server = subprocess.Popen([str(exe), "-c", "import time; time.sleep(30)", "-m",
-                                   str(model), "-c", "4096", "-lm", "none"])
+        server = subprocess.Popen(
+            [
+                str(exe),
+                "-c",
+                "import time; time.sleep(30)",
+                "-m",
+                str(model),
+                "-c",
+                "4096",
+                "-lm",
+                "none",
+            ]
+        )
         appeared = time.time()
         try:
             found = None
             while time.time() - appeared < 60 and found is None:
                 conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
                 found = conn.execute(
-                    "SELECT ts_ms, message FROM events WHERE kind='oom_predicted'").fetchone()
+                    "SELECT ts_ms, message FROM events WHERE kind='oom_predicted'"
+                ).fetchone()
                 conn.close()
                 time.sleep(0.05)
         finally:
@@ -266,8 +288,9 @@ def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(tmp_path: Path,
     assert found is not None, "no oom_predicted event"
     assert "will not fit on host" in found[1] and str(server.pid) in found[1]
     conn = sqlite3.connect(db)
-    (first_seen,) = conn.execute("SELECT min(first_seen_ms) FROM processes WHERE pid = ?",
-                                 (server.pid,)).fetchone()
+    (first_seen,) = conn.execute(
+        "SELECT min(first_seen_ms) FROM processes WHERE pid = ?", (server.pid,)
+    ).fetchone()
     assert found[0] == first_seen, (found[0], first_seen)  # the first tick that saw it
     kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
     assert "load_started" in kinds

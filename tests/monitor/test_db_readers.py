@@ -69,7 +69,8 @@ def invoke(*args: str) -> tuple[int, str, str, BaseException | None]:
 @pytest.mark.parametrize("bad", sorted(BAD_FILES))
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_every_reader_on_every_bad_file_is_one_line_and_exit_2(
-        tmp_path: Path, reader: str, bad: str) -> None:
+    tmp_path: Path, reader: str, bad: str
+) -> None:
     make, expected = BAD_FILES[bad]
     folder = tmp_path / "data"
     folder.mkdir()
@@ -107,8 +108,16 @@ COVERS = "the database covers 2026-01-10 10:00:00 .. 2026-01-12 14:00:00"
 
 
 def _device(used: int) -> DeviceSample:
-    return DeviceSample("nvml:GPU-a", "nvml", "nvidia", "RTX", "dedicated", 24 * GIB, used,
-                        free_bytes=24 * GIB - used)
+    return DeviceSample(
+        "nvml:GPU-a",
+        "nvml",
+        "nvidia",
+        "RTX",
+        "dedicated",
+        24 * GIB,
+        used,
+        free_bytes=24 * GIB - used,
+    )
 
 
 @pytest.fixture
@@ -117,8 +126,9 @@ def covered_db(tmp_path: Path) -> Path:
     store = Store.open(db)
     for ts in (T_FIRST, (T_FIRST + T_LAST) // 2, T_LAST):
         store.write(Snapshot(ts, (_device(GIB),), (), (), (), (), ()))
-    store.add_event("crash", "critical", "x[1]", "x (pid 1) crashed", {"pid": 1},
-                    ts_ms=T_FIRST + 1000)
+    store.add_event(
+        "crash", "critical", "x[1]", "x (pid 1) crashed", {"pid": 1}, ts_ms=T_FIRST + 1000
+    )
     store.close()
     return db
 
@@ -134,9 +144,13 @@ AT_READERS = {
 @pytest.mark.parametrize("when", ["future", "before-first", "after-last"])
 @pytest.mark.parametrize("reader", sorted(AT_READERS))
 def test_at_outside_the_database_names_the_range_it_covers(
-        covered_db: Path, reader: str, when: str) -> None:
-    at = {"future": "2099-06-01 12:00", "before-first": "2026-01-09 09:00",
-          "after-last": "2026-01-13 09:00"}[when]
+    covered_db: Path, reader: str, when: str
+) -> None:
+    at = {
+        "future": "2099-06-01 12:00",
+        "before-first": "2026-01-09 09:00",
+        "after-last": "2026-01-13 09:00",
+    }[when]
     args = [a.replace("{at}", at) for a in AT_READERS[reader]]
     cut = args.index("--") if "--" in args else len(args)
     code, out, err, exc = invoke(*args[:cut], "--db", str(covered_db), *args[cut:])
@@ -148,9 +162,9 @@ def test_at_outside_the_database_names_the_range_it_covers(
 
 
 def test_at_inside_the_range_still_reads_the_moment(covered_db: Path) -> None:
-    code, out, err, exc = invoke("diagnose", "--db", str(covered_db), "--at",
-                                 "2026-01-11 12:30")
+    code, out, err, exc = invoke("diagnose", "--db", str(covered_db), "--at", "2026-01-11 12:30")
     assert code == 0, (out, err, exc)
-    code, out, err, exc = invoke("postmortem", "--db", str(covered_db), "--at",
-                                 "2026-01-10 10:05", "--json")
+    code, out, err, exc = invoke(
+        "postmortem", "--db", str(covered_db), "--at", "2026-01-10 10:05", "--json"
+    )
     assert code == 0 and '"pid": 1' in out, (out, err, exc)

@@ -21,8 +21,14 @@ DEV = "drm:0000:c5:00.0"
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,33 +37,90 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     blobs = d / "models" / "blobs"
     blobs.mkdir(parents=True)
     # Qwen3-Embedding-4B shape (a decoder-based embedder: it has a KV cache), Q8_0
-    md = {f"qwen3.{k}": v for k, v in {
-        "block_count": 36, "context_length": 40960, "embedding_length": 2560,
-        "feed_forward_length": 9728, "attention.head_count": 32,
-        "attention.head_count_kv": 8, "attention.key_length": 128,
-        "attention.value_length": 128, "pooling_type": 3}.items()}
-    tensors = g.dense_tensors(n_layer=36, n_embd=2560, n_head=32, n_head_kv=8, head_dim=128,
-                              n_ff=9728, n_vocab=151936, ggml_type=g.Q8_0, output=False)
+    md = {
+        f"qwen3.{k}": v
+        for k, v in {
+            "block_count": 36,
+            "context_length": 40960,
+            "embedding_length": 2560,
+            "feed_forward_length": 9728,
+            "attention.head_count": 32,
+            "attention.head_count_kv": 8,
+            "attention.key_length": 128,
+            "attention.value_length": 128,
+            "pooling_type": 3,
+        }.items()
+    }
+    tensors = g.dense_tensors(
+        n_layer=36,
+        n_embd=2560,
+        n_head=32,
+        n_head_kv=8,
+        head_dim=128,
+        n_ff=9728,
+        n_vocab=151936,
+        ggml_type=g.Q8_0,
+        output=False,
+    )
     blob = blobs / ("sha256-" + "ab" * 32)
     written = g.write_model(d / "emb.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
     written.rename(blob)
     # ollama with OLLAMA_NUM_PARALLEL=16 and num_ctx 8192 starts its runner with
     # -c 131072 -np 16 (llm/llama_server.go: NumCtx x numParallel)
-    argv = ("/usr/lib/ollama/llama-server", "--model", str(blob), "--port", "40123",
-            "--host", "127.0.0.1", "--no-webui", "--offline", "-c", "131072", "-np", "16",
-            "--log-verbosity", "4", "--embedding", "-b", "2048", "-ub", "2048")
-    info = ProcessInfo(777, 50, None, 700, 997, "llama-server", argv, "ollama",
-                       ("inference", "gpu"))
-    apu = DeviceSample(DEV, "drm", "amd", "Strix Halo", "unified", int(120.5 * GIB),
-                       int(24.1 * GIB), vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
-                       gtt_total_bytes=120 * GIB, gtt_used_bytes=int(23.8 * GIB),
-                       gtt_ceiling_bytes=120 * GIB)
-    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 128 * GIB, 40 * GIB,
-                        available_bytes=88 * GIB)
-    snap = Snapshot(1_800_000_000_000, (apu, host), (info,),
-                    (ProcessMemory(777, DEV, vram_bytes=0, gtt_bytes=int(23.8 * GIB)),
-                     ProcessMemory(777, "host", rss_anon_bytes=200 * MIB, rss_file_bytes=0)),
-                    (), (), ())
+    argv = (
+        "/usr/lib/ollama/llama-server",
+        "--model",
+        str(blob),
+        "--port",
+        "40123",
+        "--host",
+        "127.0.0.1",
+        "--no-webui",
+        "--offline",
+        "-c",
+        "131072",
+        "-np",
+        "16",
+        "--log-verbosity",
+        "4",
+        "--embedding",
+        "-b",
+        "2048",
+        "-ub",
+        "2048",
+    )
+    info = ProcessInfo(
+        777, 50, None, 700, 997, "llama-server", argv, "ollama", ("inference", "gpu")
+    )
+    apu = DeviceSample(
+        DEV,
+        "drm",
+        "amd",
+        "Strix Halo",
+        "unified",
+        int(120.5 * GIB),
+        int(24.1 * GIB),
+        vram_total_bytes=512 * MIB,
+        vram_used_bytes=300 * MIB,
+        gtt_total_bytes=120 * GIB,
+        gtt_used_bytes=int(23.8 * GIB),
+        gtt_ceiling_bytes=120 * GIB,
+    )
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 128 * GIB, 40 * GIB, available_bytes=88 * GIB
+    )
+    snap = Snapshot(
+        1_800_000_000_000,
+        (apu, host),
+        (info,),
+        (
+            ProcessMemory(777, DEV, vram_bytes=0, gtt_bytes=int(23.8 * GIB)),
+            ProcessMemory(777, "host", rss_anon_bytes=200 * MIB, rss_file_bytes=0),
+        ),
+        (),
+        (),
+        (),
+    )
     state = d / "state.json"
     state.write_text(json.dumps(to_json(snap)))
     config = d / "config.toml"
@@ -66,8 +129,9 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_excess_is_attributed_to_ollamas_context_times_parallel(box: dict[str, Path]) -> None:
-    result = vramscope("diagnose", "--json", "--state", str(box["state"]), "--config",
-                       str(box["config"]))
+    result = vramscope(
+        "diagnose", "--json", "--state", str(box["state"]), "--config", str(box["config"])
+    )
     assert result.returncode == 0, result.stderr
     (d,) = json.loads(result.stdout)
     assert d["budget_bytes"] == 16 * GIB
@@ -89,8 +153,11 @@ def test_text_output_and_a_server_within_budget(box: dict[str, Path], tmp_path: 
     assert "-ctk q8_0 -ctv q8_0 frees" in text.stdout
     generous = tmp_path / "c.toml"
     generous.write_text(box["config"].read_text().replace("= 16", "= 30"))
-    ok = json.loads(vramscope("diagnose", "--json", "--state", str(box["state"]),
-                              "--config", str(generous)).stdout)
+    ok = json.loads(
+        vramscope(
+            "diagnose", "--json", "--state", str(box["state"]), "--config", str(generous)
+        ).stdout
+    )
     assert "as expected" in ok[0]["summary"]
 
 
@@ -98,8 +165,9 @@ def test_bad_budget_is_a_config_error(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[budgets]\n"m.gguf" = "lots"\n')
     result = vramscope("diagnose", "--config", str(cfg))
-    assert result.returncode == 2 and "[budgets] 'm.gguf' must be a positive number" in \
-        result.stderr
+    assert (
+        result.returncode == 2 and "[budgets] 'm.gguf' must be a positive number" in result.stderr
+    )
 
 
 def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: Path) -> None:
@@ -128,10 +196,18 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
                 return
             a, b = next(use)
             served.append(a)
-            body = json.dumps([
-                {"id": i, "n_ctx": 8192, "is_processing": t > 0, "n_prompt_tokens": t,
-                 "next_token": [{"has_next_token": True, "n_decoded": 10}]}
-                for i, t in enumerate((a, b, 0, 0))]).encode()
+            body = json.dumps(
+                [
+                    {
+                        "id": i,
+                        "n_ctx": 8192,
+                        "is_processing": t > 0,
+                        "n_prompt_tokens": t,
+                        "next_token": [{"has_next_token": True, "n_decoded": 10}],
+                    }
+                    for i, t in enumerate((a, b, 0, 0))
+                ]
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -147,8 +223,21 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
     exe = tmp_path / "llama-server"
     shutil.copy(sys.executable, exe)
     port = str(server.server_address[1])
-    child = subprocess.Popen([str(exe), "-c", "import time; time.sleep(60)", "-m", str(model),
-                              "--port", port, "-c", "32768", "-np", "4"])
+    child = subprocess.Popen(
+        [
+            str(exe),
+            "-c",
+            "import time; time.sleep(60)",
+            "-m",
+            str(model),
+            "--port",
+            port,
+            "-c",
+            "32768",
+            "-np",
+            "4",
+        ]
+    )
     try:
         cfg = Config(db_path=tmp_path / "v.db")
         store = Store.open(cfg.db_path)
@@ -159,8 +248,10 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
         import time
 
         deadline = time.monotonic() + 30  # until the child's command line reads whole
-        while (b"--port" not in Path(f"/proc/{child.pid}/cmdline").read_bytes()
-               and time.monotonic() < deadline):
+        while (
+            b"--port" not in Path(f"/proc/{child.pid}/cmdline").read_bytes()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         snap = tick(ctx)
         assert any(p.pid == child.pid for p in snap.processes)
@@ -170,8 +261,8 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
             answered += poll_slots(ctx)
         assert len(served) == 8 and answered >= 8
         stored = store.db.execute(
-            "SELECT count(*), sum(busy), max(tokens) FROM slot_usage WHERE model = ?",
-            (str(model),)).fetchone()
+            "SELECT count(*), sum(busy), max(tokens) FROM slot_usage WHERE model = ?", (str(model),)
+        ).fetchone()
         assert stored == (32, 16, 1700)  # 4 slots per poll, 2 of them busy
         store.close()
         (d,) = run_diagnose(cfg, None, None, child.pid)

@@ -27,23 +27,33 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def error_classes() -> dict[str, type[BaseException]]:
     """Every exception class defined in monitor/ (each module imported) and tui/source.py."""
-    names = [m.name for m in pkgutil.walk_packages(monitor.__path__, "monitor.")
-             if m.name != "monitor.__main__"] + ["tui.source"]
+    names = [
+        m.name
+        for m in pkgutil.walk_packages(monitor.__path__, "monitor.")
+        if m.name != "monitor.__main__"
+    ] + ["tui.source"]
     found: dict[str, type[BaseException]] = {}
     for name in names:
         module = importlib.import_module(name)
         for attr, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, BaseException)
-                    and value.__module__ == name):
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == name
+            ):
                 found[f"{name}.{attr}"] = value
     return found
 
 
 # raised and caught inside their own module; never reach a user
-PRIVATE = {"monitor.engines.llamacpp._Bad", "monitor.analysis.assess._Bad",
-           "monitor.http.server._RequestError",
-           "monitor.http.server._HeadTooLarge", "monitor.integrations.slots._HttpError",
-           "monitor.cli.main._OneLine"}
+PRIVATE = {
+    "monitor.engines.llamacpp._Bad",
+    "monitor.analysis.assess._Bad",
+    "monitor.http.server._RequestError",
+    "monitor.http.server._HeadTooLarge",
+    "monitor.integrations.slots._HttpError",
+    "monitor.cli.main._OneLine",
+}
 
 
 def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
@@ -52,12 +62,18 @@ def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
     assert set(classes) >= PRIVATE  # the list above names real classes
     strays = sorted(name for name, cls in public.items() if not issubclass(cls, VramscopeError))
     assert strays == []
-    for name in ("monitor.gguf.reader.GgufError", "monitor.estimate.kv.EstimateError",
-                 "monitor.store.database.StoreError", "monitor.cli.capture.CaptureError",
-                 "monitor.config.ConfigError",
-                 "monitor.integrations.llamaswap.config.SwapConfigError",
-                 "monitor.http.server.HttpConfigError", "monitor.service.install.InstallError",
-                 "monitor.report.outdir.OutDirError", "tui.source.SourceError"):
+    for name in (
+        "monitor.gguf.reader.GgufError",
+        "monitor.estimate.kv.EstimateError",
+        "monitor.store.database.StoreError",
+        "monitor.cli.capture.CaptureError",
+        "monitor.config.ConfigError",
+        "monitor.integrations.llamaswap.config.SwapConfigError",
+        "monitor.http.server.HttpConfigError",
+        "monitor.service.install.InstallError",
+        "monitor.report.outdir.OutDirError",
+        "tui.source.SourceError",
+    ):
         assert name in public, name
     # none of them is a ValueError (an `except ValueError` would swallow them)
     assert sorted(n for n, c in public.items() if issubclass(c, ValueError)) == []
@@ -86,13 +102,15 @@ def test_a_vramscope_error_from_any_command_is_one_line_exit_2(tmp_path: Path) -
     result = CliRunner().invoke(cli, ["capture", str(folder)], prog_name="vramscope")
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vramscope: error: ") and "not empty" in \
-        lines[0], lines
+    assert (
+        len(lines) == 1 and lines[0].startswith("vramscope: error: ") and "not empty" in lines[0]
+    ), lines
     assert result.stdout == ""
 
 
 def test_an_unexpected_failure_in_any_command_is_one_line_exit_2(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A bug in `status` (its renderer raising) used to end in a traceback and exit 1."""
     from monitor.cli.main import cli
     from monitor.report import status as status_mod
@@ -102,9 +120,13 @@ def test_an_unexpected_failure_in_any_command_is_one_line_exit_2(
 
     monkeypatch.setattr(status_mod, "render_text", broken)
     fixture = ROOT / "tests" / "fixtures"
-    result = CliRunner().invoke(cli, ["status", "--proc-root", str(fixture), "--sys-root",
-                                      str(fixture)], prog_name="vramscope")
+    result = CliRunner().invoke(
+        cli,
+        ["status", "--proc-root", str(fixture), "--sys-root", str(fixture)],
+        prog_name="vramscope",
+    )
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
-    assert result.stderr.strip() == ("vramscope: error: status failed: RuntimeError: "
-                                     "renderer broke on two lines")
+    assert result.stderr.strip() == (
+        "vramscope: error: status failed: RuntimeError: renderer broke on two lines"
+    )

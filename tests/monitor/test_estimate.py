@@ -22,54 +22,128 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("models")
     out: dict[str, str] = {}
     md, tensors = g.qwen3_8b()
-    out["qwen3"] = str(g.write_model(d / "qwen3-8b.gguf", "qwen3", md, tensors,
-                                     vocab_size=151936)[0])
-    gemma = {f"gemma3.{k}": v for k, v in {
-        "block_count": 62, "context_length": 131072, "embedding_length": 5376,
-        "feed_forward_length": 21504, "attention.head_count": 32,
-        "attention.head_count_kv": 16, "attention.key_length": 128,
-        "attention.value_length": 128, "attention.sliding_window": 1024}.items()}
-    gemma_t = g.dense_tensors(n_layer=62, n_embd=5376, n_head=32, n_head_kv=16, head_dim=128,
-                              n_ff=21504, n_vocab=262144, ggml_type=g.Q4_0, output=False)
-    out["gemma3"] = str(g.write_model(d / "gemma3-27b.gguf", "gemma3", gemma, gemma_t,
-                                      vocab_size=262144)[0])
-    mla = {f"deepseek2.{k}": v for k, v in {
-        "block_count": 61, "context_length": 163840, "embedding_length": 7168,
-        "feed_forward_length": 18432, "attention.head_count": 128,
-        "attention.head_count_kv": 1, "attention.key_length": 576,
-        "attention.value_length": 512, "attention.key_length_mla": 192,
-        "attention.value_length_mla": 128, "attention.kv_lora_rank": 512}.items()}
-    small = g.dense_tensors(n_layer=2, n_embd=256, n_head=2, n_head_kv=1, head_dim=128,
-                            n_ff=512, n_vocab=1024)
-    out["deepseek"] = str(g.write_model(d / "deepseek.gguf", "deepseek2", mla, small,
-                                        vocab_size=129280)[0])
+    out["qwen3"] = str(
+        g.write_model(d / "qwen3-8b.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    )
+    gemma = {
+        f"gemma3.{k}": v
+        for k, v in {
+            "block_count": 62,
+            "context_length": 131072,
+            "embedding_length": 5376,
+            "feed_forward_length": 21504,
+            "attention.head_count": 32,
+            "attention.head_count_kv": 16,
+            "attention.key_length": 128,
+            "attention.value_length": 128,
+            "attention.sliding_window": 1024,
+        }.items()
+    }
+    gemma_t = g.dense_tensors(
+        n_layer=62,
+        n_embd=5376,
+        n_head=32,
+        n_head_kv=16,
+        head_dim=128,
+        n_ff=21504,
+        n_vocab=262144,
+        ggml_type=g.Q4_0,
+        output=False,
+    )
+    out["gemma3"] = str(
+        g.write_model(d / "gemma3-27b.gguf", "gemma3", gemma, gemma_t, vocab_size=262144)[0]
+    )
+    mla = {
+        f"deepseek2.{k}": v
+        for k, v in {
+            "block_count": 61,
+            "context_length": 163840,
+            "embedding_length": 7168,
+            "feed_forward_length": 18432,
+            "attention.head_count": 128,
+            "attention.head_count_kv": 1,
+            "attention.key_length": 576,
+            "attention.value_length": 512,
+            "attention.key_length_mla": 192,
+            "attention.value_length_mla": 128,
+            "attention.kv_lora_rank": 512,
+        }.items()
+    }
+    small = g.dense_tensors(
+        n_layer=2, n_embd=256, n_head=2, n_head_kv=1, head_dim=128, n_ff=512, n_vocab=1024
+    )
+    out["deepseek"] = str(
+        g.write_model(d / "deepseek.gguf", "deepseek2", mla, small, vocab_size=129280)[0]
+    )
     old = {k: v for k, v in mla.items() if "_mla" not in k}
-    old.update({"deepseek2.attention.head_count_kv": 128, "deepseek2.attention.key_length": 192,
-                "deepseek2.attention.value_length": 128})
-    out["deepseek_old"] = str(g.write_model(d / "deepseek-old.gguf", "deepseek2", old, small,
-                                            vocab_size=129280)[0])
-    nxt = {f"qwen3next.{k}": v for k, v in {
-        "block_count": 48, "context_length": 262144, "embedding_length": 2048,
-        "feed_forward_length": 5120, "attention.head_count": 16,
-        "attention.head_count_kv": 2, "attention.key_length": 256,
-        "attention.value_length": 256, "full_attention_interval": 4, "ssm.conv_kernel": 4,
-        "ssm.inner_size": 4096, "ssm.state_size": 128, "ssm.group_count": 16,
-        "ssm.time_step_rank": 32}.items()}
-    out["qwen3next"] = str(g.write_model(d / "qwen3next.gguf", "qwen3next", nxt, small,
-                                         vocab_size=151936)[0])
-    bert = {f"bert.{k}": v for k, v in {
-        "block_count": 12, "context_length": 512, "embedding_length": 768,
-        "feed_forward_length": 3072, "attention.head_count": 12, "pooling_type": 1}.items()}
-    out["bert"] = str(g.write_model(d / "bert.gguf", "bert", bert,
-                                    g.dense_tensors(n_layer=12, n_embd=768, n_head=12,
-                                                    n_head_kv=12, head_dim=64, n_ff=3072,
-                                                    n_vocab=30522, ggml_type=g.F16,
-                                                    qk_norm=False, output=False),
-                                    vocab_size=30522)[0])
+    old.update(
+        {
+            "deepseek2.attention.head_count_kv": 128,
+            "deepseek2.attention.key_length": 192,
+            "deepseek2.attention.value_length": 128,
+        }
+    )
+    out["deepseek_old"] = str(
+        g.write_model(d / "deepseek-old.gguf", "deepseek2", old, small, vocab_size=129280)[0]
+    )
+    nxt = {
+        f"qwen3next.{k}": v
+        for k, v in {
+            "block_count": 48,
+            "context_length": 262144,
+            "embedding_length": 2048,
+            "feed_forward_length": 5120,
+            "attention.head_count": 16,
+            "attention.head_count_kv": 2,
+            "attention.key_length": 256,
+            "attention.value_length": 256,
+            "full_attention_interval": 4,
+            "ssm.conv_kernel": 4,
+            "ssm.inner_size": 4096,
+            "ssm.state_size": 128,
+            "ssm.group_count": 16,
+            "ssm.time_step_rank": 32,
+        }.items()
+    }
+    out["qwen3next"] = str(
+        g.write_model(d / "qwen3next.gguf", "qwen3next", nxt, small, vocab_size=151936)[0]
+    )
+    bert = {
+        f"bert.{k}": v
+        for k, v in {
+            "block_count": 12,
+            "context_length": 512,
+            "embedding_length": 768,
+            "feed_forward_length": 3072,
+            "attention.head_count": 12,
+            "pooling_type": 1,
+        }.items()
+    }
+    out["bert"] = str(
+        g.write_model(
+            d / "bert.gguf",
+            "bert",
+            bert,
+            g.dense_tensors(
+                n_layer=12,
+                n_embd=768,
+                n_head=12,
+                n_head_kv=12,
+                head_dim=64,
+                n_ff=3072,
+                n_vocab=30522,
+                ggml_type=g.F16,
+                qk_norm=False,
+                output=False,
+            ),
+            vocab_size=30522,
+        )[0]
+    )
     md_small, tensors_small = g.qwen3_8b(n_layer=4, n_vocab=151936)
     md_small["qwen3.block_count"] = 4
-    out["draft"] = str(g.write_model(d / "draft.gguf", "qwen3", md_small, tensors_small,
-                                     vocab_size=151936)[0])
+    out["draft"] = str(
+        g.write_model(d / "draft.gguf", "qwen3", md_small, tensors_small, vocab_size=151936)[0]
+    )
     parts = g.write_model(d / "split.gguf", "qwen3", md, tensors, vocab_size=151936, split=3)
     out["split"] = str(parts[0])
     return out
@@ -102,8 +176,9 @@ QWEN3_TABLE = [
 
 
 @pytest.mark.parametrize(("args", "context_mib", "compute_mib"), QWEN3_TABLE)
-def test_qwen3_8b_matches_llama_fit_params(models: dict[str, str], args: list[str],
-                                           context_mib: int, compute_mib: int | None) -> None:
+def test_qwen3_8b_matches_llama_fit_params(
+    models: dict[str, str], args: list[str], context_mib: int, compute_mib: int | None
+) -> None:
     # llama-fit-params reserves logits for n_batch outputs (llama.cpp's library default)
     est = est_cmd(models, "qwen3", *args, outputs="batch")
     assert kv_mib(est) == pytest.approx(context_mib, abs=0.01)
@@ -125,8 +200,13 @@ def test_defaults_four_unified_slots_and_pad_to_256(models: dict[str, str]) -> N
 
 
 # estimation.md section 1b: Gemma3-27B shape, -c 32768, FA on: context MiB.
-GEMMA_TABLE = [(["-np", "1"], 3184), (["-np", "4"], 5056), (["-np", "16"], 12544),
-               (["-np", "4", "-ub", "2048"], 7552), (["-np", "4", "--swa-full"], 15872)]
+GEMMA_TABLE = [
+    (["-np", "1"], 3184),
+    (["-np", "4"], 5056),
+    (["-np", "16"], 12544),
+    (["-np", "4", "-ub", "2048"], 7552),
+    (["-np", "4", "--swa-full"], 15872),
+]
 
 
 @pytest.mark.parametrize(("args", "context_mib"), GEMMA_TABLE)
@@ -156,8 +236,9 @@ def test_qwen3_next_hybrid_state_per_sequence(models: dict[str, str]) -> None:
 
 
 def test_bert_embedder_has_no_kv(models: dict[str, str]) -> None:
-    est = est_cmd(models, "bert", "--embedding", "-c", "8192", "-np", "16", "-ub", "8192",
-                  "-b", "8192")
+    est = est_cmd(
+        models, "bert", "--embedding", "-c", "8192", "-np", "16", "-ub", "8192", "-b", "8192"
+    )
     assert kv_mib(est) == 0
     assert any("encoder-only" in n for n in est.notes)
     assert est.total_bytes("compute") > 0
@@ -174,14 +255,42 @@ def test_llama_server_reserves_logits_only_for_its_slots(models: dict[str, str])
 
 
 def test_draft_model_kv_has_the_targets_cells_in_f16(models: dict[str, str]) -> None:
-    est = est_cmd(models, "qwen3", "-c", "8192", "-np", "4", "-ctk", "q8_0", "-ctv", "q8_0",
-                  "-fa", "on", "-md", models["draft"])
+    est = est_cmd(
+        models,
+        "qwen3",
+        "-c",
+        "8192",
+        "-np",
+        "4",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-fa",
+        "on",
+        "-md",
+        models["draft"],
+    )
     draft_kv = est.total_bytes("draft_kv")
     assert draft_kv == 4 * 2 * 1024 * 2 * 8192  # 4 layers, K+V, 8 heads x 128, f16, 8192
     assert est.total_bytes("draft_weights") > 0 and est.total_bytes("draft_compute") > 0
     assert any("not inherited" in n for n in est.notes)
-    q = est_cmd(models, "qwen3", "-c", "8192", "-np", "4", "-fa", "on", "-md", models["draft"],
-                "-ctkd", "q4_0", "-ctvd", "q4_0")
+    q = est_cmd(
+        models,
+        "qwen3",
+        "-c",
+        "8192",
+        "-np",
+        "4",
+        "-fa",
+        "on",
+        "-md",
+        models["draft"],
+        "-ctkd",
+        "q4_0",
+        "-ctvd",
+        "q4_0",
+    )
     assert q.total_bytes("draft_kv") == 4 * 2 * (1024 // 32 * 18) * 8192
 
 
@@ -194,8 +303,9 @@ def test_split_model_weights_are_summed_over_files(models: dict[str, str]) -> No
 
 def test_placement_over_two_gpus_with_ngl_and_tensor_split(models: dict[str, str]) -> None:
     gpus = [DeviceInfo("gpu0", 24 * GIB, 20 * GIB), DeviceInfo("gpu1", 24 * GIB, 20 * GIB)]
-    est = est_cmd(models, "qwen3", "-c", "8192", "-np", "1", "-ngl", "99", "-ts", "3,1",
-                  devices=gpus)
+    est = est_cmd(
+        models, "qwen3", "-c", "8192", "-np", "1", "-ngl", "99", "-ts", "3,1", devices=gpus
+    )
     kv0, kv1 = est.total_bytes("kv", "gpu0"), est.total_bytes("kv", "gpu1")
     # llama_model::load_tensors: layer il -> upper_bound(cumulative splits, il / 37), so
     # 3:1 over 36 layers + output puts layers 0-27 on gpu0, 28-35 and the output on gpu1
@@ -251,13 +361,32 @@ def test_context_function_edge_cases() -> None:
 
 
 def moe_model(path: str, n_layer: int = 4) -> str:
-    md = {f"qwen3moe.{k}": v for k, v in {
-        "block_count": n_layer, "context_length": 32768, "embedding_length": 2048,
-        "feed_forward_length": 6144, "expert_feed_forward_length": 768, "expert_count": 128,
-        "expert_used_count": 8, "attention.head_count": 32, "attention.head_count_kv": 4,
-        "attention.key_length": 128, "attention.value_length": 128}.items()}
-    tensors = g.dense_tensors(n_layer=n_layer, n_embd=2048, n_head=32, n_head_kv=4,
-                              head_dim=128, n_ff=256, n_vocab=151936, ggml_type=g.Q4_0)
+    md = {
+        f"qwen3moe.{k}": v
+        for k, v in {
+            "block_count": n_layer,
+            "context_length": 32768,
+            "embedding_length": 2048,
+            "feed_forward_length": 6144,
+            "expert_feed_forward_length": 768,
+            "expert_count": 128,
+            "expert_used_count": 8,
+            "attention.head_count": 32,
+            "attention.head_count_kv": 4,
+            "attention.key_length": 128,
+            "attention.value_length": 128,
+        }.items()
+    }
+    tensors = g.dense_tensors(
+        n_layer=n_layer,
+        n_embd=2048,
+        n_head=32,
+        n_head_kv=4,
+        head_dim=128,
+        n_ff=256,
+        n_vocab=151936,
+        ggml_type=g.Q4_0,
+    )
     for il in range(n_layer):
         for part in ("gate", "up"):
             tensors.append((f"blk.{il}.ffn_{part}_exps.weight", (2048, 768, 128), g.Q4_0))
@@ -269,21 +398,37 @@ def test_cpu_moe_and_override_tensor_move_experts_but_not_kv(tmp_path) -> None: 
     model = moe_model(str(tmp_path / "moe.gguf"))
     gpu = [DeviceInfo("gpu0", 24 * GIB, 20 * GIB)]
     expert_bytes = 4 * 3 * g.tensor_nbytes((2048, 768, 128), g.Q4_0)
-    base = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1"],
-                            devices=gpu)
-    cmoe = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1", "-cmoe"],
-                            devices=gpu)
+    base = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1"], devices=gpu)
+    cmoe = estimate_command(
+        ["llama-server", "-m", model, "-c", "4096", "-np", "1", "-cmoe"], devices=gpu
+    )
     moved = cmoe.total_bytes("weights", "host") - base.total_bytes("weights", "host")
     assert moved == expert_bytes
     assert cmoe.total_bytes("kv", "gpu0") == base.total_bytes("kv", "gpu0") > 0
-    ncmoe = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1",
-                              "-ncmoe", "1"], devices=gpu)
-    assert (ncmoe.total_bytes("weights", "host") - base.total_bytes("weights", "host")
-            == expert_bytes // 4)
-    ot = estimate_command(["llama-server", "-m", model, "-c", "4096", "-np", "1", "-ot",
-                           r"blk\.[23]\.ffn_.*_exps=CPU"], devices=gpu)
-    assert ot.total_bytes("weights", "host") - base.total_bytes("weights", "host") == \
-        expert_bytes // 2
+    ncmoe = estimate_command(
+        ["llama-server", "-m", model, "-c", "4096", "-np", "1", "-ncmoe", "1"], devices=gpu
+    )
+    assert (
+        ncmoe.total_bytes("weights", "host") - base.total_bytes("weights", "host")
+        == expert_bytes // 4
+    )
+    ot = estimate_command(
+        [
+            "llama-server",
+            "-m",
+            model,
+            "-c",
+            "4096",
+            "-np",
+            "1",
+            "-ot",
+            r"blk\.[23]\.ffn_.*_exps=CPU",
+        ],
+        devices=gpu,
+    )
+    assert (
+        ot.total_bytes("weights", "host") - base.total_bytes("weights", "host") == expert_bytes // 2
+    )
     assert any("expert" in n for n in ot.notes)
 
 
@@ -297,16 +442,15 @@ def test_shared_kv_layers_and_mtp_layers(tmp_path) -> None:  # noqa: ANN001
     md, tensors = g.qwen3_8b(n_layer=4)
     md["qwen3.block_count"] = 4
     md["qwen3.attention.shared_kv_layers"] = 1
-    path = str(g.write_model(tmp_path / "shared.gguf", "qwen3", md, tensors,
-                             vocab_size=151936)[0])
+    path = str(g.write_model(tmp_path / "shared.gguf", "qwen3", md, tensors, vocab_size=151936)[0])
     est = estimate_command(["llama-server", "-m", path, "-c", "4096", "-np", "1"])
     assert est.total_bytes("kv") == 3 * 2 * 1024 * 2 * 4096  # the last layer reuses KV
     md2, _ = g.qwen3_8b(n_layer=4)
     md2["qwen3.block_count"] = 4
     md2["qwen3.nextn_predict_layers"] = 1
-    path2 = str(g.write_model(tmp_path / "mtp.gguf", "qwen3", md2, tensors,
-                              vocab_size=151936)[0])
-    mtp = estimate_command(["llama-server", "-m", path2, "-c", "4096", "-np", "1",
-                            "--spec-type", "draft-mtp"])
+    path2 = str(g.write_model(tmp_path / "mtp.gguf", "qwen3", md2, tensors, vocab_size=151936)[0])
+    mtp = estimate_command(
+        ["llama-server", "-m", path2, "-c", "4096", "-np", "1", "--spec-type", "draft-mtp"]
+    )
     assert mtp.total_bytes("kv") == 3 * 2 * 1024 * 2 * 4096  # nextn layer not in the target
     assert mtp.total_bytes("mtp_kv") == 1 * 2 * 1024 * 2 * 4096  # its own MTP context

@@ -18,20 +18,39 @@ MIB = 1024**2
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=60, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     md, tensors = g.qwen3_8b()
-    return g.write_model(tmp_path_factory.mktemp("m") / "qwen3-8b.gguf", "qwen3", md, tensors,
-                         vocab_size=151936)[0]
+    return g.write_model(
+        tmp_path_factory.mktemp("m") / "qwen3-8b.gguf", "qwen3", md, tensors, vocab_size=151936
+    )[0]
 
 
 def test_estimate_table_and_json(model: Path) -> None:
-    args = ["estimate", "--cpu-only", "--", "llama-server", "-m", str(model), "-c", "8192",
-            "-np", "24", "-fa", "on"]
+    args = [
+        "estimate",
+        "--cpu-only",
+        "--",
+        "llama-server",
+        "-m",
+        str(model),
+        "-c",
+        "8192",
+        "-np",
+        "24",
+        "-fa",
+        "on",
+    ]
     text = vramscope(*args)
     assert text.returncode == 0, text.stderr
     assert "context: 12288 cells = 512 per stream x 24 stream(s)" in text.stdout
@@ -46,15 +65,20 @@ def test_estimate_table_and_json(model: Path) -> None:
     assert doc["totals_with_growth"]["host"] - doc["totals_at_load"]["host"] == 8192 * MIB
 
 
-def test_estimate_pid_uses_the_real_arguments_and_llama_arg_env(model: Path,
-                                                                tmp_path: Path) -> None:
+def test_estimate_pid_uses_the_real_arguments_and_llama_arg_env(
+    model: Path, tmp_path: Path
+) -> None:
     exe = tmp_path / "llama-server"
     shutil.copy(sys.executable, exe)  # a real process whose executable is llama-server
     code = "import time; print('ready', flush=True); time.sleep(60)"
     env = {**os.environ, "LLAMA_ARG_N_PARALLEL": "16", "HF_TOKEN": "hf_secret"}
     # Python runs `-c code`; the llama.cpp parser sees the later -c 8192 (the last wins).
-    child = subprocess.Popen([str(exe), "-c", code, "-m", str(model), "-c", "8192", "-kvu"],
-                             env=env, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [str(exe), "-c", code, "-m", str(model), "-c", "8192", "-kvu"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         result = vramscope("estimate", "--json", "--cpu-only", "--pid", str(child.pid))
@@ -109,20 +133,60 @@ def test_estimate_beside_what_llama_cpp_reported(tmp_path: Path) -> None:
     target component agrees with llama.cpp's own numbers."""
     import tiny_models
 
-    model = tiny_models.write_llama(tmp_path / "tiny-llama.gguf", n_layer=4, n_embd=1024,
-                                    n_head=16, n_head_kv=4, n_ff=2816, n_vocab=2048)
+    model = tiny_models.write_llama(
+        tmp_path / "tiny-llama.gguf",
+        n_layer=4,
+        n_embd=1024,
+        n_head=16,
+        n_head_kv=4,
+        n_ff=2816,
+        n_vocab=2048,
+    )
     log = ROOT / "tests" / "fixtures" / "llamalog" / "real-cpu-draft.log"
-    result = vramscope("estimate", "--json", "--cpu-only", "--log", str(log), "--",
-                       "llama-server", "-m", str(model.path), "-c", "2048", "-np", "1")
+    result = vramscope(
+        "estimate",
+        "--json",
+        "--cpu-only",
+        "--log",
+        str(log),
+        "--",
+        "llama-server",
+        "-m",
+        str(model.path),
+        "-c",
+        "2048",
+        "-np",
+        "1",
+    )
     assert result.returncode == 0, result.stderr
     rows = {r["component"]: r for r in json.loads(result.stdout)["reported_by_llama_cpp"]}
     for name in ("weights", "kv + kv_swa", "compute", "output"):
         assert abs(rows[name]["delta_mib"]) <= 0.01, rows[name]
-    text = vramscope("estimate", "--cpu-only", "--log", str(log), "--", "llama-server", "-m",
-                     str(model.path), "-c", "2048", "-np", "1").stdout
+    text = vramscope(
+        "estimate",
+        "--cpu-only",
+        "--log",
+        str(log),
+        "--",
+        "llama-server",
+        "-m",
+        str(model.path),
+        "-c",
+        "2048",
+        "-np",
+        "1",
+    ).stdout
     assert "estimated vs reported by llama.cpp" in text
-    missing = vramscope("estimate", "--cpu-only", "--log", str(tmp_path / "none.log"), "--",
-                        "llama-server", "-m", str(model.path))
+    missing = vramscope(
+        "estimate",
+        "--cpu-only",
+        "--log",
+        str(tmp_path / "none.log"),
+        "--",
+        "llama-server",
+        "-m",
+        str(model.path),
+    )
     assert missing.returncode == 2 and "cannot read the log" in missing.stderr
 
 
@@ -141,10 +205,10 @@ def test_estimate_beside_what_llama_cpp_reported(tmp_path: Path) -> None:
         (["-ub"], "-ub: missing value (llama-server would refuse it)"),
     ],
 )
-def test_estimate_refuses_what_llama_server_refuses(model: Path, flags: list[str],
-                                                    message: str) -> None:
-    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model),
-                       *flags)
+def test_estimate_refuses_what_llama_server_refuses(
+    model: Path, flags: list[str], message: str
+) -> None:
+    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model), *flags)
     assert result.returncode == 2, result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vramscope: error: {message}"), lines
@@ -152,8 +216,18 @@ def test_estimate_refuses_what_llama_server_refuses(model: Path, flags: list[str
 
 
 def test_estimate_keeps_an_unknown_flag_as_no_error(model: Path) -> None:
-    result = vramscope("estimate", "--cpu-only", "--", "llama-server", "-m", str(model),
-                       "-c", "4096", "--frobnicate", "3")
+    result = vramscope(
+        "estimate",
+        "--cpu-only",
+        "--",
+        "llama-server",
+        "-m",
+        str(model),
+        "-c",
+        "4096",
+        "--frobnicate",
+        "3",
+    )
     assert result.returncode == 0, result.stderr
     assert "context: 4096 cells" in result.stdout
 
@@ -163,8 +237,11 @@ def test_estimate_pid_with_odd_arguments_is_not_an_error(model: Path, tmp_path: 
     exe = tmp_path / "llama-server"
     shutil.copy(sys.executable, exe)
     code = "import time; print('ready', flush=True); time.sleep(60)"
-    child = subprocess.Popen([str(exe), "-c", code, "-m", str(model), "-c", "abc", "-np",
-                              "0"], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [str(exe), "-c", code, "-m", str(model), "-c", "abc", "-np", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         result = vramscope("estimate", "--json", "--cpu-only", "--pid", str(child.pid))
@@ -174,8 +251,9 @@ def test_estimate_pid_with_odd_arguments_is_not_an_error(model: Path, tmp_path: 
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["model_path"] == str(model) and doc["context"]["n_seq_max"] == 4  # -np default
-    assert ("skipped the process's -c abc: expected an integer (llama-server would refuse "
-            "it)") in doc["notes"]
+    assert (
+        "skipped the process's -c abc: expected an integer (llama-server would refuse it)"
+    ) in doc["notes"]
 
 
 def _cut_model(tmp_path: Path) -> tuple[Path, int, int]:
@@ -192,8 +270,10 @@ def test_truncated_model_is_one_line_with_both_sizes(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout
     assert result.stdout == ""
     line = result.stderr.strip()
-    assert line.startswith(f"vramscope: error: {path}: truncated: the file is {size:,} bytes "
-                           "but its tensor data ends at byte "), line
+    assert line.startswith(
+        f"vramscope: error: {path}: truncated: the file is {size:,} bytes "
+        "but its tensor data ends at byte "
+    ), line
     ends_at = int(line.split("ends at byte ")[1].split(" ")[0].replace(",", ""))
     assert full - 32 < ends_at <= full  # the last tensor's end, before its padding
     predicted = vramscope("predict", "--", "llama-server", "-m", str(path))
@@ -205,11 +285,23 @@ def test_log_without_memory_lines_says_so(model: Path, tmp_path: Path) -> None:
     not a table of 0.00 'reported' figures."""
     log = ROOT / "tests" / "fixtures" / "llamalog" / "vllm-startup.log"
     for extra in ([], ["--json"]):
-        result = vramscope("estimate", "--cpu-only", *extra, "--log", str(log), "--",
-                           "llama-server", "-m", str(model), "-c", "4096")
+        result = vramscope(
+            "estimate",
+            "--cpu-only",
+            *extra,
+            "--log",
+            str(log),
+            "--",
+            "llama-server",
+            "-m",
+            str(model),
+            "-c",
+            "4096",
+        )
         assert result.returncode == 2, result.stdout
         assert result.stdout == ""
         assert result.stderr.strip() == (
             f"vramscope: error: {log}: no llama.cpp memory lines in this log (the '... buffer "
             "size = N MiB' and 'llama_kv_cache: size = ...' lines llama-server prints as it "
-            "loads); nothing to compare")
+            "loads); nothing to compare"
+        )

@@ -15,22 +15,47 @@ GIB = 1024**3
 T0 = 1_800_000_000_000
 HOST = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 20 * GIB)
 PROCS = {
-    1: ProcessInfo(1, 10, None, 0, 0, "llama-server", ("llama-server", "-m", "m.gguf"),
-                   "llama.cpp", ("inference",)),
+    1: ProcessInfo(
+        1,
+        10,
+        None,
+        0,
+        0,
+        "llama-server",
+        ("llama-server", "-m", "m.gguf"),
+        "llama.cpp",
+        ("inference",),
+    ),
     2: ProcessInfo(2, 20, None, 0, 0, "python3", ("python3", "job.py"), None, ("top",)),
-    3: ProcessInfo(3, 30, None, 0, 0, "vramscope", ("/usr/bin/python3",
-                   "/usr/local/bin/vramscope", "status"), None, ("top",)),
-    4: ProcessInfo(4, 40, None, 0, 0, "python3", ("python3", "-m", "monitor", "events"),
-                   None, ("top",)),
+    3: ProcessInfo(
+        3,
+        30,
+        None,
+        0,
+        0,
+        "vramscope",
+        ("/usr/bin/python3", "/usr/local/bin/vramscope", "status"),
+        None,
+        ("top",),
+    ),
+    4: ProcessInfo(
+        4, 40, None, 0, 0, "python3", ("python3", "-m", "monitor", "events"), None, ("top",)
+    ),
     5: ProcessInfo(5, 50, None, 0, 0, "python3", ("python3", "hog.py"), None, ("top",)),
     6: ProcessInfo(6, 60, None, 0, 0, "sort", ("sort", "big"), None, ("top",)),
 }
 
 
 def tick(ts: int, pids: list[int], exited: tuple = ()) -> Snapshot:
-    return Snapshot(ts, (HOST,), tuple(PROCS[p] for p in pids),
-                    tuple(ProcessMemory(p, "host", rss_anon_bytes=GIB) for p in pids),
-                    (), exited, ())
+    return Snapshot(
+        ts,
+        (HOST,),
+        tuple(PROCS[p] for p in pids),
+        tuple(ProcessMemory(p, "host", rss_anon_bytes=GIB) for p in pids),
+        (),
+        exited,
+        (),
+    )
 
 
 def gone(pid: int, ts: int, **kw) -> ExitedProcess:  # noqa: ANN003
@@ -43,23 +68,38 @@ def test_only_exits_worth_telling_become_events(tmp_path: Path) -> None:
     store.write(tick(T0, [6]))  # 6 lives for two minutes
     store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # the rest for 2 s
     end = T0 + 120_000
-    store.write(tick(end, [], exited=(
-        gone(1, end, exit_code=0, cause="exited"),
-        gone(2, end, exit_code=0, cause="exited"),
-        gone(3, end, exit_code=0, cause="exited"),
-        gone(4, end, exit_code=1, cause="exited_error"),
-        gone(5, end, exit_signal=11, cause="crashed"),
-        gone(6, end, exit_code=0, cause="exited"),
-    )))
+    store.write(
+        tick(
+            end,
+            [],
+            exited=(
+                gone(1, end, exit_code=0, cause="exited"),
+                gone(2, end, exit_code=0, cause="exited"),
+                gone(3, end, exit_code=0, cause="exited"),
+                gone(4, end, exit_code=1, cause="exited_error"),
+                gone(5, end, exit_signal=11, cause="crashed"),
+                gone(6, end, exit_code=0, cause="exited"),
+            ),
+        )
+    )
     store.close()
     conn = sqlite3.connect(db)
-    events = {json.loads(d)["pid"] for (d,) in conn.execute(
-        "SELECT data FROM events WHERE kind = 'process_exit'")}
+    events = {
+        json.loads(d)["pid"]
+        for (d,) in conn.execute("SELECT data FROM events WHERE kind = 'process_exit'")
+    }
     assert events == {1, 5, 6}  # the server, the crash, the long-lived one
-    rows = dict(conn.execute("SELECT pid, exit_cause FROM processes WHERE exited_ms = ?",
-                             (end,)).fetchall())
-    assert rows == {1: "exited", 2: "exited", 3: "exited", 4: "exited_error", 5: "crashed",
-                    6: "exited"}
+    rows = dict(
+        conn.execute("SELECT pid, exit_cause FROM processes WHERE exited_ms = ?", (end,)).fetchall()
+    )
+    assert rows == {
+        1: "exited",
+        2: "exited",
+        3: "exited",
+        4: "exited_error",
+        5: "crashed",
+        6: "exited",
+    }
     conn.close()
 
 

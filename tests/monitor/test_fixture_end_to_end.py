@@ -15,8 +15,9 @@ DEVICE = "drm:0000:c5:00.0"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_status_json_on_the_strix_halo_tree() -> None:
@@ -53,8 +54,11 @@ def test_status_table_on_the_strix_halo_tree() -> None:
 
 def test_daemon_records_the_tree(tmp_path: Path, stop_with_sigterm, wait_for_ticks) -> None:
     db = tmp_path / "v.db"
-    proc = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                             "--interval", "0.2", *ROOTS], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2", *ROOTS],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_ticks(db, 5)
     finally:
@@ -63,7 +67,8 @@ def test_daemon_records_the_tree(tmp_path: Path, stop_with_sigterm, wait_for_tic
     conn = sqlite3.connect(db)
     gtt = conn.execute(
         "SELECT DISTINCT s.gtt_bytes FROM process_samples s JOIN processes p"
-        " ON p.id = s.process_id WHERE p.comm = 'llama-server' AND s.device_id = ?", (DEVICE,)
+        " ON p.id = s.process_id WHERE p.comm = 'llama-server' AND s.device_id = ?",
+        (DEVICE,),
     ).fetchall()
     assert gtt == [(73_547_120 * KIB,)]
     kinds = dict(conn.execute("SELECT id, memory_kind FROM devices"))

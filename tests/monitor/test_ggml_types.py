@@ -11,13 +11,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def fresh_python(code: str) -> str:
     """What ``code`` prints in a new interpreter (nothing imported beforehand)."""
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_reading_headers_does_not_import_numpy_or_the_gguf_package():
-    code = ("import sys, monitor.gguf.reader, monitor.estimate.kv;"
-            "print(sorted(m for m in ('numpy', 'gguf') if m in sys.modules))")
+    code = (
+        "import sys, monitor.gguf.reader, monitor.estimate.kv;"
+        "print(sorted(m for m in ('numpy', 'gguf') if m in sys.modules))"
+    )
     assert fresh_python(code) == "[]"
 
 
@@ -35,6 +38,8 @@ def test_tables_agree_with_the_gguf_package():
 
 
 def test_loaded_after_gguf_it_reuses_gguf_constants():
-    code = ("import gguf, monitor.gguf.ggml_types as t;"
-            "print(t.GGMLQuantizationType is gguf.GGMLQuantizationType)")
+    code = (
+        "import gguf, monitor.gguf.ggml_types as t;"
+        "print(t.GGMLQuantizationType is gguf.GGMLQuantizationType)"
+    )
     assert fresh_python(code) == "True"

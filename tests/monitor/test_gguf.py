@@ -185,10 +185,18 @@ def test_all_value_types_and_small_arrays(tmp_path: Path) -> None:
 
 def test_per_layer_head_count_kv_and_vocab_size_fallback(tmp_path: Path) -> None:
     kv = [8, 0, 0, 8, 0, 0]  # lfm2-style: 0 marks a recurrent layer
-    tensors = dense_tensors(n_layer=6, n_embd=256, n_head=4, n_head_kv=[max(k, 1) for k in kv],
-                            head_dim=64, n_ff=512, n_vocab=1000, ggml_type=Q4_K, output=False)
-    metadata = {"lfm2.block_count": 6, "lfm2.attention.head_count_kv": kv,
-                "lfm2.vocab_size": 1000}
+    tensors = dense_tensors(
+        n_layer=6,
+        n_embd=256,
+        n_head=4,
+        n_head_kv=[max(k, 1) for k in kv],
+        head_dim=64,
+        n_ff=512,
+        n_vocab=1000,
+        ggml_type=Q4_K,
+        output=False,
+    )
+    metadata = {"lfm2.block_count": 6, "lfm2.attention.head_count_kv": kv, "lfm2.vocab_size": 1000}
     (path,) = write_model(tmp_path / "lfm2.gguf", "lfm2", metadata, tensors)
     h = read_header(path)
     assert h.arch_get("attention.head_count_kv") == tuple(kv)
@@ -199,8 +207,9 @@ def test_per_layer_head_count_kv_and_vocab_size_fallback(tmp_path: Path) -> None
 
 
 def test_version_2_is_read(tmp_path: Path) -> None:
-    (path,) = write_model(tmp_path / "v2.gguf", "llama", {"llama.block_count": 1},
-                          [("x", (64,), Q8_0)], version=2)
+    (path,) = write_model(
+        tmp_path / "v2.gguf", "llama", {"llama.block_count": 1}, [("x", (64,), Q8_0)], version=2
+    )
     h = read_header(path)
     assert h.version == 2 and h.tensor_bytes == 2 * 34 and h.arch_get("block_count") == 1
 
@@ -235,8 +244,9 @@ def test_split_model_sums_tensors_and_takes_metadata_from_split_1(split3: list[P
 
 
 def test_split_missing_part_is_named(tmp_path: Path) -> None:
-    paths = write_model(tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (32,), F32) for i in range(6)],
-                        split=3)
+    paths = write_model(
+        tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (32,), F32) for i in range(6)], split=3
+    )
     paths[1].unlink()
     for p in (paths[0], paths[2]):
         err = timed_error(p, "split 2 of 3 is missing", names=paths[1])
@@ -244,8 +254,9 @@ def test_split_missing_part_is_named(tmp_path: Path) -> None:
 
 
 def test_split_count_must_agree_with_the_name(tmp_path: Path) -> None:
-    paths = write_model(tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (32,), F32) for i in range(6)],
-                        split=3)
+    paths = write_model(
+        tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (32,), F32) for i in range(6)], split=3
+    )
     two = [tmp_path / f"two-0000{i}-of-00002.gguf" for i in (1, 2)]
     for src, dst in zip(paths, two, strict=False):
         os.link(src, dst)
@@ -273,8 +284,11 @@ def test_agrees_with_gguf_reader(small_sparse: Path) -> None:
         assert mine.ggml_type == int(ref.tensor_type), mine.name
         assert mine.n_bytes == int(ref.n_bytes), mine.name
         assert list(mine.shape) == [int(d) for d in ref.shape], mine.name
-    assert set(ours.metadata) == set(theirs.fields) - {"GGUF.version", "GGUF.tensor_count",
-                                                       "GGUF.kv_count"}
+    assert set(ours.metadata) == set(theirs.fields) - {
+        "GGUF.version",
+        "GGUF.tensor_count",
+        "GGUF.kv_count",
+    }
     for key, value in ours.metadata.items():
         ref = theirs.fields[key].contents()
         assert (list(value) if isinstance(value, tuple) else value) == ref, key
@@ -317,21 +331,38 @@ PAD = b"\0" * 64  # room after the claims, so only the claim is wrong
         (raw(version=1) + PAD, ("unsupported GGUF version 1",)),
         (raw(version=99) + PAD, ("unsupported GGUF version 99",)),
         (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), ("big-endian GGUF (version 3",)),
-        (raw(n_tensors=2**63) + PAD, ("tensor count claims 9,223,372,036,854,775,808 items",
-                                      "but the file has only 64 bytes left")),
+        (
+            raw(n_tensors=2**63) + PAD,
+            (
+                "tensor count claims 9,223,372,036,854,775,808 items",
+                "but the file has only 64 bytes left",
+            ),
+        ),
         (raw(n_kv=2**64 - 1) + PAD, ("metadata count claims",)),
         (raw(n_kv=1) + struct.pack("<Q", 2**62) + PAD, ("claims a string of",)),
-        (raw(n_kv=1) + gstr("k") + struct.pack("<IIQ", 9, GGUFValueType.UINT64, 2**40) + PAD,
-         ("metadata 'k' claims 1,099,511,627,776 items of at least 8 bytes",)),
-        (raw(n_kv=1) + gstr("k") + struct.pack("<IIQ", 9, GGUFValueType.STRING, 2**40) + PAD,
-         ("metadata 'k' claims 1,099,511,627,776 items",)),
-        (raw(n_kv=1) + gstr("k") + struct.pack("<IIQ", 9, 8, 3) + gstr("a")
-         + struct.pack("<Q", 2**62) + PAD,
-         ("metadata 'k' claims a string of 4,611,686,018,427,387,904 bytes",)),
+        (
+            raw(n_kv=1) + gstr("k") + struct.pack("<IIQ", 9, GGUFValueType.UINT64, 2**40) + PAD,
+            ("metadata 'k' claims 1,099,511,627,776 items of at least 8 bytes",),
+        ),
+        (
+            raw(n_kv=1) + gstr("k") + struct.pack("<IIQ", 9, GGUFValueType.STRING, 2**40) + PAD,
+            ("metadata 'k' claims 1,099,511,627,776 items",),
+        ),
+        (
+            raw(n_kv=1)
+            + gstr("k")
+            + struct.pack("<IIQ", 9, 8, 3)
+            + gstr("a")
+            + struct.pack("<Q", 2**62)
+            + PAD,
+            ("metadata 'k' claims a string of 4,611,686,018,427,387,904 bytes",),
+        ),
         (raw(n_kv=1) + gstr("k") + struct.pack("<I", 13) + PAD, ("unknown value type 13",)),
         (raw(n_kv=1) + gstr("k") + struct.pack("<II", 9, 77) + PAD, ("unknown array item type",)),
-        (raw(n_kv=1) + gstr("k") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 200 + PAD,
-         ("nested deeper than 8",)),
+        (
+            raw(n_kv=1) + gstr("k") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 200 + PAD,
+            ("nested deeper than 8",),
+        ),
         (raw(n_kv=2) + kv_u32("k", 1) + kv_u32("k", 2) + PAD, ("duplicate metadata key 'k'",)),
         (raw(n_tensors=1) + tensor("w", [1] * 9, 0) + PAD, ("'w' has 9 dimensions (at most 4)",)),
         (raw(n_tensors=1) + tensor("w", [32], 1000) + PAD, ("'w' has unknown ggml type 1000",)),
@@ -399,13 +430,19 @@ def test_big_endian_file_from_gguf_writer(tmp_path: Path) -> None:
 _SEED_PREFIX = raw(n_tensors=2, n_kv=3)
 
 
-@settings(max_examples=300, deadline=TIME_BOUND_S * 1000, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(
-    st.binary(max_size=2048),
-    st.binary(max_size=2048).map(lambda b: _SEED_PREFIX + b),
-    st.binary(max_size=2048).map(lambda b: raw(n_kv=1) + gstr("k") + struct.pack("<I", 9) + b),
-))
+@settings(
+    max_examples=300,
+    deadline=TIME_BOUND_S * 1000,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    st.one_of(
+        st.binary(max_size=2048),
+        st.binary(max_size=2048).map(lambda b: _SEED_PREFIX + b),
+        st.binary(max_size=2048).map(lambda b: raw(n_kv=1) + gstr("k") + struct.pack("<I", 9) + b),
+    )
+)
 def test_random_bytes_only_gguf_error(content: bytes) -> None:
     with tempfile.NamedTemporaryFile(suffix=".gguf") as f:
         f.write(content)
@@ -419,8 +456,12 @@ def test_random_bytes_only_gguf_error(content: bytes) -> None:
         assert time.perf_counter() - t0 < TIME_BOUND_S
 
 
-@settings(max_examples=300, deadline=TIME_BOUND_S * 1000, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300,
+    deadline=TIME_BOUND_S * 1000,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=8))
 def test_mutated_header_only_gguf_error(small: Path, flips: list[tuple[int, int]]) -> None:
     data = bytearray(small.read_bytes())
@@ -454,8 +495,9 @@ def test_cache_hit_and_mtime_invalidation(small: Path, tmp_path: Path) -> None:
 
 
 def test_cache_sees_each_split_and_is_bounded(tmp_path: Path) -> None:
-    paths = write_model(tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (32,), F32) for i in range(6)],
-                        split=3)
+    paths = write_model(
+        tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (32,), F32) for i in range(6)], split=3
+    )
     first = read_header(paths[0])
     st_ = paths[2].stat()
     os.utime(paths[2], ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000))
@@ -482,7 +524,8 @@ def test_tensor_data_cut_short_is_reported_not_raised(tmp_path: Path) -> None:
     os.truncate(path, end - 1)
     assert read_header(path).truncated == (
         f"truncated: the file is {end - 1:,} bytes but its tensor data ends at byte {end:,} "
-        "(an interrupted download or copy?)")
+        "(an interrupted download or copy?)"
+    )
     os.truncate(path, full // 3)
     h = read_header(path)  # the header itself still reads: the rest is the caller's choice
     assert h.tensor_bytes > full // 3 and f"is {full // 3:,} bytes" in (h.truncated or "")
@@ -493,9 +536,11 @@ def test_header_only_file_is_truncated(small: Path) -> None:
 
 
 def test_truncated_split_is_named(tmp_path: Path) -> None:
-    paths = write_model(tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (4096,), F32)
-                                                          for i in range(6)], split=3)
+    paths = write_model(
+        tmp_path / "m.gguf", "llama", {}, [(f"t{i}", (4096,), F32) for i in range(6)], split=3
+    )
     assert read_header(paths[0]).truncated is None
     os.truncate(paths[1], paths[1].stat().st_size - 100)
     assert (read_header(paths[2]).truncated or "").startswith(
-        "truncated: split 2 ('m-00002-of-00003.gguf') is ")
+        "truncated: split 2 ('m-00002-of-00003.gguf') is "
+    )

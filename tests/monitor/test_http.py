@@ -34,28 +34,70 @@ def now_ms() -> int:
 
 
 def server_proc(pid: int = PID, model: str = "/models/Qwen3-8B-Q8_0.gguf") -> ProcessInfo:
-    return ProcessInfo(pid, 777, None, 1, 1000, "llama-server",
-                       ("/usr/bin/llama-server", "-m", model, "--api-key", "<redacted>",
-                        "-c", "8192"), "llama.cpp", ("inference", "gpu"))
+    return ProcessInfo(
+        pid,
+        777,
+        None,
+        1,
+        1000,
+        "llama-server",
+        ("/usr/bin/llama-server", "-m", model, "--api-key", "<redacted>", "-c", "8192"),
+        "llama.cpp",
+        ("inference", "gpu"),
+    )
 
 
-def snapshot(*, gpu_total: int = 24 * GIB, gpu_used: int = 10 * GIB, with_proc: bool = True,
-             ts_ms: int | None = None, apu: bool = True) -> Snapshot:
+def snapshot(
+    *,
+    gpu_total: int = 24 * GIB,
+    gpu_used: int = 10 * GIB,
+    with_proc: bool = True,
+    ts_ms: int | None = None,
+    apu: bool = True,
+) -> Snapshot:
     devices = (
-        DeviceSample(GPU, "nvml", "nvidia", "RTX 4090", "dedicated", gpu_total, gpu_used,
-                     free_bytes=gpu_total - gpu_used),
-        DeviceSample(APU, "drm", "amd", "Radeon 8060S", "unified", 96 * GIB, 30 * GIB,
-                     gtt_used_bytes=28 * GIB),
-        DeviceSample("host", "procfs", "host", "Host RAM", "host", 128 * GIB, 40 * GIB,
-                     available_bytes=88 * GIB),
+        DeviceSample(
+            GPU,
+            "nvml",
+            "nvidia",
+            "RTX 4090",
+            "dedicated",
+            gpu_total,
+            gpu_used,
+            free_bytes=gpu_total - gpu_used,
+        ),
+        DeviceSample(
+            APU,
+            "drm",
+            "amd",
+            "Radeon 8060S",
+            "unified",
+            96 * GIB,
+            30 * GIB,
+            gtt_used_bytes=28 * GIB,
+        ),
+        DeviceSample(
+            "host",
+            "procfs",
+            "host",
+            "Host RAM",
+            "host",
+            128 * GIB,
+            40 * GIB,
+            available_bytes=88 * GIB,
+        ),
     )
     if not apu:
         devices = tuple(d for d in devices if d.device_id != APU)
     procs = (server_proc(),) if with_proc else ()
     memory = (
-        ProcessMemory(PID, GPU, vram_bytes=9 * GIB),
-        ProcessMemory(PID, "host", rss_anon_bytes=GIB, rss_file_bytes=5 * GIB),
-    ) if with_proc else ()
+        (
+            ProcessMemory(PID, GPU, vram_bytes=9 * GIB),
+            ProcessMemory(PID, "host", rss_anon_bytes=GIB, rss_file_bytes=5 * GIB),
+        )
+        if with_proc
+        else ()
+    )
     ts = now_ms() if ts_ms is None else ts_ms
     runs = (
         CollectorRun("nvml", ts, 0.0125, 0.01, "ok"),
@@ -82,11 +124,18 @@ def box() -> Box:
     return Box()
 
 
-def make_server(box: Box, tmp_path: Path, listen: str = "127.0.0.1:0",
-                token: str | None = None) -> HttpServer:
+def make_server(
+    box: Box, tmp_path: Path, listen: str = "127.0.0.1:0", token: str | None = None
+) -> HttpServer:
     db = tmp_path / "vramscope.db"
-    return HttpServer(listen, token, box.latest, db, Config(db_path=db, interval_s=1.0),
-                      estimates=lambda: box.estimates)
+    return HttpServer(
+        listen,
+        token,
+        box.latest,
+        db,
+        Config(db_path=db, interval_s=1.0),
+        estimates=lambda: box.estimates,
+    )
 
 
 @pytest.fixture
@@ -99,8 +148,13 @@ def server(box: Box, tmp_path: Path) -> Iterator[HttpServer]:
         srv.stop()
 
 
-def request(srv: HttpServer, method: str, path: str, body: bytes | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def request(
+    srv: HttpServer,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -117,13 +171,13 @@ def get_json(srv: HttpServer, path: str, **kw: Any) -> tuple[int, Any]:
 
 def post_json(srv: HttpServer, path: str, doc: Any) -> tuple[int, Any]:
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    status, _, raw = request(srv, "POST", path, body,
-                             {"Content-Type": "application/json"})
+    status, _, raw = request(srv, "POST", path, body, {"Content-Type": "application/json"})
     return status, json.loads(raw)
 
 
-def scrape(srv: HttpServer, headers: dict[str, str] | None = None
-           ) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+def scrape(
+    srv: HttpServer, headers: dict[str, str] | None = None
+) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     status, head, body = request(srv, "GET", "/metrics", headers=headers)
     assert status == 200
     assert head["content-type"].startswith("text/plain")
@@ -140,6 +194,7 @@ def labels(**kw: str) -> tuple[tuple[str, str], ...]:
 
 # -- metrics ------------------------------------------------------------------------------
 
+
 def test_metrics_exact_device_process_and_collector_values(server: HttpServer) -> None:
     m = scrape(server)
     gpu = labels(device=GPU, name="RTX 4090", kind="dedicated")
@@ -151,19 +206,21 @@ def test_metrics_exact_device_process_and_collector_values(server: HttpServer) -
     assert apu not in m["vramscope_device_memory_free_bytes"]  # unknown is absent, not 0
     assert m["vramscope_host_memory_available_bytes"] == {(): 88 * GIB}
 
-    proc = dict(pid=str(PID), comm="llama-server", engine="llama.cpp",
-                model="Qwen3-8B-Q8_0.gguf")
+    proc = dict(pid=str(PID), comm="llama-server", engine="llama.cpp", model="Qwen3-8B-Q8_0.gguf")
     assert m["vramscope_process_memory_bytes"] == {
         labels(**proc, device=GPU, kind="vram"): 9 * GIB,
         labels(**proc, device="host", kind="rss_anon"): GIB,
         labels(**proc, device="host", kind="rss_file"): 5 * GIB,
     }
     assert m["vramscope_process_estimate_bytes"] == {
-        labels(pid=str(PID), model="Qwen3-8B-Q8_0.gguf", device=GPU): 9 * GIB + 300 * MIB}
+        labels(pid=str(PID), model="Qwen3-8B-Q8_0.gguf", device=GPU): 9 * GIB + 300 * MIB
+    }
 
     assert m["vramscope_collector_up"] == {
-        labels(collector="nvml"): 1, labels(collector="drm"): 0,
-        labels(collector="procfs"): 1}  # amdsmi found no hardware: no series
+        labels(collector="nvml"): 1,
+        labels(collector="drm"): 0,
+        labels(collector="procfs"): 1,
+    }  # amdsmi found no hardware: no series
     assert m["vramscope_collector_duration_seconds"][labels(collector="nvml")] == 0.0125
     assert m["vramscope_collector_duration_seconds"][labels(collector="drm")] == 0.5
     ts = server.latest().ts_ms  # type: ignore[union-attr]
@@ -177,7 +234,8 @@ def test_metrics_never_carry_the_command_line(server: HttpServer) -> None:
 
 
 def test_a_process_that_leaves_the_snapshot_vanishes_on_the_next_scrape(
-        server: HttpServer, box: Box) -> None:
+    server: HttpServer, box: Box
+) -> None:
     assert scrape(server)["vramscope_process_memory_bytes"]
     box.snap = snapshot(with_proc=False, gpu_used=1 * GIB)  # estimates still name the pid
     m = scrape(server)
@@ -189,8 +247,7 @@ def test_a_process_that_leaves_the_snapshot_vanishes_on_the_next_scrape(
     assert len(scrape(server)["vramscope_process_memory_bytes"]) == 3
 
 
-def test_metrics_before_the_first_tick_are_empty_not_an_error(server: HttpServer,
-                                                              box: Box) -> None:
+def test_metrics_before_the_first_tick_are_empty_not_an_error(server: HttpServer, box: Box) -> None:
     box.snap = None
     assert scrape(server) == {}
 
@@ -202,8 +259,10 @@ def test_nothing_is_registered_globally(server: HttpServer) -> None:
 
 # -- health -------------------------------------------------------------------------------
 
+
 def test_healthz_reports_the_age_and_503_before_the_first_tick_or_when_stale(
-        server: HttpServer, box: Box) -> None:
+    server: HttpServer, box: Box
+) -> None:
     status, _, body = request(server, "GET", "/healthz")
     assert status == 200 and body.startswith(b"ok: last tick ")
     box.snap = None
@@ -215,6 +274,7 @@ def test_healthz_reports_the_age_and_503_before_the_first_tick_or_when_stale(
 
 # -- auth and binding ---------------------------------------------------------------------
 
+
 def test_a_token_is_needed_on_every_endpoint_when_configured(box: Box, tmp_path: Path) -> None:
     srv = make_server(box, tmp_path, token=TOKEN)
     srv.start()
@@ -224,14 +284,15 @@ def test_a_token_is_needed_on_every_endpoint_when_configured(box: Box, tmp_path:
             assert status == 401, path
             assert head["www-authenticate"].startswith("Bearer")
             assert "error" in json.loads(body)
-        assert request(srv, "GET", "/healthz",
-                       headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert request(srv, "GET", "/healthz", headers={"Authorization": "Bearer wrong"})[0] == 401
         assert request(srv, "GET", "/healthz", headers={"Authorization": TOKEN})[0] == 401
         ok = {"Authorization": f"Bearer {TOKEN}"}
         assert request(srv, "GET", "/healthz", headers=ok)[0] == 200
         assert scrape(srv, ok)["vramscope_device_memory_total_bytes"]
-        assert request(srv, "POST", "/api/v1/predict", b"{}",
-                       {"Content-Type": "application/json"})[0] == 401
+        assert (
+            request(srv, "POST", "/api/v1/predict", b"{}", {"Content-Type": "application/json"})[0]
+            == 401
+        )
     finally:
         srv.stop()
 
@@ -251,8 +312,9 @@ def test_off_loopback_with_a_token_serves_and_still_needs_it(box: Box, tmp_path:
     try:
         assert srv.address[0] == "0.0.0.0" and srv.address[1] > 0
         assert request(srv, "GET", "/healthz")[0] == 401
-        status, _, body = request(srv, "GET", "/healthz",
-                                  headers={"Authorization": f"bearer {TOKEN}"})
+        status, _, body = request(
+            srv, "GET", "/healthz", headers={"Authorization": f"bearer {TOKEN}"}
+        )
         assert status == 200 and body.startswith(b"ok")
     finally:
         srv.stop()
@@ -264,19 +326,32 @@ def test_without_a_token_a_dns_name_in_host_is_refused(server: HttpServer) -> No
     assert request(server, "GET", "/healthz", headers={"Host": "127.0.0.1"})[0] == 200
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("127.0.0.1:9835", ("127.0.0.1", 9835)),
-    ("[::1]:9835", ("::1", 9835)),
-    (":9835", ("0.0.0.0", 9835)),
-    ("localhost:0", ("127.0.0.1", 0)),
-    (" 10.0.0.5:80 ", ("10.0.0.5", 80)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9835", ("127.0.0.1", 9835)),
+        ("[::1]:9835", ("::1", 9835)),
+        (":9835", ("0.0.0.0", 9835)),
+        ("localhost:0", ("127.0.0.1", 0)),
+        (" 10.0.0.5:80 ", ("10.0.0.5", 80)),
+    ],
+)
 def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
     assert parse_listen(text) == expected
 
 
-@pytest.mark.parametrize("text", ["9835", "127.0.0.1", "::1:9835", "[::1]9835",
-                                  "127.0.0.1:99999", "127.0.0.1:x", "box.lan:9835"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9835",
+        "127.0.0.1",
+        "::1:9835",
+        "[::1]9835",
+        "127.0.0.1:99999",
+        "127.0.0.1:x",
+        "box.lan:9835",
+    ],
+)
 def test_parse_listen_rejects(text: str) -> None:
     with pytest.raises(HttpConfigError):
         parse_listen(text)
@@ -289,8 +364,7 @@ def test_is_loopback() -> None:
     assert not is_loopback("192.168.1.10") and not is_loopback("box.lan")
 
 
-def test_a_port_in_use_is_a_config_error(server: HttpServer, box: Box,
-                                         tmp_path: Path) -> None:
+def test_a_port_in_use_is_a_config_error(server: HttpServer, box: Box, tmp_path: Path) -> None:
     other = make_server(box, tmp_path, listen=f"127.0.0.1:{server.address[1]}")
     with pytest.raises(HttpConfigError, match="cannot listen"):
         other.start()
@@ -307,6 +381,7 @@ def test_stop_frees_the_port_and_is_idempotent(box: Box, tmp_path: Path) -> None
 
 
 # -- snapshot and events ------------------------------------------------------------------
+
 
 def test_snapshot_is_the_status_json_of_the_latest_tick(server: HttpServer, box: Box) -> None:
     status, doc = get_json(server, "/api/v1/snapshot")
@@ -326,8 +401,9 @@ def test_events_come_from_the_database(server: HttpServer) -> None:
     store = Store.open(server.db_path)
     try:
         t0 = now_ms() - 60_000
-        store.add_event("oom_kill", "critical", "llama-server[4242]", "killed", {"pid": 4242},
-                        ts_ms=t0)
+        store.add_event(
+            "oom_kill", "critical", "llama-server[4242]", "killed", {"pid": 4242}, ts_ms=t0
+        )
         store.add_event("xid", "warning", GPU, "Xid 79", ts_ms=t0 + 1000)
         store.add_event("process_exit", "info", "python[9]", "exited", ts_ms=t0 + 2000)
     finally:
@@ -351,6 +427,7 @@ def test_events_come_from_the_database(server: HttpServer) -> None:
 
 # -- predict ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     metadata, tensors = g.qwen3_8b()
@@ -358,8 +435,9 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(g.write_model(path, "qwen3", metadata, tensors, vocab_size=151936)[0])
 
 
-def test_predict_judges_against_the_latest_snapshot(server: HttpServer, box: Box,
-                                                    model_file: str) -> None:
+def test_predict_judges_against_the_latest_snapshot(
+    server: HttpServer, box: Box, model_file: str
+) -> None:
     command = ["llama-server", "-m", model_file, "-c", "4096", "-ngl", "99"]
     box.snap = snapshot(gpu_used=0, with_proc=False, apu=False)
     status, doc = post_json(server, "/api/v1/predict", {"command": command})
@@ -385,38 +463,49 @@ def test_predict_bad_input_is_a_400_with_one_line(server: HttpServer, tmp_path: 
     assert "command" in one_line_error(*post_json(server, "/api/v1/predict", {}), 400)
     one_line_error(*post_json(server, "/api/v1/predict", {"command": "llama-server -m x"}), 400)
     one_line_error(*post_json(server, "/api/v1/predict", [1, 2]), 400)
-    one_line_error(*post_json(server, "/api/v1/predict",
-                              {"command": ["llama-server"], "state": "/etc/passwd"}), 400)
+    one_line_error(
+        *post_json(
+            server, "/api/v1/predict", {"command": ["llama-server"], "state": "/etc/passwd"}
+        ),
+        400,
+    )
     assert "not an inference server" in one_line_error(
-        *post_json(server, "/api/v1/predict", {"command": ["ls", "-l"]}), 400)
+        *post_json(server, "/api/v1/predict", {"command": ["ls", "-l"]}), 400
+    )
     # Missing, a folder, unreadable, not GGUF: one answer, so no path's existence leaks.
     secret = tmp_path / "secret.gguf"
     secret.write_bytes(b"not a model at all")
     answers = set()
     for path in (tmp_path / "absent.gguf", tmp_path, secret, Path("/proc/1/mem")):
-        error = one_line_error(*post_json(
-            server, "/api/v1/predict", {"command": ["llama-server", "-m", str(path)]}), 400)
+        error = one_line_error(
+            *post_json(server, "/api/v1/predict", {"command": ["llama-server", "-m", str(path)]}),
+            400,
+        )
         answers.add(error.replace(str(path), "PATH"))
     assert answers == {"PATH: not a readable GGUF model file"}
 
 
-def test_predict_never_quotes_the_bytes_of_a_non_gguf_file(server: HttpServer,
-                                                           tmp_path: Path) -> None:
+def test_predict_never_quotes_the_bytes_of_a_non_gguf_file(
+    server: HttpServer, tmp_path: Path
+) -> None:
     secret = tmp_path / "secret.gguf"
     secret.write_bytes(b"root:x:0:0:" * 20)
-    error = one_line_error(*post_json(
-        server, "/api/v1/predict", {"command": ["llama-server", "-m", str(secret)]}), 400)
+    error = one_line_error(
+        *post_json(server, "/api/v1/predict", {"command": ["llama-server", "-m", str(secret)]}), 400
+    )
     assert "root:x" not in error and "magic" not in error
     assert error.endswith("secret.gguf: not a readable GGUF model file")
 
 
 def test_predict_limits(server: HttpServer, box: Box) -> None:
     big = json.dumps({"command": ["llama-server", "-m", "x" * (MAX_BODY_BYTES + 10)]})
-    status, _, body = request(server, "POST", "/api/v1/predict", big.encode(),
-                              {"Content-Type": "application/json"})
+    status, _, body = request(
+        server, "POST", "/api/v1/predict", big.encode(), {"Content-Type": "application/json"}
+    )
     assert status == 413 and "at most" in json.loads(body)["error"]
-    status, _, body = request(server, "POST", "/api/v1/predict", b'{"command": ["a"]}',
-                              {"Content-Type": "text/plain"})
+    status, _, body = request(
+        server, "POST", "/api/v1/predict", b'{"command": ["a"]}', {"Content-Type": "text/plain"}
+    )
     assert status == 415
     status, head, body = request(server, "GET", "/api/v1/predict")
     assert status == 405 and head["allow"] == "POST"
@@ -432,8 +521,7 @@ def test_unknown_paths_and_methods_answer_json(server: HttpServer) -> None:
         assert "error" in json.loads(body)
     status, _, body = request(server, "DELETE", "/api/v1/snapshot")
     assert status == 501 and "error" in json.loads(body)
-    assert request(server, "POST", "/metrics", b"", {"Content-Type": "application/json"}
-                   )[0] == 405
+    assert request(server, "POST", "/metrics", b"", {"Content-Type": "application/json"})[0] == 405
 
 
 def test_the_daemon_serves_metrics_and_refuses_open_binds_without_token(tmp_path) -> None:  # noqa: ANN001
@@ -454,13 +542,28 @@ def test_the_daemon_serves_metrics_and_refuses_open_binds_without_token(tmp_path
         port = s.getsockname()[1]
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\ntoken = "s3cret-token"\n')
-    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db",
-                               str(tmp_path / "v.db"), "--interval", "0.2", "--config",
-                               str(cfg)], cwd=root, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(tmp_path / "v.db"),
+            "--interval",
+            "0.2",
+            "--config",
+            str(cfg),
+        ],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
-                                     headers={"Authorization": "Bearer s3cret-token"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": "Bearer s3cret-token"}
+        )
         body = None
         for _ in range(100):
             try:
@@ -483,9 +586,22 @@ def test_the_daemon_serves_metrics_and_refuses_open_binds_without_token(tmp_path
         daemon.communicate(timeout=20)
     open_cfg = tmp_path / "open.toml"
     open_cfg.write_text('[http]\nlisten = "0.0.0.0:0"\n')
-    refused = subprocess.run([sys.executable, "-m", "monitor", "daemon", "--db",
-                              str(tmp_path / "w.db"), "--config", str(open_cfg)], cwd=root,
-                             capture_output=True, text=True, timeout=30,
-                             env={**os.environ})
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(tmp_path / "w.db"),
+            "--config",
+            str(open_cfg),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ},
+    )
     assert refused.returncode == 2 and "needs [http] token" in refused.stderr
     assert not (tmp_path / "w.db").exists()

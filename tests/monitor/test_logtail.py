@@ -15,10 +15,14 @@ from monitor.daemon.sampler import Sampler
 from monitor.logs.follow import FileTail, JournalTail
 from monitor.store.database import Store
 
-OOM = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 10956.01 MiB on device 0: "
-       "cudaMalloc failed: out of memory")
-TORCH = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
-         "total capacity of 23.64 GiB of which 1.02 GiB is free.")
+OOM = (
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 10956.01 MiB on device 0: "
+    "cudaMalloc failed: out of memory"
+)
+TORCH = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+    "total capacity of 23.64 GiB of which 1.02 GiB is free."
+)
 
 
 def test_file_tail_reads_new_lines_only_and_follows_rotation(tmp_path: Path) -> None:
@@ -45,11 +49,21 @@ def test_file_tail_reads_new_lines_only_and_follows_rotation(tmp_path: Path) -> 
 def test_journal_tail_follows_a_unit(tmp_path: Path) -> None:
     fake = tmp_path / "journalctl"
     lines = [
-        {"__REALTIME_TIMESTAMP": "1718000200000000", "_TRANSPORT": "stdout", "_PID": "4001",
-         "_COMM": "llama-server", "_SYSTEMD_UNIT": "llama.service", "MESSAGE": OOM},
-        {"__REALTIME_TIMESTAMP": "1718000100000100", "_TRANSPORT": "journal",
-         "_COMM": "systemd-oomd", "MESSAGE": "Killed /system.slice/ollama.service due to swap "
-         "used (8589934592) / total (9663676416) being more than 90.00%"},
+        {
+            "__REALTIME_TIMESTAMP": "1718000200000000",
+            "_TRANSPORT": "stdout",
+            "_PID": "4001",
+            "_COMM": "llama-server",
+            "_SYSTEMD_UNIT": "llama.service",
+            "MESSAGE": OOM,
+        },
+        {
+            "__REALTIME_TIMESTAMP": "1718000100000100",
+            "_TRANSPORT": "journal",
+            "_COMM": "systemd-oomd",
+            "MESSAGE": "Killed /system.slice/ollama.service due to swap "
+            "used (8589934592) / total (9663676416) being more than 90.00%",
+        },
     ]
     body = "\n".join(f"echo '{json.dumps(x)}'" for x in lines)
     fake.write_text(f"#!/bin/sh\n{body}\nexec sleep 30\n")
@@ -226,8 +240,9 @@ def test_daemon_records_oom_lines_from_the_swap_stream(tmp_path: Path) -> None:
         while not rows and time.monotonic() < deadline:
             time.sleep(0.05)
             tick(ctx)
-            rows = store.db.execute("SELECT kind, message FROM events WHERE kind = 'engine_oom'"
-                                    ).fetchall()
+            rows = store.db.execute(
+                "SELECT kind, message FROM events WHERE kind = 'engine_oom'"
+            ).fetchall()
         assert rows and "cudaMalloc" in rows[0][1]
     finally:
         for tail in ctx.tails:
@@ -306,14 +321,23 @@ def test_a_followed_engine_log_cannot_forge_kernel_evidence(tmp_path: Path) -> N
         time.sleep(0.002)
         tick(ctx)
         kinds = [r[0] for r in store.db.execute("SELECT kind FROM events").fetchall()]
-        assert not {"oom_kill", "oom_invoked", "xid", "oomd_kill", "amdgpu_error",
-                    "engine_oom", "app_oom"} & set(kinds), kinds
+        assert not {
+            "oom_kill",
+            "oom_invoked",
+            "xid",
+            "oomd_kill",
+            "amdgpu_error",
+            "engine_oom",
+            "app_oom",
+        } & set(kinds), kinds
         with log.open("a") as f:
             f.write(f"0.12.345.678 E {OOM}\n")
         time.sleep(0.002)
         tick(ctx)
-        rows = store.db.execute("SELECT kind, severity, message, data FROM events WHERE kind"
-                                " IN ('engine_oom', 'app_oom', 'oom_kill')").fetchall()
+        rows = store.db.execute(
+            "SELECT kind, severity, message, data FROM events WHERE kind"
+            " IN ('engine_oom', 'app_oom', 'oom_kill')"
+        ).fetchall()
         assert [r[:2] for r in rows] == [("engine_oom", "critical")], rows
         assert "cudaMalloc failed" in rows[0][2]
         assert json.loads(rows[0][3])["source"] == str(log)
@@ -323,19 +347,36 @@ def test_a_followed_engine_log_cannot_forge_kernel_evidence(tmp_path: Path) -> N
         store.close()
 
 
-def test_a_unit_journal_gives_kernel_kinds_only_from_the_kernel_transport(
-        tmp_path: Path) -> None:
+def test_a_unit_journal_gives_kernel_kinds_only_from_the_kernel_transport(tmp_path: Path) -> None:
     """``journalctl -u`` output: a unit printing a kernel-looking line is not the kernel
     (``_TRANSPORT=stdout``); the kernel's own record about it is (``_TRANSPORT=kernel``)."""
     fake = tmp_path / "journalctl"
-    spoof = {"__REALTIME_TIMESTAMP": "1718000200000000", "_TRANSPORT": "stdout",
-             "_PID": "4001", "_COMM": "llama-server", "MESSAGE": SPOOFS[0]}
-    oomd_spoof = {"__REALTIME_TIMESTAMP": "1718000200000001", "_TRANSPORT": "stdout",
-                  "_PID": "4001", "_COMM": "llama-server", "MESSAGE": SPOOFS[5]}
-    real = {"__REALTIME_TIMESTAMP": "1718000300000000", "_TRANSPORT": "kernel",
-            "MESSAGE": SPOOFS[0].replace("process 1 (systemd)", "process 4001 (llama-server)")}
-    engine = {"__REALTIME_TIMESTAMP": "1718000400000000", "_TRANSPORT": "stdout",
-              "_PID": "4001", "_COMM": "llama-server", "MESSAGE": OOM}
+    spoof = {
+        "__REALTIME_TIMESTAMP": "1718000200000000",
+        "_TRANSPORT": "stdout",
+        "_PID": "4001",
+        "_COMM": "llama-server",
+        "MESSAGE": SPOOFS[0],
+    }
+    oomd_spoof = {
+        "__REALTIME_TIMESTAMP": "1718000200000001",
+        "_TRANSPORT": "stdout",
+        "_PID": "4001",
+        "_COMM": "llama-server",
+        "MESSAGE": SPOOFS[5],
+    }
+    real = {
+        "__REALTIME_TIMESTAMP": "1718000300000000",
+        "_TRANSPORT": "kernel",
+        "MESSAGE": SPOOFS[0].replace("process 1 (systemd)", "process 4001 (llama-server)"),
+    }
+    engine = {
+        "__REALTIME_TIMESTAMP": "1718000400000000",
+        "_TRANSPORT": "stdout",
+        "_PID": "4001",
+        "_COMM": "llama-server",
+        "MESSAGE": OOM,
+    }
     body = "\n".join(f"echo '{json.dumps(x)}'" for x in (spoof, oomd_spoof, real, engine))
     fake.write_text(f"#!/bin/sh\n{body}\nexec sleep 30\n")
     fake.chmod(0o755)

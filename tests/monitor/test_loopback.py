@@ -130,7 +130,13 @@ def test_the_http_api_listen_check_agrees(host: str, loopback: bool) -> None:
 def test_loopback_url_keeps_what_callers_build_on() -> None:
     parts = loopback_url("https://[::1]:8443/swap/?a=b", "llama-swap URL")
     assert (parts.scheme, parts.netloc, parts.host, parts.port, parts.path, parts.query) == (
-        "https", "[::1]:8443", "::1", 8443, "/swap", "a=b")
+        "https",
+        "[::1]:8443",
+        "::1",
+        8443,
+        "/swap",
+        "a=b",
+    )
     assert loopback_url("http://LOCALHOST").port == 80
     assert loopback_url("https://127.0.0.1").port == 443
     with pytest.raises(ValueError, match="refusing non-loopback llama-swap URL host"):

@@ -38,11 +38,14 @@ def server(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     model = g.write_model(tmp_path / "small.gguf", "qwen3", md, tensors, vocab_size=4096)[0]
     exe = tmp_path / "llama-server"
     shutil.copy(sys.executable, exe)
-    child = subprocess.Popen([str(exe), "-c", "import time; time.sleep(120)", "-m", str(model),
-                              "-c", "4096", "-np", "1"])
+    child = subprocess.Popen(
+        [str(exe), "-c", "import time; time.sleep(120)", "-m", str(model), "-c", "4096", "-np", "1"]
+    )
     deadline = time.monotonic() + 30
-    while (b"-np" not in Path(f"/proc/{child.pid}/cmdline").read_bytes()
-           and time.monotonic() < deadline):
+    while (
+        b"-np" not in Path(f"/proc/{child.pid}/cmdline").read_bytes()
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.02)
     yield child
     child.kill()
@@ -50,7 +53,8 @@ def server(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def test_gpu_memory_the_driver_does_not_report_is_unknown_not_zero(
-        tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None) -> None:
+    tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None
+) -> None:
     """NVML lists the server on the GPU with NVML_VALUE_NOT_AVAILABLE (WSL2/WDDM): diagnose
     says it cannot judge and why, instead of "holds 0.0 GiB, as expected"."""
     scenario = nvml_fake.load("rtx4060")
@@ -73,7 +77,8 @@ def test_gpu_memory_the_driver_does_not_report_is_unknown_not_zero(
 
 
 def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
-        tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None) -> None:
+    tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None
+) -> None:
     """Issue 16 item 1: NVML 'not available' for the server is '-' in `status` text (its GPU
     column and MEASURED), null in the JSON's measured object, and '-' in the TUI's models
     table (measured and difference) and in its GPU bar legend: never 0 B or a difference."""
@@ -98,8 +103,13 @@ def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
     assert doc["measured"]["host_anon_bytes"] and doc["measured"]["unknown_device_ids"] == [gpu]
     frame = FrameBuilder().build(snap)
     (row,) = [r for r in frame.models if r.pid == server.pid]
-    cells = dict(zip(("engine", "model", "ctx", "cache", "measured", "estimate", "delta"),
-                     ModelsTable.cells(row), strict=False))
+    cells = dict(
+        zip(
+            ("engine", "model", "ctx", "cache", "measured", "estimate", "delta"),
+            ModelsTable.cells(row),
+            strict=False,
+        )
+    )
     assert (cells["measured"], cells["delta"]) == ("-", "-"), cells
     assert cells["estimate"] not in ("-", "?")  # the estimate itself is known
     (panel,) = [d for d in panels_from_frame(frame) if d.picture.device_id == gpu]
@@ -107,8 +117,9 @@ def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
     assert f"{row.model} GPU - (measured -)" in legend, legend
 
 
-def test_known_gpu_memory_is_judged(tmp_path: Path, server: subprocess.Popen[bytes],
-                                    fresh_pynvml: None) -> None:
+def test_known_gpu_memory_is_judged(
+    tmp_path: Path, server: subprocess.Popen[bytes], fresh_pynvml: None
+) -> None:
     """The same server with its 6 GiB reported: judged, and far over a tiny model's estimate."""
     scenario = nvml_fake.load("rtx4060")
     scenario["devices"][0]["compute"] = [{"pid": "llama", "used": 6 * GIB}]
@@ -137,17 +148,18 @@ def _estimate(device: int, file: int = 0) -> MemoryEstimate:
 SPEC = LaunchSpec("llama.cpp", model_path="m.gguf", ctx_size=4096, n_parallel=1)
 
 
-@pytest.mark.parametrize(("expected", "measured", "verdict"), [
-    (256 * MIB, 500 * MIB, "over"),  # +95 % on a small embedding server: a finding
-    (20 * MIB, 36 * MIB, "as_expected"),  # 16 MiB over a 20 MiB helper: noise
-    (40 * GIB, 40 * GIB + 300 * MIB, "as_expected"),  # +0.7 % on a big model: within error
-    (8 * GIB, 10 * GIB, "over"),
-])
-def test_as_expected_is_relative_and_absolute(expected: int, measured: int,
-                                              verdict: str) -> None:
+@pytest.mark.parametrize(
+    ("expected", "measured", "verdict"),
+    [
+        (256 * MIB, 500 * MIB, "over"),  # +95 % on a small embedding server: a finding
+        (20 * MIB, 36 * MIB, "as_expected"),  # 16 MiB over a 20 MiB helper: noise
+        (40 * GIB, 40 * GIB + 300 * MIB, "as_expected"),  # +0.7 % on a big model: within error
+        (8 * GIB, 10 * GIB, "over"),
+    ],
+)
+def test_as_expected_is_relative_and_absolute(expected: int, measured: int, verdict: str) -> None:
     est = _estimate(expected)
-    d = diagnose(1, "m.gguf", SPEC, est, measure(1, _rows(1, measured, 0, 0)),
-                 lambda s: est)
+    d = diagnose(1, "m.gguf", SPEC, est, measure(1, _rows(1, measured, 0, 0)), lambda s: est)
     assert d.verdict == verdict, d.summary
     assert ("as expected" in d.summary) == (verdict == "as_expected")
 
@@ -165,18 +177,24 @@ def test_no_surprise_alert_on_noise_of_small_servers() -> None:
     from collectors.base import Snapshot
 
     def finished(pid: int, measured: int, estimate: int, ts: int) -> Snapshot:
-        ev = DeviceEvent(ts, "nvml:GPU-x", "load_finished", "info", "loaded",
-                         {"pid": pid, "measured_nvml:GPU-x": measured,
-                          "estimate_nvml:GPU-x": estimate})
+        ev = DeviceEvent(
+            ts,
+            "nvml:GPU-x",
+            "load_finished",
+            "info",
+            "loaded",
+            {"pid": pid, "measured_nvml:GPU-x": measured, "estimate_nvml:GPU-x": estimate},
+        )
         return Snapshot(ts, (), (), (), (), (), (), (ev,))
 
     state = AlertState()
     fired = []
-    for i, (measured, estimate) in enumerate([(int(35.4 * MIB), 20 * MIB),
-                                              (int(35.4 * MIB), 20 * MIB),
-                                              (500 * MIB, 256 * MIB)]):
-        state, changes = evaluate(AlertSettings(), finished(100 + i, measured, estimate,
-                                                            1000 + i), state, 1000 + i)
+    for i, (measured, estimate) in enumerate(
+        [(int(35.4 * MIB), 20 * MIB), (int(35.4 * MIB), 20 * MIB), (500 * MIB, 256 * MIB)]
+    ):
+        state, changes = evaluate(
+            AlertSettings(), finished(100 + i, measured, estimate, 1000 + i), state, 1000 + i
+        )
         fired += [c for c in changes if c.kind == "fired" and c.alert.rule == "surprise"]
     assert [c.alert.data["pid"] for c in fired] == [102]
 
@@ -184,20 +202,33 @@ def test_no_surprise_alert_on_noise_of_small_servers() -> None:
 def test_weights_paged_out_are_named_not_called_as_expected() -> None:
     """mmap'd weights fell from 1.4 GiB to 69 MiB resident under memory pressure."""
     est = _estimate(512 * MIB, file=int(1.4 * GIB))
-    d = diagnose(1, "m.gguf", SPEC, est, measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)),
-                 lambda s: est)
+    d = diagnose(
+        1, "m.gguf", SPEC, est, measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)), lambda s: est
+    )
     assert d.verdict == "under"
     assert "evicted from the page cache" in d.summary and "--mlock" in d.summary
     paged = next(f for f in d.findings if f.component == "weights_paged_out")
     assert paged.bytes == int(1.4 * GIB) - 69 * MIB
     # the same weights resident: as expected; and --mlock / --no-mmap are never "paged out"
-    ok = diagnose(1, "m.gguf", SPEC, est,
-                  measure(1, _rows(1, 512 * MIB, 50 * MIB, int(1.4 * GIB))), lambda s: est)
+    ok = diagnose(
+        1,
+        "m.gguf",
+        SPEC,
+        est,
+        measure(1, _rows(1, 512 * MIB, 50 * MIB, int(1.4 * GIB))),
+        lambda s: est,
+    )
     assert ok.verdict == "as_expected"
     from dataclasses import replace
 
-    locked = diagnose(1, "m.gguf", replace(SPEC, load_mode="mmap+mlock"), est,
-                      measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)), lambda s: est)
+    locked = diagnose(
+        1,
+        "m.gguf",
+        replace(SPEC, load_mode="mmap+mlock"),
+        est,
+        measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)),
+        lambda s: est,
+    )
     assert not any(f.component == "weights_paged_out" for f in locked.findings)
 
 
@@ -210,15 +241,30 @@ def test_metrics_measured_is_absent_when_unknown_and_counts_helpers() -> None:
     argv = ("llama-server", "-m", "/m/x.gguf")
     server = ProcessInfo(10, 1, None, 1, 0, "llama-server", argv, "llama.cpp", ("inference",))
     helper = ProcessInfo(11, 2, None, 10, 0, "llama-server", argv, "llama.cpp", ("gpu",))
-    blind = ProcessInfo(12, 3, None, 1, 0, "llama-server", ("llama-server", "-m", "/m/y.gguf"),
-                        "llama.cpp", ("inference",))
-    rows = (*_rows(10, 2 * GIB, 300 * MIB, 700 * MIB),
-            ProcessMemory(11, "nvml:GPU-x", vram_bytes=GIB),
-            ProcessMemory(12, "host", rss_anon_bytes=MIB, rss_file_bytes=MIB),
-            ProcessMemory(12, "nvml:GPU-x"))
+    blind = ProcessInfo(
+        12,
+        3,
+        None,
+        1,
+        0,
+        "llama-server",
+        ("llama-server", "-m", "/m/y.gguf"),
+        "llama.cpp",
+        ("inference",),
+    )
+    rows = (
+        *_rows(10, 2 * GIB, 300 * MIB, 700 * MIB),
+        ProcessMemory(11, "nvml:GPU-x", vram_bytes=GIB),
+        ProcessMemory(12, "host", rss_anon_bytes=MIB, rss_file_bytes=MIB),
+        ProcessMemory(12, "nvml:GPU-x"),
+    )
     snap = Snapshot(1000, (), (server, helper, blind), rows, (), (), ())
     text = render(build_registry(lambda: snap)).decode()
     lines = [x for x in text.splitlines() if x.startswith("vramscope_process_measured_bytes{")]
-    assert any('pid="10"' in x and 'model="x.gguf"' in x and
-               float(x.rsplit(" ", 1)[1]) == 3 * GIB + 1000 * MIB for x in lines), lines
+    assert any(
+        'pid="10"' in x
+        and 'model="x.gguf"' in x
+        and float(x.rsplit(" ", 1)[1]) == 3 * GIB + 1000 * MIB
+        for x in lines
+    ), lines
     assert not any('pid="12"' in x or 'pid="11"' in x for x in lines)  # unknown; a helper

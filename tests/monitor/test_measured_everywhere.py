@@ -114,9 +114,23 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     with fake_server.running(argv, cwd=models) as server:
         pid = server.pid
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2",
-             "--config", str(config)], cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "daemon",
+                "--db",
+                str(db),
+                "--interval",
+                "0.2",
+                "--config",
+                str(config),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             # the running daemon's /metrics, against the database tick it names
             def scraped() -> tuple[float, int] | None:
@@ -127,15 +141,21 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
                 return (value, tick) if value is not None and tick is not None else None
 
             live_value, live_tick = until("the daemon's /metrics lists the server", scraped)
-            until("the scraped tick is in the database", lambda: query(
-                db, "SELECT 1 FROM process_samples WHERE ts_ms = ?", (live_tick,)))
+            until(
+                "the scraped tick is in the database",
+                lambda: query(db, "SELECT 1 FROM process_samples WHERE ts_ms = ?", (live_tick,)),
+            )
             live = status_measured(db, live_tick, pid)
             assert live_value == live["total_bytes"]
             # death: SIGKILL (killed by someone else: an exit, not a crash), never reaped
             # while the daemon looks (a zombie: its exit status)
             os.kill(pid, signal.SIGKILL)
-            until("the daemon records the exit", lambda: query(
-                db, "SELECT 1 FROM processes WHERE pid = ? AND exited_ms IS NOT NULL", (pid,)))
+            until(
+                "the daemon records the exit",
+                lambda: query(
+                    db, "SELECT 1 FROM processes WHERE pid = ? AND exited_ms IS NOT NULL", (pid,)
+                ),
+            )
         finally:
             stop_with_sigterm(daemon)
 
@@ -172,15 +192,17 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     assert row.measured_bytes == total
     assert ModelsTable.cells(row)[4] == size(total)
     (host,) = [d for d in panels_from_frame(frame) if d.picture.device_id == "host"]
-    (seg,) = [s for s, use in zip(host.models, host.picture.processes, strict=False)
-              if use.pid == pid]
+    (seg,) = [
+        s for s, use in zip(host.models, host.picture.processes, strict=False) if use.pid == pid
+    ]
     mine = dataclasses.replace(host, models=(seg,))  # other x.gguf servers may run here
     legend = DevicePanel(mine)._lines(mine, 400)[3].plain
     assert f"x.gguf anon+shm {size(seg.bytes)} (measured {size(total)})" in legend, legend
 
     # diagnose --json at that tick
-    code, out, err = vramscope("diagnose", "--json", "--db", str(db), "--at", str(tick),
-                               "--pid", str(pid))
+    code, out, err = vramscope(
+        "diagnose", "--json", "--db", str(db), "--at", str(tick), "--pid", str(pid)
+    )
     assert code == 0, err
     (diag,) = json.loads(out)
     assert diag["measured_bytes"] == total
@@ -190,6 +212,8 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     metrics = render(build_registry(lambda: snap)).decode()
     assert measured_metric(metrics, pid) == (total, tick)
 
-    print(f"\nmeasured at tick {tick}: {total} bytes (anon {at_death['host_anon_bytes']}, "
-          f"file {at_death['host_file_bytes']}, device {at_death['device_bytes']}); live "
-          f"/metrics at tick {live_tick}: {live_value:.0f}; legend: {legend!r}")
+    print(
+        f"\nmeasured at tick {tick}: {total} bytes (anon {at_death['host_anon_bytes']}, "
+        f"file {at_death['host_file_bytes']}, device {at_death['device_bytes']}); live "
+        f"/metrics at tick {live_tick}: {live_value:.0f}; legend: {legend!r}"
+    )

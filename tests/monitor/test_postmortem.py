@@ -35,8 +35,14 @@ while True:   # 2 MiB every 0.1 s: the daemon (0.2 s ticks) sees it within ~4 Mi
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def wait_for_exit_recorded(db: Path, pid: int, timeout_s: float = 60.0) -> None:
@@ -47,8 +53,9 @@ def wait_for_exit_recorded(db: Path, pid: int, timeout_s: float = 60.0) -> None:
     while time.monotonic() < deadline:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         try:
-            row = conn.execute("SELECT count(*) FROM processes WHERE pid = ? AND exited_ms "
-                               "IS NOT NULL", (pid,)).fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM processes WHERE pid = ? AND exited_ms IS NOT NULL", (pid,)
+            ).fetchone()
         finally:
             conn.close()
         if row[0]:
@@ -62,15 +69,21 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
         pytest.skip("/dev/kmsg is not readable here")
     group, procs = make_cgroup(96 * MIB)
     db = tmp_path / "v.db"
-    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                               "--interval", "0.2"], stderr=subprocess.PIPE, text=True,
-                              cwd=ROOT)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     exe = tmp_path / "llama-server"
     shutil.copy(sys.executable, exe)  # looks like an inference server: tracked at once
     try:
         wait_for_ticks(db, 3)
-        victim = subprocess.Popen([str(exe), "-c", GROW, str(procs), "-m",
-                                   "/models/none.gguf"], stdout=subprocess.PIPE, text=True)
+        victim = subprocess.Popen(
+            [str(exe), "-c", GROW, str(procs), "-m", "/models/none.gguf"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert victim.stdout is not None and victim.stdout.readline().strip() == "ready"
         victim.wait(timeout=60)
         died = time.time()
@@ -99,26 +112,34 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     assert series and len(series[0]["points"]) >= 5
     # the HTML report: one file, its chart well-formed with a series for the victim
     html = tmp_path / "crash.html"
-    assert vramscope("postmortem", "--pid", str(victim.pid), "--db", str(db), "--html", str(html)
-                     ).returncode == 0
+    assert (
+        vramscope(
+            "postmortem", "--pid", str(victim.pid), "--db", str(db), "--html", str(html)
+        ).returncode
+        == 0
+    )
     text = html.read_text()
-    svg = text[text.index("<svg"): text.index("</svg>") + len("</svg>")]
+    svg = text[text.index("<svg") : text.index("</svg>") + len("</svg>")]
     ElementTree.fromstring(svg)
     assert "llama-server" in svg
     # the events command lists it
-    listed = json.loads(vramscope("events", "--since", "1h", "--kind", "oom_kill", "--json",
-                                  "--db", str(db)).stdout)
+    listed = json.loads(
+        vramscope("events", "--since", "1h", "--kind", "oom_kill", "--json", "--db", str(db)).stdout
+    )
     assert [e["data"]["pid"] for e in listed].count(victim.pid) == 1
     conn = sqlite3.connect(db)
     kinds = {r[0] for r in conn.execute("SELECT kind FROM events")}
     assert {"oom_kill", "crash", "process_exit"} <= kinds
     # the exit carries its signal and cause, and the OOM kill paged someone
-    (exit_data,) = [json.loads(r[0]) for r in conn.execute(
-        "SELECT data FROM events WHERE kind = 'process_exit'")
-        if json.loads(r[0])["pid"] == victim.pid]
+    (exit_data,) = [
+        json.loads(r[0])
+        for r in conn.execute("SELECT data FROM events WHERE kind = 'process_exit'")
+        if json.loads(r[0])["pid"] == victim.pid
+    ]
     assert (exit_data["cause"], exit_data["exit_signal"]) == ("cgroup_oom_killed", 9)
-    fired = [json.loads(r[0]) for r in conn.execute(
-        "SELECT data FROM events WHERE kind = 'alert_fired'")]
+    fired = [
+        json.loads(r[0]) for r in conn.execute("SELECT data FROM events WHERE kind = 'alert_fired'")
+    ]
     assert any(f"[{victim.pid}]" in (f.get("subject") or "") for f in fired)
 
 
@@ -128,7 +149,8 @@ def test_postmortem_without_a_crash_is_one_line(tmp_path: Path) -> None:
     Store.open(tmp_path / "v.db").close()
     result = vramscope("postmortem", "--last", "--db", str(tmp_path / "v.db"))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"vramscope: error: no crash or OOM kill recorded in "
-                                     f"{tmp_path / 'v.db'}")
+    assert result.stderr.strip() == (
+        f"vramscope: error: no crash or OOM kill recorded in {tmp_path / 'v.db'}"
+    )
     missing = vramscope("postmortem", "--db", str(tmp_path / "none.db"))
     assert missing.returncode == 2 and "no database" in missing.stderr

@@ -21,19 +21,28 @@ from monitor.store.database import Store
 GIB = 1024**3
 MIB = 1024**2
 T0 = 1_800_000_000_000
-HOST = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 20 * GIB,
-                    available_bytes=44 * GIB)
+HOST = DeviceSample(
+    "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 20 * GIB, available_bytes=44 * GIB
+)
 
 
 def server(pid: int, comm: str = "llama-server") -> ProcessInfo:
-    return ProcessInfo(pid, pid * 10, None, 1, 0, comm, (comm, "-m", "/models/x.gguf"),
-                       "llama.cpp", ("inference",))
+    return ProcessInfo(
+        pid, pid * 10, None, 1, 0, comm, (comm, "-m", "/models/x.gguf"), "llama.cpp", ("inference",)
+    )
 
 
 def tick(ts: int, procs: dict[int, int], events: tuple = (), exited: tuple = ()) -> Snapshot:
-    return Snapshot(ts, (HOST,), tuple(server(p) for p in procs),
-                    tuple(ProcessMemory(p, "host", rss_anon_bytes=b) for p, b in procs.items()),
-                    (), exited, (), events)
+    return Snapshot(
+        ts,
+        (HOST,),
+        tuple(server(p) for p in procs),
+        tuple(ProcessMemory(p, "host", rss_anon_bytes=b) for p, b in procs.items()),
+        (),
+        exited,
+        (),
+        events,
+    )
 
 
 def test_at_death_is_the_last_figure_before_the_collapse() -> None:
@@ -43,8 +52,7 @@ def test_at_death_is_the_last_figure_before_the_collapse() -> None:
     assert at_death_bytes([[0, 3]]) == 3
 
 
-def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(
-        tmp_path: Path) -> None:
+def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     store = Store.open(db)
     ts = T0
@@ -52,8 +60,16 @@ def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(
         store.write(tick(ts, {100: int(1.01 * GIB)}))
         ts += 200
     store.write(tick(ts, {100: 0}))  # sampled while dying: its memory already unmapped
-    gone = ExitedProcess(100, 1000, ts, "crashed (SIGSEGV)", comm="llama-server",
-                         exit_signal=11, exit_source="connector", cause="crashed")
+    gone = ExitedProcess(
+        100,
+        1000,
+        ts,
+        "crashed (SIGSEGV)",
+        comm="llama-server",
+        exit_signal=11,
+        exit_source="connector",
+        cause="crashed",
+    )
     store.write(tick(ts + 200, {}, exited=(gone,)))
     store.close()
     doc = build(db)
@@ -68,30 +84,65 @@ def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(
     assert "<h1>crash post-mortem: llama-server (pid 100) died</h1>" in render_html(doc)
 
 
-def test_an_untracked_oom_victim_is_named_and_only_live_loads_are_listed(
-        tmp_path: Path) -> None:
+def test_an_untracked_oom_victim_is_named_and_only_live_loads_are_listed(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     store = Store.open(db)
-    store.write(tick(T0, {200: GIB, 300: GIB}, events=(
-        DeviceEvent(T0, "host", "load_started", "info", "llama-server[200] started loading",
-                    {"pid": 200, "model": "big.gguf"}),
-        DeviceEvent(T0, "host", "load_started", "info", "llama-server[300] started loading",
-                    {"pid": 300}))))
+    store.write(
+        tick(
+            T0,
+            {200: GIB, 300: GIB},
+            events=(
+                DeviceEvent(
+                    T0,
+                    "host",
+                    "load_started",
+                    "info",
+                    "llama-server[200] started loading",
+                    {"pid": 200, "model": "big.gguf"},
+                ),
+                DeviceEvent(
+                    T0,
+                    "host",
+                    "load_started",
+                    "info",
+                    "llama-server[300] started loading",
+                    {"pid": 300},
+                ),
+            ),
+        )
+    )
     # 300 died mid-load a minute before the kill: its load is over
-    gone = ExitedProcess(300, 3000, T0, comm="llama-server", exit_code=1,
-                         exit_source="connector", cause="exited_error")
+    gone = ExitedProcess(
+        300,
+        3000,
+        T0,
+        comm="llama-server",
+        exit_code=1,
+        exit_source="connector",
+        cause="exited_error",
+    )
     store.write(tick(T0 + 1000, {200: 2 * GIB}, exited=(gone,)))
-    kill = DeviceEvent(T0 + 60_000, "host", "oom_kill", "critical",
-                       "Out of memory: Killed process 4242 (python3)",
-                       {"pid": 4242, "comm": "python3", "constraint": "CONSTRAINT_NONE",
-                        "anon_rss_kb": 30 * GIB // 1024})
+    kill = DeviceEvent(
+        T0 + 60_000,
+        "host",
+        "oom_kill",
+        "critical",
+        "Out of memory: Killed process 4242 (python3)",
+        {
+            "pid": 4242,
+            "comm": "python3",
+            "constraint": "CONSTRAINT_NONE",
+            "anon_rss_kb": 30 * GIB // 1024,
+        },
+    )
     store.write(tick(T0 + 60_000, {200: 3 * GIB}, events=(kill,)))
     store.close()
     doc = build(db)
     assert doc["title"] == "OOM post-mortem"
     assert (doc["victim"]["pid"], doc["victim"]["comm"]) == (4242, "python3")
     assert [(x["pid"], x["comm"], x["model"]) for x in doc["loading"]] == [
-        (200, "llama-server", "big.gguf")]
+        (200, "llama-server", "big.gguf")
+    ]
     text = render_text(doc, 100)
     assert text.startswith("OOM post-mortem: python3 (pid 4242) died")
     assert "host (pid" not in text and "None" not in text
@@ -107,21 +158,26 @@ def test_a_cgroup_oom_fix_is_sized_from_the_launch_not_from_the_kill() -> None:
     from monitor.analysis.postmortem import cgroup_fix
 
     gib = 1024**3
-    est = {"by_device": {"host": int(2.11 * gib)},
-           "by_device_with_growth": {"host": int(2.5 * gib)}}
+    est = {
+        "by_device": {"host": int(2.11 * gib)},
+        "by_device_with_growth": {"host": int(2.5 * gib)},
+    }
     argv = ["llama-server", "-m", "/models/q 8b.gguf", "-c", "32768"]
     fix = cgroup_fix(gib, est, "/system.slice/llama.service", argv)
     assert "at least 2.8 GiB" in fix, fix  # 2.5 GiB x 1.10, not 1.2 x the 1.0 GiB held
     assert "needs 2.1 GiB" in fix and "2.5 GiB once its caches fill" in fix
-    assert ("`vramscope predict --cgroup /system.slice/llama.service -- llama-server -m "
-            "'/models/q 8b.gguf' -c 32768`") in fix
+    assert (
+        "`vramscope predict --cgroup /system.slice/llama.service -- llama-server -m "
+        "'/models/q 8b.gguf' -c 32768`"
+    ) in fix
     # no estimate: what it held is all there is, and the fix says so
     alone = cgroup_fix(gib, None, "/system.slice/llama.service", argv)
     assert "at least 1.2 GiB" in alone and "no estimate known" in alone
 
 
 def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The model file is gone (/models/x.gguf never existed here): the estimate the daemon
     stored at launch sizes the fix, not 1.2 x the memory held at the kill."""
     from monitor.analysis.assess import Assessment, Launch
@@ -133,17 +189,32 @@ def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
     store.write(tick(T0, {500: GIB}))
     spec = parse_command(list(server(500).argv))
     assert spec is not None
-    est = MemoryEstimate("llama.cpp", "/models/x.gguf", (
-        Component("weights", "host", int(1.8 * GIB), "test"),
-        Component("kv", "host", int(0.31 * GIB), "test"),
-        Component("prompt_cache", "host", int(0.39 * GIB), "test", when="grows")))
+    est = MemoryEstimate(
+        "llama.cpp",
+        "/models/x.gguf",
+        (
+            Component("weights", "host", int(1.8 * GIB), "test"),
+            Component("kv", "host", int(0.31 * GIB), "test"),
+            Component("prompt_cache", "host", int(0.39 * GIB), "test", when="grows"),
+        ),
+    )
     a = Assessment(500, 5000, T0, "key", Launch.from_spec(spec), est)
     assert store.add_assessment(a, None)  # server() has no start time
-    kill = DeviceEvent(T0 + 1000, "host", "oom_kill", "critical",
-                       "Memory cgroup out of memory: Killed process 500 (llama-server)",
-                       {"pid": 500, "comm": "llama-server", "constraint": "CONSTRAINT_MEMCG",
-                        "task_memcg": "/system.slice/llama.service",
-                        "memcg_limit_kb": GIB // 1024, "anon_rss_kb": GIB // 1024})
+    kill = DeviceEvent(
+        T0 + 1000,
+        "host",
+        "oom_kill",
+        "critical",
+        "Memory cgroup out of memory: Killed process 500 (llama-server)",
+        {
+            "pid": 500,
+            "comm": "llama-server",
+            "constraint": "CONSTRAINT_MEMCG",
+            "task_memcg": "/system.slice/llama.service",
+            "memcg_limit_kb": GIB // 1024,
+            "anon_rss_kb": GIB // 1024,
+        },
+    )
     store.write(tick(T0 + 1000, {}, events=(kill,)))
     store.close()
     doc = build(db, pid=500)

@@ -21,36 +21,83 @@ GIB, MIB = 1024**3, 1024**2
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
-def qwen(path: Path, n_layer: int, n_embd: int, n_head: int, n_kv: int, n_ff: int,
-         qtype: int, ctx: int = 32768) -> str:
-    md = {f"qwen3.{k}": v for k, v in {
-        "block_count": n_layer, "context_length": ctx, "embedding_length": n_embd,
-        "feed_forward_length": n_ff, "attention.head_count": n_head,
-        "attention.head_count_kv": n_kv, "attention.key_length": 128,
-        "attention.value_length": 128}.items()}
-    tensors = g.dense_tensors(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_kv,
-                              head_dim=128, n_ff=n_ff, n_vocab=151936, ggml_type=qtype)
+def qwen(
+    path: Path,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_kv: int,
+    n_ff: int,
+    qtype: int,
+    ctx: int = 32768,
+) -> str:
+    md = {
+        f"qwen3.{k}": v
+        for k, v in {
+            "block_count": n_layer,
+            "context_length": ctx,
+            "embedding_length": n_embd,
+            "feed_forward_length": n_ff,
+            "attention.head_count": n_head,
+            "attention.head_count_kv": n_kv,
+            "attention.key_length": 128,
+            "attention.value_length": 128,
+        }.items()
+    }
+    tensors = g.dense_tensors(
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_kv,
+        head_dim=128,
+        n_ff=n_ff,
+        n_vocab=151936,
+        ggml_type=qtype,
+    )
     return str(g.write_model(path, "qwen3", md, tensors, vocab_size=151936)[0])
 
 
-def write_state(path: Path, devices: list[DeviceSample], procs: list[tuple[ProcessInfo,
-                list[ProcessMemory]]]) -> Path:
-    snap = Snapshot(1_800_000_000_000, tuple(devices), tuple(p for p, _ in procs),
-                    tuple(m for _, rows in procs for m in rows), (), (), ())
+def write_state(
+    path: Path, devices: list[DeviceSample], procs: list[tuple[ProcessInfo, list[ProcessMemory]]]
+) -> Path:
+    snap = Snapshot(
+        1_800_000_000_000,
+        tuple(devices),
+        tuple(p for p, _ in procs),
+        tuple(m for _, rows in procs for m in rows),
+        (),
+        (),
+        (),
+    )
     path.write_text(json.dumps(to_json(snap)))
     return path
 
 
 def host(available: int, total: int = 128 * GIB) -> DeviceSample:
-    return DeviceSample("host", "procfs", "host", "Host RAM", "host", total, total - available,
-                        available_bytes=available)
+    return DeviceSample(
+        "host",
+        "procfs",
+        "host",
+        "Host RAM",
+        "host",
+        total,
+        total - available,
+        available_bytes=available,
+    )
 
 
 # -- story 2: an 8 GB laptop GPU, a 27B dense model split with -ngl, drafts ----------------
+
 
 @pytest.fixture(scope="module")
 def laptop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -61,8 +108,16 @@ def laptop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "0.8b": qwen(d / "0.8b.gguf", 28, 1024, 16, 8, 3072, g.Q8_0),
         "9b": qwen(d / "9b.gguf", 36, 4096, 32, 8, 12288, g.Q4_K),
     }
-    gpu = DeviceSample("nvml:GPU-laptop", "nvml", "nvidia", "RTX 4060 Laptop", "dedicated",
-                       8 * GIB, 50 * MIB, free_bytes=8 * GIB - 50 * MIB)
+    gpu = DeviceSample(
+        "nvml:GPU-laptop",
+        "nvml",
+        "nvidia",
+        "RTX 4060 Laptop",
+        "dedicated",
+        8 * GIB,
+        50 * MIB,
+        free_bytes=8 * GIB - 50 * MIB,
+    )
     models["state"] = str(write_state(d / "state.json", [gpu, host(40 * GIB)], []))
     return models
 
@@ -74,10 +129,25 @@ def predict_json(*args: str) -> tuple[int, dict]:
 
 
 def test_laptop_small_draft_fits_and_big_draft_does_not(laptop: dict[str, str]) -> None:
-    base = ["--state", laptop["state"], "--margin-gib", "0.25", "--", "llama-server", "-m",
-            laptop["27b"], "-c", "2048", "-np", "1", "-fa", "on"]
-    code, doc = predict_json(*base[:5], *base[5:], "-ngl", "20", "-md", laptop["0.8b"],
-                             "-ngld", "99")
+    base = [
+        "--state",
+        laptop["state"],
+        "--margin-gib",
+        "0.25",
+        "--",
+        "llama-server",
+        "-m",
+        laptop["27b"],
+        "-c",
+        "2048",
+        "-np",
+        "1",
+        "-fa",
+        "on",
+    ]
+    code, doc = predict_json(
+        *base[:5], *base[5:], "-ngl", "20", "-md", laptop["0.8b"], "-ngld", "99"
+    )
     assert (code, doc["verdict"]) == (0, "fits")
     gpu = doc["devices"][0] if doc["devices"][0]["device_id"] != "host" else doc["devices"][1]
     assert 7.0 * GIB < gpu["need_bytes"] < gpu["room_bytes"] - gpu["margin_bytes"]
@@ -89,11 +159,27 @@ def test_laptop_small_draft_fits_and_big_draft_does_not(laptop: dict[str, str]) 
     assert ngl["verdict"] == "fits" and int(ngl["change"].split()[1]) < 24
 
 
-def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[str, str]
-                                                                   ) -> None:
-    common = ["--state", laptop["state"], "--margin-gib", "0.25", "--bw", "gpu=272",
-              "--bw", "host=76.8", "--", "llama-server", "-m", laptop["27b"], "-c", "2048",
-              "-np", "1", "-fa", "on"]
+def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[str, str]) -> None:
+    common = [
+        "--state",
+        laptop["state"],
+        "--margin-gib",
+        "0.25",
+        "--bw",
+        "gpu=272",
+        "--bw",
+        "host=76.8",
+        "--",
+        "llama-server",
+        "-m",
+        laptop["27b"],
+        "-c",
+        "2048",
+        "-np",
+        "1",
+        "-fa",
+        "on",
+    ]
     ceilings = []
     for ngl in ("16", "18", "20"):
         _, doc = predict_json(*common, "-ngl", ngl, "-md", laptop["0.8b"], "-ngld", "99")
@@ -112,11 +198,16 @@ def test_bandwidth_ceiling_formula() -> None:
     from monitor.analysis.bandwidth import ceiling
     from monitor.estimate.model import Component, MemoryEstimate
 
-    est = MemoryEstimate("llama.cpp", "m", (
-        Component("weights", "gpu0", 6_000_000_000, ""),
-        Component("weights", "host", 10_000_000_000, "", "anon"),
-        Component("draft_weights", "gpu0", 800_000_000, ""),
-        Component("kv", "gpu0", 1_000_000_000, "")))
+    est = MemoryEstimate(
+        "llama.cpp",
+        "m",
+        (
+            Component("weights", "gpu0", 6_000_000_000, ""),
+            Component("weights", "host", 10_000_000_000, "", "anon"),
+            Component("draft_weights", "gpu0", 800_000_000, ""),
+            Component("kv", "gpu0", 1_000_000_000, ""),
+        ),
+    )
     c = ceiling(est, {"gpu0": 272e9, "host": 76.8e9}, n_draft=3)
     t = 6e9 / 272e9 + 10e9 / 76.8e9
     assert c.tokens_per_s == pytest.approx(1 / t)
@@ -125,16 +216,35 @@ def test_bandwidth_ceiling_formula() -> None:
 
 # -- story 1: unified memory, an embedding server over budget, a MoE + draft to load -------
 
+
 def moe(path: Path, n_layer: int = 48) -> str:
     """A 122B-A10B-like MoE at ~Q4_K_M: 256 experts of 768, 8 used."""
-    md = {f"qwen3moe.{k}": v for k, v in {
-        "block_count": n_layer, "context_length": 262144, "embedding_length": 3072,
-        "feed_forward_length": 12288, "expert_feed_forward_length": 1024,
-        "expert_count": 256, "expert_used_count": 8, "attention.head_count": 32,
-        "attention.head_count_kv": 4, "attention.key_length": 128,
-        "attention.value_length": 128}.items()}
-    tensors = g.dense_tensors(n_layer=n_layer, n_embd=3072, n_head=32, n_head_kv=4,
-                              head_dim=128, n_ff=256, n_vocab=151936, ggml_type=g.Q4_K)
+    md = {
+        f"qwen3moe.{k}": v
+        for k, v in {
+            "block_count": n_layer,
+            "context_length": 262144,
+            "embedding_length": 3072,
+            "feed_forward_length": 12288,
+            "expert_feed_forward_length": 1024,
+            "expert_count": 256,
+            "expert_used_count": 8,
+            "attention.head_count": 32,
+            "attention.head_count_kv": 4,
+            "attention.key_length": 128,
+            "attention.value_length": 128,
+        }.items()
+    }
+    tensors = g.dense_tensors(
+        n_layer=n_layer,
+        n_embd=3072,
+        n_head=32,
+        n_head_kv=4,
+        head_dim=128,
+        n_ff=256,
+        n_vocab=151936,
+        ggml_type=g.Q4_K,
+    )
     for il in range(n_layer):
         for part in ("gate", "up"):
             tensors.append((f"blk.{il}.ffn_{part}_exps.weight", (3072, 1024, 256), g.Q4_K))
@@ -145,41 +255,103 @@ def moe(path: Path, n_layer: int = 48) -> str:
 @pytest.fixture(scope="module")
 def strix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("strix")
-    models = {"moe": moe(d / "moe.gguf"),
-              "4b": qwen(d / "4b.gguf", 36, 2560, 32, 8, 9728, g.Q4_K),
-              "0.6b": qwen(d / "0.6b.gguf", 28, 1024, 16, 8, 3072, g.Q4_K)}
+    models = {
+        "moe": moe(d / "moe.gguf"),
+        "4b": qwen(d / "4b.gguf", 36, 2560, 32, 8, 9728, g.Q4_K),
+        "0.6b": qwen(d / "0.6b.gguf", 28, 1024, 16, 8, 3072, g.Q4_K),
+    }
     # 96.0 GiB for models in all; the embedding server holds 23.8 GiB of GTT already
-    embed = ProcessInfo(4242, 1000, None, 1, 1000, "llama-server",
-                        ("llama-server", "-m", "/models/qwen3-embedding-8b.gguf",
-                         "--embedding", "-c", "8192", "-np", "16", "-ub", "8192"),
-                        "llama.cpp", ("inference", "gpu"))
+    embed = ProcessInfo(
+        4242,
+        1000,
+        None,
+        1,
+        1000,
+        "llama-server",
+        (
+            "llama-server",
+            "-m",
+            "/models/qwen3-embedding-8b.gguf",
+            "--embedding",
+            "-c",
+            "8192",
+            "-np",
+            "16",
+            "-ub",
+            "8192",
+        ),
+        "llama.cpp",
+        ("inference", "gpu"),
+    )
     used = int(23.8 * GIB)
-    apu = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "Strix Halo", "unified",
-                       total_bytes=int(120.5 * GIB), used_bytes=used + 300 * MIB,
-                       vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
-                       gtt_total_bytes=120 * GIB, gtt_used_bytes=used,
-                       gtt_ceiling_bytes=120 * GIB)
-    models["state"] = str(write_state(
-        d / "state.json", [apu, host(int(72.2 * GIB))],
-        [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=used)])]))
+    apu = DeviceSample(
+        "drm:0000:c5:00.0",
+        "drm",
+        "amd",
+        "Strix Halo",
+        "unified",
+        total_bytes=int(120.5 * GIB),
+        used_bytes=used + 300 * MIB,
+        vram_total_bytes=512 * MIB,
+        vram_used_bytes=300 * MIB,
+        gtt_total_bytes=120 * GIB,
+        gtt_used_bytes=used,
+        gtt_ceiling_bytes=120 * GIB,
+    )
+    models["state"] = str(
+        write_state(
+            d / "state.json",
+            [apu, host(int(72.2 * GIB))],
+            [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=used)])],
+        )
+    )
     # the same box once the embedding server is fixed to its 16 GiB budget
     fixed = 16 * GIB
-    apu_fixed = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "Strix Halo", "unified",
-                             total_bytes=int(120.5 * GIB), used_bytes=fixed + 300 * MIB,
-                             vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
-                             gtt_total_bytes=120 * GIB, gtt_used_bytes=fixed,
-                             gtt_ceiling_bytes=120 * GIB)
-    models["state_fixed"] = str(write_state(
-        d / "state-fixed.json", [apu_fixed, host(96 * GIB - fixed)],
-        [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=fixed)])]))
+    apu_fixed = DeviceSample(
+        "drm:0000:c5:00.0",
+        "drm",
+        "amd",
+        "Strix Halo",
+        "unified",
+        total_bytes=int(120.5 * GIB),
+        used_bytes=fixed + 300 * MIB,
+        vram_total_bytes=512 * MIB,
+        vram_used_bytes=300 * MIB,
+        gtt_total_bytes=120 * GIB,
+        gtt_used_bytes=fixed,
+        gtt_ceiling_bytes=120 * GIB,
+    )
+    models["state_fixed"] = str(
+        write_state(
+            d / "state-fixed.json",
+            [apu_fixed, host(96 * GIB - fixed)],
+            [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=fixed)])],
+        )
+    )
     return models
 
 
-def test_unified_box_predicts_oom_before_the_load_and_names_the_fixes(strix: dict[str, str]
-                                                                     ) -> None:
-    code, doc = predict_json("--state", strix["state"], "--margin-gib", "0.5", "--",
-                             "llama-server", "-m", strix["moe"], "-c", "32768", "-np", "1",
-                             "-fa", "on", "-md", strix["4b"])
+def test_unified_box_predicts_oom_before_the_load_and_names_the_fixes(
+    strix: dict[str, str],
+) -> None:
+    code, doc = predict_json(
+        "--state",
+        strix["state"],
+        "--margin-gib",
+        "0.5",
+        "--",
+        "llama-server",
+        "-m",
+        strix["moe"],
+        "-c",
+        "32768",
+        "-np",
+        "1",
+        "-fa",
+        "on",
+        "-md",
+        strix["4b"],
+    )
     assert (code, doc["verdict"]) == (1, "oom")
     apu = next(d for d in doc["devices"] if d["device_id"] == "drm:0000:c5:00.0")
     assert apu["binding"] == "MemAvailable" and apu["room_bytes"] == int(72.2 * GIB)
@@ -191,33 +363,76 @@ def test_unified_box_predicts_oom_before_the_load_and_names_the_fixes(strix: dic
     smaller = fixes[f"-md {strix['0.6b']} (a smaller draft beside the current one)"]
     assert smaller["frees"]["drm:0000:c5:00.0"] > GIB
     # the smaller draft alone: price it directly
-    code, small = predict_json("--state", strix["state"], "--", "llama-server", "-m",
-                               strix["moe"], "-c", "32768", "-np", "1", "-fa", "on", "-md",
-                               strix["0.6b"])
+    code, small = predict_json(
+        "--state",
+        strix["state"],
+        "--",
+        "llama-server",
+        "-m",
+        strix["moe"],
+        "-c",
+        "32768",
+        "-np",
+        "1",
+        "-fa",
+        "on",
+        "-md",
+        strix["0.6b"],
+    )
     apu_small = next(d for d in small["devices"] if d["device_id"] == "drm:0000:c5:00.0")
     assert apu_small["need_bytes"] < apu["need_bytes"] - GIB
     # both suggested changes: the 0.6B draft and the embedding server at its budget
-    code, after = predict_json("--state", strix["state_fixed"], "--", "llama-server", "-m",
-                               strix["moe"], "-c", "32768", "-np", "1", "-fa", "on", "-md",
-                               strix["0.6b"])
+    code, after = predict_json(
+        "--state",
+        strix["state_fixed"],
+        "--",
+        "llama-server",
+        "-m",
+        strix["moe"],
+        "-c",
+        "32768",
+        "-np",
+        "1",
+        "-fa",
+        "on",
+        "-md",
+        strix["0.6b"],
+    )
     assert (code, after["verdict"]) == (0, "fits")
     total_before = 23.8 * GIB + apu["need_bytes"]
-    total_after = 16 * GIB + next(d["need_bytes"] for d in after["devices"]
-                                  if d["device_id"] == "drm:0000:c5:00.0")
+    total_after = 16 * GIB + next(
+        d["need_bytes"] for d in after["devices"] if d["device_id"] == "drm:0000:c5:00.0"
+    )
     assert total_before > 96 * GIB > total_after  # the story: 97.6 -> 87.7 GiB of 96.0
 
 
 # -- story 3: fit-ctx falls as the KV type widens and the draft depth grows ----------------
 
+
 def test_fit_ctx_falls_with_wider_kv_types(laptop: dict[str, str], tmp_path: Path) -> None:
-    gpu = DeviceSample("nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB,
-                       0, free_bytes=16 * GIB)
+    gpu = DeviceSample(
+        "nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB, 0, free_bytes=16 * GIB
+    )
     state = write_state(tmp_path / "s.json", [gpu, host(60 * GIB)], [])
     fits = []
     for kv in ("q4_0", "q5_1", "q8_0", "f16"):
-        code, doc = predict_json("--state", str(state), "--fit-ctx", "--", "llama-server",
-                                 "-m", laptop["27b"], "-np", "1", "-fa", "on", "-ctk", kv,
-                                 "-ctv", kv)
+        code, doc = predict_json(
+            "--state",
+            str(state),
+            "--fit-ctx",
+            "--",
+            "llama-server",
+            "-m",
+            laptop["27b"],
+            "-np",
+            "1",
+            "-fa",
+            "on",
+            "-ctk",
+            kv,
+            "-ctv",
+            kv,
+        )
         assert doc["fit_ctx"] is not None and doc["fit_ctx"] % 256 == 0
         fits.append(doc["fit_ctx"])
     assert fits == sorted(fits, reverse=True) and fits[0] > fits[-1]
@@ -239,8 +454,8 @@ def test_errors_are_one_line_exit_2(tmp_path: Path) -> None:
 
 # -- story 4: llama-swap groups decide what is unloaded first -------------------------------
 
-def test_swap_exclusive_group_counts_evictions_and_spares_the_persistent(tmp_path: Path
-                                                                        ) -> None:
+
+def test_swap_exclusive_group_counts_evictions_and_spares_the_persistent(tmp_path: Path) -> None:
     big_a = qwen(tmp_path / "big-a.gguf", 48, 5120, 40, 8, 32768, g.Q4_K)  # 16.2 GiB
     big_b = qwen(tmp_path / "big-b.gguf", 36, 4096, 32, 8, 12288, g.Q8_0)
     embed = qwen(tmp_path / "embed.gguf", 12, 1024, 16, 8, 3072, g.Q8_0)
@@ -262,17 +477,36 @@ routing:
         side: {{swap: false, exclusive: false, members: [small]}}
 """)
     gpu_id = "nvml:GPU-24g"
-    uses = {"big-b": (101, big_b, 9 * GIB), "embed": (102, embed, 1 * GIB),
-            "small": (103, small, 2 * GIB)}
+    uses = {
+        "big-b": (101, big_b, 9 * GIB),
+        "embed": (102, embed, 1 * GIB),
+        "small": (103, small, 2 * GIB),
+    }
     procs = []
     for pid, path, held in uses.values():
-        info = ProcessInfo(pid, pid, None, 1, 1000, "llama-server",
-                           ("llama-server", "--port", "9000", "-m", path), "llama.cpp",
-                           ("inference", "gpu"))
+        info = ProcessInfo(
+            pid,
+            pid,
+            None,
+            1,
+            1000,
+            "llama-server",
+            ("llama-server", "--port", "9000", "-m", path),
+            "llama.cpp",
+            ("inference", "gpu"),
+        )
         procs.append((info, [ProcessMemory(pid, gpu_id, vram_bytes=held)]))
     used = sum(h for _, _, h in uses.values())
-    gpu = DeviceSample(gpu_id, "nvml", "nvidia", "RTX 4090", "dedicated", 24 * GIB, used,
-                       free_bytes=24 * GIB - used)
+    gpu = DeviceSample(
+        gpu_id,
+        "nvml",
+        "nvidia",
+        "RTX 4090",
+        "dedicated",
+        24 * GIB,
+        used,
+        free_bytes=24 * GIB - used,
+    )
     state = write_state(tmp_path / "state.json", [gpu, host(60 * GIB)], procs)
     code, doc = predict_json("--state", str(state), "--swap-config", str(config), "big-a")
     assert doc["would_unload"] == ["llama-server (big-b.gguf)", "llama-server (small.gguf)"]
@@ -289,25 +523,62 @@ routing:
 def test_fit_ctx_falls_as_the_mtp_draft_depth_grows(tmp_path: Path) -> None:
     """A hybrid model with an MTP layer: the recurrent state is kept x (1 + n_max) for
     rollback, so each extra draft token costs context (estimation.md 1b, 1f)."""
-    md = {f"qwen3next.{k}": v for k, v in {
-        "block_count": 49, "context_length": 262144, "embedding_length": 2048,
-        "feed_forward_length": 5120, "attention.head_count": 16,
-        "attention.head_count_kv": 2, "attention.key_length": 256,
-        "attention.value_length": 256, "full_attention_interval": 4, "ssm.conv_kernel": 4,
-        "ssm.inner_size": 4096, "ssm.state_size": 128, "ssm.group_count": 16,
-        "ssm.time_step_rank": 32, "nextn_predict_layers": 1}.items()}
-    tensors = g.dense_tensors(n_layer=49, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256,
-                              n_ff=5120, n_vocab=151936, ggml_type=g.Q4_K)
-    model = str(g.write_model(tmp_path / "hybrid.gguf", "qwen3next", md, tensors,
-                              vocab_size=151936)[0])
-    gpu = DeviceSample("nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB,
-                       0, free_bytes=16 * GIB)
+    md = {
+        f"qwen3next.{k}": v
+        for k, v in {
+            "block_count": 49,
+            "context_length": 262144,
+            "embedding_length": 2048,
+            "feed_forward_length": 5120,
+            "attention.head_count": 16,
+            "attention.head_count_kv": 2,
+            "attention.key_length": 256,
+            "attention.value_length": 256,
+            "full_attention_interval": 4,
+            "ssm.conv_kernel": 4,
+            "ssm.inner_size": 4096,
+            "ssm.state_size": 128,
+            "ssm.group_count": 16,
+            "ssm.time_step_rank": 32,
+            "nextn_predict_layers": 1,
+        }.items()
+    }
+    tensors = g.dense_tensors(
+        n_layer=49,
+        n_embd=2048,
+        n_head=16,
+        n_head_kv=2,
+        head_dim=256,
+        n_ff=5120,
+        n_vocab=151936,
+        ggml_type=g.Q4_K,
+    )
+    model = str(
+        g.write_model(tmp_path / "hybrid.gguf", "qwen3next", md, tensors, vocab_size=151936)[0]
+    )
+    gpu = DeviceSample(
+        "nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB, 0, free_bytes=16 * GIB
+    )
     state = write_state(tmp_path / "s.json", [gpu, host(60 * GIB)], [])
     fits = []
     for depth in ("1", "3", "6"):
-        _, doc = predict_json("--state", str(state), "--fit-ctx", "--", "llama-server", "-m",
-                              model, "-np", "4", "-fa", "on", "--spec-type", "draft-mtp",
-                              "--spec-draft-n-max", depth)
+        _, doc = predict_json(
+            "--state",
+            str(state),
+            "--fit-ctx",
+            "--",
+            "llama-server",
+            "-m",
+            model,
+            "-np",
+            "4",
+            "-fa",
+            "on",
+            "--spec-type",
+            "draft-mtp",
+            "--spec-draft-n-max",
+            depth,
+        )
         fits.append(doc["fit_ctx"])
     assert fits[0] > fits[1] > fits[2]
 
@@ -318,17 +589,42 @@ def test_predict_at_a_moment_in_the_database(tmp_path: Path, laptop: dict[str, s
     from monitor.store.database import Store
 
     used = 6 * GIB
-    gpu = DeviceSample("nvml:GPU-laptop", "nvml", "nvidia", "RTX 4060 Laptop", "dedicated",
-                       8 * GIB, used, free_bytes=8 * GIB - used)
-    other = ProcessInfo(55, 55, None, 1, 1000, "llama-server",
-                        ("llama-server", "-m", laptop["0.8b"]), "llama.cpp", ("gpu",))
+    gpu = DeviceSample(
+        "nvml:GPU-laptop",
+        "nvml",
+        "nvidia",
+        "RTX 4060 Laptop",
+        "dedicated",
+        8 * GIB,
+        used,
+        free_bytes=8 * GIB - used,
+    )
+    other = ProcessInfo(
+        55,
+        55,
+        None,
+        1,
+        1000,
+        "llama-server",
+        ("llama-server", "-m", laptop["0.8b"]),
+        "llama.cpp",
+        ("gpu",),
+    )
     db = tmp_path / "v.db"
     store = Store.open(db)
     t0 = 1_800_000_000_000
-    store.write(Snapshot(t0, (gpu, host(40 * GIB)), (other,),
-                         (ProcessMemory(55, "nvml:GPU-laptop", vram_bytes=used),), (), (), ()))
-    store.write(Snapshot(t0 + 60_000, (replace_used(gpu, 0), host(40 * GIB)), (), (), (), (),
-                         ()))
+    store.write(
+        Snapshot(
+            t0,
+            (gpu, host(40 * GIB)),
+            (other,),
+            (ProcessMemory(55, "nvml:GPU-laptop", vram_bytes=used),),
+            (),
+            (),
+            (),
+        )
+    )
+    store.write(Snapshot(t0 + 60_000, (replace_used(gpu, 0), host(40 * GIB)), (), (), (), (), ()))
     store.close()
     at = datetime.fromtimestamp((t0 + 1000) / 1000).strftime("%Y-%m-%d %H:%M:%S")
     cmd = ["--", "llama-server", "-m", laptop["27b"], "-c", "2048", "-np", "1", "-ngl", "20"]
@@ -350,6 +646,7 @@ def replace_used(d: DeviceSample, used: int) -> DeviceSample:
 
 # -- launch values llama-server would refuse: no verdict, exit 2 ----------------------------
 
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -360,26 +657,31 @@ def replace_used(d: DeviceSample, used: int) -> DeviceSample:
         (["--spec-type", "warp"], "--spec-type warp: expected speculative types"),
     ],
 )
-def test_predict_refuses_what_llama_server_refuses(laptop: dict[str, str], flags: list[str],
-                                                   message: str) -> None:
-    result = vramscope("predict", "--state", laptop["state"], "--", "llama-server", "-m",
-                       laptop["0.8b"], *flags)
+def test_predict_refuses_what_llama_server_refuses(
+    laptop: dict[str, str], flags: list[str], message: str
+) -> None:
+    result = vramscope(
+        "predict", "--state", laptop["state"], "--", "llama-server", "-m", laptop["0.8b"], *flags
+    )
     assert result.returncode == 2, result.stdout
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vramscope: error: {message}"), lines
 
 
-def test_predict_swap_model_with_a_refused_value_names_the_model(laptop: dict[str, str],
-                                                                 tmp_path: Path) -> None:
+def test_predict_swap_model_with_a_refused_value_names_the_model(
+    laptop: dict[str, str], tmp_path: Path
+) -> None:
     config = tmp_path / "swap.yaml"
-    config.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
-                      f'{laptop["0.8b"]} -c 4k"}}\n')
-    result = vramscope("predict", "--state", laptop["state"], "--swap-config", str(config),
-                       "small")
+    config.write_text(
+        f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m {laptop["0.8b"]} -c 4k"}}\n'
+    )
+    result = vramscope("predict", "--state", laptop["state"], "--swap-config", str(config), "small")
     assert result.returncode == 2, result.stdout
-    assert result.stderr.strip() == ("vramscope: error: llama-swap model small: -c 4k: "
-                                     "expected an integer (llama-server would read it as 4)")
+    assert result.stderr.strip() == (
+        "vramscope: error: llama-swap model small: -c 4k: "
+        "expected an integer (llama-server would read it as 4)"
+    )
 
 
 # -- the exit contract holds on every path: 0 fits, 1 OOM, 2 error ---------------------------
@@ -393,40 +695,79 @@ def test_nothing_to_judge_is_an_error_not_fits(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('[collectors]\nenabled = ["procfs"]\n')
     (tmp_path / "sys").mkdir()
-    box = ["--config", str(config), "--proc-root", str(FIXTURES / "drm" / "rx7900xtx" / "proc"),
-           "--sys-root", str(tmp_path / "sys")]
+    box = [
+        "--config",
+        str(config),
+        "--proc-root",
+        str(FIXTURES / "drm" / "rx7900xtx" / "proc"),
+        "--sys-root",
+        str(tmp_path / "sys"),
+    ]
     for extra in ([], ["--json"]):
         result = vramscope("predict", *box, *extra, "--", "vllm", "serve", "Qwen/Qwen3-8B")
         assert result.returncode == 2, result.stdout
         assert result.stdout == ""
-        assert result.stderr.strip() == ("vramscope: error: nothing to judge: vLLM takes 92% "
-                                         "of each GPU's total; no GPU total known here")
+        assert result.stderr.strip() == (
+            "vramscope: error: nothing to judge: vLLM takes 92% "
+            "of each GPU's total; no GPU total known here"
+        )
 
 
-def test_nothing_to_judge_names_the_devices_without_a_free_figure(laptop: dict[str, str],
-                                                                   tmp_path: Path) -> None:
+def test_nothing_to_judge_names_the_devices_without_a_free_figure(
+    laptop: dict[str, str], tmp_path: Path
+) -> None:
     unknown_host = DeviceSample("host", "procfs", "host", "Host RAM", "host", None, None)
     state = write_state(tmp_path / "state.json", [unknown_host], [])
-    result = vramscope("predict", "--state", str(state), "--", "llama-server", "-m",
-                       laptop["0.8b"], "-c", "2048", "-ngl", "0")
+    result = vramscope(
+        "predict",
+        "--state",
+        str(state),
+        "--",
+        "llama-server",
+        "-m",
+        laptop["0.8b"],
+        "-c",
+        "2048",
+        "-ngl",
+        "0",
+    )
     assert result.returncode == 2, result.stdout
     assert result.stderr.strip() == (
         "vramscope: error: nothing to judge: no device with a known free figure holds any "
-        "part of this load (the box state has no free memory figure for host)")
+        "part of this load (the box state has no free memory figure for host)"
+    )
 
 
-def test_an_unexpected_failure_exits_2_in_one_line_not_1(laptop: dict[str, str],
-                                                         tmp_path: Path) -> None:
+def test_an_unexpected_failure_exits_2_in_one_line_not_1(
+    laptop: dict[str, str], tmp_path: Path
+) -> None:
     """A state file of the right schema with a text where a byte count belongs: predict
     used to die in a traceback with exit 1, which a script reads as "OOM predicted"."""
     state = tmp_path / "odd.json"
-    state.write_text(json.dumps({
-        "schema": "vramscope.status/1", "ts_ms": 1_800_000_000_000, "processes": [],
-        "devices": [{"device_id": "host", "collector": "procfs", "vendor": "host",
-                     "name": "Host RAM", "memory_kind": "host", "total_bytes": "lots",
-                     "used_bytes": 1, "available_bytes": "x"}]}))
-    result = vramscope("predict", "--state", str(state), "--", "llama-server", "-m",
-                       laptop["0.8b"], "-c", "2048")
+    state.write_text(
+        json.dumps(
+            {
+                "schema": "vramscope.status/1",
+                "ts_ms": 1_800_000_000_000,
+                "processes": [],
+                "devices": [
+                    {
+                        "device_id": "host",
+                        "collector": "procfs",
+                        "vendor": "host",
+                        "name": "Host RAM",
+                        "memory_kind": "host",
+                        "total_bytes": "lots",
+                        "used_bytes": 1,
+                        "available_bytes": "x",
+                    }
+                ],
+            }
+        )
+    )
+    result = vramscope(
+        "predict", "--state", str(state), "--", "llama-server", "-m", laptop["0.8b"], "-c", "2048"
+    )
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr and result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -435,11 +776,15 @@ def test_an_unexpected_failure_exits_2_in_one_line_not_1(laptop: dict[str, str],
 
 # -- predict MODEL_ID reads [llama_swap] config from the config file -------------------------
 
-def test_predict_model_id_uses_the_config_files_llama_swap_config(laptop: dict[str, str],
-                                                                   tmp_path: Path) -> None:
+
+def test_predict_model_id_uses_the_config_files_llama_swap_config(
+    laptop: dict[str, str], tmp_path: Path
+) -> None:
     swap = tmp_path / "swap.yaml"
-    swap.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
-                    f'{laptop["0.8b"]} -c 4096 -np 1 -fa on"}}\n')
+    swap.write_text(
+        f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+        f'{laptop["0.8b"]} -c 4096 -np 1 -fa on"}}\n'
+    )
     config = tmp_path / "config.toml"
     config.write_text(f'[llama_swap]\nconfig = "{swap}"\n')
     code, doc = predict_json("--config", str(config), "--state", laptop["state"], "small")
@@ -447,10 +792,13 @@ def test_predict_model_id_uses_the_config_files_llama_swap_config(laptop: dict[s
     assert doc["model_path"] == laptop["0.8b"]
     # --swap-config on the command line still wins over the file's
     other = tmp_path / "other.yaml"
-    other.write_text(f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
-                     f'{laptop["27b"]} -c 2048 -np 1 -ngl 99"}}\n')
-    code, doc = predict_json("--config", str(config), "--state", laptop["state"],
-                             "--swap-config", str(other), "small")
+    other.write_text(
+        f'models:\n  small: {{cmd: "llama-server --port ${{PORT}} -m '
+        f'{laptop["27b"]} -c 2048 -np 1 -ngl 99"}}\n'
+    )
+    code, doc = predict_json(
+        "--config", str(config), "--state", laptop["state"], "--swap-config", str(other), "small"
+    )
     assert doc["model_path"] == laptop["27b"] and code == 1
 
 
@@ -462,11 +810,13 @@ def test_predict_model_id_from_the_fixture_config_reaches_its_model(tmp_path: Pa
     config.write_text(f'[llama_swap]\nconfig = "{swap}"\n')
     result = vramscope("predict", "--config", str(config), "qwen")
     assert result.returncode == 2, result.stdout
-    assert result.stderr.strip() == ("vramscope: error: /models/qwen2.5-32b-q4_k_m.gguf: "
-                                     "no such file")
+    assert result.stderr.strip() == (
+        "vramscope: error: /models/qwen2.5-32b-q4_k_m.gguf: no such file"
+    )
 
 
 # -- issue 18: growth is judged, and llama.cpp's own fit is simulated ----------------------
+
 
 def run_predict_json(*args: str) -> tuple[int, dict]:
     result = vramscope("predict", "--json", *args)
@@ -479,8 +829,7 @@ def test_a_load_that_fits_but_whose_prompt_cache_does_not_exits_3(tmp_path: Path
     8192 MiB prompt cache does not once it fills. Exit 3, and --cache-ram N that fits."""
     model = qwen(tmp_path / "m.gguf", 4, 4096, 32, 8, 12288, g.Q8_0)
     state = write_state(tmp_path / "state.json", [host(6 * GIB, total=16 * GIB)], [])
-    launch = ["--state", str(state), "--", "llama-server", "-m", model, "-c", "4096",
-              "-np", "1"]
+    launch = ["--state", str(state), "--", "llama-server", "-m", model, "-c", "4096", "-np", "1"]
     code, doc = run_predict_json(*launch)
     assert code == 3 and doc["verdict"] == "fits"
     grown = doc["grown"]
@@ -508,8 +857,9 @@ def test_a_load_that_fits_but_whose_prompt_cache_does_not_exits_3(tmp_path: Path
 def test_a_load_that_does_not_fit_at_all_exits_1_not_3(tmp_path: Path) -> None:
     model = qwen(tmp_path / "m.gguf", 4, 4096, 32, 8, 12288, g.Q8_0)
     state = write_state(tmp_path / "state.json", [host(1 * GIB, total=16 * GIB)], [])
-    code, doc = run_predict_json("--state", str(state), "--", "llama-server", "-m", model,
-                                 "-c", "4096", "-np", "1")
+    code, doc = run_predict_json(
+        "--state", str(state), "--", "llama-server", "-m", model, "-c", "4096", "-np", "1"
+    )
     assert code == 1 and doc["verdict"] == "oom" and doc["grown"]["bounds"] == []
 
 
@@ -517,8 +867,16 @@ def fit_box(tmp_path: Path, gpu_gib: int) -> tuple[str, str]:
     """A 36-layer Qwen3-8B shape at Q4_K (n_ctx_train 40960: 5.6 GiB of f16 KV at full
     context) and a box with one empty dedicated GPU of ``gpu_gib`` GiB."""
     model = qwen(tmp_path / "m.gguf", 36, 4096, 32, 8, 12288, g.Q4_K, ctx=40960)
-    gpu = DeviceSample("nvml:GPU-fit", "nvml", "nvidia", "RTX", "dedicated", gpu_gib * GIB,
-                       0, free_bytes=gpu_gib * GIB)
+    gpu = DeviceSample(
+        "nvml:GPU-fit",
+        "nvml",
+        "nvidia",
+        "RTX",
+        "dedicated",
+        gpu_gib * GIB,
+        0,
+        free_bytes=gpu_gib * GIB,
+    )
     state = write_state(tmp_path / "state.json", [gpu, host(40 * GIB)], [])
     return model, str(state)
 
@@ -536,8 +894,20 @@ def test_no_c_is_judged_at_the_context_llama_cpp_fit_will_choose(tmp_path: Path)
     gpu = next(d for d in doc["devices"] if d["device_id"] == "nvml:GPU-fit")
     assert gpu["room_bytes"] - gpu["need_bytes"] >= 1024 * MIB  # fit's target left free
     # one step more leaves less than the target free: the largest, as fit picks it
-    _, more = run_predict_json("--state", state, "--", "llama-server", "-m", model, "-np",
-                               "1", "-fa", "on", "-c", str(ctx + 256))
+    _, more = run_predict_json(
+        "--state",
+        state,
+        "--",
+        "llama-server",
+        "-m",
+        model,
+        "-np",
+        "1",
+        "-fa",
+        "on",
+        "-c",
+        str(ctx + 256),
+    )
     gpu_more = next(d for d in more["devices"] if d["device_id"] == "nvml:GPU-fit")
     assert gpu_more["room_bytes"] - gpu_more["need_bytes"] < 1024 * MIB
     assert any(f"-c {ctx}" in n and "fit" in n for n in doc["notes"])
@@ -551,24 +921,37 @@ def test_no_c_is_judged_at_the_context_llama_cpp_fit_will_choose(tmp_path: Path)
 
 def test_no_c_is_oom_only_when_even_the_minimum_context_does_not_fit(tmp_path: Path) -> None:
     model, state = fit_box(tmp_path, 4)  # 4.3 GiB of weights on a 4 GiB GPU
-    code, doc = run_predict_json("--state", state, "--", "llama-server", "-m", model, "-np",
-                                 "1", "-fa", "on", "-ngl", "99")
+    code, doc = run_predict_json(
+        "--state", state, "--", "llama-server", "-m", model, "-np", "1", "-fa", "on", "-ngl", "99"
+    )
     assert code == 1 and doc["verdict"] == "oom"
     assert doc["llama_fit"]["ctx"] == 4096  # it ran out of room at -fitc
     assert any("even at -fitc 4096" in n for n in doc["notes"])
 
 
-def test_context_checkpoints_that_outgrow_the_room_are_bounded_with_ctxcp(tmp_path: Path
-                                                                         ) -> None:
+def test_context_checkpoints_that_outgrow_the_room_are_bounded_with_ctxcp(tmp_path: Path) -> None:
     """A sliding-window model: each of the 32 default checkpoints per slot copies one
     sequence's SWA cache (4096-token window) into host RAM. Exit 3 and -ctxcp N that fits."""
     import tiny_models
 
-    model = tiny_models.write_gemma3(tmp_path / "swa.gguf", n_head_kv=8, head_dim=256,
-                                     sliding_window=4096, n_ctx_train=32768).path
+    model = tiny_models.write_gemma3(
+        tmp_path / "swa.gguf", n_head_kv=8, head_dim=256, sliding_window=4096, n_ctx_train=32768
+    ).path
     state = write_state(tmp_path / "state.json", [host(4 * GIB, total=16 * GIB)], [])
-    launch = ["--state", str(state), "--", "llama-server", "-m", str(model), "-c", "16384",
-              "-np", "1", "--cache-ram", "0"]
+    launch = [
+        "--state",
+        str(state),
+        "--",
+        "llama-server",
+        "-m",
+        str(model),
+        "-c",
+        "16384",
+        "-np",
+        "1",
+        "--cache-ram",
+        "0",
+    ]
     code, doc = run_predict_json(*launch)
     grown = doc["grown"]
     assert (code, doc["verdict"], grown["verdict"]) == (3, "fits", "oom"), doc
@@ -584,8 +967,10 @@ def test_context_checkpoints_that_outgrow_the_room_are_bounded_with_ctxcp(tmp_pa
 
 # -- issue 15: one typed result, two renderings ---------------------------------------------
 
+
 def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
-        laptop: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The text is written from the PredictResult itself (it used to parse the JSON
     document back); both renderings carry the same figures."""
     from monitor.analysis.picture import load_state
@@ -595,9 +980,11 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
     from monitor.report.predict import to_json as predict_json_doc
 
     snap = load_state(Path(laptop["state"]))
-    req = PredictRequest(["llama-server", "-m", laptop["27b"], "-c", "131072", "-np", "1",
-                          "-ngl", "12"], bandwidth_gbs={"gpu": 272.0, "host": 76.8},
-                         want_fit_ctx=True)
+    req = PredictRequest(
+        ["llama-server", "-m", laptop["27b"], "-c", "131072", "-np", "1", "-ngl", "12"],
+        bandwidth_gbs={"gpu": 272.0, "host": 76.8},
+        want_fit_ctx=True,
+    )
     result = answer(req, snap, devices_from_samples(snap.devices, 300 * MIB))
     doc = json.loads(predict_json_doc(result))
 
@@ -612,35 +999,83 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
     assert doc["fixes"] and doc["fit_ctx"] is not None and doc["bandwidth"]
     assert text.splitlines()[-1] == "verdict: OOM"
     gpu = next(d for d in doc["devices"] if d["device_id"] == "nvml:GPU-laptop")
-    assert (f"nvml:GPU-laptop: needs {round(gpu['need_bytes'] / GIB, 2)} GiB, can get "
-            f"{round(gpu['room_bytes'] / GIB, 2)} GiB") in text
+    assert (
+        f"nvml:GPU-laptop: needs {round(gpu['need_bytes'] / GIB, 2)} GiB, can get "
+        f"{round(gpu['room_bytes'] / GIB, 2)} GiB"
+    ) in text
     assert [f["change"] for f in doc["fixes"]] == [
-        line.split(": frees")[0].strip() for line in text.splitlines() if ": frees " in line]
+        line.split(": frees")[0].strip() for line in text.splitlines() if ": frees " in line
+    ]
     assert f"largest context that fits: -c {doc['fit_ctx']}" in text
     assert f"bandwidth ceiling: {doc['bandwidth']['tokens_per_s_ceiling']} tokens/s" in text
 
 
 def test_a_fix_that_frees_nothing_where_it_is_short_is_not_offered(
-        strix: dict[str, str], tmp_path: Path) -> None:
+    strix: dict[str, str], tmp_path: Path
+) -> None:
     """Issue 18.7: "stop boom: frees 0.0 GiB on host -> oom" helped nobody. A stop (or a
     change) is offered only when it gives a device that does not fit relevant room."""
-    embed = ProcessInfo(4242, 1000, None, 1, 1000, "llama-server",
-                        ("llama-server", "-m", "/models/qwen3-embedding-8b.gguf", "-c", "8192"),
-                        "llama.cpp", ("inference", "gpu"))
-    tiny = ProcessInfo(77, 1000, None, 1, 1000, "llama-server",
-                       ("llama-server", "-m", "/models/boom.gguf", "-c", "512"),
-                       "llama.cpp", ("inference", "gpu"))
+    embed = ProcessInfo(
+        4242,
+        1000,
+        None,
+        1,
+        1000,
+        "llama-server",
+        ("llama-server", "-m", "/models/qwen3-embedding-8b.gguf", "-c", "8192"),
+        "llama.cpp",
+        ("inference", "gpu"),
+    )
+    tiny = ProcessInfo(
+        77,
+        1000,
+        None,
+        1,
+        1000,
+        "llama-server",
+        ("llama-server", "-m", "/models/boom.gguf", "-c", "512"),
+        "llama.cpp",
+        ("inference", "gpu"),
+    )
     big, small = int(23.8 * GIB), 20 * MIB
-    apu = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "Strix Halo", "unified",
-                       total_bytes=int(120.5 * GIB), used_bytes=big + small + 300 * MIB,
-                       vram_total_bytes=512 * MIB, vram_used_bytes=300 * MIB,
-                       gtt_total_bytes=120 * GIB, gtt_used_bytes=big + small,
-                       gtt_ceiling_bytes=120 * GIB)
-    state = write_state(tmp_path / "state.json", [apu, host(int(72.2 * GIB))],
-                        [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=big)]),
-                         (tiny, [ProcessMemory(77, "drm:0000:c5:00.0", gtt_bytes=small)])])
-    code, doc = predict_json("--state", str(state), "--", "llama-server", "-m", strix["moe"],
-                             "-c", "32768", "-np", "1", "-fa", "on", "-md", strix["4b"])
+    apu = DeviceSample(
+        "drm:0000:c5:00.0",
+        "drm",
+        "amd",
+        "Strix Halo",
+        "unified",
+        total_bytes=int(120.5 * GIB),
+        used_bytes=big + small + 300 * MIB,
+        vram_total_bytes=512 * MIB,
+        vram_used_bytes=300 * MIB,
+        gtt_total_bytes=120 * GIB,
+        gtt_used_bytes=big + small,
+        gtt_ceiling_bytes=120 * GIB,
+    )
+    state = write_state(
+        tmp_path / "state.json",
+        [apu, host(int(72.2 * GIB))],
+        [
+            (embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=big)]),
+            (tiny, [ProcessMemory(77, "drm:0000:c5:00.0", gtt_bytes=small)]),
+        ],
+    )
+    code, doc = predict_json(
+        "--state",
+        str(state),
+        "--",
+        "llama-server",
+        "-m",
+        strix["moe"],
+        "-c",
+        "32768",
+        "-np",
+        "1",
+        "-fa",
+        "on",
+        "-md",
+        strix["4b"],
+    )
     assert (code, doc["verdict"]) == (1, "oom")
     changes = [f["change"] for f in doc["fixes"]]
     assert "stop llama-server (qwen3-embedding-8b.gguf) (pid 4242)" in changes

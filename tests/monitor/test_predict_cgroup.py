@@ -24,8 +24,7 @@ GIB, MIB = 1024**3, 1024**2
 def two_gib_model(tmp: Path) -> str:
     """Qwen3-8B's shape cut to 4 layers, Q8_0: ~2 GiB of weights (sparse on disk)."""
     metadata, tensors = g.qwen3_8b(n_layer=4)
-    return str(g.write_model(tmp / "small.gguf", "qwen3", metadata, tensors,
-                             vocab_size=151936)[0])
+    return str(g.write_model(tmp / "small.gguf", "qwen3", metadata, tensors, vocab_size=151936)[0])
 
 
 def predict(*args: str, procs: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -34,8 +33,7 @@ def predict(*args: str, procs: Path | None = None) -> subprocess.CompletedProces
     argv = [sys.executable, "-m", "monitor", "predict", "--json", *args]
     if procs is not None:
         argv = ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *argv]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env,
-                          cwd=ROOT)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
 
 
 def host_of(doc: dict) -> dict:
@@ -44,8 +42,9 @@ def host_of(doc: dict) -> dict:
 
 def test_a_launch_in_a_1_gib_cgroup_is_oom_though_host_ram_has_room(tmp_path: Path) -> None:
     meminfo = Path("/proc/meminfo").read_text()
-    available = int(next(x for x in meminfo.splitlines() if x.startswith("MemAvailable"))
-                    .split()[1]) * 1024
+    available = (
+        int(next(x for x in meminfo.splitlines() if x.startswith("MemAvailable")).split()[1]) * 1024
+    )
     if available < 4 * GIB:
         pytest.skip("this test needs 4 GiB of host RAM available to show the FITS case")
     model = two_gib_model(tmp_path)
@@ -81,8 +80,7 @@ def test_the_tightest_ancestor_binds(tmp_path: Path) -> None:
     child = parent / "child"
     try:
         child.mkdir()
-        limit_file = "memory.max" if (child / "memory.max").exists() else \
-            "memory.limit_in_bytes"
+        limit_file = "memory.max" if (child / "memory.max").exists() else "memory.limit_in_bytes"
         (child / limit_file).write_text(str(4 * GIB))
         h = memory_hierarchy(Roots())
         assert h is not None
@@ -113,48 +111,73 @@ def test_a_recorded_tree_answers_like_the_live_one(tmp_path: Path) -> None:
     (proc_root / "4242/cgroup").write_text("0::/system.slice/llama-swap.service\n")
     roots = Roots(proc_root, sys_root)
     found = pid_limit(roots, memory_hierarchy(roots), 4242)
-    assert found == CgroupMemory("/system.slice/llama-swap.service", 12 * GIB, 10 * GIB,
-                                 7 * GIB)
+    assert found == CgroupMemory("/system.slice/llama-swap.service", 12 * GIB, 10 * GIB, 7 * GIB)
     assert found.room_bytes == 5 * GIB
 
 
 def test_status_json_carries_a_servers_cgroup_and_predict_judges_llama_swaps(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A recorded state: llama-swap in a 6 GiB unit with 5 GiB charged; host RAM has 40 GiB.
     ``predict MODEL_ID`` judges the model against llama-swap's cgroup."""
     from collectors.base import ProcessCgroup, Snapshot
     from monitor.report.status import to_json
 
     model = two_gib_model(tmp_path)
-    swap = ProcessInfo(900, 1, None, 1, 0, "llama-swap", ("llama-swap", "--config", "x"),
-                       "llama-swap", ("inference",))
+    swap = ProcessInfo(
+        900,
+        1,
+        None,
+        1,
+        0,
+        "llama-swap",
+        ("llama-swap", "--config", "x"),
+        "llama-swap",
+        ("inference",),
+    )
     limit = CgroupMemory("/system.slice/llama-swap.service", 6 * GIB, None, 5 * GIB)
-    hostdev = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 24 * GIB,
-                           available_bytes=40 * GIB)
-    snap = Snapshot(1_800_000_000_000, (hostdev,), (swap,),
-                    (ProcessMemory(900, "host", rss_anon_bytes=20 * MIB),), (), (), (),
-                    cgroups=(ProcessCgroup(900, limit),))
+    hostdev = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 24 * GIB, available_bytes=40 * GIB
+    )
+    snap = Snapshot(
+        1_800_000_000_000,
+        (hostdev,),
+        (swap,),
+        (ProcessMemory(900, "host", rss_anon_bytes=20 * MIB),),
+        (),
+        (),
+        (),
+        cgroups=(ProcessCgroup(900, limit),),
+    )
     doc = to_json(snap)
     assert doc["processes"][0]["cgroup"] == {
-        "path": "/system.slice/llama-swap.service", "memory_max_bytes": 6 * GIB,
-        "memory_high_bytes": None, "memory_current_bytes": 5 * GIB}
+        "path": "/system.slice/llama-swap.service",
+        "memory_max_bytes": 6 * GIB,
+        "memory_high_bytes": None,
+        "memory_current_bytes": 5 * GIB,
+    }
     state = tmp_path / "state.json"
     state.write_text(json.dumps(doc))
     config = tmp_path / "swap.yaml"
-    config.write_text(f"models:\n  small:\n    cmd: llama-server -m {model} -c 4096 -np 1 "
-                      "--cache-ram 0 --port ${PORT}\n")
+    config.write_text(
+        f"models:\n  small:\n    cmd: llama-server -m {model} -c 4096 -np 1 "
+        "--cache-ram 0 --port ${PORT}\n"
+    )
     result = predict("--state", str(state), "--swap-config", str(config), "small")
     assert result.returncode == 1, result.stderr + result.stdout
     host = host_of(json.loads(result.stdout))
     assert host["binding"] == "cgroup /system.slice/llama-swap.service"
     assert host["room_bytes"] == 1 * GIB
-    assert any("llama-swap (pid 900) runs in the memory cgroup" in n
-               for n in json.loads(result.stdout)["notes"])
+    assert any(
+        "llama-swap (pid 900) runs in the memory cgroup" in n
+        for n in json.loads(result.stdout)["notes"]
+    )
     # with MemoryHigh= 5.5 GiB the load passes it: named, but it is not the kill limit
     doc["processes"][0]["cgroup"]["memory_high_bytes"] = int(5.5 * GIB)
     state.write_text(json.dumps(doc))
-    notes = json.loads(predict("--state", str(state), "--swap-config", str(config),
-                               "small").stdout)["notes"]
+    notes = json.loads(
+        predict("--state", str(state), "--swap-config", str(config), "small").stdout
+    )["notes"]
     assert any("memory.high (MemoryHigh=) 5.5 GiB" in n and "throttles" in n for n in notes)
 
 
@@ -165,11 +188,13 @@ def test_doctor_shows_each_servers_cgroup_and_warns_near_the_limit() -> None:
     server = ProcessInfo(77, 1, None, 1, 0, "llama-server", ("llama-server",), "llama.cpp")
     calm = CgroupMemory("/system.slice/a.service", 8 * GIB, 6 * GIB, 2 * GIB)
     full = CgroupMemory("/system.slice/a.service", 8 * GIB, None, int(7.6 * GIB))
-    (ok,) = cgroup_checks(Snapshot(0, (), (server,), (), (), (), (),
-                                   cgroups=(ProcessCgroup(77, calm),)))
+    (ok,) = cgroup_checks(
+        Snapshot(0, (), (server,), (), (), (), (), cgroups=(ProcessCgroup(77, calm),))
+    )
     assert ok.level == "info" and "2.00 GiB charged, max 8.00, high 6.00 GiB" in ok.detail
-    (warn,) = cgroup_checks(Snapshot(0, (), (server,), (), (), (), (),
-                                     cgroups=(ProcessCgroup(77, full),)))
+    (warn,) = cgroup_checks(
+        Snapshot(0, (), (server,), (), (), (), (), cgroups=(ProcessCgroup(77, full),))
+    )
     assert warn.level == "warn" and "95% of its max" in warn.detail
 
 
@@ -179,10 +204,12 @@ def test_a_cgroup_or_unit_that_is_not_there_is_one_line_exit_2(tmp_path: Path) -
     model = two_gib_model(tmp_path)
     launch = ["--", "llama-server", "-m", model, "-c", "4096"]
     # (on a v1 or hybrid box /sys/fs/cgroup/X is outside the memory controller's mount)
-    for args, says in ((["--cgroup", "/sys/fs/cgroup/vramscope-no-such"], "cgroup"),
-                       (["--cgroup", "/system.slice/../../etc"], "no such cgroup"),
-                       (["--unit", "../x"], "expected a systemd unit name"),
-                       (["--unit", "vramscope-no-such.service"], "--unit vramscope-no-such")):
+    for args, says in (
+        (["--cgroup", "/sys/fs/cgroup/vramscope-no-such"], "cgroup"),
+        (["--cgroup", "/system.slice/../../etc"], "no such cgroup"),
+        (["--unit", "../x"], "expected a systemd unit name"),
+        (["--unit", "vramscope-no-such.service"], "--unit vramscope-no-such"),
+    ):
         result = predict(*args, *launch)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("vramscope: error: ") and says in result.stderr
@@ -193,8 +220,10 @@ def test_status_json_shows_a_live_servers_cgroup_limit(tmp_path: Path) -> None:
     """A process that looks like llama-server, started inside a 1 GiB memory cgroup:
     `vramscope status --json` names its cgroup with the limit and the charge."""
     group, procs = make_cgroup(1 * GIB)
-    join_then_sleep = ("import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
-                       "os.execv('/bin/sleep', ['llama-server', '120'])")
+    join_then_sleep = (
+        "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+        "os.execv('/bin/sleep', ['llama-server', '120'])"
+    )
     server = subprocess.Popen([sys.executable, "-c", join_then_sleep, str(procs)])
     try:
         doc = None
@@ -203,9 +232,14 @@ def test_status_json_shows_a_live_servers_cgroup_limit(tmp_path: Path) -> None:
                 break
             subprocess.run(["sleep", "0.1"])
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        result = subprocess.run([sys.executable, "-m", "monitor", "status", "--json"],
-                                capture_output=True, text=True, timeout=120, env=env,
-                                cwd=ROOT)
+        result = subprocess.run(
+            [sys.executable, "-m", "monitor", "status", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=ROOT,
+        )
         assert result.returncode == 0, result.stderr
         doc = json.loads(result.stdout)
     finally:

@@ -29,8 +29,14 @@ SCHEMA = json.loads((ROOT / "docs" / "status.schema.json").read_text())
 
 def vramscope(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=60, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,19 +60,28 @@ def sample_procfs():
 def test_resolve_paths_joins_every_relative_model_file_to_the_cwd() -> None:
     from monitor.engines.spec import LaunchSpec, resolve_paths
 
-    spec = LaunchSpec(engine="llama.cpp", model_path="x.gguf", draft_model="d/draft.gguf",
-                      mmproj="mm.gguf", lora=("a.gguf", "/abs/b.gguf"))
+    spec = LaunchSpec(
+        engine="llama.cpp",
+        model_path="x.gguf",
+        draft_model="d/draft.gguf",
+        mmproj="mm.gguf",
+        lora=("a.gguf", "/abs/b.gguf"),
+    )
     got = resolve_paths(spec, "/srv/models")
     assert (got.model_path, got.draft_model, got.mmproj, got.lora) == (
-        "/srv/models/x.gguf", "/srv/models/d/draft.gguf", "/srv/models/mm.gguf",
-        ("/srv/models/a.gguf", "/abs/b.gguf"))
+        "/srv/models/x.gguf",
+        "/srv/models/d/draft.gguf",
+        "/srv/models/mm.gguf",
+        ("/srv/models/a.gguf", "/abs/b.gguf"),
+    )
     assert resolve_paths(spec, None) is spec  # unknown cwd: left as given
     hub = LaunchSpec(engine="vllm", model_path="Qwen/Qwen3-8B")
     assert resolve_paths(hub, "/srv") is hub  # a hub id is not a file
 
 
 def test_a_server_started_in_its_models_folder_is_resolved_in_status_estimate_and_tui(
-        models: Path) -> None:
+    models: Path,
+) -> None:
     argv = ["llama-server", "-m", "x.gguf", "-c", "512", "-np", "1"]
     with fake_server.running(argv, cwd=models) as server:
         status = vramscope("status", "--json")
@@ -86,10 +101,10 @@ def test_a_server_started_in_its_models_folder_is_resolved_in_status_estimate_an
     assert model_row.estimate_bytes is not None and "unknown model" not in model_row.flags
 
 
-def test_llama_arg_model_in_the_environment_resolves_against_the_cwd_too(
-        models: Path) -> None:
-    with fake_server.running(["llama-server", "-c", "256"], cwd=models,
-                             env={"LLAMA_ARG_MODEL": "x.gguf"}) as server:
+def test_llama_arg_model_in_the_environment_resolves_against_the_cwd_too(models: Path) -> None:
+    with fake_server.running(
+        ["llama-server", "-c", "256"], cwd=models, env={"LLAMA_ARG_MODEL": "x.gguf"}
+    ) as server:
         status = vramscope("status", "--json")
         estimate = vramscope("estimate", "--json", "--cpu-only", "--pid", str(server.pid))
     assert estimate.returncode == 0, estimate.stderr
@@ -99,15 +114,19 @@ def test_llama_arg_model_in_the_environment_resolves_against_the_cwd_too(
 
 
 def test_capture_records_the_cwd_link_and_the_tree_replays_resolved(
-        models: Path, tmp_path: Path) -> None:
+    models: Path, tmp_path: Path
+) -> None:
     from monitor.cli.capture import capture
 
     with fake_server.running(["llama-server", "-m", "x.gguf"], cwd=models) as server:
         capture(Roots(), tmp_path / "cap", enabled=["procfs"], nvml=False)
     link = tmp_path / "cap" / "proc" / str(server.pid) / "cwd"
     assert link.is_symlink() and os.readlink(link) == str(models)
-    sampler = Sampler(Roots(proc=tmp_path / "cap" / "proc", sys=tmp_path / "cap" / "sys"),
-                      enabled=["procfs"], timeout_s=None)
+    sampler = Sampler(
+        Roots(proc=tmp_path / "cap" / "proc", sys=tmp_path / "cap" / "sys"),
+        enabled=["procfs"],
+        timeout_s=None,
+    )
     try:
         replayed = sampler.sample()
     finally:
@@ -136,12 +155,14 @@ def test_a_forked_child_is_the_servers_helper_not_a_second_server(models: Path) 
     by_pid = {p["pid"]: p for p in doc["processes"]}
     assert by_pid[server.child_pid]["helper_of"] == server.pid
     assert by_pid[server.pid]["helper_of"] is None
-    child_line = next(ln for ln in text.stdout.splitlines()
-                      if ln.startswith(f"{server.child_pid} "))
+    child_line = next(
+        ln for ln in text.stdout.splitlines() if ln.startswith(f"{server.child_pid} ")
+    )
     assert f"helper of {server.pid}" in child_line
     assert diag.returncode == 0, diag.stderr
-    assert [d["pid"] for d in json.loads(diag.stdout)
-            if d["pid"] in (server.pid, server.child_pid)] == [server.pid]
+    assert [
+        d["pid"] for d in json.loads(diag.stdout) if d["pid"] in (server.pid, server.child_pid)
+    ] == [server.pid]
 
 
 def test_a_helpers_gpu_memory_is_added_to_its_server() -> None:
@@ -153,11 +174,21 @@ def test_a_helpers_gpu_memory_is_added_to_its_server() -> None:
     helper = ProcessInfo(101, 2, None, 100, 0, "llama-server", argv, "llama.cpp")
     other = ProcessInfo(102, 3, None, 100, 0, "llama-server", argv + ("-c", "8"), "llama.cpp")
     assert helper_parents({p.pid: p for p in (server, helper, other)}) == {101: 100}
-    snap = Snapshot(0, (), (server, helper), (
-        ProcessMemory(100, "nvml:GPU-0", vram_bytes=5 << 30),
-        ProcessMemory(101, "nvml:GPU-0", vram_bytes=1 << 30)), (), (), ())
-    frame = FrameBuilder(read_header=lambda _p: (_ for _ in ()).throw(OSError("no file"))
-                         ).build(snap)
+    snap = Snapshot(
+        0,
+        (),
+        (server, helper),
+        (
+            ProcessMemory(100, "nvml:GPU-0", vram_bytes=5 << 30),
+            ProcessMemory(101, "nvml:GPU-0", vram_bytes=1 << 30),
+        ),
+        (),
+        (),
+        (),
+    )
+    frame = FrameBuilder(read_header=lambda _p: (_ for _ in ()).throw(OSError("no file"))).build(
+        snap
+    )
     (row,) = frame.models
     assert (row.pid, row.measured_bytes) == (100, 6 << 30)
 
@@ -169,7 +200,7 @@ def test_a_zombie_server_is_exited_with_its_state_and_exit_code(models: Path) ->
     argv = ["llama-server", "-m", "x.gguf"]
     with fake_server.running(argv, cwd=models, child=3) as server:
         stat = Path(f"/proc/{server.child_pid}/stat").read_bytes()
-        assert stat[stat.rfind(b")") + 2:].split()[0] == b"Z"  # really a zombie
+        assert stat[stat.rfind(b")") + 2 :].split()[0] == b"Z"  # really a zombie
         status = vramscope("status", "--json")
         text = vramscope("status")
     doc = json.loads(status.stdout)
@@ -183,7 +214,8 @@ def test_a_zombie_server_is_exited_with_its_state_and_exit_code(models: Path) ->
 
 
 def test_the_daemon_marks_a_server_that_became_a_zombie_exited(
-        models: Path, tmp_path: Path, wait_for_ticks, stop_with_sigterm) -> None:
+    models: Path, tmp_path: Path, wait_for_ticks, stop_with_sigterm
+) -> None:
     """A llama-server the daemon tracks while it lives, then killed (SIGTERM) and left
     unreaped by its parent: its row in the processes table gets exited_ms, and the exit
     event says what /proc showed."""
@@ -196,16 +228,20 @@ def test_the_daemon_marks_a_server_that_became_a_zombie_exited(
     with fake_server.running(argv, cwd=models, child="sleep") as server:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2"],
-            cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             wait_for_ticks(db, 2)
 
             def row() -> tuple | None:
                 conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
                 try:
-                    return conn.execute("SELECT exited_ms FROM processes WHERE pid = ?",
-                                        (server.child_pid,)).fetchone()
+                    return conn.execute(
+                        "SELECT exited_ms FROM processes WHERE pid = ?", (server.child_pid,)
+                    ).fetchone()
                 finally:
                     conn.close()
 
@@ -217,13 +253,15 @@ def test_the_daemon_marks_a_server_that_became_a_zombie_exited(
             while row() == (None,) and time.monotonic() < deadline:
                 time.sleep(0.05)
             stat = Path(f"/proc/{server.child_pid}/stat").read_bytes()
-            assert stat[stat.rfind(b")") + 2:].split()[0] == b"Z"  # still a zombie
+            assert stat[stat.rfind(b")") + 2 :].split()[0] == b"Z"  # still a zombie
         finally:
             stop_with_sigterm(daemon)
     (exited_ms,) = row()
     assert exited_ms is not None
     conn = sqlite3.connect(db)
-    (message,) = conn.execute("SELECT message FROM events WHERE kind = 'process_exit' AND "
-                              "subject LIKE ?", (f"%[{server.child_pid}]",)).fetchone()
+    (message,) = conn.execute(
+        "SELECT message FROM events WHERE kind = 'process_exit' AND subject LIKE ?",
+        (f"%[{server.child_pid}]",),
+    ).fetchone()
     conn.close()
     assert "stopped (SIGTERM)" in message and "state Z" in message

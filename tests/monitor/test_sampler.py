@@ -31,17 +31,29 @@ class _Fixed:
 
 def test_two_collectors_on_one_device_never_count_twice(monkeypatch) -> None:
     drm = Reading(
-        devices=(DeviceSample(DEV, "drm", "amd", "RX 7900 XTX", "dedicated", 24 * GIB,
-                              20 * GIB),),
+        devices=(DeviceSample(DEV, "drm", "amd", "RX 7900 XTX", "dedicated", 24 * GIB, 20 * GIB),),
         memory=(ProcessMemory(42, DEV, vram_bytes=19 * GIB, gtt_bytes=GIB),),
     )
     amd = Reading(
-        devices=(DeviceSample(DEV, "amdsmi", "amd", "Radeon RX 7900 XTX", "dedicated",
-                              24 * GIB, 21 * GIB, temp_c=61.0, power_w=250.0),),
+        devices=(
+            DeviceSample(
+                DEV,
+                "amdsmi",
+                "amd",
+                "Radeon RX 7900 XTX",
+                "dedicated",
+                24 * GIB,
+                21 * GIB,
+                temp_c=61.0,
+                power_w=250.0,
+            ),
+        ),
         memory=(ProcessMemory(42, DEV, vram_bytes=19 * GIB, gtt_bytes=GIB, cpu_bytes=0),),
     )
-    specs = (CollectorSpec("drm", lambda r, o: _Fixed("drm", drm), True, ""),
-             CollectorSpec("amdsmi", lambda r, o: _Fixed("amdsmi", amd), True, ""))
+    specs = (
+        CollectorSpec("drm", lambda r, o: _Fixed("drm", drm), True, ""),
+        CollectorSpec("amdsmi", lambda r, o: _Fixed("amdsmi", amd), True, ""),
+    )
     monkeypatch.setattr(sampler_mod, "REGISTRY", specs)
     snap = Sampler(Roots()).sample(1)
     (device,) = snap.devices

@@ -23,23 +23,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CODE = "import sys, time; print('ready', flush=True); time.sleep(120)"
 # grows by 4 MiB every 50 ms: its memory never settles, so it is still loading when killed
-GROW = ("import sys, time\nheld = []\nprint('ready', flush=True)\nwhile True:\n"
-        "    held.append(bytearray(4 << 20)); time.sleep(0.05)")
+GROW = (
+    "import sys, time\nheld = []\nprint('ready', flush=True)\nwhile True:\n"
+    "    held.append(bytearray(4 << 20)); time.sleep(0.05)"
+)
 SECRETS = [f"zq{i}x{'s3cr3t'}v{i:02d}" for i in range(22)]
 
 
 def _argv(exe: Path, code: str = CODE, model: list[str] | None = None) -> list[str]:
     s = SECRETS
     return [
-        str(exe), "-c", code,  # python runs the code; the rest is llama-server-like argv
+        str(exe),
+        "-c",
+        code,  # python runs the code; the rest is llama-server-like argv
         *(model or []),  # without -m the model comes from LLAMA_ARG_MODEL
-        "--port", "18080",
-        "--api-key", s[0], f"--api-key={s[1]}", "--passphrase", s[2], "--password", s[3],
-        "--secret", s[4], "--hf-token", s[5],
-        "-H", f"Authorization: Bearer {s[6][:5]}",  # a short bearer token
-        "--header", json.dumps({"Authorization": f"Bearer {s[7]}"}),
-        "-o", json.dumps({"api_key": s[8], "token": s[9]}, separators=(",", ":")),
-        f"TOKEN={s[10]}", f"API_KEY={s[11]}", f"PASSWORD={s[12]}", f"FOO_TOKEN={s[13]}",
+        "--port",
+        "18080",
+        "--api-key",
+        s[0],
+        f"--api-key={s[1]}",
+        "--passphrase",
+        s[2],
+        "--password",
+        s[3],
+        "--secret",
+        s[4],
+        "--hf-token",
+        s[5],
+        "-H",
+        f"Authorization: Bearer {s[6][:5]}",  # a short bearer token
+        "--header",
+        json.dumps({"Authorization": f"Bearer {s[7]}"}),
+        "-o",
+        json.dumps({"api_key": s[8], "token": s[9]}, separators=(",", ":")),
+        f"TOKEN={s[10]}",
+        f"API_KEY={s[11]}",
+        f"PASSWORD={s[12]}",
+        f"FOO_TOKEN={s[13]}",
         f"https://user:{s[14]}@127.0.0.1/m.gguf?token={s[15]}&key={s[16]}",
     ]
 
@@ -60,8 +80,14 @@ def _env() -> dict[str, str]:
 
 def _vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def _found(blob: bytes) -> list[str]:
@@ -77,9 +103,13 @@ def test_no_secret_of_a_real_process_is_stored_or_shown(tmp_path: Path) -> None:
 
     md, tensors = g.qwen3_8b(n_layer=2, n_vocab=300)
     model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=300)[0]
-    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                               "--interval", "0.2"], stderr=subprocess.PIPE, text=True,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     server = grower = None
     try:
         deadline = time.monotonic() + 60
@@ -93,14 +123,19 @@ def test_no_secret_of_a_real_process_is_stored_or_shown(tmp_path: Path) -> None:
             time.sleep(0.3)
             try:
                 with sqlite3.connect(db, timeout=5) as conn:
-                    seen = bool(conn.execute(  # ours: other servers may run on the box
-                        "SELECT 1 FROM events WHERE kind = 'load_started'"
-                        " AND json_extract(data, '$.pid') = ?", (server.pid,)).fetchall())
+                    seen = bool(
+                        conn.execute(  # ours: other servers may run on the box
+                            "SELECT 1 FROM events WHERE kind = 'load_started'"
+                            " AND json_extract(data, '$.pid') = ?",
+                            (server.pid,),
+                        ).fetchall()
+                    )
             except sqlite3.OperationalError:
                 pass
         assert seen, "the daemon never saw the server start loading"
-        grower = subprocess.Popen(_argv(exe, GROW, ["-m", str(model)]), env=_env(),
-                                  stdout=subprocess.PIPE, text=True)
+        grower = subprocess.Popen(
+            _argv(exe, GROW, ["-m", str(model)]), env=_env(), stdout=subprocess.PIPE, text=True
+        )
         assert grower.stdout is not None and grower.stdout.readline().strip() == "ready"
         time.sleep(1.5)  # seen, estimated, still loading
         grower.send_signal(signal.SIGKILL)  # died during load: a crash to explain

@@ -19,39 +19,58 @@ UNIT = ROOT / "systemd" / "vramscope.service"
 
 
 def vramscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
 def analyze() -> str:
     tool = shutil.which("systemd-analyze")
     if tool is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-qq", "systemd"], capture_output=True,
-                       timeout=300)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "systemd"], capture_output=True, timeout=300
+        )
         tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze is not installed and cannot be installed here")
     return tool
 
 
-def test_the_shipped_unit_verifies_and_keeps_devices_visible(analyze: str,
-                                                             tmp_path: Path) -> None:
+def test_the_shipped_unit_verifies_and_keeps_devices_visible(analyze: str, tmp_path: Path) -> None:
     text = UNIT.read_text()
     unit = tmp_path / "vramscope.service"
     unit.write_text(text.replace("/usr/local/bin/vramscope", sys.executable))
     verify = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stderr
     assert verify.stderr.strip() == ""
-    settings = [line.split("=", 1)[0] for line in text.splitlines()
-                if "=" in line and not line.startswith("#")]
-    for key in ("Type", "WatchdogSec", "Restart", "StateDirectory", "SupplementaryGroups",
-                "NoNewPrivileges", "ProtectSystem", "ProtectHome", "CapabilityBoundingSet"):
+    settings = [
+        line.split("=", 1)[0]
+        for line in text.splitlines()
+        if "=" in line and not line.startswith("#")
+    ]
+    for key in (
+        "Type",
+        "WatchdogSec",
+        "Restart",
+        "StateDirectory",
+        "SupplementaryGroups",
+        "NoNewPrivileges",
+        "ProtectSystem",
+        "ProtectHome",
+        "CapabilityBoundingSet",
+    ):
         assert key in settings, key
     assert "PrivateDevices" not in settings and "ProtectKernelLogs" not in settings
     assert "Type=notify" in text and "Restart=on-failure" in text
-    security = subprocess.run([analyze, "security", "--offline=true", str(unit)],
-                              capture_output=True, text=True)
+    security = subprocess.run(
+        [analyze, "security", "--offline=true", str(unit)], capture_output=True, text=True
+    )
     exposure = [line for line in security.stdout.splitlines() if "Overall exposure" in line]
     assert exposure and float(exposure[0].split("level for")[1].split(":")[1].split()[0]) < 5
 
@@ -62,9 +81,22 @@ def test_daemon_sends_ready_watchdog_and_stopping(tmp_path: Path) -> None:
     sock.bind(str(sock_path))
     sock.settimeout(10)
     env = {**os.environ, "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "600000"}
-    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db",
-                               str(tmp_path / "v.db"), "--interval", "0.1"], env=env,
-                              cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(tmp_path / "v.db"),
+            "--interval",
+            "0.1",
+        ],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     got: list[str] = []
     try:
         started = time.monotonic()
@@ -90,8 +122,9 @@ def _tick_times(db: Path) -> list[int]:
     except sqlite3.OperationalError:  # not created yet
         return []
     try:
-        return [r[0] for r in conn.execute(
-            "SELECT DISTINCT ts_ms FROM device_samples ORDER BY ts_ms")]
+        return [
+            r[0] for r in conn.execute("SELECT DISTINCT ts_ms FROM device_samples ORDER BY ts_ms")
+        ]
     except sqlite3.OperationalError:
         return []
     finally:
@@ -112,12 +145,16 @@ def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(tmp_path: Path) ->
     cfg = tmp_path / "config.toml"
     cfg.write_text("[daemon]\ninterval_s = 0.5\n")
     db = tmp_path / "v.db"
-    daemon = subprocess.Popen([sys.executable, "-m", "monitor", "daemon", "--db", str(db),
-                               "--config", str(cfg)], cwd=ROOT, stderr=subprocess.PIPE,
-                              text=True)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--config", str(cfg)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(daemon.stderr.readline, "")),
-                              daemon=True)
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(daemon.stderr.readline, "")), daemon=True
+    )
     reader.start()
 
     def wait_until(what: str, done: object, timeout_s: float = 60.0) -> None:
@@ -141,8 +178,7 @@ def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(tmp_path: Path) ->
         daemon.send_signal(signal.SIGHUP)
         wait_until("the failed reload", lambda: any("reload failed" in x for x in lines))
         still = len(_tick_times(db))
-        wait_until("10 ticks after the failed reload",
-                   lambda: len(_tick_times(db)) >= still + 11)
+        wait_until("10 ticks after the failed reload", lambda: len(_tick_times(db)) >= still + 11)
         after_broken = _median_gap_s(_tick_times(db)[still:])
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)

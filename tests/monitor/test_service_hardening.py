@@ -24,10 +24,17 @@ SITE = sysconfig.get_paths()["purelib"]  # this venv's dependencies
 NOBODY = 65534
 
 
-def vramscope(*args: str, python: str = sys.executable, env: dict[str, str] | None = None,
-              cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "monitor", *args], capture_output=True, text=True,
-                          timeout=60, cwd=cwd, env=env)
+def vramscope(
+    *args: str, python: str = sys.executable, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def mode(path: Path) -> int:
@@ -36,26 +43,45 @@ def mode(path: Path) -> int:
 
 # --- 1. packaged: the unit and the example config travel inside the wheel -----------------
 
+
 def test_service_install_works_from_a_built_wheel(tmp_path: Path) -> None:
     pytest.importorskip("hatchling", reason="the build backend (pip install -e .[test])")
     dist, target, dest = tmp_path / "dist", tmp_path / "site", tmp_path / "dest"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-                    "-w", str(dist)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [*pip, "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-w", str(dist)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     wheel = next(dist.glob("vramscope-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("monitor/service/systemd/vramscope.service") == UNIT.read_bytes()
         assert zf.read("monitor/service/systemd/config.example.toml") == EXAMPLE.read_bytes()
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     # -S: no site-packages .pth files, so the editable checkout cannot stand in for the wheel
     env = {**os.environ, "PYTHONPATH": f"{target}{os.pathsep}{SITE}"}
-    where = subprocess.run([sys.executable, "-S", "-c", "import monitor; print(monitor.__file__)"],
-                           capture_output=True, text=True, env=env, cwd=tmp_path)
+    where = subprocess.run(
+        [sys.executable, "-S", "-c", "import monitor; print(monitor.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert where.stdout.startswith(str(target)), where
-    result = subprocess.run([sys.executable, "-S", "-m", "monitor", "service", "install",
-                             "--root", str(dest)], capture_output=True, text=True, env=env,
-                            cwd=tmp_path, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "monitor", "service", "install", "--root", str(dest)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     unit = (dest / "etc/systemd/system/vramscope.service").read_text()
     assert "Type=notify" in unit and "CapabilityBoundingSet=" in unit
@@ -63,6 +89,7 @@ def test_service_install_works_from_a_built_wheel(tmp_path: Path) -> None:
 
 
 # --- 2. modes: the config holds tokens and alert credentials ------------------------------
+
 
 def test_system_install_writes_the_config_0600_and_never_overwrites(tmp_path: Path) -> None:
     result = vramscope("service", "install", "--root", str(tmp_path))
@@ -116,11 +143,13 @@ def test_user_install_writes_the_config_0600_in_a_0700_folder(tmp_path: Path) ->
 
 # --- 3. a service holding CAP_SYS_PTRACE must not run code a user can edit ----------------
 
+
 def _venv(tmp_path: Path) -> Path:
     """A real venv (no pip) with a `vramscope` console script whose interpreter it is."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
+    )
     script = venv / "bin" / "vramscope"
     script.write_text(f"#!{venv}/bin/python\nfrom tui.entry import main\nmain()\n")
     script.chmod(0o755)
@@ -129,8 +158,15 @@ def _venv(tmp_path: Path) -> Path:
 
 def _install_from(venv: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{SITE}"}
-    return vramscope("service", "install", "--root", str(dest), *extra,
-                     python=str(venv / "bin" / "python"), env=env)
+    return vramscope(
+        "service",
+        "install",
+        "--root",
+        str(dest),
+        *extra,
+        python=str(venv / "bin" / "python"),
+        env=env,
+    )
 
 
 def _chown_tree(top: Path, uid: int, gid: int) -> None:
@@ -162,8 +198,9 @@ def test_a_venv_owned_by_a_user_is_refused_with_the_fix(tmp_path: Path) -> None:
 
 
 @needs_root
-@pytest.mark.parametrize("case", ["world-writable site-packages", "group-writable bin",
-                                  "user-owned parent folder"])
+@pytest.mark.parametrize(
+    "case", ["world-writable site-packages", "group-writable bin", "user-owned parent folder"]
+)
 def test_a_venv_others_can_write_is_refused(tmp_path: Path, case: str) -> None:
     venv = _venv(tmp_path / "opt")
     if case == "world-writable site-packages":
@@ -192,9 +229,13 @@ def test_a_root_owned_venv_is_accepted(tmp_path: Path) -> None:
 
 # --- 4. the unit limits memory and system calls ------------------------------------------
 
+
 def _settings(text: str) -> list[tuple[str, str]]:
-    return [tuple(line.split("=", 1)) for line in text.splitlines()  # type: ignore[misc]
-            if "=" in line and not line.lstrip().startswith(("#", ";"))]
+    return [
+        tuple(line.split("=", 1))
+        for line in text.splitlines()  # type: ignore[misc]
+        if "=" in line and not line.lstrip().startswith(("#", ";"))
+    ]
 
 
 def test_the_unit_limits_memory_and_filters_system_calls() -> None:
@@ -209,8 +250,9 @@ def test_the_unit_limits_memory_and_filters_system_calls() -> None:
     assert "@system-service" in filters
     denied = {g for f in filters if f.startswith("~") for g in f[1:].split()}
     assert {"@privileged", "@resources"} <= denied
-    assert not {"@debug", "ptrace"} & {g for f in filters if not f.startswith("~")
-                                        for g in f.split()}  # /proc reads need no ptrace()
+    assert not {"@debug", "ptrace"} & {
+        g for f in filters if not f.startswith("~") for g in f.split()
+    }  # /proc reads need no ptrace()
     assert values["SystemCallErrorNumber"] == ["EPERM"]
 
 
@@ -228,16 +270,18 @@ def test_the_unit_exposure_stays_at_or_below_4_4(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze is not installed")
     unit = tmp_path / "vramscope.service"
     unit.write_text(UNIT.read_text().replace("/usr/local/bin/vramscope", sys.executable))
-    security = subprocess.run([tool, "security", "--offline=true", str(unit)],
-                              capture_output=True, text=True, timeout=60)
+    security = subprocess.run(
+        [tool, "security", "--offline=true", str(unit)], capture_output=True, text=True, timeout=60
+    )
     found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
     assert found, security.stdout + security.stderr
     assert float(found.group(1)) <= 4.4
 
 
 def _filter_groups(tool: str) -> dict[str, list[str]]:
-    out = subprocess.run([tool, "syscall-filter"], capture_output=True, text=True,
-                         timeout=60).stdout
+    out = subprocess.run(
+        [tool, "syscall-filter"], capture_output=True, text=True, timeout=60
+    ).stdout
     groups: dict[str, list[str]] = {}
     current = None
     for line in out.splitlines():
@@ -259,8 +303,7 @@ def _expand(groups: dict[str, list[str]], names: list[str]) -> set[str]:
 
 
 @pytest.mark.slow
-def test_the_daemon_makes_no_system_call_the_unit_filters_but_the_tolerated(
-        tmp_path: Path) -> None:
+def test_the_daemon_makes_no_system_call_the_unit_filters_but_the_tolerated(tmp_path: Path) -> None:
     """strace a real daemon (sampling, HTTP, a journal follower, a log tail) and compare
     every system call it makes with what the unit's SystemCallFilter= lines allow."""
     import socket
@@ -285,14 +328,31 @@ def test_the_daemon_makes_no_system_call_the_unit_filters_but_the_tolerated(
         port = probe.getsockname()[1]
     (tmp_path / "engine.log").write_text("start\n")
     config = tmp_path / "config.toml"
-    config.write_text(f'[daemon]\ninterval_s = 0.2\n[http]\nlisten = "127.0.0.1:{port}"\n'
-                      f'[logs]\nfiles = ["{tmp_path}/engine.log"]\n'
-                      'journal_units = ["vramscope-test-nothing.service"]\n')
+    config.write_text(
+        f'[daemon]\ninterval_s = 0.2\n[http]\nlisten = "127.0.0.1:{port}"\n'
+        f'[logs]\nfiles = ["{tmp_path}/engine.log"]\n'
+        'journal_units = ["vramscope-test-nothing.service"]\n'
+    )
     trace = tmp_path / "trace"
-    daemon = subprocess.Popen([strace, "-f", "-qq", "-o", str(trace), sys.executable, "-m",
-                               "monitor", "daemon", "--db", str(tmp_path / "v.db"),
-                               "--config", str(config)], cwd=ROOT,
-                              stderr=subprocess.DEVNULL)
+    daemon = subprocess.Popen(
+        [
+            strace,
+            "-f",
+            "-qq",
+            "-o",
+            str(trace),
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(tmp_path / "v.db"),
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         scraped = False
@@ -312,8 +372,11 @@ def test_the_daemon_makes_no_system_call_the_unit_filters_but_the_tolerated(
             daemon.wait(timeout=60)
         finally:
             daemon.kill()
-    used = {m.group(1) for line in trace.read_text().splitlines()
-            if (m := re.match(r"\d+ +([a-z0-9_]+)\(", line))}
+    used = {
+        m.group(1)
+        for line in trace.read_text().splitlines()
+        if (m := re.match(r"\d+ +([a-z0-9_]+)\(", line))
+    }
     assert {"openat", "read"} <= used
     tolerated = {"mbind", "fchown"}  # see the unit's comment: errors ignored by the caller
     assert used - allowed <= tolerated, sorted(used - allowed - tolerated)

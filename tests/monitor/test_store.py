@@ -22,19 +22,51 @@ GIB = 1024**3
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE_MS
 
 
-def snapshot(ts_ms: int, used: int = 10 * GIB, pid: int = 100, start: int = 5,
-             gtt: int = 70 * GIB, exited: tuple[ExitedProcess, ...] = ()) -> Snapshot:
+def snapshot(
+    ts_ms: int,
+    used: int = 10 * GIB,
+    pid: int = 100,
+    start: int = 5,
+    gtt: int = 70 * GIB,
+    exited: tuple[ExitedProcess, ...] = (),
+) -> Snapshot:
     return Snapshot(
         ts_ms=ts_ms,
         devices=(
-            DeviceSample("drm:0000:c3:00.0", "drm", "amd", "Strix Halo", "unified",
-                         total_bytes=96 * GIB, used_bytes=used, gtt_used_bytes=gtt),
-            DeviceSample("host", "procfs", "host", "Host RAM", "host", 128 * GIB, 20 * GIB,
-                         available_bytes=108 * GIB),
+            DeviceSample(
+                "drm:0000:c3:00.0",
+                "drm",
+                "amd",
+                "Strix Halo",
+                "unified",
+                total_bytes=96 * GIB,
+                used_bytes=used,
+                gtt_used_bytes=gtt,
+            ),
+            DeviceSample(
+                "host",
+                "procfs",
+                "host",
+                "Host RAM",
+                "host",
+                128 * GIB,
+                20 * GIB,
+                available_bytes=108 * GIB,
+            ),
         ),
-        processes=(ProcessInfo(pid, start, None, 1, 1000, "llama-server",
-                               ("llama-server", "--api-key", "<redacted>"), "llama.cpp",
-                               ("inference", "gpu")),),
+        processes=(
+            ProcessInfo(
+                pid,
+                start,
+                None,
+                1,
+                1000,
+                "llama-server",
+                ("llama-server", "--api-key", "<redacted>"),
+                "llama.cpp",
+                ("inference", "gpu"),
+            ),
+        ),
         memory=(
             ProcessMemory(pid, "drm:0000:c3:00.0", vram_bytes=0, gtt_bytes=gtt),
             ProcessMemory(pid, "host", rss_anon_bytes=GIB, rss_file_bytes=4 * GIB),
@@ -42,8 +74,10 @@ def snapshot(ts_ms: int, used: int = 10 * GIB, pid: int = 100, start: int = 5,
         ),
         hidden=(),
         exited=exited,
-        runs=(CollectorRun("procfs", ts_ms, 0.002, 0.001, "ok"),
-              CollectorRun("drm", ts_ms, 0.001, 0.001, "error", "boom")),
+        runs=(
+            CollectorRun("procfs", ts_ms, 0.002, 0.001, "ok"),
+            CollectorRun("drm", ts_ms, 0.001, 0.001, "error", "boom"),
+        ),
     )
 
 
@@ -63,8 +97,16 @@ def test_file_is_private_wal_and_migrated(tmp_path: Path) -> None:
     s = Store.open(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert s.db.journal_mode == "wal"
-    assert {"devices", "device_samples", "processes", "process_samples", "events",
-            "collector_runs", "device_minutes", "process_minutes"} <= set(s.db.table_names())
+    assert {
+        "devices",
+        "device_samples",
+        "processes",
+        "process_samples",
+        "events",
+        "collector_runs",
+        "device_minutes",
+        "process_minutes",
+    } <= set(s.db.table_names())
     s.close()
     Store.open(path).close()  # migrations are idempotent
 
@@ -85,11 +127,10 @@ def test_one_tick_writes_every_table_and_skips_unknown_identities(store: Store) 
 def test_process_identity_is_pid_plus_start_time(store: Store) -> None:
     store.write(snapshot(T0, pid=100, start=5))
     store.write(snapshot(T0 + 1000, pid=100, start=5))
-    store.write(snapshot(T0 + 2000, pid=100, start=6,
-                         exited=(ExitedProcess(100, 5, T0 + 1000),)))
+    store.write(snapshot(T0 + 2000, pid=100, start=6, exited=(ExitedProcess(100, 5, T0 + 1000),)))
     rows = store.db.execute(
-        "SELECT pid, start_ticks, first_seen_ms, last_seen_ms, exited_ms FROM processes"
-        " ORDER BY id").fetchall()
+        "SELECT pid, start_ticks, first_seen_ms, last_seen_ms, exited_ms FROM processes ORDER BY id"
+    ).fetchall()
     assert rows == [(100, 5, T0, T0 + 1000, T0 + 2000), (100, 6, T0 + 2000, T0 + 2000, None)]
     event = store.db.execute("SELECT kind, subject FROM events").fetchall()
     assert event == [("process_exit", "llama-server[100]")]
@@ -103,10 +144,15 @@ def test_prune_rolls_up_complete_minutes_then_drops_raw(store: Store) -> None:
     assert counts["device_minutes"] == 4  # 2 minutes x 2 devices
     row = store.db.execute(
         "SELECT samples, used_min_bytes, used_max_bytes, used_avg_bytes FROM device_minutes"
-        " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
+        " WHERE device_id != 'host' AND ts_ms = ?",
+        (T0,),
+    ).fetchone()
     assert row == (60, 10 * GIB, 12 * GIB, 11 * GIB)
-    pm = store.db.execute("SELECT samples, gtt_max_bytes FROM process_minutes"
-                          " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
+    pm = store.db.execute(
+        "SELECT samples, gtt_max_bytes FROM process_minutes"
+        " WHERE device_id != 'host' AND ts_ms = ?",
+        (T0,),
+    ).fetchone()
     assert pm == (60, 70 * GIB)
     assert count(store, "device_samples") == 240  # 6 minutes of raw kept: nothing dropped
     # Later: raw older than the window goes, the rollups stay, each minute once.
@@ -117,7 +163,9 @@ def test_prune_rolls_up_complete_minutes_then_drops_raw(store: Store) -> None:
     assert count(store, "device_minutes") == 4
     again = store.db.execute(
         "SELECT samples, used_min_bytes, used_max_bytes, used_avg_bytes FROM device_minutes"
-        " WHERE device_id != 'host' AND ts_ms = ?", (T0,)).fetchone()
+        " WHERE device_id != 'host' AND ts_ms = ?",
+        (T0,),
+    ).fetchone()
     assert again == row
 
 
@@ -130,7 +178,9 @@ def test_a_tick_written_late_still_reaches_its_minute(store: Store) -> None:
     store.prune(T0 + 150_000, Retention())
     row = store.db.execute(
         "SELECT samples, used_max_bytes FROM device_minutes WHERE device_id != 'host'"
-        " AND ts_ms = ?", (T0,)).fetchone()
+        " AND ts_ms = ?",
+        (T0,),
+    ).fetchone()
     assert row == (61, 50 * GIB)
 
 
@@ -138,8 +188,7 @@ def test_out_of_range_counter_is_stored_as_unknown(store: Store) -> None:
     snap = snapshot(T0)
     from dataclasses import replace
 
-    bad = replace(snap, devices=(replace(snap.devices[0], used_bytes=2**64 - 1),
-                                 snap.devices[1]))
+    bad = replace(snap, devices=(replace(snap.devices[0], used_bytes=2**64 - 1), snap.devices[1]))
     store.write(bad)
     got = store.db.execute("SELECT used_bytes FROM device_samples WHERE device_id != 'host'")
     assert got.fetchone() == (None,)
@@ -190,13 +239,13 @@ def test_corrupt_database_is_moved_aside_and_a_new_one_started(tmp_path: Path) -
     s.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     s.close()
     data = bytearray(path.read_bytes())
-    data[8192:8192 + 3 * 4096] = b"\xde\xad" * (3 * 2048)  # vramscope's file, pages 3-5 torn
+    data[8192 : 8192 + 3 * 4096] = b"\xde\xad" * (3 * 2048)  # vramscope's file, pages 3-5 torn
     path.write_bytes(bytes(data))
     s = Store.open(path)
     moved = list(tmp_path.glob("v.db.corrupt-*"))
     assert len(moved) == 1
     assert moved[0].read_bytes() == bytes(data)  # evidence kept
-    (kind, message), = s.db.execute("SELECT kind, message FROM events").fetchall()
+    ((kind, message),) = s.db.execute("SELECT kind, message FROM events").fetchall()
     assert kind == "database_recovered" and str(moved[0]) in message
     s.write(snapshot(T0))
     s.close()
@@ -218,8 +267,10 @@ def test_truncated_database_is_detected(tmp_path: Path) -> None:
 
 
 def test_failed_write_rolls_back_and_the_next_write_still_works(store: Store) -> None:
-    store.db.execute("CREATE TRIGGER no_runs BEFORE INSERT ON collector_runs "
-                     "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
+    store.db.execute(
+        "CREATE TRIGGER no_runs BEFORE INSERT ON collector_runs "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+    )
     with pytest.raises(sqlite3.IntegrityError):
         store.write(snapshot(T0))
     assert count(store, "processes") == 0  # rolled back with the rest of the tick
@@ -259,11 +310,18 @@ def test_samples_around_a_crash_survive_raw_retention(store: Store) -> None:
     crash_at = T0 + 30 * MINUTE_MS
     for minute in range(0, 40):
         store.write(snapshot(T0 + minute * MINUTE_MS))
-    store.add_event("crash", "critical", "llama-server[100]", "killed by the kernel OOM killer",
-                    {"pid": 100}, ts_ms=crash_at)
+    store.add_event(
+        "crash",
+        "critical",
+        "llama-server[100]",
+        "killed by the kernel OOM killer",
+        {"pid": 100},
+        ts_ms=crash_at,
+    )
     store.prune(T0 + 10 * 3600_000, Retention(raw_hours=0.1))
-    kept = [r[0] for r in store.db.execute(
-        "SELECT DISTINCT ts_ms FROM device_samples ORDER BY ts_ms")]
+    kept = [
+        r[0] for r in store.db.execute("SELECT DISTINCT ts_ms FROM device_samples ORDER BY ts_ms")
+    ]
     expected = [T0 + m * MINUTE_MS for m in range(20, 32)]  # 10 min before to 1 min after
     assert kept == expected
     rows = store.db.execute("SELECT count(*) FROM process_samples").fetchone()[0]
@@ -277,17 +335,24 @@ def test_prune_bounds_events_and_processes_that_only_grew(store: Store) -> None:
     day = 86400_000
     for pid, when in ((100, T0), (200, T0 + 40 * day), (300, T0 + 40 * day - 5 * MINUTE_MS)):
         store.write(snapshot(when, pid=pid, start=pid))
-    store.add_event("crash", "critical", "llama-server[300]", "killed", {"pid": 300},
-                    ts_ms=T0 + 40 * day - 4 * MINUTE_MS)
+    store.add_event(
+        "crash",
+        "critical",
+        "llama-server[300]",
+        "killed",
+        {"pid": 300},
+        ts_ms=T0 + 40 * day - 4 * MINUTE_MS,
+    )
     conn = store.db.conn
     with store.db.atomic():  # a flood: 3,000 old events and 3,000 recent ones
-        conn.executemany("INSERT INTO events (ts_ms, kind, severity, message) VALUES"
-                         " (?, 'xid', 'warning', 'x')",
-                         [(T0 + i, ) for i in range(3000)]
-                         + [(T0 + 40 * day + i, ) for i in range(3000)])
+        conn.executemany(
+            "INSERT INTO events (ts_ms, kind, severity, message) VALUES (?, 'xid', 'warning', 'x')",
+            [(T0 + i,) for i in range(3000)] + [(T0 + 40 * day + i,) for i in range(3000)],
+        )
     now = T0 + 41 * day
-    counts = store.prune(now, Retention(raw_hours=1, minute_days=30, events_days=30,
-                                        events_max=2000))
+    counts = store.prune(
+        now, Retention(raw_hours=1, minute_days=30, events_days=30, events_max=2000)
+    )
     pids = sorted(r[0] for r in store.db.execute("SELECT pid FROM processes"))
     assert pids == [200, 300]  # 100: last seen 41 days ago, no sample left
     assert counts["deleted_processes"] == 1
@@ -296,5 +361,9 @@ def test_prune_bounds_events_and_processes_that_only_grew(store: Store) -> None:
     assert kept == (T0 + 40 * day + 1000, T0 + 40 * day + 2999)
     assert counts["deleted_events"] == 3000 + 1000 + 1  # old ones, the cap, the crash
     # Pruned twice is pruned once; the rows still there are still read.
-    assert store.prune(now, Retention(raw_hours=1, minute_days=30, events_days=30,
-                                      events_max=2000))["deleted_events"] == 0
+    assert (
+        store.prune(now, Retention(raw_hours=1, minute_days=30, events_days=30, events_max=2000))[
+            "deleted_events"
+        ]
+        == 0
+    )

@@ -24,18 +24,22 @@ CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "monitor", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, timeout=60
+    )
 
 
-@pytest.mark.parametrize(("raw", "shown"), [
-    ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),
-    ("a\nb\tc\rd", "a\\x0ab\\x09c\\x0dd"),
-    ("\x9b2J\x7f", "\\x9b2J\\x7f"),
-    ("right\u202eleft", "right\\u202eleft"),
-    ("bad \udcff byte", "bad \\udcff byte"),
-    ("[/]x ünïcode 模型 ✓", "[/]x ünïcode 模型 ✓"),
-])
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),
+        ("a\nb\tc\rd", "a\\x0ab\\x09c\\x0dd"),
+        ("\x9b2J\x7f", "\\x9b2J\\x7f"),
+        ("right\u202eleft", "right\\u202eleft"),
+        ("bad \udcff byte", "bad \\udcff byte"),
+        ("[/]x ünïcode 模型 ✓", "[/]x ünïcode 模型 ✓"),
+    ],
+)
 def test_terminal_safe_makes_control_characters_visible(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
     assert terminal_safe_lines(f"{raw}\n{raw}") == f"{shown}\n{shown}".replace("\\x0a", "\n")
@@ -51,8 +55,7 @@ def test_status_prints_a_hostile_process_without_control_bytes() -> None:
     assert "\\x1b[2J\\x9b1m[/]x.gguf" in line
 
 
-def test_events_and_postmortem_print_a_hostile_name_without_control_bytes(
-        tmp_path: Path) -> None:
+def test_events_and_postmortem_print_a_hostile_name_without_control_bytes(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     store = Store.open(db)
     sampler = Sampler(Roots(), enabled=["procfs"])

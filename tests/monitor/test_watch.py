@@ -23,8 +23,14 @@ class _Running(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         type(self).paths.append(self.path)
-        body = json.dumps({"running": [{"model": m, "state": s, "cmd": "", "proxy": ""}
-                                       for m, s in type(self).states.items()]}).encode()
+        body = json.dumps(
+            {
+                "running": [
+                    {"model": m, "state": s, "cmd": "", "proxy": ""}
+                    for m, s in type(self).states.items()
+                ]
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -40,8 +46,7 @@ def test_swap_starting_model_is_judged_before_it_allocates(tmp_path: Path) -> No
     big = g.write_model(tmp_path / "big.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
     small_md, small_t = g.qwen3_8b(n_layer=2)
     small_md["qwen3.block_count"] = 2
-    small = g.write_model(tmp_path / "small.gguf", "qwen3", small_md, small_t,
-                          vocab_size=151936)[0]
+    small = g.write_model(tmp_path / "small.gguf", "qwen3", small_md, small_t, vocab_size=151936)[0]
     config = tmp_path / "swap.yaml"
     config.write_text(f"""
 models:
@@ -52,13 +57,36 @@ models:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 16 * GIB, 10 * GIB,
-                            available_bytes=6 * GIB)
-        small_proc = ProcessInfo(9, 9, None, 1, 0, "llama-server",
-                                 ("llama-server", "-m", str(small)), "llama.cpp",
-                                 ("inference",))
-        snap = Snapshot(1000, (host,), (small_proc,),
-                        (ProcessMemory(9, "host", rss_anon_bytes=GIB),), (), (), ())
+        host = DeviceSample(
+            "host",
+            "procfs",
+            "host",
+            "Host RAM",
+            "host",
+            16 * GIB,
+            10 * GIB,
+            available_bytes=6 * GIB,
+        )
+        small_proc = ProcessInfo(
+            9,
+            9,
+            None,
+            1,
+            0,
+            "llama-server",
+            ("llama-server", "-m", str(small)),
+            "llama.cpp",
+            ("inference",),
+        )
+        snap = Snapshot(
+            1000,
+            (host,),
+            (small_proc,),
+            (ProcessMemory(9, "host", rss_anon_bytes=GIB),),
+            (),
+            (),
+            (),
+        )
         watch = LoadWatch(Path("/proc"), swap_url=url, swap_config=config)
         _Running.states = {"small": "ready"}
         assert watch.observe(snap) == []  # first tick primes
@@ -82,25 +110,50 @@ def test_load_started_then_finished_with_measured_vs_estimated(tmp_path: Path) -
     md, tensors = g.qwen3_8b(n_layer=2)
     md["qwen3.block_count"] = 2
     model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
-    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
-                        available_bytes=54 * GIB)
-    proc = ProcessInfo(4_000_000, 77, None, 1, 0, "llama-server",
-                       ("llama-server", "-m", str(model), "-c", "4096"), "llama.cpp",
-                       ("inference",))
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB, available_bytes=54 * GIB
+    )
+    proc = ProcessInfo(
+        4_000_000,
+        77,
+        None,
+        1,
+        0,
+        "llama-server",
+        ("llama-server", "-m", str(model), "-c", "4096"),
+        "llama.cpp",
+        ("inference",),
+    )
     watch = LoadWatch(Path("/proc"), steady_ticks=3)
     assert watch.observe(Snapshot(0, (host,), (), (), (), (), ())) == []
 
     def tick(ts: int, anon: int) -> list:
-        return watch.observe(Snapshot(ts, (host,), (proc,),
-                                      (ProcessMemory(proc.pid, "host", rss_anon_bytes=anon,
-                                                     rss_file_bytes=0),), (), (), ()))
+        return watch.observe(
+            Snapshot(
+                ts,
+                (host,),
+                (proc,),
+                (ProcessMemory(proc.pid, "host", rss_anon_bytes=anon, rss_file_bytes=0),),
+                (),
+                (),
+                (),
+            )
+        )
 
     started = tick(1000, 100 * 2**20)
     assert [e.kind for e in started] == ["load_started"]
     assert "estimate host" in started[0].message
     # growing, then steady for 3 ticks after reaching 2 GiB
-    grown = [tick(t, m) for t, m in ((2000, GIB), (3000, 2 * GIB), (4000, 2 * GIB),
-                                     (5000, 2 * GIB), (6000, 2 * GIB))]
+    grown = [
+        tick(t, m)
+        for t, m in (
+            (2000, GIB),
+            (3000, 2 * GIB),
+            (4000, 2 * GIB),
+            (5000, 2 * GIB),
+            (6000, 2 * GIB),
+        )
+    ]
     assert grown[:4] == [[], [], [], []]
     (done,) = grown[4]
     assert done.kind == "load_finished" and done.data["load_time_ms"] == 5000
@@ -114,11 +167,20 @@ def test_a_truncated_model_is_flagged_not_fatal(tmp_path: Path) -> None:
     md, tensors = g.qwen3_8b(n_layer=2)
     model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
     os.truncate(model, model.stat().st_size // 2)
-    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
-                        available_bytes=54 * GIB)
-    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
-                       ("llama-server", "-m", str(model), "-c", "4096"), "llama.cpp",
-                       ("inference",))
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB, available_bytes=54 * GIB
+    )
+    proc = ProcessInfo(
+        4_000_001,
+        78,
+        None,
+        1,
+        0,
+        "llama-server",
+        ("llama-server", "-m", str(model), "-c", "4096"),
+        "llama.cpp",
+        ("inference",),
+    )
     watch = LoadWatch(Path("/proc"), steady_ticks=3)
     assert watch.observe(Snapshot(0, (host,), (), (), (), (), ())) == []
     (started,) = watch.observe(Snapshot(1000, (host,), (proc,), (), (), (), ()))
@@ -134,20 +196,39 @@ def test_load_finished_never_counts_unknown_gpu_memory_as_0(tmp_path: Path) -> N
     md, tensors = g.qwen3_8b(n_layer=2)
     md["qwen3.block_count"] = 2
     model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
-    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
-                        available_bytes=54 * GIB)
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB, available_bytes=54 * GIB
+    )
     gpu = DeviceSample("nvml:GPU-x", "nvml", "nvidia", "RTX", "dedicated", 24 * GIB, 8 * GIB)
-    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
-                       ("llama-server", "-m", str(model), "-c", "4096"), "llama.cpp",
-                       ("inference",))
+    proc = ProcessInfo(
+        4_000_001,
+        78,
+        None,
+        1,
+        0,
+        "llama-server",
+        ("llama-server", "-m", str(model), "-c", "4096"),
+        "llama.cpp",
+        ("inference",),
+    )
     watch = LoadWatch(Path("/proc"), steady_ticks=2)
     assert watch.observe(Snapshot(0, (host, gpu), (), (), (), (), ())) == []
     events = []
     for ts in range(1000, 6000, 1000):
-        events += watch.observe(Snapshot(ts, (host, gpu), (proc,), (
-            ProcessMemory(proc.pid, "host", rss_anon_bytes=GIB, rss_file_bytes=0),
-            ProcessMemory(proc.pid, "nvml:GPU-x", vram_bytes=None, gtt_bytes=None)),
-            (), (), ()))
+        events += watch.observe(
+            Snapshot(
+                ts,
+                (host, gpu),
+                (proc,),
+                (
+                    ProcessMemory(proc.pid, "host", rss_anon_bytes=GIB, rss_file_bytes=0),
+                    ProcessMemory(proc.pid, "nvml:GPU-x", vram_bytes=None, gtt_bytes=None),
+                ),
+                (),
+                (),
+                (),
+            )
+        )
     (done,) = [e for e in events if e.kind == "load_finished"]
     assert "measured_nvml:GPU-x" not in done.data
     assert done.data["measured_host"] == GIB
@@ -157,17 +238,29 @@ def test_load_finished_never_counts_unknown_gpu_memory_as_0(tmp_path: Path) -> N
 def test_a_server_whose_cgroup_nears_its_limit_is_warned_once() -> None:
     from collectors.base import CgroupMemory, ProcessCgroup
 
-    host = DeviceSample("host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB,
-                        available_bytes=54 * GIB)
-    proc = ProcessInfo(4_000_001, 78, None, 1, 0, "llama-server",
-                       ("llama-server", "-m", "/nonexistent.gguf"), "llama.cpp",
-                       ("inference",))
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB, available_bytes=54 * GIB
+    )
+    proc = ProcessInfo(
+        4_000_001,
+        78,
+        None,
+        1,
+        0,
+        "llama-server",
+        ("llama-server", "-m", "/nonexistent.gguf"),
+        "llama.cpp",
+        ("inference",),
+    )
     watch = LoadWatch(Path("/proc"))
 
     def tick(ts: int, current: int) -> list:
         limit = CgroupMemory("/system.slice/llama.service", 4 * GIB, None, current)
-        return watch.observe(Snapshot(ts, (host,), (proc,), (), (), (), (),
-                                      cgroups=(ProcessCgroup(proc.pid, limit),)))
+        return watch.observe(
+            Snapshot(
+                ts, (host,), (proc,), (), (), (), (), cgroups=(ProcessCgroup(proc.pid, limit),)
+            )
+        )
 
     assert tick(0, 2 * GIB) == []  # primes
     assert tick(1000, int(3.5 * GIB)) == []  # 87.5%: not yet

@@ -34,7 +34,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "llamalog" / "arch"
 KEEP = re.compile(
     r"buffer size|llama_kv_cache|llama_memory|llama_context|load_tensors|load_model|"
     r"MTP|draft|n_slots|kv_unified|Flash Attention|creating|speculative|n_ctx|n_seq|"
-    r"offloaded|constructing|loaded meta data")
+    r"offloaded|constructing|loaded meta data"
+)
 
 
 def build_info() -> dict[str, str]:
@@ -62,11 +63,22 @@ def capture(case, models_dir: Path, logs_dir: Path) -> dict:
     kept = [ln for ln in lines if KEEP.search(ln)]
     full, short = parse_llama_log(lines), parse_llama_log(kept)
     assert (full.buffers, full.kv) == (short.buffers, short.kv), case.id
-    argv = ["llama-server", "-m", "{model}", "-lv", "4", *[
-        "{draft}" if case.draft and a == str(draft) else a for a in args], *BASE_ARGS]
+    argv = [
+        "llama-server",
+        "-m",
+        "{model}",
+        "-lv",
+        "4",
+        *["{draft}" if case.draft and a == str(draft) else a for a in args],
+        *BASE_ARGS,
+    ]
     return {
-        "id": case.id, "model": case.model, "draft": case.draft,
-        "argv": argv, **build_info(), "server_s": round(elapsed, 1),
+        "id": case.id,
+        "model": case.model,
+        "draft": case.draft,
+        "argv": argv,
+        **build_info(),
+        "server_s": round(elapsed, 1),
         "log_lines": kept,
     }
 

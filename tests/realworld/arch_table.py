@@ -50,8 +50,10 @@ def main() -> int:
         for r in got:
             prev = old.get((r.context, r.kind))
             prev_s = "" if prev is None else f"{prev:.2f}"
-            print(f"| {doc['id']} | {r.context} | {r.kind} | {r.logged_mib:.2f} | {prev_s} | "
-                  f"{r.estimate_mib:.2f} | {r.diff:+.1%} |")
+            print(
+                f"| {doc['id']} | {r.context} | {r.kind} | {r.logged_mib:.2f} | {prev_s} | "
+                f"{r.estimate_mib:.2f} | {r.diff:+.1%} |"
+            )
     if opts.save:
         Path(opts.save).write_text(json.dumps(saved, indent=1))
     return 0

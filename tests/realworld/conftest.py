@@ -33,8 +33,14 @@ STOP_TIMEOUT_S = 30.0
 # dominate the server's own baseline RssAnon (see the RssAnon test); still seconds to write.
 MODEL_SIZES: dict[str, dict] = {
     "llama": {"n_embd": 1024, "n_head": 16, "n_head_kv": 4, "n_ff": 2816, "n_vocab": 2048},
-    "gemma3": {"n_embd": 1024, "n_head": 8, "n_head_kv": 4, "head_dim": 128, "n_ff": 2816,
-               "n_vocab": 2048},
+    "gemma3": {
+        "n_embd": 1024,
+        "n_head": 8,
+        "n_head_kv": 4,
+        "head_dim": 128,
+        "n_ff": 2816,
+        "n_vocab": 2048,
+    },
     "bert": {"n_embd": 768, "n_head": 12, "n_ff": 3072, "n_vocab": 2048},
     # Real draft models keep n_ff ~ 3-4 x n_embd (Qwen3-0.6B 3072/1024, Llama-3.2-1B
     # 8192/2048); the compute formula is fitted to such ratios (monitor/estimate/compute.py).
@@ -61,15 +67,21 @@ def llama_server_bin() -> Path:
         return DEFAULT_BINARY
     try:
         proc = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], cwd=ROOT, capture_output=True, text=True,
-            timeout=BUILD_TIMEOUT_S, check=False,
+            ["bash", str(BUILD_SCRIPT)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"cannot build llama-server with {BUILD_SCRIPT}: {exc}")
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        pytest.skip(f"cannot build llama-server (scripts/build-llama-server exit "
-                    f"{proc.returncode}):\n{tail}")
+        pytest.skip(
+            f"cannot build llama-server (scripts/build-llama-server exit "
+            f"{proc.returncode}):\n{tail}"
+        )
     lines = proc.stdout.strip().splitlines()
     path = Path(lines[-1]) if lines else DEFAULT_BINARY
     if not path.is_file():
@@ -90,8 +102,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tiny_models.Tiny
 def llama_server(llama_server_bin: Path):
     """``llama_server(model, args, log_path, request=None, endpoint=...) -> ServerRun``."""
 
-    def start(model: Path, args: Sequence[str], log_path: Path, request: dict | None = None,
-              endpoint: str = "/completion") -> ServerRun:
+    def start(
+        model: Path,
+        args: Sequence[str],
+        log_path: Path,
+        request: dict | None = None,
+        endpoint: str = "/completion",
+    ) -> ServerRun:
         return run_llama_server(llama_server_bin, model, args, log_path, request, endpoint)
 
     return start
@@ -117,8 +134,10 @@ def http_get(port: int, path: str, timeout: float = 2.0) -> tuple[int, str]:
 
 def http_post(port: int, path: str, body: dict, timeout: float = 60.0) -> tuple[int, str]:
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
+        f"http://127.0.0.1:{port}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
@@ -146,8 +165,14 @@ class ServerRun:
     returncode: int | None
 
 
-def run_llama_server(binary: Path, model: Path, args: Sequence[str], log_path: Path,
-                     request: dict | None = None, endpoint: str = "/completion") -> ServerRun:
+def run_llama_server(
+    binary: Path,
+    model: Path,
+    args: Sequence[str],
+    log_path: Path,
+    request: dict | None = None,
+    endpoint: str = "/completion",
+) -> ServerRun:
     """Start llama-server on 127.0.0.1, wait for /health, read RssAnon, stop it.
 
     ``request`` (optional) is POSTed to ``endpoint`` once healthy, after RssAnon was read,
@@ -155,13 +180,24 @@ def run_llama_server(binary: Path, model: Path, args: Sequence[str], log_path: P
     AssertionError with the log tail when the server exits or is not healthy in time.
     """
     port = free_port()
-    argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "-lv", "4", *args]
+    argv = [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-lv",
+        "4",
+        *args,
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     t0 = time.monotonic()
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
         try:
             _wait_healthy(proc, port, log_path)
             startup_s = time.monotonic() - t0
@@ -191,8 +227,10 @@ def _wait_healthy(proc: subprocess.Popen, port: int, log_path: Path) -> None:
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"llama-server exited with {proc.returncode} before /health "
-                                 f"was ok; log tail:\n{_tail(log_path)}")
+            raise AssertionError(
+                f"llama-server exited with {proc.returncode} before /health "
+                f"was ok; log tail:\n{_tail(log_path)}"
+            )
         try:
             status, _ = http_get(port, "/health", timeout=1.0)
             if status == 200:
@@ -200,8 +238,9 @@ def _wait_healthy(proc: subprocess.Popen, port: int, log_path: Path) -> None:
         except (OSError, urllib.error.URLError):
             pass
         time.sleep(0.2)
-    raise AssertionError(f"llama-server not healthy after {HEALTH_TIMEOUT_S:.0f} s; "
-                         f"log tail:\n{_tail(log_path)}")
+    raise AssertionError(
+        f"llama-server not healthy after {HEALTH_TIMEOUT_S:.0f} s; log tail:\n{_tail(log_path)}"
+    )
 
 
 def _stop(proc: subprocess.Popen) -> int | None:

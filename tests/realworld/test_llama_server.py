@@ -58,25 +58,69 @@ CASES = [
     Case("llama-c2048-np1", "llama", ("-c", "2048", "-np", "1", *NO_MMAP), 2048, 2048, 1, False),
     # explicit -np leaves kv_unified off: 2048/3 = 682 -> pad 768 per stream, 3 x 768 = 2304
     Case("llama-c2048-np3", "llama", ("-c", "2048", "-np", "3", *NO_MMAP), 2304, 768, 3, False),
-    Case("llama-c2048-np4-kvu", "llama", ("-c", "2048", "-np", "4", "-kvu", *NO_MMAP),
-         2048, 2048, 4, True),
+    Case(
+        "llama-c2048-np4-kvu",
+        "llama",
+        ("-c", "2048", "-np", "4", "-kvu", *NO_MMAP),
+        2048,
+        2048,
+        4,
+        True,
+    ),
     # no -np: auto = 4 slots with a unified cache
     Case("llama-c2048-auto-np", "llama", ("-c", "2048", *NO_MMAP), 2048, 2048, 4, True),
-    Case("llama-q8-kv-fa-on", "llama",
-         ("-c", "2048", "-np", "1", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", *NO_MMAP),
-         2048, 2048, 1, False),
-    Case("llama-ub256-fa-off", "llama", ("-c", "2048", "-np", "1", "-ub", "256", "-fa", "off",
-                                         *NO_MMAP), 2048, 2048, 1, False),
+    Case(
+        "llama-q8-kv-fa-on",
+        "llama",
+        ("-c", "2048", "-np", "1", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", *NO_MMAP),
+        2048,
+        2048,
+        1,
+        False,
+    ),
+    Case(
+        "llama-ub256-fa-off",
+        "llama",
+        ("-c", "2048", "-np", "1", "-ub", "256", "-fa", "off", *NO_MMAP),
+        2048,
+        2048,
+        1,
+        False,
+    ),
     # default load mode (mmap): the weights are file pages, so no RssAnon comparison
     Case("llama-mmap", "llama", ("-c", "1024", "-np", "1"), 1024, 1024, 1, False, rss=False),
-    Case("llama-draft", "llama", ("-c", "2048", "-np", "1", "-md", "{draft}", *NO_MMAP),
-         2048, 2048, 1, False, draft=True),
+    Case(
+        "llama-draft",
+        "llama",
+        ("-c", "2048", "-np", "1", "-md", "{draft}", *NO_MMAP),
+        2048,
+        2048,
+        1,
+        False,
+        draft=True,
+    ),
     # gemma3, 6 layers: 0-4 SWA (window 128), 5 full; non-unified, 2 streams of 2048;
     # SWA per stream = pad256(min(2048, 128 + n_ubatch 512)) = 768
-    Case("gemma3-c4096-np2", "gemma3", ("-c", "4096", "-np", "2", *NO_MMAP),
-         4096, 2048, 2, False, swa_cells=768),
-    Case("gemma3-c4096-np2-swa-full", "gemma3", ("-c", "4096", "-np", "2", "--swa-full",
-                                                 *NO_MMAP), 4096, 2048, 2, False, swa_cells=2048),
+    Case(
+        "gemma3-c4096-np2",
+        "gemma3",
+        ("-c", "4096", "-np", "2", *NO_MMAP),
+        4096,
+        2048,
+        2,
+        False,
+        swa_cells=768,
+    ),
+    Case(
+        "gemma3-c4096-np2-swa-full",
+        "gemma3",
+        ("-c", "4096", "-np", "2", "--swa-full", *NO_MMAP),
+        4096,
+        2048,
+        2,
+        False,
+        swa_cells=2048,
+    ),
     # bert encoder: no KV at all; -c defaults to n_ctx_train 512, auto np = 4 unified
     Case("bert-embedding", "bert", ("--embedding", *NO_MMAP), 512, 512, 4, True),
 ]
@@ -116,8 +160,9 @@ def run(case: Case, llama_server, tiny, tmp_path_factory):
         else:
             request, endpoint = {"prompt": text, "n_predict": 4}, "/completion"
         log_path = tmp_path_factory.mktemp("logs") / f"{case.id}.log"
-        _RUNS[case.id] = llama_server(model.path, args, log_path, request=request,
-                                      endpoint=endpoint)
+        _RUNS[case.id] = llama_server(
+            model.path, args, log_path, request=request, endpoint=endpoint
+        )
     return _RUNS[case.id]
 
 
@@ -139,14 +184,19 @@ def _kv_mib(report, context: str, caches: set[str]) -> float:
 
 
 def _breakdown(est, report, run) -> str:
-    comps = "\n".join(f"    {c.name:14s} {c.device:6s} {c.bytes / MIB:10.2f} MiB  {c.formula}"
-                      for c in est.components)
-    logged = "\n".join(f"    {b.context:6s} {b.kind:8s} {b.backend:12s} {b.mib:10.2f} MiB"
-                       for b in report.buffers)
-    return (f"argv: {' '.join(run.argv)}\nestimate components:\n{comps}\n"
-            f"logged buffers:\n{logged}\n"
-            f"RssAnon {run.rss_anon_bytes / MIB:.2f} MiB, "
-            f"RssFile {run.rss_file_bytes / MIB:.2f} MiB")
+    comps = "\n".join(
+        f"    {c.name:14s} {c.device:6s} {c.bytes / MIB:10.2f} MiB  {c.formula}"
+        for c in est.components
+    )
+    logged = "\n".join(
+        f"    {b.context:6s} {b.kind:8s} {b.backend:12s} {b.mib:10.2f} MiB" for b in report.buffers
+    )
+    return (
+        f"argv: {' '.join(run.argv)}\nestimate components:\n{comps}\n"
+        f"logged buffers:\n{logged}\n"
+        f"RssAnon {run.rss_anon_bytes / MIB:.2f} MiB, "
+        f"RssFile {run.rss_file_bytes / MIB:.2f} MiB"
+    )
 
 
 # ----------------------------------------------------------------------------- checks
@@ -207,7 +257,8 @@ def test_draft_kv_matches_log(case: Case, run) -> None:
     assert log_draft > 0, "the draft context logged no KV cache"
     est_draft = est.total_bytes("draft_kv") / MIB
     assert abs(est_draft - log_draft) <= KV_TOL_MIB, (
-        f"draft kv {est_draft:.3f} vs log {log_draft}\n{_breakdown(est, report, run)}")
+        f"draft kv {est_draft:.3f} vs log {log_draft}\n{_breakdown(est, report, run)}"
+    )
 
 
 def test_compute_within_10_percent(case: Case, run) -> None:
@@ -217,16 +268,19 @@ def test_compute_within_10_percent(case: Case, run) -> None:
     est_mib = est.total_bytes("compute") / MIB
     assert log_mib > 0
     assert abs(est_mib - log_mib) <= COMPUTE_REL_TOL * log_mib, (
-        f"compute {est_mib:.2f} MiB vs log {log_mib:.2f} MiB\n{_breakdown(est, report, run)}")
+        f"compute {est_mib:.2f} MiB vs log {log_mib:.2f} MiB\n{_breakdown(est, report, run)}"
+    )
     if case.draft:
         log_d = report.total_mib(kind="compute", context="draft")
         est_d = est.total_bytes("draft_compute") / MIB
         assert abs(est_d - log_d) <= COMPUTE_REL_TOL * log_d, (
-            f"draft compute {est_d:.2f} MiB vs log {log_d:.2f} MiB\n{_breakdown(est, report, run)}")
+            f"draft compute {est_d:.2f} MiB vs log {log_d:.2f} MiB\n{_breakdown(est, report, run)}"
+        )
 
 
-def test_rss_anon_within_10_percent(case: Case, run,
-                                    record_property: pytest.RecordProperty) -> None:
+def test_rss_anon_within_10_percent(
+    case: Case, run, record_property: pytest.RecordProperty
+) -> None:
     """RssAnon against the host estimate, at two moments.
 
     - After load (/health ok): llama.cpp has malloc'ed the compute buffer, but the warmup
@@ -250,8 +304,10 @@ def test_rss_anon_within_10_percent(case: Case, run,
     est_host = est.total_bytes(device="host")
     # Buffers that become resident only when a full batch runs: the compute buffers and
     # the run-time work memory the estimator models beside them.
-    est_compute = sum(est.total_bytes(name, device="host") for name in (
-        "compute", "draft_compute", "cpu_work", "attn_scores"))
+    est_compute = sum(
+        est.total_bytes(name, device="host")
+        for name in ("compute", "draft_compute", "cpu_work", "attn_scores")
+    )
     tol = RSS_REL_TOL * est_host
     record_property("rss_anon_load_mib", round(run.rss_anon_bytes / MIB, 2))
     record_property("rss_anon_work_mib", round((run.rss_anon_work_bytes or 0) / MIB, 2))
@@ -262,10 +318,12 @@ def test_rss_anon_within_10_percent(case: Case, run,
     diff = run.rss_anon_bytes - at_load
     assert abs(diff) <= tol, (
         f"after load: RssAnon {run.rss_anon_bytes / MIB:.2f} MiB vs estimate without compute "
-        f"{at_load / MIB:.2f} MiB ({diff / MIB:+.2f} MiB)\n{msg}")
+        f"{at_load / MIB:.2f} MiB ({diff / MIB:+.2f} MiB)\n{msg}"
+    )
 
     assert run.rss_anon_work_bytes is not None
     diff = run.rss_anon_work_bytes - est_host
     assert abs(diff) <= tol, (
         f"after a full ubatch: RssAnon {run.rss_anon_work_bytes / MIB:.2f} MiB vs estimate "
-        f"{est_host / MIB:.2f} MiB ({diff / MIB:+.2f} MiB)\n{msg}")
+        f"{est_host / MIB:.2f} MiB ({diff / MIB:+.2f} MiB)\n{msg}"
+    )

@@ -28,13 +28,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.soak]
 def test_daemon_soak(capsys: pytest.CaptureFixture[str]) -> None:
     minutes = float(os.environ.get("VRAMSCOPE_SOAK_MINUTES", "10"))
     warmup = 5.0 if minutes >= 60 else minutes / 12
-    argv = [sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", str(minutes),
-            "--warmup-minutes", str(warmup)]
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "soak.py"),
+        "--minutes",
+        str(minutes),
+        "--warmup-minutes",
+        str(warmup),
+    ]
     lines = []
     with capsys.disabled():
         print(f"\nsoak: {minutes:g} minutes of the daemon at 0.25 s ({warmup:g} min warm-up)")
-        with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) as proc:
+        with subprocess.Popen(
+            argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 lines.append(line)

@@ -19,8 +19,13 @@ class FakeSource:
     """Serves ``snapshots`` in order: each ``latest()`` moves one tick on (and stays on the
     last). ``at``/``ticks``/``history`` see all of them, as a database would."""
 
-    def __init__(self, snapshots: Sequence[Snapshot], events: Sequence[EventRow] = (),
-                 live: bool = True, builder: FrameBuilder | None = None) -> None:
+    def __init__(
+        self,
+        snapshots: Sequence[Snapshot],
+        events: Sequence[EventRow] = (),
+        live: bool = True,
+        builder: FrameBuilder | None = None,
+    ) -> None:
         self.snapshots = sorted(snapshots, key=lambda s: s.ts_ms)
         self._events = list(events)
         self.live = live
@@ -68,7 +73,8 @@ class FakeSource:
                 for use in d.processes:
                     if use.engine and d.device_id != "host":
                         out.setdefault(f"model:{use.name} (pid {use.pid})", []).append(
-                            (snap.ts_ms, use.bytes))
+                            (snap.ts_ms, use.bytes)
+                        )
         return out
 
     def close(self) -> None:
@@ -84,8 +90,11 @@ def write_models(folder: Path) -> dict[str, str]:
 
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name, kwargs in (("qwen3-8b-q8_0.gguf", {}), ("qwen3-8b-q4_k.gguf", {"ggml_type": g.Q4_K}),
-                         ("qwen3-draft-q8_0.gguf", {"n_layer": 4})):
+    for name, kwargs in (
+        ("qwen3-8b-q8_0.gguf", {}),
+        ("qwen3-8b-q4_k.gguf", {"ggml_type": g.Q4_K}),
+        ("qwen3-draft-q8_0.gguf", {"n_layer": 4}),
+    ):
         path = folder / name
         if not path.exists():
             md, tensors = g.qwen3_8b(**kwargs)
@@ -95,26 +104,39 @@ def write_models(folder: Path) -> dict[str, str]:
 
 
 def host(total: int, available: int, ts_used: int | None = None) -> DeviceSample:
-    return DeviceSample("host", "procfs", "linux", "host RAM", "host", total,
-                        ts_used if ts_used is not None else total - available,
-                        available_bytes=available, free_bytes=available)
+    return DeviceSample(
+        "host",
+        "procfs",
+        "linux",
+        "host RAM",
+        "host",
+        total,
+        ts_used if ts_used is not None else total - available,
+        available_bytes=available,
+        free_bytes=available,
+    )
 
 
 def server(pid: int, argv: list[str], engine: str = "llama.cpp") -> ProcessInfo:
-    return ProcessInfo(pid, 1000 + pid, T0 - 3600_000, 1, 1000, "llama-server",
-                       tuple(argv), engine, ("inference",))
+    return ProcessInfo(
+        pid, 1000 + pid, T0 - 3600_000, 1, 1000, "llama-server", tuple(argv), engine, ("inference",)
+    )
 
 
-def snap(ts: int, devices: list[DeviceSample], procs: list[ProcessInfo],
-         memory: list[ProcessMemory]) -> Snapshot:
+def snap(
+    ts: int, devices: list[DeviceSample], procs: list[ProcessInfo], memory: list[ProcessMemory]
+) -> Snapshot:
     return Snapshot(ts, tuple(devices), tuple(procs), tuple(memory), (), (), ())
 
 
 def discrete_three(models: dict[str, str], ticks: int = 3) -> list[Snapshot]:
     """An RTX 4090 (24 GiB) with three llama-servers: one at -c 32768 -np 4, one with an
     f16 draft, one without -c."""
-    q8, q4, draft = (models["qwen3-8b-q8_0.gguf"], models["qwen3-8b-q4_k.gguf"],
-                     models["qwen3-draft-q8_0.gguf"])
+    q8, q4, draft = (
+        models["qwen3-8b-q8_0.gguf"],
+        models["qwen3-8b-q4_k.gguf"],
+        models["qwen3-draft-q8_0.gguf"],
+    )
     procs = [
         server(4101, ["llama-server", "-m", q4, "-c", "32768", "-np", "4", "--port", "8081"]),
         server(4102, ["llama-server", "-m", q4, "-md", draft, "-c", "8192", "--port", "8082"]),
@@ -123,14 +145,26 @@ def discrete_three(models: dict[str, str], ticks: int = 3) -> list[Snapshot]:
     out = []
     for i in range(ticks):
         grow = i * 64 * MIB
-        mem = [ProcessMemory(4101, "nvml:GPU-0", vram_bytes=int(9.6 * GIB) + grow),
-               ProcessMemory(4102, "nvml:GPU-0", vram_bytes=int(6.1 * GIB)),
-               ProcessMemory(4103, "nvml:GPU-0", vram_bytes=int(3.4 * GIB)),
-               ProcessMemory(4103, "host", rss_anon_bytes=2 * GIB, rss_file_bytes=5 * GIB)]
+        mem = [
+            ProcessMemory(4101, "nvml:GPU-0", vram_bytes=int(9.6 * GIB) + grow),
+            ProcessMemory(4102, "nvml:GPU-0", vram_bytes=int(6.1 * GIB)),
+            ProcessMemory(4103, "nvml:GPU-0", vram_bytes=int(3.4 * GIB)),
+            ProcessMemory(4103, "host", rss_anon_bytes=2 * GIB, rss_file_bytes=5 * GIB),
+        ]
         used = int(9.6 * GIB) + grow + int(6.1 * GIB) + int(3.4 * GIB) + int(1.1 * GIB)
-        gpu = DeviceSample("nvml:GPU-0", "nvml", "nvidia", "NVIDIA GeForce RTX 4090",
-                           "dedicated", 24 * GIB, used, 24 * GIB - used - 300 * MIB,
-                           300 * MIB, util_pct=40.0, temp_c=61.0)
+        gpu = DeviceSample(
+            "nvml:GPU-0",
+            "nvml",
+            "nvidia",
+            "NVIDIA GeForce RTX 4090",
+            "dedicated",
+            24 * GIB,
+            used,
+            24 * GIB - used - 300 * MIB,
+            300 * MIB,
+            util_pct=40.0,
+            temp_c=61.0,
+        )
         out.append(snap(T0 + i * 1000, [gpu, host(64 * GIB, 30 * GIB)], procs, mem))
     return out
 
@@ -140,13 +174,26 @@ def strix_halo(models: dict[str, str]) -> list[Snapshot]:
     q8 = models["qwen3-8b-q8_0.gguf"]
     procs = [server(5101, ["llama-server", "-m", q8, "-c", "65536", "-np", "2", "-fa", "on"])]
     gtt_used = int(17.5 * GIB)
-    apu = DeviceSample("drm:0000:c5:00.0", "drm", "amd", "AMD Radeon 8060S", "unified",
-                       512 * MIB + 96 * GIB, 400 * MIB + gtt_used, None, None,
-                       vram_total_bytes=512 * MIB, vram_used_bytes=400 * MIB,
-                       gtt_total_bytes=96 * GIB, gtt_used_bytes=gtt_used,
-                       gtt_ceiling_bytes=96 * GIB)
-    mem = [ProcessMemory(5101, "drm:0000:c5:00.0", vram_bytes=300 * MIB, gtt_bytes=16 * GIB),
-           ProcessMemory(5101, "host", rss_anon_bytes=1 * GIB, rss_file_bytes=512 * MIB)]
+    apu = DeviceSample(
+        "drm:0000:c5:00.0",
+        "drm",
+        "amd",
+        "AMD Radeon 8060S",
+        "unified",
+        512 * MIB + 96 * GIB,
+        400 * MIB + gtt_used,
+        None,
+        None,
+        vram_total_bytes=512 * MIB,
+        vram_used_bytes=400 * MIB,
+        gtt_total_bytes=96 * GIB,
+        gtt_used_bytes=gtt_used,
+        gtt_ceiling_bytes=96 * GIB,
+    )
+    mem = [
+        ProcessMemory(5101, "drm:0000:c5:00.0", vram_bytes=300 * MIB, gtt_bytes=16 * GIB),
+        ProcessMemory(5101, "host", rss_anon_bytes=1 * GIB, rss_file_bytes=512 * MIB),
+    ]
     return [snap(T0, [apu, host(128 * GIB, 90 * GIB)], procs, mem)]
 
 
@@ -154,16 +201,18 @@ def gb10(models: dict[str, str]) -> list[Snapshot]:
     """A DGX Spark (GB10): NVML reports no memory, the pool is host RAM (unified)."""
     q8 = models["qwen3-8b-q8_0.gguf"]
     procs = [server(6101, ["llama-server", "-m", q8, "-c", "131072", "-np", "1"])]
-    gpu = DeviceSample("nvml:GPU-gb10", "nvml", "nvidia", "NVIDIA GB10", "unified",
-                       119 * GIB, 40 * GIB, None)
-    mem = [ProcessMemory(6101, "nvml:GPU-gb10", vram_bytes=int(27.2 * GIB)),
-           ProcessMemory(6101, "host", rss_anon_bytes=int(1.2 * GIB))]
+    gpu = DeviceSample(
+        "nvml:GPU-gb10", "nvml", "nvidia", "NVIDIA GB10", "unified", 119 * GIB, 40 * GIB, None
+    )
+    mem = [
+        ProcessMemory(6101, "nvml:GPU-gb10", vram_bytes=int(27.2 * GIB)),
+        ProcessMemory(6101, "host", rss_anon_bytes=int(1.2 * GIB)),
+    ]
     return [snap(T0, [gpu, host(119 * GIB, 79 * GIB)], procs, mem)]
 
 
 def no_gpu() -> list[Snapshot]:
-    procs = [ProcessInfo(7101, 9000, T0, 1, 1000, "python3", ("python3", "app.py"), None,
-                         ("top",))]
+    procs = [ProcessInfo(7101, 9000, T0, 1, 1000, "python3", ("python3", "app.py"), None, ("top",))]
     mem = [ProcessMemory(7101, "host", rss_anon_bytes=3 * GIB)]
     return [snap(T0, [host(32 * GIB, 20 * GIB)], procs, mem)]
 
@@ -172,16 +221,35 @@ def full_gpu(models: dict[str, str]) -> list[Snapshot]:
     """A 16 GiB GPU already 13 GiB full: a new Q8_0 8B at -c 32768 cannot fit."""
     q4 = models["qwen3-8b-q4_k.gguf"]
     procs = [server(8101, ["llama-server", "-m", q4, "-c", "16384", "-np", "2"])]
-    gpu = DeviceSample("nvml:GPU-0", "nvml", "nvidia", "NVIDIA RTX 4080", "dedicated",
-                       16 * GIB, 13 * GIB, 3 * GIB - 200 * MIB, 200 * MIB)
+    gpu = DeviceSample(
+        "nvml:GPU-0",
+        "nvml",
+        "nvidia",
+        "NVIDIA RTX 4080",
+        "dedicated",
+        16 * GIB,
+        13 * GIB,
+        3 * GIB - 200 * MIB,
+        200 * MIB,
+    )
     mem = [ProcessMemory(8101, "nvml:GPU-0", vram_bytes=int(7.5 * GIB))]
     return [snap(T0, [gpu, host(64 * GIB, 40 * GIB)], procs, mem)]
 
 
 EVENTS = [
-    EventRow(T0 - 600_000, "load", "info", "llama-server[4101]",
-             "qwen3-8b-q4_k.gguf loaded in 4.2 s (9.6 GiB)"),
-    EventRow(T0 - 300_000, "crash", "critical", "llama-server[4099]",
-             "llama-server (pid 4099) killed by the kernel OOM killer"),
+    EventRow(
+        T0 - 600_000,
+        "load",
+        "info",
+        "llama-server[4101]",
+        "qwen3-8b-q4_k.gguf loaded in 4.2 s (9.6 GiB)",
+    ),
+    EventRow(
+        T0 - 300_000,
+        "crash",
+        "critical",
+        "llama-server[4099]",
+        "llama-server (pid 4099) killed by the kernel OOM killer",
+    ),
     EventRow(T0 - 60_000, "alert", "warning", "nvml:GPU-0", "GPU-0 memory above 85% for 60 s"),
 ]

@@ -19,7 +19,7 @@ from tui.widgets.models_table import ModelsTable
 
 MODEL = f"{CSI_CLEAR}[b]m[$x].gguf"  # a file name: no "/", so no closing tag
 MODEL_SHOWN = "\\x1b[2J\\x9b1m[b]m[$x].gguf"
-CONTROL = [chr(c) for c in (*range(0x20), *range(0x7f, 0xa0)) if c != 0x0a]  # lines joined
+CONTROL = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A]  # lines joined
 
 
 def shown_text(widget) -> str:  # noqa: ANN001
@@ -32,8 +32,10 @@ def record(db: Path) -> tuple[int, int]:
     store = Store.open(db)
     sampler = Sampler(Roots(), enabled=["procfs"])
     try:
-        with hostile_server(MARKUP, "-m", f"/nonexistent/{MODEL}") as a, \
-                hostile_server(OSC_TITLE, "-m", "/nonexistent/plain.gguf") as b:
+        with (
+            hostile_server(MARKUP, "-m", f"/nonexistent/{MODEL}") as a,
+            hostile_server(OSC_TITLE, "-m", "/nonexistent/plain.gguf") as b,
+        ):
             store.write(sampler.sample())
             store.write(sampler.sample())
         store.write(sampler.sample())  # both exited: events named by their comm
@@ -44,8 +46,7 @@ def record(db: Path) -> tuple[int, int]:
 
 
 @sync
-async def test_hostile_names_from_a_recorded_database_are_shown_literally(
-        tmp_path: Path) -> None:
+async def test_hostile_names_from_a_recorded_database_are_shown_literally(tmp_path: Path) -> None:
     pid_markup, pid_osc = record(tmp_path / "v.db")
     source = StoreSource(tmp_path / "v.db")
     frame = source.at(source.ticks(0, 2**62)[1])  # the tick where both still ran

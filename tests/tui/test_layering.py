@@ -14,10 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def loaded_after(statement: str) -> set[str]:
-    code = (f"import sys; {statement}; "
-            "print(','.join(sorted({m.split('.')[0] for m in sys.modules})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True)
+    code = (
+        f"import sys; {statement}; "
+        "print(','.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     return set(out.stdout.strip().split(","))
 
 

@@ -17,11 +17,18 @@ from tui.source import RemoteSource, SourceError
 def test_remote_source_renders_the_daemons_latest_tick(tmp_path: Path) -> None:
     snap = Sampler(Roots()).sample()
     store = Store.open(tmp_path / "v.db")
-    store.add_event("oom_predicted", "critical", "host", "llama-server will not fit",
-                    {"pid": 1}, ts_ms=snap.ts_ms)
+    store.add_event(
+        "oom_predicted",
+        "critical",
+        "host",
+        "llama-server will not fit",
+        {"pid": 1},
+        ts_ms=snap.ts_ms,
+    )
     store.close()
-    server = HttpServer("127.0.0.1:0", "tok-123", lambda: snap, tmp_path / "v.db",
-                        Config(db_path=tmp_path / "v.db"))
+    server = HttpServer(
+        "127.0.0.1:0", "tok-123", lambda: snap, tmp_path / "v.db", Config(db_path=tmp_path / "v.db")
+    )
     server.start()
     url = f"http://127.0.0.1:{server.address[1]}"
     try:

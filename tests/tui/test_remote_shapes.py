@@ -95,32 +95,49 @@ BAD: list[tuple[str, Any, str]] = [
     (SNAP, lambda good: _without(good, "devices"), "'devices' is not a list"),
     (SNAP, lambda good: _without(good, "ts_ms"), "ts_ms is not an integer"),
     (SNAP, lambda good: _with(good, ("schema",), "other/1"), "schema 'other/1'"),
-    (SNAP, lambda good: _with(good, ("devices", 0, "used_bytes"), "12"),
-     "devices[0].used_bytes is str"),
-    (SNAP, lambda good: _with(good, ("devices", 0, "memory_kind"), "magic"),
-     "devices[0].memory_kind is str"),
+    (
+        SNAP,
+        lambda good: _with(good, ("devices", 0, "used_bytes"), "12"),
+        "devices[0].used_bytes is str",
+    ),
+    (
+        SNAP,
+        lambda good: _with(good, ("devices", 0, "memory_kind"), "magic"),
+        "devices[0].memory_kind is str",
+    ),
     (SNAP, lambda good: _with(good, ("devices", 0), [1, 2]), "devices[0] is a list"),
-    (SNAP, lambda good: _with(good, ("processes", 0, "argv"), "llama-server -m x"),
-     "processes[0].argv is str"),
-    (SNAP, lambda good: _with(good, ("processes", 0, "memory"), {"host": {"rss_anon_bytes":
-                                                                          -5}}),
-     "rss_anon_bytes is negative"),
+    (
+        SNAP,
+        lambda good: _with(good, ("processes", 0, "argv"), "llama-server -m x"),
+        "processes[0].argv is str",
+    ),
+    (
+        SNAP,
+        lambda good: _with(good, ("processes", 0, "memory"), {"host": {"rss_anon_bytes": -5}}),
+        "rss_anon_bytes is negative",
+    ),
     (SNAP, lambda good: b"<html>502 Bad Gateway</html>", "not JSON"),
     (SNAP, lambda good: b"[" * 100_000, "not JSON"),
     (SNAP, lambda good: b" " * (REMOTE_MAX_BYTES + 10) + b"{}", "larger than 16 MiB"),
     (EVENTS, lambda good: [], "not a vramscope events page: a JSON list"),
-    (EVENTS, lambda good: {"events": [{"ts_ms": "soon", "kind": "x", "severity": "info",
-                                       "message": "m"}]}, "events[0].ts_ms is str"),
+    (
+        EVENTS,
+        lambda good: {
+            "events": [{"ts_ms": "soon", "kind": "x", "severity": "info", "message": "m"}]
+        },
+        "events[0].ts_ms is str",
+    ),
     (EVENTS, lambda good: {"events": {"a": 1}}, "'events' is not a list"),
 ]
 
 
-@pytest.mark.parametrize(("path", "body", "message"), BAD,
-                         ids=[f"{p.rsplit('/', 1)[1]}-{m[:30]}" for p, _, m in BAD])
+@pytest.mark.parametrize(
+    ("path", "body", "message"), BAD, ids=[f"{p.rsplit('/', 1)[1]}-{m[:30]}" for p, _, m in BAD]
+)
 @sync
 async def test_a_bad_answer_is_an_error_line_and_the_app_keeps_running(
-        server: tuple[str, Answers], good_snapshot: dict[str, Any], path: str, body: Any,
-        message: str) -> None:
+    server: tuple[str, Answers], good_snapshot: dict[str, Any], path: str, body: Any, message: str
+) -> None:
     url, answers = server
     app = VramscopeApp(RemoteSource(url), refresh_s=None)
     async with app.run_test(size=(140, 40)) as pilot:
@@ -144,8 +161,9 @@ async def test_a_bad_answer_is_an_error_line_and_the_app_keeps_running(
         assert "⚠" not in str(status.render()) and app.screen.frame is not good_frame
 
 
-def test_a_bad_first_answer_is_one_line_at_startup(server: tuple[str, Answers],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_first_answer_is_one_line_at_startup(
+    server: tuple[str, Answers], capsys: pytest.CaptureFixture[str]
+) -> None:
     url, answers = server
     answers.set(SNAP, [1, 2, 3])
     assert main(remote=url) == 2
@@ -154,8 +172,9 @@ def test_a_bad_first_answer_is_one_line_at_startup(server: tuple[str, Answers],
     assert "not a vramscope snapshot" in err[0]
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://127.0.0.1/x", "127.0.0.1:9835",
-                                 "http://"])
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://127.0.0.1/x", "127.0.0.1:9835", "http://"]
+)
 def test_remote_takes_only_http_urls(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SourceError, match="expected http://HOST:PORT"):
         RemoteSource(url)

@@ -25,8 +25,9 @@ GIB = 1024**3
 
 def drawn(table: ModelsTable) -> list[list[tuple[str, object]]]:
     """The table's content lines as (text, style) segments."""
-    return [[(seg.text, seg.style) for seg in table.render_line(y)]
-            for y in range(table.size.height)]
+    return [
+        [(seg.text, seg.style) for seg in table.render_line(y)] for y in range(table.size.height)
+    ]
 
 
 def fresh(table: ModelsTable) -> list[list[tuple[str, object]]]:
@@ -46,8 +47,14 @@ async def test_models_table_draws_what_a_full_redraw_draws(models) -> None:  # n
         table.focus()
         await pilot.pause()
         assert drawn(table) == fresh(table)
-        steps = [(0, 1 * GIB, None), (1, 2 * GIB, "down"), (0, 1 * GIB, None),
-                 (2, -GIB // 2, "down"), (0, 0, "up"), (1, 0, None)]
+        steps = [
+            (0, 1 * GIB, None),
+            (1, 2 * GIB, "down"),
+            (0, 1 * GIB, None),
+            (2, -GIB // 2, "down"),
+            (0, 0, "up"),
+            (1, 0, None),
+        ]
         for i, (index, extra, key) in enumerate(steps):
             before = drawn(table)
             row = rows[index]

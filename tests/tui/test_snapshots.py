@@ -54,8 +54,7 @@ def test_discrete_gpu_with_three_models(snap_compare, models) -> None:
 
 def test_strix_halo_apu(snap_compare, models) -> None:
     """A unified AMD APU: carve-out, GTT and host RAM shown apart."""
-    assert snap_compare(app_for(strix_halo(models), ()), terminal_size=SIZE,
-                        run_before=settle)
+    assert snap_compare(app_for(strix_halo(models), ()), terminal_size=SIZE, run_before=settle)
 
 
 def test_gb10(snap_compare, models) -> None:
@@ -76,16 +75,15 @@ def test_oom_predicted(snap_compare, models, monkeypatch: pytest.MonkeyPatch) ->
         await settle(pilot)
         await pilot.press("w")
         await pilot.pause()
-        pilot.app.screen.query_one("#command").value = (
-            "llama-server -m qwen3-8b-q8_0.gguf -c 32768 -np 4")
+        pilot.app.screen.query_one(
+            "#command"
+        ).value = "llama-server -m qwen3-8b-q8_0.gguf -c 32768 -np 4"
         await pilot.press("enter")
         await settle(pilot)
 
-    assert snap_compare(app_for(full_gpu(models), ()), terminal_size=SIZE,
-                        run_before=run_before)
+    assert snap_compare(app_for(full_gpu(models), ()), terminal_size=SIZE, run_before=run_before)
 
 
 def test_main_screen_at_80x24(snap_compare, models) -> None:
     """The smallest supported terminal."""
-    assert snap_compare(app_for(discrete_three(models)), terminal_size=(80, 24),
-                        run_before=settle)
+    assert snap_compare(app_for(discrete_three(models)), terminal_size=(80, 24), run_before=settle)

@@ -30,8 +30,9 @@ def db(tmp_path: Path, models: dict[str, str]) -> Path:
     path = tmp_path / "vramscope.db"
     store = Store.open(path)
     write_as_the_daemon(store, discrete_three(models, ticks=5), tmp_path / "no-proc")
-    store.add_event("crash", "critical", "llama-server[4099]", "killed by the OOM killer",
-                    ts_ms=T0 + 1500)
+    store.add_event(
+        "crash", "critical", "llama-server[4099]", "killed by the OOM killer", ts_ms=T0 + 1500
+    )
     store.close()
     return path
 
@@ -110,12 +111,14 @@ def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) 
     write_as_the_daemon(store, discrete_three(models, ticks=2), tmp_path / "no-proc")
     q4 = models["qwen3-8b-q4_k.gguf"]
     for i in range(200):
-        store.add_slot_usage(T0 - 200_000 + i * 1000, q4,
-                             [SlotSample(0, 8192, 800 + i % 200, True)])
+        store.add_slot_usage(
+            T0 - 200_000 + i * 1000, q4, [SlotSample(0, 8192, 800 + i % 200, True)]
+        )
     store.close()
     rows = {r.pid: r for r in StoreSource(path).latest().models}
-    assert any(f.startswith("KV ") and "× the p99 context in use" in f
-               for f in rows[4101].flags), rows[4101].flags
+    assert any(f.startswith("KV ") and "× the p99 context in use" in f for f in rows[4101].flags), (
+        rows[4101].flags
+    )
 
 
 def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> None:
@@ -130,23 +133,29 @@ def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> 
     gib = 2**30
     con = sqlite3.connect(path)
     with con:
-        con.execute("INSERT INTO devices (id, collector, vendor, name, memory_kind, "
-                    "first_seen_ms, last_seen_ms) VALUES ('gpu', 't', 'amd', 'g', 'dedicated',"
-                    " 0, 0)")
+        con.execute(
+            "INSERT INTO devices (id, collector, vendor, name, memory_kind, "
+            "first_seen_ms, last_seen_ms) VALUES ('gpu', 't', 'amd', 'g', 'dedicated',"
+            " 0, 0)"
+        )
         raw = [(T0 + i * 1000, "gpu", 7 * gib if i == 4321 else gib) for i in range(3 * 3600)]
-        con.executemany("INSERT INTO device_samples (ts_ms, device_id, used_bytes) "
-                        "VALUES (?,?,?)", raw)
-        mins = [(T0 + i * 60_000, "gpu", 60, 9 * gib if i == 2000 else 2 * gib)
-                for i in range(3 * 1440)]
-        con.executemany("INSERT INTO device_minutes (ts_ms, device_id, samples, "
-                        "used_max_bytes) VALUES (?,?,?,?)", mins)
+        con.executemany(
+            "INSERT INTO device_samples (ts_ms, device_id, used_bytes) VALUES (?,?,?)", raw
+        )
+        mins = [
+            (T0 + i * 60_000, "gpu", 60, 9 * gib if i == 2000 else 2 * gib) for i in range(3 * 1440)
+        ]
+        con.executemany(
+            "INSERT INTO device_minutes (ts_ms, device_id, samples, "
+            "used_max_bytes) VALUES (?,?,?,?)",
+            mins,
+        )
     con.close()
     source = StoreSource(path)
     short = source.history(None, T0 + 3600_000, T0 + 7200_000)["device:gpu"]  # raw, 1 h
     long = source.history(None, T0, T0 + 3 * 86400_000)["device:gpu"]  # rollups, 3 days
     source.close()
-    for series, spike in ((short, (T0 + 4321_000, 7 * gib)), (long, (T0 + 2000 * 60_000,
-                                                                      9 * gib))):
+    for series, spike in ((short, (T0 + 4321_000, 7 * gib)), (long, (T0 + 2000 * 60_000, 9 * gib))):
         assert 200 <= len(series) <= HISTORY_POINTS
         assert spike in series
         assert [t for t, _ in series] == sorted(t for t, _ in series)
@@ -159,9 +168,16 @@ def test_a_server_a_gpu_lists_without_its_memory_has_a_breakdown(models) -> None
     from tui.source import FrameBuilder
     from tui.widgets.breakdown import Breakdown
 
-    info = ProcessInfo(10, 1, None, 1, 0, "llama-server",
-                       ("llama-server", "-m", models["qwen3-8b-q4_k.gguf"], "-c", "4096"),
-                       "llama.cpp")
+    info = ProcessInfo(
+        10,
+        1,
+        None,
+        1,
+        0,
+        "llama-server",
+        ("llama-server", "-m", models["qwen3-8b-q4_k.gguf"], "-c", "4096"),
+        "llama.cpp",
+    )
     snap = Snapshot(T0, (), (info,), (ProcessMemory(10, "nvml:GPU-0"),), (), (), ())
     (row,) = FrameBuilder().build(snap).models
     assert row.measured_bytes is None and row.diagnosis is not None

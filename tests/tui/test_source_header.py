@@ -42,8 +42,10 @@ def db(tmp_path: Path, models: dict[str, str]) -> Path:
 
 @sync
 async def test_header_names_live_sampling() -> None:
-    assert await header_of(LiveSource(Roots(), ["procfs"])) == \
-        "vramscope — live (sampled by this process)"
+    assert (
+        await header_of(LiveSource(Roots(), ["procfs"]))
+        == "vramscope — live (sampled by this process)"
+    )
 
 
 @sync
@@ -54,15 +56,15 @@ async def test_header_names_the_database_and_the_daemon_writing_it(db: Path) -> 
     finally:
         lock.close()
     assert shown == f"vramscope — database {db} (daemon pid {os.getpid()})"
-    assert await header_of(StoreSource(db)) == \
-        f"vramscope — database {db} (no daemon writing it)"
+    assert await header_of(StoreSource(db)) == f"vramscope — database {db} (no daemon writing it)"
 
 
 @sync
 async def test_header_names_the_remote_daemon(tmp_path: Path) -> None:
     snap = Sampler(Roots(), enabled=["procfs"]).sample()
-    server = HttpServer("127.0.0.1:0", "tok", lambda: snap, tmp_path / "v.db",
-                        Config(db_path=tmp_path / "v.db"))
+    server = HttpServer(
+        "127.0.0.1:0", "tok", lambda: snap, tmp_path / "v.db", Config(db_path=tmp_path / "v.db")
+    )
     server.start()
     try:
         url = f"http://127.0.0.1:{server.address[1]}"
@@ -78,13 +80,17 @@ def test_live_wins_over_a_database_being_written(db: Path) -> None:
     assert isinstance(source, LiveSource) and at_ms is None
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"db": Path("x.db"), "live": True}, "--live samples here and now"),
-    ({"at": "2026-01-01 10:00", "live": True}, "--live samples here and now"),
-    ({"remote": "http://127.0.0.1:9", "live": True}, "--remote reads another daemon"),
-])
-def test_live_with_another_source_is_one_line(kwargs: dict, message: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"db": Path("x.db"), "live": True}, "--live samples here and now"),
+        ({"at": "2026-01-01 10:00", "live": True}, "--live samples here and now"),
+        ({"remote": "http://127.0.0.1:9", "live": True}, "--remote reads another daemon"),
+    ],
+)
+def test_live_with_another_source_is_one_line(
+    kwargs: dict, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(**kwargs) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("vramscope: error: ") and message in err[0]
@@ -92,8 +98,15 @@ def test_live_with_another_source_is_one_line(kwargs: dict, message: str,
 
 def test_tui_help_explains_the_choice_of_source() -> None:
     code = "import sys; from tui.entry import main; sys.argv[0] = 'vramscope'; main()"
-    out = subprocess.run([sys.executable, "-c", code, "tui", "--help"], capture_output=True,
-                         text=True, timeout=60).stdout
-    for words in ("--live", "--remote URL", "--db FILE", "the header says which",
-                  "if a daemon has written it in the", "else live"):
+    out = subprocess.run(
+        [sys.executable, "-c", code, "tui", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    for words in (
+        "--live",
+        "--remote URL",
+        "--db FILE",
+        "the header says which",
+        "if a daemon has written it in the",
+        "else live",
+    ):
         assert words in out, words

@@ -26,14 +26,24 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli_predict(home: Path, *args: str) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home)}
     env.pop("XDG_CONFIG_HOME", None)
-    done = subprocess.run([sys.executable, "-m", "monitor", "predict", "--json", *args],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "predict", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode in (0, 1, 3), done.stderr
     return done.returncode, done.stdout
 
 
-async def ask_dialog(app: VramscopeApp, pilot, command: str = "",  # noqa: ANN001
-                     model_id: str | None = None) -> WhatIfScreen:
+async def ask_dialog(
+    app: VramscopeApp,
+    pilot,
+    command: str = "",  # noqa: ANN001
+    model_id: str | None = None,
+) -> WhatIfScreen:
     await settle(pilot)
     await pilot.press("w")
     await pilot.pause()
@@ -50,7 +60,8 @@ async def ask_dialog(app: VramscopeApp, pilot, command: str = "",  # noqa: ANN00
 @pytest.mark.parametrize("launch", [["-c", "32768", "-np", "4"], ["-c", "4096", "-np", "1"]])
 @sync
 async def test_the_dialogs_answer_is_predict_json_for_a_pasted_command(
-        models, tmp_path: Path, launch: list[str]) -> None:
+    models, tmp_path: Path, launch: list[str]
+) -> None:
     snaps = full_gpu(models)
     state = tmp_path / "state.json"
     state.write_text(json.dumps(status_json(snaps[0])))
@@ -68,7 +79,8 @@ async def test_the_dialogs_answer_is_predict_json_for_a_pasted_command(
 
 @sync
 async def test_the_dialogs_answer_is_predict_json_for_a_llama_swap_model(
-        models, tmp_path: Path) -> None:
+    models, tmp_path: Path
+) -> None:
     """A model id: the same llama-swap config, the same model unloaded first (the running
     q4_k server, matched by its -m path), the same verdict and fixes."""
     snaps = full_gpu(models)
@@ -77,12 +89,12 @@ async def test_the_dialogs_answer_is_predict_json_for_a_llama_swap_model(
     swap = tmp_path / "swap.yaml"
     swap.write_text(
         "models:\n"
-        f"  small: {{cmd: \"llama-server --port ${{PORT}} -m {models['qwen3-8b-q4_k.gguf']} "
-        "-c 16384 -np 2\"}\n"
-        f"  big: {{cmd: \"llama-server --port ${{PORT}} -m {models['qwen3-8b-q8_0.gguf']} "
-        "-c 32768 -np 4\"}\n")
-    code, expected = cli_predict(tmp_path, "--state", str(state), "--swap-config", str(swap),
-                                 "big")
+        f'  small: {{cmd: "llama-server --port ${{PORT}} -m {models["qwen3-8b-q4_k.gguf"]} '
+        '-c 16384 -np 2"}\n'
+        f'  big: {{cmd: "llama-server --port ${{PORT}} -m {models["qwen3-8b-q8_0.gguf"]} '
+        '-c 32768 -np 4"}\n'
+    )
+    code, expected = cli_predict(tmp_path, "--state", str(state), "--swap-config", str(swap), "big")
     doc = json.loads(expected)
     assert doc["would_unload"] == ["llama-server (qwen3-8b-q4_k.gguf)"]  # not a trivial case
     assert code == 1
@@ -93,7 +105,6 @@ async def test_the_dialogs_answer_is_predict_json_for_a_llama_swap_model(
         assert to_json(dialog.result) + "\n" == expected
 
 
-
 @sync
 async def test_the_dialog_shows_a_user_error_as_one_line(models, tmp_path: Path) -> None:
     """The CLI's one-line error, in the dialog: a model file that does not exist."""
@@ -102,9 +113,25 @@ async def test_the_dialog_shows_a_user_error_as_one_line(models, tmp_path: Path)
     state.write_text(json.dumps(status_json(snaps[0])))
     missing = tmp_path / "missing.gguf"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "monitor", "predict", "--state", str(state),
-                           "--", "llama-server", "-m", str(missing)], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "predict",
+            "--state",
+            str(state),
+            "--",
+            "llama-server",
+            "-m",
+            str(missing),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 2
     cli_line = done.stderr.strip().removeprefix("vramscope: error: ")
     app = VramscopeApp(FakeSource(snaps), refresh_s=None)

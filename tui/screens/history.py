@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from tui.app import VramscopeApp
 
 
-WINDOWS = {"5m": 300_000, "1h": 3600_000, "24h": 86400_000, "7d": 7 * 86400_000,
-           "30d": 30 * 86400_000}
+WINDOWS = {
+    "5m": 300_000,
+    "1h": 3600_000,
+    "24h": 86400_000,
+    "7d": 7 * 86400_000,
+    "30d": 30 * 86400_000,
+}
 
 
 class HistoryScreen(Screen):
@@ -75,8 +80,9 @@ class HistoryScreen(Screen):
         return self.app.now_ms()
 
     def load(self, window: str) -> None:
-        self.query_one("#history-title", Static).update(f"[b]memory used, last {window}[/b] "
-                                                        "[$text-muted](loading…)[/]")
+        self.query_one("#history-title", Static).update(
+            f"[b]memory used, last {window}[/b] [$text-muted](loading…)[/]"
+        )
         self.fetch(window, self._now())
 
     @work(thread=True, exclusive=True, group="history")
@@ -91,15 +97,14 @@ class HistoryScreen(Screen):
             self.post_message(HistoryReady(window, series))
 
     def on_source_failed(self, message: SourceFailed) -> None:
-        self.query_one("#history-title", Static).update(plain(f"⚠ {message.error}",
-                                                              "bold $error"))
+        self.query_one("#history-title", Static).update(plain(f"⚠ {message.error}", "bold $error"))
 
     def on_history_ready(self, message: HistoryReady) -> None:
         if message.window != self.window:
             return
         self.query_one("#history-title", Static).update(
-            f"[b]memory used, last {message.window}[/b] [$text-muted]1-5 to change the "
-            "window[/]")
+            f"[b]memory used, last {message.window}[/b] [$text-muted]1-5 to change the window[/]"
+        )
         self.show(message.series)
 
     def show(self, series: Series) -> None:
@@ -114,8 +119,11 @@ class HistoryScreen(Screen):
             values = [v for _, v in points]
             peak = max(values) if values else 0
             last = values[-1] if values else 0
-            widgets.append(Label(plain(f"{label.split(':', 1)[1]}  now {size(last)}  "
-                                       f"peak {size(peak)}"), classes="series-label"))
-            widgets.append(Sparkline([float(v) for v in values] or [0.0],
-                                     classes="series-line"))
+            widgets.append(
+                Label(
+                    plain(f"{label.split(':', 1)[1]}  now {size(last)}  peak {size(peak)}"),
+                    classes="series-label",
+                )
+            )
+            widgets.append(Sparkline([float(v) for v in values] or [0.0], classes="series-line"))
         box.mount_all(widgets)

@@ -72,8 +72,7 @@ class MainScreen(Screen):
         Binding("q", "app.quit", "Quit"),
     ]
 
-    frame: reactive[Frame | None] = reactive(None, always_update=True, init=False,
-                                             repaint=False)
+    frame: reactive[Frame | None] = reactive(None, always_update=True, init=False, repaint=False)
     """The frame on screen (its widgets redraw themselves; repainting the screen would
     redraw every widget: a full compositor update per refresh)."""
     replay_ts: reactive[int | None] = reactive(None, init=False)
@@ -143,8 +142,11 @@ class MainScreen(Screen):
         source = self.app.source
         try:
             frame = source.at(ts_ms)
-            ticks = (source.ticks(frame.ts_ms - REPLAY_WINDOW_MS, frame.ts_ms + REPLAY_WINDOW_MS)
-                     if want_ticks else None)
+            ticks = (
+                source.ticks(frame.ts_ms - REPLAY_WINDOW_MS, frame.ts_ms + REPLAY_WINDOW_MS)
+                if want_ticks
+                else None
+            )
         except Exception as exc:
             self.post_message(SourceFailed(describe(exc)))
             return
@@ -248,7 +250,9 @@ class MainScreen(Screen):
         gpus = sum(1 for d in frame.picture.devices if d != "host")
         status.content = Content.styled(
             f"{mode} · {clock(frame.ts_ms, with_date=True)} · {gpus} GPU{'s' if gpus != 1 else ''}"
-            f" · {len(frame.models)} model{'s' if len(frame.models) != 1 else ''}", "$text-muted")
+            f" · {len(frame.models)} model{'s' if len(frame.models) != 1 else ''}",
+            "$text-muted",
+        )
 
     # ------------------------------------------------------------------ actions
 

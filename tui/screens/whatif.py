@@ -53,11 +53,11 @@ class WhatIfScreen(ModalScreen[None]):
         with Vertical(id="whatif"):
             yield Label("[b]what if I load…[/b]")
             if swap:
-                yield Select([(m, m) for m in swap], prompt="a llama-swap model",
-                             id="swap-model")
+                yield Select([(m, m) for m in swap], prompt="a llama-swap model", id="swap-model")
             with Horizontal(id="whatif-row"):
-                yield Input(placeholder="or paste a command line: llama-server -m … -c …",
-                            id="command")
+                yield Input(
+                    placeholder="or paste a command line: llama-server -m … -c …", id="command"
+                )
                 yield Button("Predict", id="predict", variant="primary")
             with VerticalScroll(id="whatif-result"):
                 yield Static("", id="verdict")
@@ -76,8 +76,7 @@ class WhatIfScreen(ModalScreen[None]):
     @on(Button.Pressed, "#predict")
     def action_predict(self) -> None:
         if self.frame is None:
-            self.query_one("#verdict", Static).update("[$warning]no sample yet to judge "
-                                                      "against[/]")
+            self.query_one("#verdict", Static).update("[$warning]no sample yet to judge against[/]")
             return
         command = self.query_one("#command", Input).value.strip()
         model_id = None
@@ -87,7 +86,8 @@ class WhatIfScreen(ModalScreen[None]):
             model_id = None if value is Select.BLANK else str(value)
         if not command and model_id is None:
             self.query_one("#verdict", Static).update(
-                "[$warning]paste a command line or choose a model[/]")
+                "[$warning]paste a command line or choose a model[/]"
+            )
             return
         self.query_one("#verdict", Static).update("[$text-muted]estimating…[/]")
         self.run_prediction(self.frame, command, model_id)
@@ -110,8 +110,11 @@ class WhatIfScreen(ModalScreen[None]):
         box = self.query_one("#projected", Vertical)
         box.remove_children()
         if message.error:
-            verdict.update(Content.styled("cannot predict:", "bold $error") + Content(" ")
-                           + plain(message.error))
+            verdict.update(
+                Content.styled("cannot predict:", "bold $error")
+                + Content(" ")
+                + plain(message.error)
+            )
             fixes.update("")
             return
         if message.result is None or self.frame is None:
@@ -123,23 +126,35 @@ class WhatIfScreen(ModalScreen[None]):
         need = need_by_device(result.estimate, message.result.picture)
         verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
         style = {"oom": "$error", "tight": "$warning"}.get(result.verdict, "$success")
-        model = (result.estimate.model_path or '-').split('/')[-1]
+        model = (result.estimate.model_path or "-").split("/")[-1]
         headline = result.verdict.upper()
         if result.grown_verdict == "oom" and result.verdict != "oom":
             headline += ", OOM once the caches fill"  # `predict` exits 3
-        lines = [Content.styled(headline, f"bold {style}")
-                 + plain(f"  {result.estimate.engine}: {model}")]
+        lines = [
+            Content.styled(headline, f"bold {style}")
+            + plain(f"  {result.estimate.engine}: {model}")
+        ]
         for d in result.devices:
-            tail = (f"short by {size(-d.slack_bytes)}" if d.verdict == "oom"
-                    else f"{size(d.slack_bytes)} to spare after the margin")
-            lines.append(plain(f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
-                               f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
-                               f"{tail}"))
+            tail = (
+                f"short by {size(-d.slack_bytes)}"
+                if d.verdict == "oom"
+                else f"{size(d.slack_bytes)} to spare after the margin"
+            )
+            lines.append(
+                plain(
+                    f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
+                    f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
+                    f"{tail}"
+                )
+            )
         for note in message.result.all_notes:
             lines.append(plain(f"  note: {note}", "$text-muted"))
         verdict.update(Content("\n").join(lines))
-        panels = [p for p in panels_from_frame(self.frame, need, verdicts, "this load")
-                  if p.projected_bytes]
+        panels = [
+            p
+            for p in panels_from_frame(self.frame, need, verdicts, "this load")
+            if p.projected_bytes
+        ]
         box.mount_all([DevicePanel(p) for p in panels])
         if result.fixes:
             out = [Content.styled("what would make it fit", "bold")]
@@ -151,8 +166,7 @@ class WhatIfScreen(ModalScreen[None]):
             fixes.update("")
 
 
-def predict_for(app: object, frame: Frame, command: str, model_id: str | None
-                ) -> PredictResult:
+def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -> PredictResult:
     """Blocking (worker threads only): the same workflow as ``vramscope predict --state``
     on the frame's snapshot, with the source's GPUs and GGUF header cache."""
     from monitor.analysis.predict import PredictRequest, answer
@@ -161,13 +175,14 @@ def predict_for(app: object, frame: Frame, command: str, model_id: str | None
     builder = app.source.builder  # type: ignore[attr-defined]
     margin_gib = builder.margin_bytes / (1024**3)
     if model_id is not None:
-        req = PredictRequest([], model_id=model_id, margin_gib=margin_gib,
-                             swap_config=app.swap_config)  # type: ignore[attr-defined]
+        swap_config = app.swap_config  # type: ignore[attr-defined]
+        req = PredictRequest([], model_id=model_id, margin_gib=margin_gib, swap_config=swap_config)
     else:
         try:
             argv = shlex.split(command)
         except ValueError as exc:  # an unclosed quote
             raise UsageError(f"cannot split the command line: {exc}") from None
         req = PredictRequest(argv, margin_gib=margin_gib)
-    return answer(req, frame.snapshot, builder.devices(frame.snapshot),
-                  read_header=builder.read_header)
+    return answer(
+        req, frame.snapshot, builder.devices(frame.snapshot), read_header=builder.read_header
+    )

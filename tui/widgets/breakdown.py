@@ -33,7 +33,7 @@ class Breakdown(Static):
         content = self.describe(self.row, self.content_size.width)
         markup = content.markup
         if markup != self._shown:  # same line count: repaint without a relayout
-            same_height = (self._shown is not None and width_ok(self._shown, markup))
+            same_height = self._shown is not None and width_ok(self._shown, markup)
             self._shown = markup
             self.update(content, layout=not same_height)
 
@@ -52,11 +52,15 @@ class Breakdown(Static):
         the process (model name, arguments, errors) is never parsed as markup."""
         if row is None:
             return Content.from_markup("[$text-muted]select a model to see its breakdown[/]")
-        lines = [plain(row.model, "bold") + Content(" ")
-                 + plain(f"pid {row.pid} · {row.engine}", "$text-muted")]
+        lines = [
+            plain(row.model, "bold")
+            + Content(" ")
+            + plain(f"pid {row.pid} · {row.engine}", "$text-muted")
+        ]
         if row.error:
-            lines.append(Content.styled("cannot estimate:", "$warning") + Content(" ")
-                         + plain(row.error))
+            lines.append(
+                Content.styled("cannot estimate:", "$warning") + Content(" ") + plain(row.error)
+            )
         est = row.estimate
         if est is not None:
             for c in sorted(est.components, key=lambda c: (c.device, -c.bytes)):
@@ -68,13 +72,22 @@ class Breakdown(Static):
                 if width and len(head) + len(formula) > width:
                     formula = formula[: max(0, width - len(head) - 1)] + "…"
                 lines.append(Content(head) + Content.styled(formula, "$text-muted"))
-            lines.append(Content(f"  {'total':<13} {'':<12} {size(est.total_bytes()):>7}  "
-                                 f"measured {size(row.measured_bytes)}  (↑ grows with use)"))
+            lines.append(
+                Content(
+                    f"  {'total':<13} {'':<12} {size(est.total_bytes()):>7}  "
+                    f"measured {size(row.measured_bytes)}  (↑ grows with use)"
+                )
+            )
         diag = row.diagnosis
         if diag is not None:
             excess = diag.excess_bytes  # None: measured is unknown, so is the excess
-            style = ("$text-muted" if excess is None
-                     else "$warning" if excess > 256 * 1024**2 else "$success")
+            style = (
+                "$text-muted"
+                if excess is None
+                else "$warning"
+                if excess > 256 * 1024**2
+                else "$success"
+            )
             lines.append(plain(diag.summary, style))
             for f in diag.findings:
                 line = Content("  • ") + plain(f.cause)

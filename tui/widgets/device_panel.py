@@ -25,10 +25,17 @@ from tui.format import safe, size
 if TYPE_CHECKING:
     from tui.source import Frame
 
-PALETTE = ("$primary", "$accent", "$secondary", "$success", "$primary-lighten-2",
-           "$accent-lighten-2", "$secondary-lighten-2", "$success-lighten-2")
-OTHERS, RESERVED, FREE, MARGIN = "$foreground-muted", "$text-disabled", "$success-muted", \
-    "$warning"
+PALETTE = (
+    "$primary",
+    "$accent",
+    "$secondary",
+    "$success",
+    "$primary-lighten-2",
+    "$accent-lighten-2",
+    "$secondary-lighten-2",
+    "$success-lighten-2",
+)
+OTHERS, RESERVED, FREE, MARGIN = "$foreground-muted", "$text-disabled", "$success-muted", "$warning"
 PROJECTED, OVER = "$warning", "$error"
 
 
@@ -77,8 +84,9 @@ class DevicePanel(Widget):
     a repaint only when the drawn text or its styles change: new samples often move
     bytes that the panel rounds away)."""
 
-    def __init__(self, data: PanelData | None = None, *, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self, data: PanelData | None = None, *, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__(id=id, classes=classes)
         self.set_reactive(DevicePanel.data, data)
         self._drawn: tuple[PanelData | None, int, Content] | None = None
@@ -134,10 +142,18 @@ class DevicePanel(Widget):
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
         room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
-        head = (Content.styled(title, "bold") + Content(" ") + Content.styled(kind, "$text-muted")
-                + Content(" ") + Content(f"{used_text} · "))
-        head += (Content.styled(room_text, "$error") if room is not None and room < 0
-                 else Content(room_text))
+        head = (
+            Content.styled(title, "bold")
+            + Content(" ")
+            + Content.styled(kind, "$text-muted")
+            + Content(" ")
+            + Content(f"{used_text} · ")
+        )
+        head += (
+            Content.styled(room_text, "$error")
+            if room is not None and room < 0
+            else Content(room_text)
+        )
         if data.verdict:
             style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
             head += Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
@@ -200,16 +216,21 @@ class DevicePanel(Widget):
             held = f"{m.part} {size(m.bytes)}" if m.part else size(m.bytes)
             if m.has_measured and (m.measured_bytes != m.bytes or m.bytes is None):
                 held += f" (measured {size(m.measured_bytes)})"
-            parts.append(Content.styled("■ ", PALETTE[i % len(PALETTE)])
-                         + Content(f"{safe(m.label)} {held}{est}"))
+            parts.append(
+                Content.styled("■ ", PALETTE[i % len(PALETTE)])
+                + Content(f"{safe(m.label)} {held}{est}")
+            )
         if pic.others_bytes:
             parts.append(Content.styled("▓ ", OTHERS) + Content(f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:
-            parts.append(Content.styled("▒ ", RESERVED)
-                         + Content(f"reserved {size(pic.reserved_bytes)}"))
+            parts.append(
+                Content.styled("▒ ", RESERVED) + Content(f"reserved {size(pic.reserved_bytes)}")
+            )
         if data.projected_bytes:
-            parts.append(Content.styled("▞ ", PROJECTED)
-                         + Content(f"{data.projected_label} {size(data.projected_bytes)}"))
+            parts.append(
+                Content.styled("▞ ", PROJECTED)
+                + Content(f"{data.projected_label} {size(data.projected_bytes)}")
+            )
         parts.append(Content.styled("░ ", FREE) + Content(f"free {size(free - margin)}"))
         parts.append(Content.styled("╳ ", MARGIN) + Content(f"margin {size(pic.margin_bytes)}"))
         line = Content("")
@@ -235,16 +256,20 @@ class DevicePanel(Widget):
         return Content.styled(" · ".join(bits), "$text-muted")
 
 
-def panels_from_frame(frame: Frame, projected: dict[str, int] | None = None,
-                      verdicts: dict[str, str] | None = None,
-                      projected_label: str = "projected") -> list[PanelData]:
+def panels_from_frame(
+    frame: Frame,
+    projected: dict[str, int] | None = None,
+    verdicts: dict[str, str] | None = None,
+    projected_label: str = "projected",
+) -> list[PanelData]:
     """One PanelData per device of a Frame (host RAM last), models labelled by file name."""
     rows = {r.pid: r for r in frame.models}
     samples = {d.device_id: d for d in frame.snapshot.devices}
     host = samples.get("host")
     out = []
-    pics = sorted(frame.picture.devices.values(), key=lambda p: (p.device_id == "host",
-                                                                 p.device_id))
+    pics = sorted(
+        frame.picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id)
+    )
     for pic in pics:
         segs = []
         part = part_of(pic.memory_kind)
@@ -252,18 +277,42 @@ def panels_from_frame(frame: Frame, projected: dict[str, int] | None = None,
             row = rows.get(use.pid)
             label = row.model if row is not None else use.name
             est = row.need_by_device.get(pic.device_id) if row is not None else None
-            segs.append(Segment(label, use.bytes, est, part,
-                                row.measured_bytes if row is not None else None,
-                                row is not None))
+            segs.append(
+                Segment(
+                    label,
+                    use.bytes,
+                    est,
+                    part,
+                    row.measured_bytes if row is not None else None,
+                    row is not None,
+                )
+            )
         listed = {use.pid for use in pic.processes}
         for row in frame.models:  # on this GPU without a size: shown as unknown, never 0
-            if row.pid not in listed and row.held is not None \
-                    and pic.device_id in row.held.unknown_device_ids:
-                segs.append(Segment(row.model, None, row.need_by_device.get(pic.device_id),
-                                    part, row.measured_bytes, True))
-        out.append(PanelData(
-            pic, samples.get(pic.device_id), tuple(segs),
-            host.available_bytes if host is not None and pic.device_id != "host" else None,
-            (projected or {}).get(pic.device_id), projected_label,
-            (verdicts or {}).get(pic.device_id)))
+            if (
+                row.pid not in listed
+                and row.held is not None
+                and pic.device_id in row.held.unknown_device_ids
+            ):
+                segs.append(
+                    Segment(
+                        row.model,
+                        None,
+                        row.need_by_device.get(pic.device_id),
+                        part,
+                        row.measured_bytes,
+                        True,
+                    )
+                )
+        out.append(
+            PanelData(
+                pic,
+                samples.get(pic.device_id),
+                tuple(segs),
+                host.available_bytes if host is not None and pic.device_id != "host" else None,
+                (projected or {}).get(pic.device_id),
+                projected_label,
+                (verdicts or {}).get(pic.device_id),
+            )
+        )
     return out

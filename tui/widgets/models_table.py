@@ -51,9 +51,17 @@ class ModelsTable(DataTable):
         str cell would be parsed as markup (``[/]x.gguf`` raises)."""
         flags = "; ".join(row.flags)
         delta = row.delta_bytes
-        return (cell(row.engine), cell(row.model), cell(row.ctx_slots),
-                cell(row.cache_types), size(row.measured_bytes), size(row.estimate_bytes),
-                signed(delta), size(row.kv_bytes), cell(flags or "-"))
+        return (
+            cell(row.engine),
+            cell(row.model),
+            cell(row.ctx_slots),
+            cell(row.cache_types),
+            size(row.measured_bytes),
+            size(row.estimate_bytes),
+            signed(delta),
+            size(row.kv_bytes),
+            cell(flags or "-"),
+        )
 
     def show(self, rows: tuple[ModelRow, ...]) -> None:
         keys = [str(r.pid) for r in rows]
@@ -86,8 +94,15 @@ class ModelsTable(DataTable):
     def _structure(self) -> int:
         return self._update_count - self._cell_updates
 
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
         try:
             if row_index < 0 or column_index < 0:
                 raise LookupError  # the header and row labels: DataTable's own cache
@@ -95,16 +110,25 @@ class ModelsTable(DataTable):
             column_key = self._column_locations.get_key(column_index)
             if row_key is None or column_key is None:
                 raise LookupError
-            key = (self._structure(), row_key, column_key, self._data[row_key][column_key],
-                   row_index, column_index, base_style, width, cursor, hover,
-                   self._show_hover_cursor, self._pseudo_class_state)
+            key = (
+                self._structure(),
+                row_key,
+                column_key,
+                self._data[row_key][column_key],
+                row_index,
+                column_index,
+                base_style,
+                width,
+                cursor,
+                hover,
+                self._show_hover_cursor,
+                self._pseudo_class_state,
+            )
             lines = self._cells.get(key)
         except (AttributeError, LookupError, TypeError):  # another DataTable version
-            return super()._render_cell(row_index, column_index, base_style, width,
-                                        cursor, hover)
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         if lines is None:
-            lines = super()._render_cell(row_index, column_index, base_style, width,
-                                         cursor, hover)
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             self._cells[key] = lines
         return lines
 
@@ -112,10 +136,21 @@ class ModelsTable(DataTable):
         try:
             row_key, _ = self._get_offsets(y)
             values = self._data.get(row_key)
-            key = (self._structure(), y, x1, x2, self.size.width, self.cursor_coordinate,
-                   self.hover_coordinate, base_style, self.cursor_type,
-                   self._show_hover_cursor, self._pseudo_class_state, row_key,
-                   None if values is None else tuple(values.items()))
+            key = (
+                self._structure(),
+                y,
+                x1,
+                x2,
+                self.size.width,
+                self.cursor_coordinate,
+                self.hover_coordinate,
+                base_style,
+                self.cursor_type,
+                self._show_hover_cursor,
+                self._pseudo_class_state,
+                row_key,
+                None if values is None else tuple(values.items()),
+            )
             strip = self._lines.get(key)
         except (AttributeError, LookupError, TypeError):
             return super()._render_line(y, x1, x2, base_style)

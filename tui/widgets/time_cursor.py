@@ -32,5 +32,6 @@ class TimeCursor(Widget):
             span = max(1, hi - lo)
             pos = round((self.position - lo) / span * (width - 1))
             track[max(0, min(width - 1, pos))] = "●"
-        return (Content.styled(label, "bold $warning")
-                + Content.styled("".join(track), "$text-muted"))
+        return Content.styled(label, "bold $warning") + Content.styled(
+            "".join(track), "$text-muted"
+        )

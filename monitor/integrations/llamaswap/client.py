@@ -22,8 +22,15 @@ _MAX_RUNNING_BYTES = 4 << 20
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
-                         headers: Message, newurl: str) -> NoReturn:
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> NoReturn:
         raise urllib.error.HTTPError(req.full_url, code, f"redirect refused: {msg}", headers, fp)
 
 
@@ -35,9 +42,7 @@ def fetch_running(base_url: str, timeout: float = 2.0) -> dict[str, str]:
     llama-swap's ``{"running": [...]}`` raises ValueError.
     """
     parts = loopback_url(base_url, "llama-swap URL")
-    url = urllib.parse.urlunsplit(
-        (parts.scheme, parts.netloc, parts.path + "/running", "", "")
-    )
+    url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path + "/running", "", ""))
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     with opener.open(request, timeout=timeout) as response:

@@ -505,10 +505,15 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
                     key_node, f"model {mid}: mapping macro '{name}' cannot be used in cmd or proxy"
                 )
             grow = len(rendered) - len(slug)
-            if max(len(cmd) + cmd.count(slug) * grow,
-                   len(proxy) + proxy.count(slug) * grow) > _MAX_CMD_CHARS:
-                raise doc.error(key_node, f"model {mid}: cmd grows past {_MAX_CMD_CHARS} "
-                                f"characters when macro '{name}' is expanded")
+            if (
+                max(len(cmd) + cmd.count(slug) * grow, len(proxy) + proxy.count(slug) * grow)
+                > _MAX_CMD_CHARS
+            ):
+                raise doc.error(
+                    key_node,
+                    f"model {mid}: cmd grows past {_MAX_CMD_CHARS} "
+                    f"characters when macro '{name}' is expanded",
+                )
             cmd = cmd.replace(slug, rendered)
             proxy = proxy.replace(slug, rendered)
 
@@ -789,4 +794,3 @@ def resolve(config: SwapConfig, name: str) -> SwapModel:
             return model
     known = ", ".join(sorted(config.models))
     raise SwapConfigError(f"unknown model '{name}' (known: {known})")
-

@@ -109,6 +109,7 @@ def walk(node: Node) -> Iterable[Node]:
     for child in node.children:
         yield from walk(child)
 
+
 def support(node: Node) -> set[str]:
     if node.kind == "leaf":
         return {node.name}
