@@ -782,7 +782,8 @@ def render_svg(doc: dict) -> str:
             parts.append(f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{ly}" x2="{PLOT_RIGHT}" '
                          f'y2="{ly}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
                          f'<text x="{PLOT_LEFT + 6}" y="{_f(sy(chart.limit_bytes) - 5)}" '
-                         f'fill="{LIMIT_COLOR}" font-weight="bold">{label}</text></g>')
+                         f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
+                         f'paint-order="stroke">{label}</text></g>')
         else:
             parts.append(f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
                          f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '

@@ -412,3 +412,33 @@ def test_chart_band_names_are_escaped(doc: dict) -> None:
     legend = legend_texts(svg)
     assert names[0] in legend
     assert any("cgroup </text><script>y</script> limit" in t for t in legend)
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser",
+                                                "google-chrome")) if p), None)
+
+
+@pytest.mark.slow
+def test_html_renders_in_headless_chromium(doc: dict, tmp_path: Path) -> None:
+    """The documented command (docs/postmortem.md) turns the report into a PNG of the asked
+    size; a browser that chokes on the page gives no file or an empty one."""
+    import struct
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no chromium binary (apt-get install chromium)")
+    page = tmp_path / "report.html"
+    page.write_text(render_html(crowded(doc)), encoding="utf-8")
+    png = tmp_path / "report.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}",
+                    "--window-size=1100,1700", page.as_uri()],
+                   capture_output=True, timeout=180, check=True)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert struct.unpack(">II", data[16:24]) == (1100, 1700)
+    assert len(data) > 20_000  # a page with a coloured chart, not a blank one
