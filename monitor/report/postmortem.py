@@ -527,29 +527,183 @@ def _legend_label(text: str, limit: int = 62) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# --------------------------------------------------------------------------- chart layers
+
+TOP_BANDS = 5
+LIMIT_OFF_SCALE = 3.0  # a limit above 3x the data's peak is written, not drawn to scale
+DEVICE_COLOR = "#333333"
+LIMIT_COLOR = "#000000"
+
+
+class _Chart:
+    """What the chart draws, for one device (the victim's): the other processes on it as
+    stacked bands (largest peak at the bottom, the rest summed into "others"), the victim as
+    a line over them, the device's measured total and the limit the victim ran under."""
+
+    __slots__ = ("device_id", "times", "bands", "victim", "device", "limit_bytes",
+                 "limit_label", "not_charted")
+
+    def __init__(self) -> None:
+        self.device_id: str | None = None
+        self.times: list[float] = []
+        self.bands: list[tuple[_Series, list[float]]] = []  # series, cumulative top per time
+        self.victim: _Series | None = None
+        self.device: _Series | None = None
+        self.limit_bytes: float | None = None
+        self.limit_label = ""
+        self.not_charted: list[str] = []
+
+
+def _peak(s: _Series) -> float:
+    return max((v for _, v in s.points), default=0.0)
+
+
+def _aligned(points: list[tuple[float, float]], times: list[float]) -> list[float]:
+    """``points`` read at each of ``times`` (the union of every band's sample times): inside
+    the series' own span the last value seen carries forward; more than one of its own
+    sampling steps (the median gap) before its first or after its last sample, it is 0.
+    Carrying, not 0, because processes are sampled a few milliseconds apart in the same
+    tick: a missing point there means "not sampled at this instant", not "held nothing", and
+    zeros would draw a saw-tooth of false drops. Well outside its span the process had not
+    started or had exited, so it held nothing."""
+    if not points:
+        return [0.0] * len(times)
+    gaps = sorted(b[0] - a[0] for a, b in zip(points, points[1:], strict=False))
+    step = gaps[len(gaps) // 2] if gaps else 0.0
+    first, last = points[0][0] - step, points[-1][0] + step
+    out: list[float] = []
+    i, cur = 0, points[0][1]
+    for t in times:
+        while i < len(points) and points[i][0] <= t:
+            cur = points[i][1]
+            i += 1
+        out.append(cur if first <= t <= last else 0.0)
+    return out
+
+
+def _thin(times: list[float], tops: list[float], limit: int = MAX_SVG_POINTS) -> list[int]:
+    """Indexes of at most ``limit`` of ``times``: per bucket, where the stack is lowest and
+    highest, so every band is thinned at the same instants and its peaks survive."""
+    if len(times) <= limit:
+        return list(range(len(times)))
+    buckets = max(limit // 2, 1)
+    size = math.ceil(len(times) / buckets)
+    keep: list[int] = []
+    for i in range(0, len(times), size):
+        idx = range(i, min(i + size, len(times)))
+        keep.extend(sorted({min(idx, key=lambda j: tops[j]), max(idx, key=lambda j: tops[j])}))
+    return keep
+
+
+def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
+    chart = _Chart()
+    victim_pid = _num(_get(doc, "victim", "pid"))
+    timeline = _dict(_get(doc, "timeline"))
+    procs: list[tuple[str, _Series]] = []
+    for i, p in enumerate(_list(timeline.get("processes"))):
+        p = _dict(p)
+        pid = _num(p.get("pid"))
+        dev = p.get("device_id") if isinstance(p.get("device_id"), str) else "?"
+        is_victim = pid is not None and pid == victim_pid
+        label = (f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))}"
+                 + (" (victim)" if is_victim else ""))
+        pts = [(t, v) for t, v in _points(p.get("points")) if xr and xr[0] <= t <= xr[1]]
+        procs.append((dev, _Series(f"proc-{i}", label, "process", is_victim, pts)))
+    mine = [(d, s) for d, s in procs if s.victim and s.points]
+    if mine:  # the victim's device: where it held the most
+        chart.device_id = max(mine, key=lambda ds: _peak(ds[1]))[0]
+    elif _get(doc, "victim", "kernel"):  # the kernel killed it: host memory
+        chart.device_id = "host"
+    elif any(s.points for _, s in procs):
+        chart.device_id = max(procs, key=lambda ds: _peak(ds[1]))[0]
+    on_dev = [s for d, s in procs if d == chart.device_id]
+    chart.not_charted = sorted({_clean(d) for d, s in procs if d != chart.device_id and s.points})
+    victims = [s for s in on_dev if s.victim and s.points]
+    chart.victim = max(victims, key=_peak) if victims else None
+    if chart.victim is not None:
+        chart.victim.label += f" on {_clean(chart.device_id)}"
+    rest = sorted((s for s in on_dev if not s.victim and s.points), key=lambda s: -_peak(s))
+    shown, folded = rest[:TOP_BANDS], rest[TOP_BANDS:]
+    for i, d in enumerate(_list(timeline.get("devices"))):
+        d = _dict(d)
+        if d.get("device_id") == chart.device_id:
+            name = d.get("name")
+            pts = [(t, v) for t, v in _points(d.get("points")) if xr and xr[0] <= t <= xr[1]]
+            chart.device = _Series(f"dev-{i}", f"{_clean(chart.device_id)} total in use"
+                                   + (f" ({_str(name)})" if name else ""), "device", False,
+                                   pts, _num(d.get("total_bytes")))
+            break
+    memcg_limit = _num(_get(doc, "victim", "kernel", "memcg_limit_bytes"))
+    if chart.device_id == "host" and memcg_limit:
+        chart.limit_bytes = memcg_limit
+        chart.limit_label = f"cgroup {_str(_get(doc, 'victim', 'kernel', 'memcg'))} limit"
+    elif chart.device is not None and chart.device.total:
+        chart.limit_bytes = chart.device.total
+        chart.limit_label = f"{_clean(chart.device_id)} capacity"
+    elif _num(_dict(doc.get("ceiling")).get(chart.device_id)):
+        chart.limit_bytes = _num(_dict(doc.get("ceiling")).get(chart.device_id))
+        chart.limit_label = f"{_clean(chart.device_id)} ceiling"
+    layers = shown + ([_Series("proc-others", f"others ({len(folded)} processes, summed)",
+                               "process", False, [])] if folded else [])
+    chart.times = sorted({t for s in rest for t, _ in s.points})
+    if not chart.times:
+        return chart
+    values = [_aligned(s.points, chart.times) for s in shown]
+    if folded:
+        parts = [_aligned(s.points, chart.times) for s in folded]
+        values.append([sum(col) for col in zip(*parts, strict=True)])
+    cum = [0.0] * len(chart.times)
+    for s, vals in zip(layers, values, strict=True):
+        cum = [c + v for c, v in zip(cum, vals, strict=True)]
+        chart.bands.append((s, cum))
+    return chart
+
+
 def render_svg(doc: dict) -> str:
-    """The memory chart as one ``<svg>`` element (well-formed XML)."""
+    """The memory chart of the victim's device as one ``<svg>`` element (well-formed XML):
+    the other processes there as stacked bands (top five by peak, the rest as "others"),
+    the victim as a bold red line drawn over them, the device's measured total dashed and
+    the limit (the victim's cgroup limit from the kernel record, else the device's capacity)
+    as a labelled horizontal line. Processes on other devices are named under the chart."""
     doc = _dict(doc)
-    series = _series(doc)
-    xr = _x_range(doc, series)
+    xr = _x_range(doc, _series(doc))
+    chart = _chart(doc, xr)
     death = _death_ms(doc)
-    rows = max(math.ceil(len(series) / LEGEND_COLS), 1)
+    entries: list[tuple[str, str, str, str]] = []  # key, label, colour, swatch kind
+    if chart.victim is not None:
+        entries.append((chart.victim.key, chart.victim.label, VICTIM_COLOR, "victim"))
+    if chart.device is not None:
+        entries.append((chart.device.key, chart.device.label, DEVICE_COLOR, "device"))
+    band_colors = {s.key: ("#b0b0b0" if s.key == "proc-others" else PALETTE[i % len(PALETTE)])
+                   for i, (s, _) in enumerate(chart.bands)}
+    for s, _ in chart.bands:
+        entries.append((s.key, s.label, band_colors[s.key], "band"))
+    if chart.limit_bytes:
+        entries.append(("limit", f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}",
+                        LIMIT_COLOR, "limit"))
+    note = ("not charted (other devices, see the table): " + ", ".join(chart.not_charted)
+            if chart.not_charted else "")
+    rows = max(math.ceil(len(entries) / LEGEND_COLS), 1) + (1 if note else 0)
     height = LEGEND_TOP + rows * LEGEND_ROW + 8
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {SVG_W} '
              f'{height}" width="100%" role="img" aria-label="memory over time" '
-             f'font-family="sans-serif" font-size="12">',
+             f'font-family="sans-serif" font-size="13">',
              "<title>Memory over time (GiB, UTC)</title>",
              f'<rect class="plot-area" x="{PLOT_LEFT}" y="{PLOT_TOP}" '
              f'width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
              'fill="#fcfcfc" stroke="#999" stroke-width="1"/>']
-    plotted = [(s, [(t, v) for t, v in s.points if xr and xr[0] <= t <= xr[1]])
-               for s in series]
-    ymax = max((v for _, pts in plotted for _, v in pts), default=0)
-    if xr is None or not any(pts for _, pts in plotted):
+    lines = [s for s in (chart.victim, chart.device) if s is not None and s.points]
+    data_max = max([v for s in lines for _, v in s.points]
+                   + [max(top, default=0.0) for _, top in chart.bands[-1:]], default=0.0)
+    limit_drawn = bool(chart.limit_bytes) and (
+        data_max <= 0 or chart.limit_bytes <= data_max * LIMIT_OFF_SCALE)
+    ymax = max(data_max, chart.limit_bytes if limit_drawn and chart.limit_bytes else 0.0)
+    if xr is None or not (lines or chart.bands):
         parts.append(f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{(PLOT_TOP + PLOT_BOTTOM) / 2}"'
                      ' text-anchor="middle" fill="#666">no samples in the window</text>')
     if ymax <= 0:
         ymax = GIB
+    ymax *= 1.04  # headroom so the top line and its label stay inside the plot
     x0, x1 = xr if xr else (0.0, 1.0)
     pw, ph = PLOT_RIGHT - PLOT_LEFT, PLOT_BOTTOM - PLOT_TOP
 
@@ -559,21 +713,21 @@ def render_svg(doc: dict) -> str:
     def sy(v: float) -> float:
         return PLOT_BOTTOM - min(max(v / ymax, 0.0), 1.0) * ph
 
-    # y axis: GiB, nice steps from 0 up to the data maximum (which is the top of the axis)
+    # y axis: GiB, nice steps from 0 up to the top of the axis
     step = _nice_step(ymax / GIB, 5)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
     parts.append('<g class="y-axis" fill="#333" stroke="none">')
     k = 0
     while k * step * GIB <= ymax * (1 + 1e-9) and k < 50:
-        v = k * step * GIB
-        y = sy(v)
+        y = sy(k * step * GIB)
         parts.append(f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
                      'stroke="#e3e3e3" stroke-width="1"/>')
         parts.append(f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
                      f'{k * step:.{decimals}f}</text>')
         k += 1
-    parts.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">'
-                 f'GiB (top {escape(fmt_bytes(ymax))})</text>' if xr else "")
+    dev = f" on {escape(_clean(chart.device_id))}" if chart.device_id else ""
+    parts.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>'
+                 if xr else "")
     parts.append("</g>")
 
     # x axis: HH:MM:SS UTC
@@ -589,30 +743,51 @@ def render_svg(doc: dict) -> str:
                      f'text-anchor="middle">time (UTC, {escape(fmt_ts(x0)[:10])})</text>')
     parts.append("</g>")
 
-    # series
-    colors: dict[str, str] = {}
-    ci = 0
-    for s in series:
-        if s.victim:
-            colors[s.key] = VICTIM_COLOR
-        else:
-            colors[s.key] = PALETTE[ci % len(PALETTE)]
-            ci += 1
+    # the others, stacked: each band from the one below's top to its own top
+    parts.append('<g class="bands" stroke-width="0.8">')
+    keep = _thin(chart.times, chart.bands[-1][1]) if chart.bands else []
+    below = [0.0] * len(chart.times)
+    for rank, (s, top) in enumerate(chart.bands):
+        upper = [f"{_f(sx(chart.times[j]))},{_f(sy(top[j]))}" for j in keep]
+        lower = [f"{_f(sx(chart.times[j]))},{_f(sy(below[j]))}" for j in reversed(keep)]
+        parts.append(f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
+                     f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
+                     f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
+                     f"<title>{escape(s.label)}</title></polygon>")
+        below = top
+    parts.append("</g>")
+
+    # the device's total in use (dashed), then the victim on top of everything
     parts.append('<g class="series-group" fill="none">')
-    for s, pts in plotted:
-        if not pts:
+    for s in (chart.device, chart.victim):
+        if s is None or not s.points:
             continue
-        pts = downsample(pts)
+        pts = downsample(s.points)
         if len(pts) == 1:
             pts = pts * 2
         coords = " ".join(f"{_f(sx(t))},{_f(sy(v))}" for t, v in pts)
-        dash = ' stroke-dasharray="7 4"' if s.kind == "device" else ""
-        sw = "2.5" if s.victim else "1.5"
-        parts.append(f'<polyline class="series {s.kind}" data-series="{s.key}" '
-                     f'stroke="{colors[s.key]}" stroke-width="{sw}"{dash} '
+        style = (f'stroke="{VICTIM_COLOR}" stroke-width="3"' if s.victim else
+                 f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"')
+        cls = "series process victim" if s.victim else "series device"
+        parts.append(f'<polyline class="{cls}" data-series="{s.key}" {style} '
                      f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
                      f"<title>{escape(s.label)}</title></polyline>")
     parts.append("</g>")
+
+    # the limit: a labelled horizontal line, or a note when it is far above the data
+    if chart.limit_bytes and xr is not None:
+        label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
+        if limit_drawn:
+            ly = _f(sy(chart.limit_bytes))
+            parts.append(f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{ly}" x2="{PLOT_RIGHT}" '
+                         f'y2="{ly}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
+                         f'<text x="{PLOT_LEFT + 6}" y="{_f(sy(chart.limit_bytes) - 5)}" '
+                         f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
+                         f'paint-order="stroke">{label}</text></g>')
+        else:
+            parts.append(f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
+                         f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
+                         "(far above, not to scale)</text></g>")
 
     # death marker
     if death is not None and xr is not None:
@@ -623,20 +798,29 @@ def render_svg(doc: dict) -> str:
                      f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
                      f"died {fmt_hms(death)}</text></g>")
 
-    # legend
+    # legend: victim, device total, the bands from the bottom up, the limit
     parts.append('<g class="legend">')
-    colw = (SVG_W - 2 * PLOT_LEFT // 2) / LEGEND_COLS
-    for i, s in enumerate(series):
+    colw = (SVG_W - PLOT_LEFT) / LEGEND_COLS
+    for i, (key, label, color, kind) in enumerate(entries):
         r, c = divmod(i, LEGEND_COLS)
         lx = PLOT_LEFT // 2 + c * colw
         ly = LEGEND_TOP + r * LEGEND_ROW
-        dash = ' stroke-dasharray="7 4"' if s.kind == "device" else ""
-        note = "" if any(True for _ in s.points) else " (no samples)"
-        parts.append(f'<g class="legend-entry" data-series="{s.key}">'
-                     f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
-                     f'stroke="{colors[s.key]}" stroke-width="{2.5 if s.victim else 1.5}"{dash}/>'
-                     f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222">'
-                     f"{escape(_legend_label(s.label + note))}</text></g>")
+        if kind == "band":
+            swatch = (f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
+                      f'fill-opacity="0.55" stroke="{color}"/>')
+        else:
+            style = {"victim": 'stroke-width="3"', "device": 'stroke-width="1.5" '
+                     'stroke-dasharray="7 4"', "limit": 'stroke-width="2"'}[kind]
+            swatch = (f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
+                      f'stroke="{color}" {style}/>')
+        weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
+        parts.append(f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
+                     f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
+                     f"{escape(_legend_label(label))}</text></g>")
+    if note:
+        ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
+        parts.append(f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
+                     f"{escape(_legend_label(note, 120))}</text>")
     parts.append("</g></svg>")
     return "".join(p for p in parts if p)
 
