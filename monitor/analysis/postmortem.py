@@ -22,18 +22,18 @@ from monitor.units import gib_or_mib as _gib
 CRASH_KINDS = ("crash", "oom_kill", "oomd_kill")
 
 
-
-
-def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None
-               ) -> dict[str, Any] | None:
+def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None) -> dict[str, Any] | None:
     """The crash (or OOM kill) asked for; for one ``pid`` with no crash, its exit (a stop
     or a clean exit gets an "exit post-mortem")."""
     events = [e.as_dict() for e in reads.events_of_kinds(db, CRASH_KINDS)]
     if pid is not None:
         events = [e for e in events if e["data"].get("pid") == pid]
         if not events:
-            events = [e.as_dict() for e in reads.events_of_kinds(db, ("process_exit",))
-                      if e.data.get("pid") == pid]
+            events = [
+                e.as_dict()
+                for e in reads.events_of_kinds(db, ("process_exit",))
+                if e.data.get("pid") == pid
+            ]
     if not events:
         return None
     if at_ms is not None:
@@ -44,21 +44,34 @@ def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None
 def _series(db: Any, start: int, end: int) -> tuple[list[dict], list[dict], dict[int, dict]]:
     devices: dict[str, dict[str, Any]] = {}
     for dp in reads.device_points(db, start, end):
-        d = devices.setdefault(dp.device_id, {"device_id": dp.device_id, "name": dp.name,
-                                              "total_bytes": dp.total_bytes, "points": []})
+        d = devices.setdefault(
+            dp.device_id,
+            {
+                "device_id": dp.device_id,
+                "name": dp.name,
+                "total_bytes": dp.total_bytes,
+                "points": [],
+            },
+        )
         if dp.used_bytes is not None:
             d["points"].append([dp.ts_ms, dp.used_bytes])
     procs: dict[tuple[int, str], dict[str, Any]] = {}
     infos: dict[int, dict] = {}
     for pp in reads.process_points(db, start, end):
         if pp.device_id == "host":
-            held = sum(v or 0 for v in (pp.rss_anon_bytes, pp.rss_file_bytes,
-                                        pp.rss_shmem_bytes))
+            held = sum(v or 0 for v in (pp.rss_anon_bytes, pp.rss_file_bytes, pp.rss_shmem_bytes))
         else:
             held = (pp.vram_bytes or 0) + (pp.gtt_bytes or 0)
-        s = procs.setdefault((pp.process_id, pp.device_id), {
-            "pid": pp.pid, "comm": pp.comm, "device_id": pp.device_id, "points": [],
-            "hwm_bytes": None})
+        s = procs.setdefault(
+            (pp.process_id, pp.device_id),
+            {
+                "pid": pp.pid,
+                "comm": pp.comm,
+                "device_id": pp.device_id,
+                "points": [],
+                "hwm_bytes": None,
+            },
+        )
         s["points"].append([pp.ts_ms, held])
         if pp.hwm_bytes is not None:
             s["hwm_bytes"] = max(s["hwm_bytes"] or 0, pp.hwm_bytes)
@@ -67,8 +80,14 @@ def _series(db: Any, start: int, end: int) -> tuple[list[dict], list[dict], dict
 
 
 def _info(p: reads.ProcessPoint | reads.ProcessRecord) -> dict[str, Any]:
-    return {"pid": p.pid, "comm": p.comm, "argv": list(p.argv), "engine": p.engine,
-            "started_at_ms": p.started_at_ms, "exited_ms": p.exited_ms}
+    return {
+        "pid": p.pid,
+        "comm": p.comm,
+        "argv": list(p.argv),
+        "engine": p.engine,
+        "started_at_ms": p.started_at_ms,
+        "exited_ms": p.exited_ms,
+    }
 
 
 def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> dict[str, Any]:
@@ -93,10 +112,18 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
     t = crash["ts_ms"]
     start, end = t - KEEP_BEFORE_MS, t + KEEP_AFTER_MS
     nearby = [e.as_dict() for e in reads.events_between(db, start - 60_000, end)]
-    kernel = next((e for e in nearby if e["kind"] in ("oom_kill", "oomd_kill")
-                   and e["data"].get("pid") == victim_pid), None)
-    exit_ev = next((e for e in nearby if e["kind"] == "process_exit"
-                    and e["data"].get("pid") == victim_pid), None)
+    kernel = next(
+        (
+            e
+            for e in nearby
+            if e["kind"] in ("oom_kill", "oomd_kill") and e["data"].get("pid") == victim_pid
+        ),
+        None,
+    )
+    exit_ev = next(
+        (e for e in nearby if e["kind"] == "process_exit" and e["data"].get("pid") == victim_pid),
+        None,
+    )
     devices, processes, infos = _series(db, start, end)
     info = next((i for i in infos.values() if i["pid"] == victim_pid), None)
     if info is None and victim_pid is not None:
@@ -104,12 +131,16 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         if record is not None:
             info = _info(record)
     how = (exit_ev or {}).get("data", {}).get("how") or (
-        "killed by the kernel OOM killer" if kernel else crash["message"])
+        "killed by the kernel OOM killer" if kernel else crash["message"]
+    )
     mine = [p for p in processes if p["pid"] == victim_pid]
     last = {p["device_id"]: p["points"][-1][1] for p in mine if p["points"]}
     at_death = {p["device_id"]: at_death_bytes(p["points"]) for p in mine if p["points"]}
-    peak = {p["device_id"]: max([q[1] for q in p["points"]] + [p["hwm_bytes"] or 0])
-            for p in mine if p["points"]}
+    peak = {
+        p["device_id"]: max([q[1] for q in p["points"]] + [p["hwm_bytes"] or 0])
+        for p in mine
+        if p["points"]
+    }
     kdata = (kernel or {}).get("data", {})
     kernel_fig = None
     if kernel:
@@ -117,9 +148,11 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
             "anon_rss_bytes": _kb(kdata.get("anon_rss_kb")),
             "file_rss_bytes": _kb(kdata.get("file_rss_kb")),
             "shmem_rss_bytes": _kb(kdata.get("shmem_rss_kb")),
-            "constraint": kdata.get("constraint"), "memcg": kdata.get("task_memcg")
-            or kdata.get("memcg"), "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
-            "ts_ms": kernel["ts_ms"]}
+            "constraint": kdata.get("constraint"),
+            "memcg": kdata.get("task_memcg") or kdata.get("memcg"),
+            "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
+            "ts_ms": kernel["ts_ms"],
+        }
     loading = _loading_at(db, nearby, t)
     estimate_doc = _estimate(db, info, at_death, victim_pid, t)
     ceiling = {d["device_id"]: d["total_bytes"] for d in devices if d["total_bytes"]}
@@ -127,34 +160,59 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         ceiling[f"memcg {kernel_fig['memcg']}"] = kernel_fig["memcg_limit_bytes"]
     exit_data = (exit_ev or {}).get("data", {})
     if info is None:  # untracked (a memory hog the kernel chose): named by the records
-        comm = next((c for c in (crash["data"].get("comm"), kdata.get("comm"),
-                                 exit_data.get("comm")) if isinstance(c, str) and c), None)
-        info = {"pid": victim_pid, "comm": comm or "unknown process", "argv": [],
-                "engine": None, "started_at_ms": None, "exited_ms": None}
-    cause, fix = _cause(info, how, kernel_fig, peak, devices, processes, loading,
-                        estimate_doc, nearby, victim_pid)
+        comm = next(
+            (
+                c
+                for c in (crash["data"].get("comm"), kdata.get("comm"), exit_data.get("comm"))
+                if isinstance(c, str) and c
+            ),
+            None,
+        )
+        info = {
+            "pid": victim_pid,
+            "comm": comm or "unknown process",
+            "argv": [],
+            "engine": None,
+            "started_at_ms": None,
+            "exited_ms": None,
+        }
+    cause, fix = _cause(
+        info, how, kernel_fig, peak, devices, processes, loading, estimate_doc, nearby, victim_pid
+    )
     main_ids = {crash["id"], (kernel or {}).get("id"), (exit_ev or {}).get("id")}
     return {
         "schema": "vramscope.postmortem/1",
         "title": _title(crash, exit_data, kernel),
         "event": {k: crash[k] for k in ("ts_ms", "kind", "message", "data")},
-        "victim": {**info, "how": how, "exit_cause": exit_data.get("cause"),
-                   "exit_code": exit_data.get("exit_code"),
-                   "exit_signal": exit_data.get("exit_signal"),
-                   "at_death": at_death, "last_measured": last, "peak": peak,
-                   "kernel": kernel_fig,
-                   "measured": _measured_at_death(db, victim_pid, mine)},
+        "victim": {
+            **info,
+            "how": how,
+            "exit_cause": exit_data.get("cause"),
+            "exit_code": exit_data.get("exit_code"),
+            "exit_signal": exit_data.get("exit_signal"),
+            "at_death": at_death,
+            "last_measured": last,
+            "peak": peak,
+            "kernel": kernel_fig,
+            "measured": _measured_at_death(db, victim_pid, mine),
+        },
         "window": {"start_ms": start, "end_ms": end},
-        "timeline": {"devices": devices,
-                     "processes": [{k: p[k] for k in ("pid", "comm", "device_id", "points")}
-                                   for p in processes]},
+        "timeline": {
+            "devices": devices,
+            "processes": [
+                {k: p[k] for k in ("pid", "comm", "device_id", "points")} for p in processes
+            ],
+        },
         "loading": loading,
         "estimate": estimate_doc,
         "ceiling": ceiling,
         "cause": cause,
         "fix": fix,
-        "other_events": [{"ts_ms": e["ts_ms"], "kind": e["kind"], "message": e["message"]}
-                         for e in nearby if e["id"] not in main_ids],
+        "other_events": [
+            {"ts_ms": e["ts_ms"], "kind": e["kind"], "message": e["message"]}
+            for e in nearby
+            if e["id"] not in main_ids
+        ],
     }
 
 
@@ -173,13 +231,12 @@ def at_death_bytes(points: list[list[int]]) -> int:
 
 
 def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
-    """"OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
+    """ "OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
     post-mortem" for a crash; "exit post-mortem" for anything else."""
     from monitor.analysis.exits import OOM_CAUSES
 
     cause = exit_data.get("cause")
-    if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (
-            cause in OOM_CAUSES):
+    if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (cause in OOM_CAUSES):
         return "OOM post-mortem"
     if cause == "crashed" or (cause is None and crash["kind"] == "crash"):
         return "crash post-mortem"
@@ -194,16 +251,25 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
         pid = e["data"].get("pid")
         if e["kind"] != "load_started" or e["ts_ms"] > t or not isinstance(pid, int):
             continue
-        if any(f["kind"] in ("load_finished", "process_exit") and f["data"].get("pid") == pid
-               and e["ts_ms"] <= f["ts_ms"] < t for f in nearby):
+        if any(
+            f["kind"] in ("load_finished", "process_exit")
+            and f["data"].get("pid") == pid
+            and e["ts_ms"] <= f["ts_ms"] < t
+            for f in nearby
+        ):
             continue
         record = reads.process_seen_by(db, pid, t)
         if record is None or (record.exited_ms is not None and record.exited_ms < t):
             continue
         model = e["data"].get("model")
-        out.append({"pid": pid, "comm": record.comm,
-                    "model": model if isinstance(model, str) else None,
-                    "started_ms": e["ts_ms"]})
+        out.append(
+            {
+                "pid": pid,
+                "comm": record.comm,
+                "model": model if isinstance(model, str) else None,
+                "started_ms": e["ts_ms"],
+            }
+        )
     return out
 
 
@@ -227,8 +293,9 @@ def _kb(value: Any) -> int | None:
     return int(value) * 1024 if isinstance(value, int | float) else None
 
 
-def _estimate(db: Any, info: dict | None, at_death: dict[str, int], pid: int | None,
-              t_ms: int) -> dict[str, Any] | None:
+def _estimate(
+    db: Any, info: dict | None, at_death: dict[str, int], pid: int | None, t_ms: int
+) -> dict[str, Any] | None:
     """The victim's launch estimate: the daemon's own, stored when it first saw the server
     (monitor/store/estimates.py: right even when the model file has gone since), else one
     made now from the model file when it still exists."""
@@ -237,8 +304,11 @@ def _estimate(db: Any, info: dict | None, at_death: dict[str, int], pid: int | N
         from monitor.store import estimates
 
         try:
-            mine = [a for (p, _start), a in estimates.at(db, t_ms).items()
-                    if p == pid and a.estimate is not None]
+            mine = [
+                a
+                for (p, _start), a in estimates.at(db, t_ms).items()
+                if p == pid and a.estimate is not None
+            ]
         except Exception:  # an older database, or a row that no longer parses
             mine = []
         if mine:
@@ -257,9 +327,12 @@ def _estimate(db: Any, info: dict | None, at_death: dict[str, int], pid: int | N
                 est = None
     if est is None:
         return None
-    return {"by_device": est.by_device(),
-            "by_device_with_growth": est.by_device(include_growth=True),
-            "source": source, "measured_at_death": at_death}
+    return {
+        "by_device": est.by_device(),
+        "by_device_with_growth": est.by_device(include_growth=True),
+        "source": source,
+        "measured_at_death": at_death,
+    }
 
 
 CGROUP_FIX_MARGIN = 1.10  # 10 % above the launch's need: page cache and allocator slack
@@ -276,9 +349,11 @@ def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[s
         load = est["by_device"].get("host", 0)
         grown = est.get("by_device_with_growth", est["by_device"]).get("host", load)
         need = max(held, int(grown * CGROUP_FIX_MARGIN))
-        why = (f"the launch needs {_gib(load)} of host memory by its estimate"
-               + (f", {_gib(grown)} once its caches fill" if grown > load else "")
-               + f", and it held {_gib(rss_bytes)} when it was killed")
+        why = (
+            f"the launch needs {_gib(load)} of host memory by its estimate"
+            + (f", {_gib(grown)} once its caches fill" if grown > load else "")
+            + f", and it held {_gib(rss_bytes)} when it was killed"
+        )
     else:
         need = held
         why = f"1.2 x the {_gib(rss_bytes)} it held when it was killed; no estimate known"
@@ -289,75 +364,115 @@ def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[s
         command = shlex.join(argv)
         if len(command) > 300:
             command = command[:300] + "..."
-        text += (f"; `vramscope predict --cgroup {shlex.quote(memcg)} -- {command}` judges the"
-                 " launch against that cgroup before it starts.")
+        text += (
+            f"; `vramscope predict --cgroup {shlex.quote(memcg)} -- {command}` judges the"
+            " launch against that cgroup before it starts."
+        )
     else:
         text += ", or run a smaller model or context; `vramscope predict` checks a launch "
         text += "before it starts."
     return text
 
 
-def _cause(info: dict | None, how: str, kernel: dict | None, peak: dict[str, int],
-           devices: list[dict], processes: list[dict], loading: list[dict],
-           est: dict | None, nearby: list[dict], pid: int | None) -> tuple[str, str]:
+def _cause(
+    info: dict | None,
+    how: str,
+    kernel: dict | None,
+    peak: dict[str, int],
+    devices: list[dict],
+    processes: list[dict],
+    loading: list[dict],
+    est: dict | None,
+    nearby: list[dict],
+    pid: int | None,
+) -> tuple[str, str]:
     name = f"{(info or {}).get('comm', '?')} (pid {pid})"
     parts, fixes = [], []
     if kernel:
-        rss = sum(v or 0 for v in (kernel["anon_rss_bytes"], kernel["file_rss_bytes"],
-                                   kernel["shmem_rss_bytes"]))
+        rss = sum(
+            v or 0
+            for v in (kernel["anon_rss_bytes"], kernel["file_rss_bytes"], kernel["shmem_rss_bytes"])
+        )
         if kernel["constraint"] == "CONSTRAINT_MEMCG":
             limit = kernel["memcg_limit_bytes"]
-            parts.append(f"The kernel OOM killer ended {name} because its memory cgroup "
-                         f"{kernel['memcg']} reached its limit"
-                         + (f" of {_gib(limit)}" if limit else "")
-                         + f"; at the kill it held {_gib(kernel['anon_rss_bytes'])} anonymous,"
-                         f" {_gib(kernel['file_rss_bytes'])} file-backed and "
-                         f"{_gib(kernel['shmem_rss_bytes'])} shared memory ({_gib(rss)}).")
-            fixes.append(cgroup_fix(rss, est, kernel.get("memcg"),
-                                    list((info or {}).get("argv") or [])))
+            parts.append(
+                f"The kernel OOM killer ended {name} because its memory cgroup "
+                f"{kernel['memcg']} reached its limit"
+                + (f" of {_gib(limit)}" if limit else "")
+                + f"; at the kill it held {_gib(kernel['anon_rss_bytes'])} anonymous,"
+                f" {_gib(kernel['file_rss_bytes'])} file-backed and "
+                f"{_gib(kernel['shmem_rss_bytes'])} shared memory ({_gib(rss)})."
+            )
+            fixes.append(
+                cgroup_fix(rss, est, kernel.get("memcg"), list((info or {}).get("argv") or []))
+            )
         else:
             host = next((d for d in devices if d["device_id"] == "host"), None)
-            top = sorted(((p["points"][-1][1], p["comm"], p["pid"]) for p in processes
-                          if p["device_id"] == "host" and p["points"]), reverse=True)[:2]
-            parts.append(f"The whole machine ran out of memory and the kernel OOM killer "
-                         f"chose {name}, which held {_gib(rss)}"
-                         + (f"; host RAM in use had reached "
-                            f"{_gib(host['points'][-1][1])} of {_gib(host['total_bytes'])}"
-                            if host and host["points"] else "") + ".")
+            top = sorted(
+                (
+                    (p["points"][-1][1], p["comm"], p["pid"])
+                    for p in processes
+                    if p["device_id"] == "host" and p["points"]
+                ),
+                reverse=True,
+            )[:2]
+            parts.append(
+                f"The whole machine ran out of memory and the kernel OOM killer "
+                f"chose {name}, which held {_gib(rss)}"
+                + (
+                    f"; host RAM in use had reached "
+                    f"{_gib(host['points'][-1][1])} of {_gib(host['total_bytes'])}"
+                    if host and host["points"]
+                    else ""
+                )
+                + "."
+            )
             if top:
-                fixes.append("Free host memory before the next load: the largest processes "
-                             "were " + ", ".join(f"{c} (pid {p}, {_gib(b)})"
-                                                 for b, c, p in top) + ".")
+                fixes.append(
+                    "Free host memory before the next load: the largest processes "
+                    "were " + ", ".join(f"{c} (pid {p}, {_gib(b)})" for b, c, p in top) + "."
+                )
     elif how == "exited during load":
         parts.append(f"{name} died while loading, before its memory settled.")
     else:
         parts.append(f"{name} {how}.")
     apps = [e for e in nearby if e["kind"] in ("app_oom", "engine_oom")]
     if apps:
-        parts.append(f"The engine reported: \"{apps[-1]['message']}\".")
-        fixes.append("The GPU allocation failed: lower -c / -np or the KV type, or offload "
-                     "fewer layers (-ngl); `vramscope predict --fit-ctx` finds what fits.")
+        parts.append(f'The engine reported: "{apps[-1]["message"]}".')
+        fixes.append(
+            "The GPU allocation failed: lower -c / -np or the KV type, or offload "
+            "fewer layers (-ngl); `vramscope predict --fit-ctx` finds what fits."
+        )
     if any(d["device_id"].startswith("drm:") for d in devices):
-        parts.append("On this machine GPU memory in GTT is taken from host RAM but is neither "
-                     "in any process's RSS nor charged to its cgroup, so the kernel may not "
-                     "see which process really used the memory.")
+        parts.append(
+            "On this machine GPU memory in GTT is taken from host RAM but is neither "
+            "in any process's RSS nor charged to its cgroup, so the kernel may not "
+            "see which process really used the memory."
+        )
     if est:
         need = sum(est["by_device"].values())
         got = sum(est["measured_at_death"].values())
-        parts.append(f"Its launch was estimated at {_gib(need)}; {_gib(got)} was measured "
-                     "just before it died.")
+        parts.append(
+            f"Its launch was estimated at {_gib(need)}; {_gib(got)} was measured "
+            "just before it died."
+        )
     if loading and not any(x["pid"] == pid for x in loading):
-        parts.append("Also loading at the time: " + ", ".join(
-            f"{x['comm']} (pid {x['pid']}" + (f", {x['model']})" if x["model"] else ")")
-            for x in loading) + ".")
+        parts.append(
+            "Also loading at the time: "
+            + ", ".join(
+                f"{x['comm']} (pid {x['pid']}" + (f", {x['model']})" if x["model"] else ")")
+                for x in loading
+            )
+            + "."
+        )
     if peak:
-        parts.append("Its peak: " + ", ".join(f"{_gib(v)} on {k}" for k, v in peak.items())
-                     + ".")
+        parts.append("Its peak: " + ", ".join(f"{_gib(v)} on {k}" for k, v in peak.items()) + ".")
     return " ".join(parts), " ".join(fixes) or "No fix could be inferred from the evidence."
 
 
-def list_events(db_path: Path, since_ms: int, kinds: tuple[str, ...] = (),
-                limit: int | None = None) -> list[dict]:
+def list_events(
+    db_path: Path, since_ms: int, kinds: tuple[str, ...] = (), limit: int | None = None
+) -> list[dict]:
     """Events from ``since_ms`` in time order, at most ``limit`` of them: the limit is
     SQL's, read along the ``events_ts`` index, so a long history is never loaded whole."""
     db = open_readonly(db_path)

@@ -40,11 +40,24 @@ LEGEND_TOP = PLOT_BOTTOM + 52
 LEGEND_ROW = 18
 LEGEND_COLS = 2
 VICTIM_COLOR = "#d62728"
-PALETTE = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#843c39")
+PALETTE = (
+    "#1f77b4",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+    "#393b79",
+    "#637939",
+    "#843c39",
+)
 
 
 # --------------------------------------------------------------------------- small helpers
+
 
 def _get(obj: Any, *keys: str) -> Any:
     """obj[k1][k2]... or None when any level is missing or not a dict."""
@@ -152,8 +165,15 @@ def _points(raw: Any) -> list[tuple[float, float]]:
 class _Series:
     __slots__ = ("key", "label", "kind", "victim", "points", "total")
 
-    def __init__(self, key: str, label: str, kind: str, victim: bool,
-                 points: list[tuple[float, float]], total: float | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        label: str,
+        kind: str,
+        victim: bool,
+        points: list[tuple[float, float]],
+        total: float | None = None,
+    ) -> None:
         self.key, self.label, self.kind, self.victim = key, label, kind, victim
         self.points, self.total = points, total
 
@@ -168,8 +188,9 @@ def _series(doc: dict) -> list[_Series]:
         pid = _num(p.get("pid"))
         is_victim = pid is not None and pid == victim_pid
         dev = _str(p.get("device_id"))
-        label = (f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))} on {dev}"
-                 + (" (victim)" if is_victim else ""))
+        label = f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))} on {dev}" + (
+            " (victim)" if is_victim else ""
+        )
         procs.append(_Series(f"proc-{i}", label, "process", is_victim, _points(p.get("points"))))
     procs = _top_processes(procs)
     devs: list[_Series] = []
@@ -190,8 +211,10 @@ def _top_processes(procs: list[_Series]) -> list[_Series]:
     summed per timestamp into one "others" line, so a box with many tracked processes
     still gives a readable chart."""
     victims = [s for s in procs if s.victim]
-    rest = sorted((s for s in procs if not s.victim),
-                  key=lambda s: -max((v for _, v in s.points), default=0.0))
+    rest = sorted(
+        (s for s in procs if not s.victim),
+        key=lambda s: -max((v for _, v in s.points), default=0.0),
+    )
     shown, folded = rest[:TOP_PROCESSES], rest[TOP_PROCESSES:]
     if not folded:
         return victims + shown
@@ -199,8 +222,13 @@ def _top_processes(procs: list[_Series]) -> list[_Series]:
     for s in folded:
         for t, v in s.points:
             summed[t] = summed.get(t, 0.0) + v
-    others = _Series("proc-others", f"others ({len(folded)} processes, summed)", "process",
-                     False, sorted(summed.items()))
+    others = _Series(
+        "proc-others",
+        f"others ({len(folded)} processes, summed)",
+        "process",
+        False,
+        sorted(summed.items()),
+    )
     return victims + shown + [others]
 
 
@@ -224,10 +252,14 @@ def _x_range(doc: dict, series: list[_Series]) -> tuple[float, float] | None:
 
 def _device_keys(doc: dict) -> list[str]:
     keys: list[str] = []
-    for src in (_get(doc, "estimate", "by_device"), _get(doc, "estimate", "measured_at_death"),
-                _get(doc, "victim", "at_death"),
-                _get(doc, "victim", "last_measured"), _get(doc, "victim", "peak"),
-                _get(doc, "ceiling")):
+    for src in (
+        _get(doc, "estimate", "by_device"),
+        _get(doc, "estimate", "measured_at_death"),
+        _get(doc, "victim", "at_death"),
+        _get(doc, "victim", "last_measured"),
+        _get(doc, "victim", "peak"),
+        _get(doc, "ceiling"),
+    ):
         for k in _dict(src):
             if k not in keys:
                 keys.append(k)
@@ -240,9 +272,16 @@ def _memory_rows(doc: dict) -> list[tuple[str, list[str]]]:
     last = _dict(_get(doc, "victim", "last_measured"))
     peak = _dict(_get(doc, "victim", "peak"))
     ceil = _dict(_get(doc, "ceiling"))
-    return [(_clean(k), [fmt_bytes(src.get(k)) if src.get(k) is not None else "-"
-                         for src in (est, meas, last, peak, ceil)])
-            for k in _device_keys(doc)]
+    return [
+        (
+            _clean(k),
+            [
+                fmt_bytes(src.get(k)) if src.get(k) is not None else "-"
+                for src in (est, meas, last, peak, ceil)
+            ],
+        )
+        for k in _device_keys(doc)
+    ]
 
 
 TITLES = ("OOM post-mortem", "crash post-mortem", "exit post-mortem")
@@ -263,15 +302,22 @@ def _title(doc: dict) -> str:
 def measured_line(m: dict) -> str:
     """The victim's memory at death by the definition status, the TUI, diagnose and
     /metrics use (monitor/analysis/measured.py); unknown parts print as '-'."""
+
     def part(key: str) -> str:
         return "-" if _num(m.get(key)) is None else fmt_bytes(m.get(key))
-    return (f"measured at its last tick: {part('total_bytes')} (GPU {part('device_bytes')}"
-            f" + anon {part('host_anon_bytes')} + file {part('host_file_bytes')})")
+
+    return (
+        f"measured at its last tick: {part('total_bytes')} (GPU {part('device_bytes')}"
+        f" + anon {part('host_anon_bytes')} + file {part('host_file_bytes')})"
+    )
 
 
 MEMORY_HEADS = ("estimate", "at death", "last seen", "peak", "ceiling")
-KERNEL_FIELDS = (("anon_rss_bytes", "anon RSS"), ("file_rss_bytes", "file RSS"),
-                 ("shmem_rss_bytes", "shmem RSS"))
+KERNEL_FIELDS = (
+    ("anon_rss_bytes", "anon RSS"),
+    ("file_rss_bytes", "file RSS"),
+    ("shmem_rss_bytes", "shmem RSS"),
+)
 
 
 def _argv_text(argv: Any) -> str | None:
@@ -291,8 +337,9 @@ def _stats(points: list[tuple[float, float]]) -> tuple[float, float, float] | No
     return min(vals), max(vals), points[-1][1]
 
 
-def sparkline(points: list[tuple[float, float]], start: float, end: float,
-              width: int = SPARK_WIDTH) -> str:
+def sparkline(
+    points: list[tuple[float, float]], start: float, end: float, width: int = SPARK_WIDTH
+) -> str:
     """Max per time column over [start, end], scaled 0..series max; empty columns are spaces."""
     if width <= 0 or end <= start:
         return ""
@@ -312,17 +359,29 @@ def sparkline(points: list[tuple[float, float]], start: float, end: float,
         elif top <= 0:
             out.append(SPARK_CHARS[0])
         else:
-            out.append(SPARK_CHARS[min(int(c / top * (len(SPARK_CHARS) - 1) + 0.5),
-                                       len(SPARK_CHARS) - 1)])
+            out.append(
+                SPARK_CHARS[min(int(c / top * (len(SPARK_CHARS) - 1) + 0.5), len(SPARK_CHARS) - 1)]
+            )
     return "".join(out)
 
 
 # --------------------------------------------------------------------------- text
 
+
 def _wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
     rest = first if rest is None else rest
-    lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
-                          break_long_words=True, break_on_hyphens=False) if text else []
+    lines = (
+        textwrap.wrap(
+            text,
+            width=width,
+            initial_indent=first,
+            subsequent_indent=rest,
+            break_long_words=True,
+            break_on_hyphens=False,
+        )
+        if text
+        else []
+    )
     return lines or [first.rstrip()]
 
 
@@ -365,8 +424,9 @@ def render_text(doc: dict, width: int | None = None) -> str:
         out.extend(_labelled("event", f"{kind}: {msg}" if msg else kind, width))
         data = _dict(event.get("data"))
         if data:
-            pairs = " ".join(f"{_clean(k)}={_clean(json.dumps(v, default=str))}"
-                             for k, v in data.items())
+            pairs = " ".join(
+                f"{_clean(k)}={_clean(json.dumps(v, default=str))}" for k, v in data.items()
+            )
             out.extend(_labelled("", pairs if len(pairs) <= 600 else pairs[:600] + " …", width))
     engine = victim.get("engine")
     if engine:
@@ -401,9 +461,15 @@ def render_text(doc: dict, width: int | None = None) -> str:
         for key, cells in rows:
             name = _fit(key, devw).ljust(devw)
             out.append("  " + name + "".join(c.rjust(colw) for c in cells))
-        out.extend(_wrap("estimate: what the launch should need; at death: the victim as "
-                         "measured at death; last seen / peak: its last and highest samples; "
-                         "ceiling: the limit it ran under.", width, "  "))
+        out.extend(
+            _wrap(
+                "estimate: what the launch should need; at death: the victim as "
+                "measured at death; last seen / peak: its last and highest samples; "
+                "ceiling: the limit it ran under.",
+                width,
+                "  ",
+            )
+        )
     else:
         out.append("  (no estimate, measurement or ceiling)")
     measured = _dict(_get(doc, "victim", "measured"))
@@ -427,21 +493,32 @@ def render_text(doc: dict, width: int | None = None) -> str:
                 if death is not None:
                     when += f" ({fmt_dur(death - st)} before death)"
             model = f" {_str(item.get('model'))}" if item.get("model") else ""
-            text = (f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
-                    f"loading{model}{when}")
+            text = (
+                f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
+                f"loading{model}{when}"
+            )
             out.extend(_wrap(text, width, "  ", "    "))
 
     series = _series(doc)
     xr = _x_range(doc, series)
     section("Timeline")
     if xr is not None:
-        out.extend(_wrap(f"window {fmt_ts(xr[0])} .. {fmt_hms(xr[1])} ({fmt_dur(xr[1] - xr[0])});"
-                         f" death at {fmt_hms(death)}", width, "  "))
+        out.extend(
+            _wrap(
+                f"window {fmt_ts(xr[0])} .. {fmt_hms(xr[1])} ({fmt_dur(xr[1] - xr[0])});"
+                f" death at {fmt_hms(death)}",
+                width,
+                "  ",
+            )
+        )
     if not any(s.points for s in series):
         out.append("  (no samples in the window)")
     for s in series:
-        out.extend(_wrap(s.label + (f", total {fmt_bytes(s.total)}" if s.total else ""),
-                         width, "  ", "    "))
+        out.extend(
+            _wrap(
+                s.label + (f", total {fmt_bytes(s.total)}" if s.total else ""), width, "  ", "    "
+            )
+        )
         low_high_last = _stats(s.points)
         if low_high_last is None or xr is None:
             out.append("    (no samples)")
@@ -472,8 +549,10 @@ def render_text(doc: dict, width: int | None = None) -> str:
 
 # --------------------------------------------------------------------------- SVG chart
 
-def downsample(points: list[tuple[float, float]],
-               limit: int = MAX_SVG_POINTS) -> list[tuple[float, float]]:
+
+def downsample(
+    points: list[tuple[float, float]], limit: int = MAX_SVG_POINTS
+) -> list[tuple[float, float]]:
     """At most ``limit`` points: per bucket of consecutive points, its minimum and maximum in
     time order, so peaks and troughs survive."""
     if len(points) <= limit:
@@ -482,7 +561,7 @@ def downsample(points: list[tuple[float, float]],
     size = math.ceil(len(points) / buckets)
     out: list[tuple[float, float]] = []
     for i in range(0, len(points), size):
-        chunk = points[i:i + size]
+        chunk = points[i : i + size]
         lo = min(range(len(chunk)), key=lambda j: chunk[j][1])
         hi = max(range(len(chunk)), key=lambda j: chunk[j][1])
         for j in sorted({lo, hi}):
@@ -501,8 +580,26 @@ def _nice_step(span: float, target: int) -> float:
     return 10 * mag
 
 
-TIME_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-                43200, 86400)
+TIME_STEPS_S = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+)
 
 
 def _time_ticks(start: float, end: float, target: int = 8) -> list[float]:
@@ -540,8 +637,16 @@ class _Chart:
     stacked bands (largest peak at the bottom, the rest summed into "others"), the victim as
     a line over them, the device's measured total and the limit the victim ran under."""
 
-    __slots__ = ("device_id", "times", "bands", "victim", "device", "limit_bytes",
-                 "limit_label", "not_charted")
+    __slots__ = (
+        "device_id",
+        "times",
+        "bands",
+        "victim",
+        "device",
+        "limit_bytes",
+        "limit_label",
+        "not_charted",
+    )
 
     def __init__(self) -> None:
         self.device_id: str | None = None
@@ -603,10 +708,12 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
     for i, p in enumerate(_list(timeline.get("processes"))):
         p = _dict(p)
         pid = _num(p.get("pid"))
-        dev = p.get("device_id") if isinstance(p.get("device_id"), str) else "?"
+        dev_raw = p.get("device_id")
+        dev = dev_raw if isinstance(dev_raw, str) else "?"
         is_victim = pid is not None and pid == victim_pid
-        label = (f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))}"
-                 + (" (victim)" if is_victim else ""))
+        label = f"pid {_str(pid if pid is None else int(pid))} {_str(p.get('comm'))}" + (
+            " (victim)" if is_victim else ""
+        )
         pts = [(t, v) for t, v in _points(p.get("points")) if xr and xr[0] <= t <= xr[1]]
         procs.append((dev, _Series(f"proc-{i}", label, "process", is_victim, pts)))
     mine = [(d, s) for d, s in procs if s.victim and s.points]
@@ -629,9 +736,14 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
         if d.get("device_id") == chart.device_id:
             name = d.get("name")
             pts = [(t, v) for t, v in _points(d.get("points")) if xr and xr[0] <= t <= xr[1]]
-            chart.device = _Series(f"dev-{i}", f"{_clean(chart.device_id)} total in use"
-                                   + (f" ({_str(name)})" if name else ""), "device", False,
-                                   pts, _num(d.get("total_bytes")))
+            chart.device = _Series(
+                f"dev-{i}",
+                f"{_clean(chart.device_id)} total in use" + (f" ({_str(name)})" if name else ""),
+                "device",
+                False,
+                pts,
+                _num(d.get("total_bytes")),
+            )
             break
     memcg_limit = _num(_get(doc, "victim", "kernel", "memcg_limit_bytes"))
     if chart.device_id == "host" and memcg_limit:
@@ -643,8 +755,11 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
     elif _num(_dict(doc.get("ceiling")).get(chart.device_id)):
         chart.limit_bytes = _num(_dict(doc.get("ceiling")).get(chart.device_id))
         chart.limit_label = f"{_clean(chart.device_id)} ceiling"
-    layers = shown + ([_Series("proc-others", f"others ({len(folded)} processes, summed)",
-                               "process", False, [])] if folded else [])
+    layers = shown + (
+        [_Series("proc-others", f"others ({len(folded)} processes, summed)", "process", False, [])]
+        if folded
+        else []
+    )
     chart.times = sorted({t for s in rest for t, _ in s.points})
     if not chart.times:
         return chart
@@ -674,33 +789,49 @@ def render_svg(doc: dict) -> str:
         entries.append((chart.victim.key, chart.victim.label, VICTIM_COLOR, "victim"))
     if chart.device is not None:
         entries.append((chart.device.key, chart.device.label, DEVICE_COLOR, "device"))
-    band_colors = {s.key: ("#b0b0b0" if s.key == "proc-others" else PALETTE[i % len(PALETTE)])
-                   for i, (s, _) in enumerate(chart.bands)}
+    band_colors = {
+        s.key: ("#b0b0b0" if s.key == "proc-others" else PALETTE[i % len(PALETTE)])
+        for i, (s, _) in enumerate(chart.bands)
+    }
     for s, _ in chart.bands:
         entries.append((s.key, s.label, band_colors[s.key], "band"))
     if chart.limit_bytes:
-        entries.append(("limit", f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}",
-                        LIMIT_COLOR, "limit"))
-    note = ("not charted (other devices, see the table): " + ", ".join(chart.not_charted)
-            if chart.not_charted else "")
+        entries.append(
+            ("limit", f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}", LIMIT_COLOR, "limit")
+        )
+    note = (
+        "not charted (other devices, see the table): " + ", ".join(chart.not_charted)
+        if chart.not_charted
+        else ""
+    )
     rows = max(math.ceil(len(entries) / LEGEND_COLS), 1) + (1 if note else 0)
     height = LEGEND_TOP + rows * LEGEND_ROW + 8
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {SVG_W} '
-             f'{height}" width="100%" role="img" aria-label="memory over time" '
-             f'font-family="sans-serif" font-size="13">',
-             "<title>Memory over time (GiB, UTC)</title>",
-             f'<rect class="plot-area" x="{PLOT_LEFT}" y="{PLOT_TOP}" '
-             f'width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
-             'fill="#fcfcfc" stroke="#999" stroke-width="1"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {SVG_W} '
+        f'{height}" width="100%" role="img" aria-label="memory over time" '
+        f'font-family="sans-serif" font-size="13">',
+        "<title>Memory over time (GiB, UTC)</title>",
+        f'<rect class="plot-area" x="{PLOT_LEFT}" y="{PLOT_TOP}" '
+        f'width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
+        'fill="#fcfcfc" stroke="#999" stroke-width="1"/>',
+    ]
     lines = [s for s in (chart.victim, chart.device) if s is not None and s.points]
-    data_max = max([v for s in lines for _, v in s.points]
-                   + [max(top, default=0.0) for _, top in chart.bands[-1:]], default=0.0)
-    limit_drawn = bool(chart.limit_bytes) and (
-        data_max <= 0 or chart.limit_bytes <= data_max * LIMIT_OFF_SCALE)
+    data_max = max(
+        [v for s in lines for _, v in s.points]
+        + [max(top, default=0.0) for _, top in chart.bands[-1:]],
+        default=0.0,
+    )
+    limit_drawn = (
+        chart.limit_bytes is not None
+        and chart.limit_bytes > 0
+        and (data_max <= 0 or chart.limit_bytes <= data_max * LIMIT_OFF_SCALE)
+    )
     ymax = max(data_max, chart.limit_bytes if limit_drawn and chart.limit_bytes else 0.0)
     if xr is None or not (lines or chart.bands):
-        parts.append(f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{(PLOT_TOP + PLOT_BOTTOM) / 2}"'
-                     ' text-anchor="middle" fill="#666">no samples in the window</text>')
+        parts.append(
+            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{(PLOT_TOP + PLOT_BOTTOM) / 2}"'
+            ' text-anchor="middle" fill="#666">no samples in the window</text>'
+        )
     if ymax <= 0:
         ymax = GIB
     ymax *= 1.04  # headroom so the top line and its label stay inside the plot
@@ -720,14 +851,19 @@ def render_svg(doc: dict) -> str:
     k = 0
     while k * step * GIB <= ymax * (1 + 1e-9) and k < 50:
         y = sy(k * step * GIB)
-        parts.append(f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
-                     'stroke="#e3e3e3" stroke-width="1"/>')
-        parts.append(f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
-                     f'{k * step:.{decimals}f}</text>')
+        parts.append(
+            f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
+            'stroke="#e3e3e3" stroke-width="1"/>'
+        )
+        parts.append(
+            f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
+            f"{k * step:.{decimals}f}</text>"
+        )
         k += 1
     dev = f" on {escape(_clean(chart.device_id))}" if chart.device_id else ""
-    parts.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>'
-                 if xr else "")
+    parts.append(
+        f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>' if xr else ""
+    )
     parts.append("</g>")
 
     # x axis: HH:MM:SS UTC
@@ -735,12 +871,17 @@ def render_svg(doc: dict) -> str:
     if xr is not None:
         for t in _time_ticks(x0, x1):
             x = sx(t)
-            parts.append(f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
-                         f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>')
-            parts.append(f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">'
-                         f"{fmt_hms(t)}</text>")
-        parts.append(f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
-                     f'text-anchor="middle">time (UTC, {escape(fmt_ts(x0)[:10])})</text>')
+            parts.append(
+                f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
+                f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>'
+            )
+            parts.append(
+                f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">{fmt_hms(t)}</text>'
+            )
+        parts.append(
+            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
+            f'text-anchor="middle">time (UTC, {escape(fmt_ts(x0)[:10])})</text>'
+        )
     parts.append("</g>")
 
     # the others, stacked: each band from the one below's top to its own top
@@ -750,53 +891,66 @@ def render_svg(doc: dict) -> str:
     for rank, (s, top) in enumerate(chart.bands):
         upper = [f"{_f(sx(chart.times[j]))},{_f(sy(top[j]))}" for j in keep]
         lower = [f"{_f(sx(chart.times[j]))},{_f(sy(below[j]))}" for j in reversed(keep)]
-        parts.append(f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
-                     f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
-                     f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
-                     f"<title>{escape(s.label)}</title></polygon>")
+        parts.append(
+            f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
+            f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
+            f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
+            f"<title>{escape(s.label)}</title></polygon>"
+        )
         below = top
     parts.append("</g>")
 
     # the device's total in use (dashed), then the victim on top of everything
     parts.append('<g class="series-group" fill="none">')
-    for s in (chart.device, chart.victim):
-        if s is None or not s.points:
+    for line in (chart.device, chart.victim):
+        if line is None or not line.points:
             continue
-        pts = downsample(s.points)
+        pts = downsample(line.points)
         if len(pts) == 1:
             pts = pts * 2
         coords = " ".join(f"{_f(sx(t))},{_f(sy(v))}" for t, v in pts)
-        style = (f'stroke="{VICTIM_COLOR}" stroke-width="3"' if s.victim else
-                 f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"')
-        cls = "series process victim" if s.victim else "series device"
-        parts.append(f'<polyline class="{cls}" data-series="{s.key}" {style} '
-                     f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
-                     f"<title>{escape(s.label)}</title></polyline>")
+        style = (
+            f'stroke="{VICTIM_COLOR}" stroke-width="3"'
+            if line.victim
+            else f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"'
+        )
+        cls = "series process victim" if line.victim else "series device"
+        parts.append(
+            f'<polyline class="{cls}" data-series="{line.key}" {style} '
+            f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
+            f"<title>{escape(line.label)}</title></polyline>"
+        )
     parts.append("</g>")
 
     # the limit: a labelled horizontal line, or a note when it is far above the data
     if chart.limit_bytes and xr is not None:
         label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
         if limit_drawn:
-            ly = _f(sy(chart.limit_bytes))
-            parts.append(f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{ly}" x2="{PLOT_RIGHT}" '
-                         f'y2="{ly}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
-                         f'<text x="{PLOT_LEFT + 6}" y="{_f(sy(chart.limit_bytes) - 5)}" '
-                         f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
-                         f'paint-order="stroke">{label}</text></g>')
+            limit_y = _f(sy(chart.limit_bytes))
+            parts.append(
+                f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{limit_y}" x2="{PLOT_RIGHT}" '
+                f'y2="{limit_y}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
+                f'<text x="{PLOT_LEFT + 6}" y="{_f(sy(chart.limit_bytes) - 5)}" '
+                f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
+                f'paint-order="stroke">{label}</text></g>'
+            )
         else:
-            parts.append(f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
-                         f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
-                         "(far above, not to scale)</text></g>")
+            parts.append(
+                f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
+                f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
+                "(far above, not to scale)</text></g>"
+            )
 
     # death marker
     if death is not None and xr is not None:
         death_x = _f(sx(death))
-        parts.append(f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
-                     f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
-                     'stroke-dasharray="3 3"/>'
-                     f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
-                     f"died {fmt_hms(death)}</text></g>")
+        parts.append(
+            f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
+            f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
+            'stroke-dasharray="3 3"/>'
+            f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
+            f"died {fmt_hms(death)}</text></g>"
+        )
 
     # legend: victim, device total, the bands from the bottom up, the limit
     parts.append('<g class="legend">')
@@ -806,21 +960,32 @@ def render_svg(doc: dict) -> str:
         lx = PLOT_LEFT // 2 + c * colw
         ly = LEGEND_TOP + r * LEGEND_ROW
         if kind == "band":
-            swatch = (f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
-                      f'fill-opacity="0.55" stroke="{color}"/>')
+            swatch = (
+                f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
+                f'fill-opacity="0.55" stroke="{color}"/>'
+            )
         else:
-            style = {"victim": 'stroke-width="3"', "device": 'stroke-width="1.5" '
-                     'stroke-dasharray="7 4"', "limit": 'stroke-width="2"'}[kind]
-            swatch = (f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
-                      f'stroke="{color}" {style}/>')
+            style = {
+                "victim": 'stroke-width="3"',
+                "device": 'stroke-width="1.5" stroke-dasharray="7 4"',
+                "limit": 'stroke-width="2"',
+            }[kind]
+            swatch = (
+                f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
+                f'stroke="{color}" {style}/>'
+            )
         weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
-        parts.append(f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
-                     f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
-                     f"{escape(_legend_label(label))}</text></g>")
+        parts.append(
+            f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
+            f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
+            f"{escape(_legend_label(label))}</text></g>"
+        )
     if note:
         ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
-        parts.append(f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
-                     f"{escape(_legend_label(note, 120))}</text>")
+        parts.append(
+            f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
+            f"{escape(_legend_label(note, 120))}</text>"
+        )
     parts.append("</g></svg>")
     return "".join(p for p in parts if p)
 
@@ -846,12 +1011,16 @@ pre{background:none;border:1px solid #ccc}}
 """
 
 
-def _table(heads: Iterable[str], rows: Iterable[Iterable[str]],
-           numeric_from: int = 1) -> str:
-    h = "".join(f'<th{" class=n" if i >= numeric_from else ""}>{x}</th>'
-                for i, x in enumerate(heads))
-    body = "".join("<tr>" + "".join(f'<td{" class=n" if i >= numeric_from else ""}>{x}</td>'
-                                     for i, x in enumerate(r)) + "</tr>" for r in rows)
+def _table(heads: Iterable[str], rows: Iterable[Iterable[str]], numeric_from: int = 1) -> str:
+    h = "".join(
+        f"<th{' class=n' if i >= numeric_from else ''}>{x}</th>" for i, x in enumerate(heads)
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{' class=n' if i >= numeric_from else ''}>{x}</td>" for i, x in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -864,19 +1033,23 @@ def render_html(doc: dict) -> str:
     pid = _num(victim.get("pid"))
     pid_s = "?" if pid is None else str(int(pid))
     comm = _h(victim.get("comm"))
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
-           f"<style>{CSS}</style></head><body>",
-           f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>",
+    ]
 
     meta: list[tuple[str, str]] = [("when", escape(fmt_ts(death)))]
     if victim.get("how"):
         meta.append(("how", _h(victim.get("how"))))
     if event:
         msg = _str(event.get("message"), "")
-        meta.append(("event", f"<code>{_h(event.get('kind'))}</code>"
-                     + (f" {escape(msg)}" if msg else "")))
+        meta.append(
+            ("event", f"<code>{_h(event.get('kind'))}</code>" + (f" {escape(msg)}" if msg else ""))
+        )
     if victim.get("engine"):
         meta.append(("engine", _h(victim.get("engine"))))
     started, exited = _num(victim.get("started_at_ms")), _num(victim.get("exited_ms"))
@@ -886,9 +1059,11 @@ def render_html(doc: dict) -> str:
     argv = _argv_text(victim.get("argv"))
     if argv:
         meta.append(("command", f"<pre>{escape(argv)}</pre>"))
-    out.append('<section><table class="meta"><tbody>'
-               + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
-               + "</tbody></table>")
+    out.append(
+        '<section><table class="meta"><tbody>'
+        + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
+        + "</tbody></table>"
+    )
     data = _dict(event.get("data"))
     if data:
         js = _clean(json.dumps(data, indent=1, default=str, ensure_ascii=False))
@@ -896,10 +1071,12 @@ def render_html(doc: dict) -> str:
         out.append(f"<p class=muted>event data</p><pre>{escape(js)}</pre>")
     out.append("</section>")
 
-    out.append("<section><h2>Cause</h2>"
-               f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
-               "<h2>Fix</h2>"
-               f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>')
+    out.append(
+        "<section><h2>Cause</h2>"
+        f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
+        "<h2>Fix</h2>"
+        f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>'
+    )
 
     out.append("<section><h2>Memory over time</h2>" + render_svg(doc))
     series = _series(doc)
@@ -926,11 +1103,17 @@ def render_html(doc: dict) -> str:
     out.append("<section><h2>Memory at death (estimate vs measured)</h2>")
     rows = _memory_rows(doc)
     if rows:
-        out.append(_table(("device",) + MEMORY_HEADS,
-                          [[escape(k)] + [escape(c) for c in cells] for k, cells in rows]))
-        out.append('<p class="muted">estimate: what the launch should need; at death: the '
-                   "victim as measured at death; last seen / peak: its last and highest "
-                   "samples; ceiling: the limit it ran under.</p>")
+        out.append(
+            _table(
+                ("device",) + MEMORY_HEADS,
+                [[escape(k)] + [escape(c) for c in cells] for k, cells in rows],
+            )
+        )
+        out.append(
+            '<p class="muted">estimate: what the launch should need; at death: the '
+            "victim as measured at death; last seen / peak: its last and highest "
+            "samples; ceiling: the limit it ran under.</p>"
+        )
     else:
         out.append('<p class="muted">No estimate, measurement or ceiling.</p>')
     measured = _dict(_get(doc, "victim", "measured"))
@@ -943,14 +1126,23 @@ def render_html(doc: dict) -> str:
         lrows = []
         for item in loading:
             lp, started = _num(item.get("pid")), _num(item.get("started_ms"))
-            before = (fmt_dur(death - started)
-                      if started is not None and death is not None else "?")
-            lrows.append(["?" if lp is None else str(int(lp)), _h(item.get("comm")),
-                          _h(item.get("model")) if item.get("model") else "-",
-                          escape(fmt_hms(started)), escape(before)])
-        out.append("<section><h2>Loading at the time</h2>"
-                   + _table(("pid", "process", "model", "since (UTC)", "before death"), lrows,
-                            numeric_from=3) + "</section>")
+            before = fmt_dur(death - started) if started is not None and death is not None else "?"
+            lrows.append(
+                [
+                    "?" if lp is None else str(int(lp)),
+                    _h(item.get("comm")),
+                    _h(item.get("model")) if item.get("model") else "-",
+                    escape(fmt_hms(started)),
+                    escape(before),
+                ]
+            )
+        out.append(
+            "<section><h2>Loading at the time</h2>"
+            + _table(
+                ("pid", "process", "model", "since (UTC)", "before death"), lrows, numeric_from=3
+            )
+            + "</section>"
+        )
 
     events = [_dict(e) for e in _list(doc.get("other_events"))]
     out.append("<section><h2>Other events in the window</h2>")
@@ -959,8 +1151,14 @@ def render_html(doc: dict) -> str:
         for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
             ts = _num(e.get("ts_ms"))
             rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
-            erows.append([escape(fmt_hms(ts)), escape(rel), f"<code>{_h(e.get('kind'))}</code>",
-                          _h(e.get("message"), "")])
+            erows.append(
+                [
+                    escape(fmt_hms(ts)),
+                    escape(rel),
+                    f"<code>{_h(e.get('kind'))}</code>",
+                    _h(e.get("message"), ""),
+                ]
+            )
         out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
     else:
         out.append('<p class="muted">None.</p>')

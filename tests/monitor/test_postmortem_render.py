@@ -27,49 +27,94 @@ def doc() -> dict:
     victim_pts = series(lambda i: 4 * MIB + i * (60 * MIB) / 600)  # grows to 64 MiB
     return {
         "schema": "vramscope.postmortem/1",
-        "event": {"ts_ms": DEATH, "kind": "oom_kill",
-                  "message": "Out of memory: Killed process 7125 (llama-server)",
-                  "data": {"constraint": "CONSTRAINT_MEMCG"}},
+        "event": {
+            "ts_ms": DEATH,
+            "kind": "oom_kill",
+            "message": "Out of memory: Killed process 7125 (llama-server)",
+            "data": {"constraint": "CONSTRAINT_MEMCG"},
+        },
         "victim": {
-            "pid": 7125, "comm": "llama-server",
-            "argv": ["llama-server", "-m", "/models/qwen3-8b-q4_k_m.gguf", "-c", "32768",
-                     "--alias", "a&b"],
-            "engine": "llama.cpp", "started_at_ms": T0 - 3_600_000, "exited_ms": DEATH,
+            "pid": 7125,
+            "comm": "llama-server",
+            "argv": [
+                "llama-server",
+                "-m",
+                "/models/qwen3-8b-q4_k_m.gguf",
+                "-c",
+                "32768",
+                "--alias",
+                "a&b",
+            ],
+            "engine": "llama.cpp",
+            "started_at_ms": T0 - 3_600_000,
+            "exited_ms": DEATH,
             "how": "killed by the kernel OOM killer",
             "last_measured": {"host": 64 * MIB, "drm:0000:c5:00.0": 5 * GIB},
             "peak": {"host": 64 * MIB},
-            "kernel": {"anon_rss_bytes": 60 * MIB, "file_rss_bytes": 3 * MIB,
-                       "shmem_rss_bytes": 1 * MIB, "constraint": "CONSTRAINT_MEMCG",
-                       "memcg": "/vstest"},
+            "kernel": {
+                "anon_rss_bytes": 60 * MIB,
+                "file_rss_bytes": 3 * MIB,
+                "shmem_rss_bytes": 1 * MIB,
+                "constraint": "CONSTRAINT_MEMCG",
+                "memcg": "/vstest",
+            },
         },
         "window": {"start_ms": T0, "end_ms": DEATH},
         "timeline": {
             "devices": [
-                {"device_id": "host", "name": "Host RAM", "total_bytes": 64 * GIB,
-                 "points": series(lambda i: 20 * MIB + i * 100 * MIB / 600)},
-                {"device_id": "drm:0000:c5:00.0", "name": "Radeon 8060S",
-                 "total_bytes": 96 * GIB, "points": series(lambda i: 5 * GIB, 5000, 121)},
+                {
+                    "device_id": "host",
+                    "name": "Host RAM",
+                    "total_bytes": 64 * GIB,
+                    "points": series(lambda i: 20 * MIB + i * 100 * MIB / 600),
+                },
+                {
+                    "device_id": "drm:0000:c5:00.0",
+                    "name": "Radeon 8060S",
+                    "total_bytes": 96 * GIB,
+                    "points": series(lambda i: 5 * GIB, 5000, 121),
+                },
             ],
             "processes": [
-                {"pid": 7125, "comm": "llama-server", "device_id": "host",
-                 "points": victim_pts},
-                {"pid": 4242, "comm": "ollama", "device_id": "host",
-                 "points": series(lambda i: 10 * MIB)},
-                {"pid": 5151, "comm": "python3", "device_id": "drm:0000:c5:00.0",
-                 "points": series(lambda i: 2 * GIB + (i % 7) * MIB, 2000, 301)},
+                {"pid": 7125, "comm": "llama-server", "device_id": "host", "points": victim_pts},
+                {
+                    "pid": 4242,
+                    "comm": "ollama",
+                    "device_id": "host",
+                    "points": series(lambda i: 10 * MIB),
+                },
+                {
+                    "pid": 5151,
+                    "comm": "python3",
+                    "device_id": "drm:0000:c5:00.0",
+                    "points": series(lambda i: 2 * GIB + (i % 7) * MIB, 2000, 301),
+                },
             ],
         },
-        "loading": [{"pid": 7125, "comm": "llama-server", "model": "qwen3-8b-q4_k_m.gguf",
-                     "started_ms": DEATH - 20_000}],
+        "loading": [
+            {
+                "pid": 7125,
+                "comm": "llama-server",
+                "model": "qwen3-8b-q4_k_m.gguf",
+                "started_ms": DEATH - 20_000,
+            }
+        ],
         "estimate": {"by_device": {"host": 48 * MIB}, "measured_at_death": {"host": 74 * MIB}},
         "ceiling": {"host": 80 * MIB},
-        "cause": ("The victim's resident memory grew steadily while it loaded the model until "
-                  "the memory cgroup /vstest reached its 80 MiB limit; the kernel killed it "
-                  "because it was the largest task in that cgroup. The estimate of 48 MiB "
-                  "left out the mmap'd weights that count against the cgroup."),
+        "cause": (
+            "The victim's resident memory grew steadily while it loaded the model until "
+            "the memory cgroup /vstest reached its 80 MiB limit; the kernel killed it "
+            "because it was the largest task in that cgroup. The estimate of 48 MiB "
+            "left out the mmap'd weights that count against the cgroup."
+        ),
         "fix": "Raise MemoryMax of the vstest slice to at least 96 MiB or pass --no-mmap.",
-        "other_events": [{"ts_ms": DEATH - 5000, "kind": "xid",
-                          "message": "NVRM: Xid (PCI:0000:c5:00): 31, pid=5151"}],
+        "other_events": [
+            {
+                "ts_ms": DEATH - 5000,
+                "kind": "xid",
+                "message": "NVRM: Xid (PCI:0000:c5:00): 31, pid=5151",
+            }
+        ],
     }
 
 
@@ -102,8 +147,13 @@ def test_html_chart_is_the_victims_device_with_legend(doc: dict) -> None:
     assert ["".join(b.itertext()) for b in bands] == ["pid 4242 ollama"]
     legend = legend_texts(svg)
     assert "pid 7125 llama-server (victim) on host" in legend[0]
-    for want in ("host total in use (Host RAM)", "pid 4242 ollama",
-                 "host capacity: 64.00 GiB", "not charted", "drm:0000:c5:00.0"):
+    for want in (
+        "host total in use (Host RAM)",
+        "pid 4242 ollama",
+        "host capacity: 64.00 GiB",
+        "not charted",
+        "drm:0000:c5:00.0",
+    ):
         assert sum(want in t for t in legend) == 1, want
     # 64 GiB of capacity over ~100 MiB of data: written, not drawn to a flat chart
     limit = next(g for g in svg.iter(f"{SVG}g") if "limit" in (g.get("class") or "").split())
@@ -118,12 +168,20 @@ def test_html_death_marker_and_axes(doc: dict) -> None:
     plot = next(r for r in svg.iter(f"{SVG}rect") if r.get("class") == "plot-area")
     right = float(plot.get("x")) + float(plot.get("width"))
     assert float(line.get("x1")) == pytest.approx(right)  # death is at the window's end
-    x_labels = ["".join(t.itertext()) for g in svg.iter(f"{SVG}g")
-                if g.get("class") == "x-axis" for t in g.iter(f"{SVG}text")]
+    x_labels = [
+        "".join(t.itertext())
+        for g in svg.iter(f"{SVG}g")
+        if g.get("class") == "x-axis"
+        for t in g.iter(f"{SVG}text")
+    ]
     assert sum(bool(re.fullmatch(r"\d\d:\d\d:\d\d", s)) for s in x_labels) >= 3
     assert any("UTC" in s for s in x_labels)
-    y_labels = ["".join(t.itertext()) for g in svg.iter(f"{SVG}g")
-                if g.get("class") == "y-axis" for t in g.iter(f"{SVG}text")]
+    y_labels = [
+        "".join(t.itertext())
+        for g in svg.iter(f"{SVG}g")
+        if g.get("class") == "y-axis"
+        for t in g.iter(f"{SVG}text")
+    ]
     assert any("GiB" in s for s in y_labels)
     assert sum(bool(re.fullmatch(r"\d+(\.\d+)?", s)) for s in y_labels) >= 3
 
@@ -179,8 +237,7 @@ def test_long_series_downsampled_keeps_peak_at_top(doc: dict) -> None:
     upper = got[: len(got) // 2]
     assert 100 < len(upper) <= 600
     # the spike survives thinning and is the top of the axis (less 4 % headroom)
-    assert min(y for _, y in upper) == pytest.approx(top + (bottom - top) * (1 - 1 / 1.04),
-                                                     abs=0.2)
+    assert min(y for _, y in upper) == pytest.approx(top + (bottom - top) * (1 - 1 / 1.04), abs=0.2)
     # everything is scaled to the same axis: nothing above the top or below the bottom
     for p in [*svg.iter(f"{SVG}polyline"), *svg.iter(f"{SVG}polygon")]:
         assert all(top - 1e-6 <= y <= bottom + 1e-6 for _, y in polyline_points(p))
@@ -292,12 +349,15 @@ def test_monitor_module_imports_no_ui() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, monitor.report.postmortem;"
-            "print(','.join(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in {'textual', 'rich', 'tui'})))")
+    code = (
+        "import sys, monitor.report.postmortem;"
+        "print(','.join(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in {'textual', 'rich', 'tui'})))"
+    )
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=root, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    )
     assert out.stdout.strip() == ""
 
 
@@ -313,12 +373,19 @@ def crowded(doc: dict) -> dict:
     procs = [doc["timeline"]["processes"][0], doc["timeline"]["processes"][2]]  # drm python3
     for k, peak in enumerate(PEAKS_GIB):
         start = 120 if k == 6 else 0  # job6 (4 GiB) starts two minutes in
-        procs.append({"pid": 9000 + k, "comm": f"job{k}", "device_id": "host",
-                      "points": [[T0 + i * 10_000 + k * 3, int(peak * GIB * (0.5 + i / 120))]
-                                 for i in range(start // 10, 61)]})
+        procs.append(
+            {
+                "pid": 9000 + k,
+                "comm": f"job{k}",
+                "device_id": "host",
+                "points": [
+                    [T0 + i * 10_000 + k * 3, int(peak * GIB * (0.5 + i / 120))]
+                    for i in range(start // 10, 61)
+                ],
+            }
+        )
     doc["timeline"]["processes"] = procs
-    doc["timeline"]["devices"][0]["points"] = series(lambda i: 20 * GIB + i * GIB // 60,
-                                                     10_000, 61)
+    doc["timeline"]["devices"][0]["points"] = series(lambda i: 20 * GIB + i * GIB // 60, 10_000, 61)
     doc["victim"]["kernel"]["memcg_limit_bytes"] = 48 * GIB
     return doc
 
@@ -372,8 +439,11 @@ def test_band_tops_are_stacked_and_monotonic(doc: dict) -> None:
 
 def test_chart_draws_the_victim_on_top_and_the_limit_line(doc: dict) -> None:
     svg = svg_of(render_html(crowded(doc)))
-    order = [el.get("data-series") or el.get("class") for el in svg.iter()
-             if el.tag in (f"{SVG}polygon", f"{SVG}polyline")]
+    order = [
+        el.get("data-series") or el.get("class")
+        for el in svg.iter()
+        if el.tag in (f"{SVG}polygon", f"{SVG}polyline")
+    ]
     assert order[-1] == "proc-0"  # the victim is drawn last, over the bands
     victim = next(p for p in svg.iter(f"{SVG}polyline") if p.get("data-series") == "proc-0")
     assert "victim" in victim.get("class") and victim.get("stroke") == "#d62728"
@@ -408,7 +478,7 @@ def test_chart_band_names_are_escaped(doc: dict) -> None:
     assert html.count("<svg") == 1 and html.count("</svg>") == 1
     svg = svg_of(html)
     names = ["".join(b.itertext()) for b in bands_of(svg)]
-    assert names[0] == "pid 9001 <script>alert(1)</script>&\"\\x1b[2J\\u202e"
+    assert names[0] == 'pid 9001 <script>alert(1)</script>&"\\x1b[2J\\u202e'
     legend = legend_texts(svg)
     assert names[0] in legend
     assert any("cgroup </text><script>y</script> limit" in t for t in legend)
@@ -417,8 +487,9 @@ def test_chart_band_names_are_escaped(doc: dict) -> None:
 def _chromium() -> str | None:
     import shutil
 
-    return next((p for p in map(shutil.which, ("chromium", "chromium-browser",
-                                                "google-chrome")) if p), None)
+    return next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+    )
 
 
 @pytest.mark.slow
@@ -434,10 +505,22 @@ def test_html_renders_in_headless_chromium(doc: dict, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     page.write_text(render_html(crowded(doc)), encoding="utf-8")
     png = tmp_path / "report.png"
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}",
-                    "--window-size=1100,1700", page.as_uri()],
-                   capture_output=True, timeout=180, check=True)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1100,1700",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     assert struct.unpack(">II", data[16:24]) == (1100, 1700)
