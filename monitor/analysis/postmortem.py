@@ -338,6 +338,23 @@ def _estimate(
 CGROUP_FIX_MARGIN = 1.10  # 10 % above the launch's need: page cache and allocator slack
 
 
+def _held_at_kill(kernel: dict, rss: int) -> str:
+    """The kernel record's anon/file/shmem split, naming only the parts it gave."""
+    parts = [
+        f"{_gib(kernel[key])} {label}"
+        for key, label in (
+            ("anon_rss_bytes", "anonymous"),
+            ("file_rss_bytes", "file-backed"),
+            ("shmem_rss_bytes", "shared"),
+        )
+        if kernel.get(key) is not None
+    ]
+    if not parts:
+        return "an amount the kernel record does not give"
+    split = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return split + " memory" + (f" ({_gib(rss)} in all)" if len(parts) > 1 else "")
+
+
 def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[str]) -> str:
     """The limit a memory cgroup needs for this launch: its host part by the estimate,
     growth included, plus a margin (never less than 1.2 x what it held at the kill), and
@@ -399,9 +416,7 @@ def _cause(
                 f"The kernel OOM killer ended {name} because its memory cgroup "
                 f"{kernel['memcg']} reached its limit"
                 + (f" of {_gib(limit)}" if limit else "")
-                + f"; at the kill it held {_gib(kernel['anon_rss_bytes'])} anonymous,"
-                f" {_gib(kernel['file_rss_bytes'])} file-backed and "
-                f"{_gib(kernel['shmem_rss_bytes'])} shared memory ({_gib(rss)})."
+                + f"; at the kill it held {_held_at_kill(kernel, rss)}."
             )
             fixes.append(
                 cgroup_fix(rss, est, kernel.get("memcg"), list((info or {}).get("argv") or []))

@@ -89,6 +89,32 @@ def _clean(x: Any) -> str:
     return terminal_safe(x)
 
 
+EVENT_DATA_ROWS = 40
+EVENT_DATA_VALUE_CHARS = 600
+
+
+def _event_data_rows(data: dict) -> list[tuple[str, str]]:
+    """An event's data as (key, text) rows: strings as themselves (their line breaks kept,
+    every other control character a visible escape), numbers and booleans as written,
+    anything nested as compact JSON; bounded in rows and characters."""
+    rows = []
+    for k, v in list(data.items())[:EVENT_DATA_ROWS]:
+        if isinstance(v, str):
+            text = "\n".join(_clean(line) for line in v[:EVENT_DATA_VALUE_CHARS].split("\n"))
+        elif v is None:
+            text = "unknown"
+        elif isinstance(v, bool | int | float):
+            text = str(v)
+        else:
+            text = _clean(json.dumps(v, default=str, ensure_ascii=False)[:EVENT_DATA_VALUE_CHARS])
+        if len(v if isinstance(v, str) else text) > EVENT_DATA_VALUE_CHARS:
+            text += " …"
+        rows.append((_clean(k), text))
+    if len(data) > EVENT_DATA_ROWS:
+        rows.append(("…", f"{len(data) - EVENT_DATA_ROWS} more"))
+    return rows
+
+
 def _str(x: Any, default: str = "?") -> str:
     if x is None or (isinstance(x, str) and not x.strip()):
         return default
@@ -1002,7 +1028,9 @@ vertical-align:top;border-bottom:1px solid #eee}td.n,th.n{text-align:right;
 font-variant-numeric:tabular-nums}
 code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:.5em;margin:.3em 0}
-.meta th{color:#555;font-weight:normal}.cause,.fix{max-width:75ch}
+.meta th,.data th{color:#555;font-weight:normal}
+.data td{white-space:pre-wrap;word-break:break-all;font-family:ui-monospace,Menlo,Consolas,
+monospace;font-size:.9em}.cause,.fix{max-width:75ch}
 .fix{border-left:4px solid #2ca02c;padding-left:.7em}
 .chart{max-width:100%;height:auto;border:1px solid #ddd}
 .muted{color:#666}
@@ -1064,11 +1092,13 @@ def render_html(doc: dict) -> str:
         + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
         + "</tbody></table>"
     )
-    data = _dict(event.get("data"))
-    if data:
-        js = _clean(json.dumps(data, indent=1, default=str, ensure_ascii=False))
-        js = js if len(js) <= 6000 else js[:6000] + "\n…"
-        out.append(f"<p class=muted>event data</p><pre>{escape(js)}</pre>")
+    rows = _event_data_rows(_dict(event.get("data")))
+    if rows:
+        out.append(
+            '<p class=muted>event data</p><table class="data"><tbody>'
+            + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+            + "</tbody></table>"
+        )
     out.append("</section>")
 
     out.append(

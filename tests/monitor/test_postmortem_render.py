@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import xml.etree.ElementTree as ET
+from html import escape as escape_html
 from pathlib import Path
 
 import pytest
@@ -525,3 +526,33 @@ def test_html_renders_in_headless_chromium(doc: dict, tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     assert struct.unpack(">II", data[16:24]) == (1100, 1700)
     assert len(data) > 20_000  # a page with a coloured chart, not a blank one
+
+
+def test_event_data_is_text_not_escaped_json(doc: dict) -> None:
+    """Issue 19: the event data showed as one JSON blob with literal \\x0a escapes."""
+    doc["event"]["data"] = {
+        "constraint": "CONSTRAINT_MEMCG",
+        "memcg_limit_kb": 10485760,
+        "line": "first line\nsecond line\x1b[2J",
+        "nested": {"a": [1, 2]},
+        "missing": None,
+    }
+    html = render_html(doc)
+    table = re.search(r'<table class="data">(.*?)</table>', html, re.S)
+    assert table is not None
+    rows = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", table.group(1), re.S))
+    assert rows["constraint"] == "CONSTRAINT_MEMCG"  # no JSON quotes
+    assert rows["memcg_limit_kb"] == "10485760"
+    assert rows["line"].startswith("first line\nsecond line")  # a real line break
+    assert "\\x0a" not in html and "\x1b" not in html
+    assert rows["nested"] == escape_html('{"a": [1, 2]}')
+    assert rows["missing"] == "unknown"
+
+
+def test_event_data_is_bounded(doc: dict) -> None:
+    doc["event"]["data"] = {f"k{i}": "x" * 5000 for i in range(100)}
+    html = render_html(doc)
+    table = re.search(r'<table class="data">(.*?)</table>', html, re.S)
+    assert table is not None
+    assert len(table.group(1)) < 40 * 700
+    assert "60 more" in table.group(1)

@@ -223,3 +223,24 @@ def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
     assert doc["estimate"]["by_device_with_growth"] == {"host": grown}
     assert "at least 2.8 GiB" in doc["fix"], doc["fix"]
     assert "vramscope predict --cgroup /system.slice/llama.service --" in doc["fix"]
+
+
+def test_the_cause_names_only_the_memory_parts_the_kernel_record_gave() -> None:
+    """The kernel record of an older kernel has no shmem (and a parsed one may lack file):
+    the cause said '? file-backed and ? shared memory'; it names only what is known."""
+    from monitor.analysis.postmortem import _cause
+
+    kernel = {
+        "constraint": "CONSTRAINT_MEMCG",
+        "memcg": "/system.slice/llama.service",
+        "memcg_limit_bytes": 10 * 1024**3,
+        "anon_rss_bytes": 9 * 1024**3,
+        "file_rss_bytes": None,
+        "shmem_rss_bytes": None,
+    }
+    cause, _fix = _cause({"comm": "llama-server"}, "killed", kernel, {}, [], [], [], None, [], 100)
+    assert "?" not in cause
+    assert "held 9.0 GiB anonymous memory." in cause
+    kernel |= {"file_rss_bytes": 512 * 1024**2, "shmem_rss_bytes": 0}
+    cause, _fix = _cause({"comm": "llama-server"}, "killed", kernel, {}, [], [], [], None, [], 100)
+    assert "9.0 GiB anonymous, 512 MiB file-backed and 0 MiB shared memory (9.5 GiB in all)" in cause
