@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
+from monitor.analysis.exits import classify_legacy
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
 from monitor.errors import VramscopeError
 
@@ -326,14 +327,10 @@ def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
     """What one live tick reports: device events and process exits."""
     out = [EventRow(e.ts_ms, e.kind, e.severity, e.device_id, e.message) for e in snap.events]
     for x in snap.exited:
+        _cause, severity, text = classify_legacy(x)
+        name = f"{x.comm} " if x.comm else ""
         out.append(
-            EventRow(
-                snap.ts_ms,
-                "exit",
-                "warning" if x.how else "info",
-                f"pid {x.pid}",
-                f"pid {x.pid} exited" + (f": {x.how}" if x.how else ""),
-            )
+            EventRow(snap.ts_ms, "exit", severity, f"pid {x.pid}", f"{name}pid {x.pid} {text}")
         )
     return out
 

@@ -123,7 +123,12 @@ def classify_legacy(gone: object) -> tuple[str, str, str]:
         )
     )
     if cause is None:
-        return verdict.cause, verdict.severity, how or verdict.text
+        if verdict.cause == "unknown":
+            return verdict.cause, verdict.severity, how or verdict.text
+        unreaped = (
+            "; not reaped by its parent (state Z)" if getattr(gone, "state", None) == "Z" else ""
+        )
+        return verdict.cause, verdict.severity, verdict.text + unreaped
     severity = (
         "critical"
         if cause in ALERT_CAUSES

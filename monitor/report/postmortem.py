@@ -1092,11 +1092,11 @@ def render_html(doc: dict) -> str:
         + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
         + "</tbody></table>"
     )
-    rows = _event_data_rows(_dict(event.get("data")))
-    if rows:
+    data_rows = _event_data_rows(_dict(event.get("data")))
+    if data_rows:
         out.append(
             '<p class=muted>event data</p><table class="data"><tbody>'
-            + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+            + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in data_rows)
             + "</tbody></table>"
         )
     out.append("</section>")

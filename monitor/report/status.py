@@ -12,7 +12,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
+from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
 from monitor.textsafe import terminal_safe
@@ -22,6 +23,13 @@ SCHEMA_ID = "vramscope.status/1"
 _MEMORY_FIELDS = [
     f.name for f in dataclasses.fields(ProcessMemory) if f.name not in ("pid", "device_id")
 ]
+
+
+def _exit_json(x: ExitedProcess) -> dict[str, Any]:
+    """The exit record with its classification (monitor/analysis/exits.py) filled in:
+    ``cause`` and ``how`` say what the exit status shows, not only what the collector saw."""
+    cause, _severity, how = classify_legacy(x)
+    return dataclasses.asdict(x) | {"cause": cause, "how": how}
 
 
 def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> str | None:
@@ -77,7 +85,7 @@ def to_json(
         "devices": [dataclasses.asdict(d) for d in snap.devices],
         "processes": processes,
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
-        "exited": [dataclasses.asdict(x) for x in snap.exited],
+        "exited": [_exit_json(x) for x in snap.exited],
         "collectors": [
             {
                 "collector": r.collector,
@@ -213,7 +221,11 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     if snap.exited:
         out.append("")
         out.append("Exited:")
-        out += [f"  pid {x.pid}: {terminal_safe(x.how or 'exited')}" for x in snap.exited]
+        out += [
+            f"  {terminal_safe(x.comm) + ' ' if x.comm else ''}pid {x.pid}: "
+            + terminal_safe(classify_legacy(x)[2])
+            for x in snap.exited
+        ]
     failed = [r for r in snap.runs if r.status == "error"]
     if failed:
         out.append("")

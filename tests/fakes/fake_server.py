@@ -40,6 +40,13 @@ if cfg["child"] is not None:
         if cfg["child"] == "sleep":
             while True:
                 time.sleep(60)
+        if cfg["child"] == "segv":  # dies by SIGSEGV as a crash does (no core: limit 0)
+            import resource
+            import signal
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGSEGV)
         os._exit(int(cfg["child"]))
     if cfg["child"] != "sleep":  # wait for the zombie, never reap it
         deadline = time.monotonic() + 30
@@ -72,7 +79,8 @@ def running(
     env: dict[str, str] | None = None,
 ) -> Iterator[FakeServer]:
     """A process with ``argv`` as its command line; ``child``: None, "sleep" (a helper
-    with the same argv) or an exit code (a zombie child with the same argv); ``env`` is added
+    with the same argv), an exit code or "segv" (a zombie child with the same argv that
+    exited so); ``env`` is added
     to this environment."""
     cfg = json.dumps({"argv": list(argv), "child": child})
     padding = "x" * (sum(len(a) + 1 for a in argv) + 16)

@@ -243,4 +243,5 @@ def test_the_cause_names_only_the_memory_parts_the_kernel_record_gave() -> None:
     assert "held 9.0 GiB anonymous memory." in cause
     kernel |= {"file_rss_bytes": 512 * 1024**2, "shmem_rss_bytes": 0}
     cause, _fix = _cause({"comm": "llama-server"}, "killed", kernel, {}, [], [], [], None, [], 100)
-    assert "9.0 GiB anonymous, 512 MiB file-backed and 0 MiB shared memory (9.5 GiB in all)" in cause
+    split = "9.0 GiB anonymous, 512 MiB file-backed and 0 MiB shared memory (9.5 GiB in all)"
+    assert split in cause

@@ -213,6 +213,32 @@ def test_a_zombie_server_is_exited_with_its_state_and_exit_code(models: Path) ->
     assert "exited with code 3" in line and "state Z" in line
 
 
+def test_a_crashed_zombie_is_called_a_crash_in_status_and_the_live_tui(models: Path) -> None:
+    """Issue 19: live views showed the collector's 'killed by signal 11' (and the TUI made
+    every zombie a warning, every other exit info); they now show the exit's class."""
+    from tui.source import events_from_snapshot
+
+    argv = ["llama-server", "-m", "x.gguf"]
+    with fake_server.running(argv, cwd=models, child="segv") as server:
+        status = vramscope("status", "--json")
+        text = vramscope("status")
+        sampler = Sampler(Roots(), enabled=["procfs"], timeout_s=None)
+        try:
+            snap = sampler.sample()
+        finally:
+            sampler.close()
+    doc = json.loads(status.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    (gone,) = [x for x in doc["exited"] if x["pid"] == server.child_pid]
+    assert (gone["exit_signal"], gone["cause"]) == (11, "crashed")
+    assert gone["how"].startswith("crashed (SIGSEGV)")
+    line = next(ln for ln in text.stdout.splitlines() if f"pid {server.child_pid}" in ln)
+    assert "crashed (SIGSEGV)" in line and "state Z" in line
+    rows = [r for r in events_from_snapshot(snap) if r.subject == f"pid {server.child_pid}"]
+    assert rows, "the first tick of a sampler reports the zombie as an exit"
+    assert rows[0].severity == "critical" and "crashed (SIGSEGV)" in rows[0].message
+
+
 def test_the_daemon_marks_a_server_that_became_a_zombie_exited(
     models: Path, tmp_path: Path, wait_for_ticks, stop_with_sigterm
 ) -> None:
