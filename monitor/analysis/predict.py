@@ -384,10 +384,13 @@ def bound_growth(
     estimator: Estimator,
     picture: Picture,
     freed: dict[str, int],
+    running: Sequence[ProcessUse] = (),
 ) -> list[Fix]:
     """The flags that bound what grows, each with the largest value whose full caches
     still fit (``fits``: the margin kept): ``--cache-ram N`` (MiB), ``-ctxcp N`` (per
-    slot), and both together when neither alone is enough. Priced by re-estimating."""
+    slot), and both together when neither alone is enough. Priced by re-estimating.
+    Then each running process whose memory, given back, leaves room for the full caches
+    ("stop X"), priced by what it holds (as measured)."""
 
     def grown_fits(changed: LaunchSpec) -> MemoryEstimate | None:
         try:
@@ -436,6 +439,13 @@ def bound_growth(
             f := fix(f"--cache-ram 0 -ctxcp {n}", replace(spec, cache_ram_mib=0, ctx_checkpoints=n))
         ):
             out.append(f)
+    for use in running:
+        gain = freed_by([use], picture)
+        if not gain:
+            continue
+        merged = {d: freed.get(d, 0) + gain.get(d, 0) for d in set(freed) | set(gain)}
+        if _worst(judge(base, picture, merged, include_growth=True)) == "fits":
+            out.append(Fix(f"stop {use.name} (pid {use.pid})", gain, "fits"))
     return out
 
 
@@ -544,7 +554,10 @@ def predict(
         )
     bounds: list[Fix] = []
     if grown and _worst(verdicts) != "oom" and _worst(grown) == "oom":
-        bounds = bound_growth(spec, base, estimator, picture, freed)
+        evicted_pids = {p.pid for p in evicted}
+        bounds = bound_growth(
+            spec, base, estimator, picture, freed, [p for p in running if p.pid not in evicted_pids]
+        )
     if not verdicts:
         notes.append("no device with a known free figure: nothing to judge")
     return Prediction(

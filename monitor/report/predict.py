@@ -99,7 +99,10 @@ def render_text(result: PredictResult) -> str:
                 f"{_gib(d.room_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}"
             )
         if p.growth_bounds:
-            lines.append("  bound the growth: " + "; or ".join(f.change for f in p.growth_bounds))
+            lines.append("  what would make it fit once full:")
+            for f in p.growth_bounds:
+                frees = ", ".join(f"{_gib(v)} GiB on {k}" for k, v in f.frees.items())
+                lines.append(f"    {f.change}: frees {frees} -> {f.verdict}")
     if p.evicted:
         lines.append(f"llama-swap would unload first: {', '.join(p.evicted)}")
     if p.fixes:

@@ -850,7 +850,7 @@ def test_a_load_that_fits_but_whose_prompt_cache_does_not_exits_3(tmp_path: Path
     code, _ = run_predict_json(*launch, "--cache-ram", str(n + 600))  # past the room
     assert code == 3
     text = vramscope("predict", *launch).stdout
-    assert "once the caches fill" in text and f"bound the growth: --cache-ram {n}" in text
+    assert "once the caches fill" in text and f"    --cache-ram {n}: frees " in text
     assert "verdict: FITS, OOM once the caches fill" in text
 
 
