@@ -338,6 +338,17 @@ def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
 HISTORY_POINTS = 240  # a sparkline's worth: wider than any terminal
 
 
+def _ending_at(points: list[tuple[int, int]], last: tuple[int, int]) -> list[tuple[int, int]]:
+    """Bucket peaks, then the newest sample itself (unless it is the last point already)."""
+    return points if points and points[-1][0] >= last[0] else [*points, last]
+
+
+def _add_point(out: Series, label: str, point: tuple[int, int], ending: bool) -> None:
+    points = out.setdefault(label, [])
+    if not ending or not points or point[0] > points[-1][0]:
+        points.append(point)
+
+
 def downsample(
     points: list[tuple[int, int]],
     buckets: int = HISTORY_POINTS,
@@ -412,7 +423,9 @@ class LiveSource:
                 out.setdefault(f"model:{row.model} (pid {row.pid})", []).append(
                     (f.ts_ms, row.measured_bytes)
                 )
-        return {k: downsample(v) for k, v in out.items()}
+        # each bucket keeps its peak; the newest frame's own value ends every series it
+        # is in, so the history screen's "now" is now, not the last bucket's peak
+        return {k: _ending_at(downsample(v, HISTORY_POINTS - 1), v[-1]) for k, v in out.items()}
 
     def events(self, since_ms: int) -> list[EventRow]:
         with self._lock:
@@ -569,24 +582,32 @@ class StoreSource:
         ``HISTORY_POINTS`` points each (monitor/store/reads.py: each bucket keeps its peak,
         in SQL, so 30 days of rollups never reach Python row by row). Raw samples up to
         2 h, per-minute rollups beyond."""
-        from monitor.store.reads import device_peaks, server_peaks
+        from monitor.store.reads import device_peaks, last_tick_ms, server_peaks
 
         minutes = until_ms - since_ms > 2 * 3600_000
         out: Series = {}
-        for dev, peaks in self._read(
-            device_peaks, device_id, since_ms, until_ms, HISTORY_POINTS, minutes
-        ).items():
-            out[f"device:{dev}"] = [(p.ts_ms, p.used_bytes) for p in peaks]
         names: dict[tuple[str, ...], str] = {}
-        for peak in self._read(
-            server_peaks, device_id, since_ms, until_ms, HISTORY_POINTS, minutes
-        ):
-            if peak.argv not in names:
-                model = next((a for a in peak.argv if a.endswith(".gguf")), None)
-                names[peak.argv] = Path(model).name if model else peak.comm
-            out.setdefault(f"model:{names[peak.argv]} (pid {peak.pid})", []).append(
-                (peak.ts_ms, peak.used_bytes)
-            )
+
+        def add(
+            since: int, until: int, buckets: int, by_minute: bool, ending: bool = False
+        ) -> None:
+            for dev, peaks in self._read(
+                device_peaks, device_id, since, until, buckets, by_minute
+            ).items():
+                for p in peaks:
+                    _add_point(out, f"device:{dev}", (p.ts_ms, p.used_bytes), ending)
+            for peak in self._read(server_peaks, device_id, since, until, buckets, by_minute):
+                if peak.argv not in names:
+                    model = next((a for a in peak.argv if a.endswith(".gguf")), None)
+                    names[peak.argv] = Path(model).name if model else peak.comm
+                label = f"model:{names[peak.argv]} (pid {peak.pid})"
+                _add_point(out, label, (peak.ts_ms, peak.used_bytes), ending)
+
+        add(since_ms, until_ms, HISTORY_POINTS - 1, minutes)
+        # the newest tick's own values end the series alive then: "now" is now
+        last = self._read(last_tick_ms, until_ms)
+        if last is not None and last >= since_ms:
+            add(last, last, 1, False, ending=True)
         return out
 
     def close(self) -> None:

@@ -272,28 +272,54 @@ class Peak:
     used_bytes: int
 
 
+def rolled_up_to_ms(db: Any) -> int:
+    """Where the per-minute rollups end (``meta.rolled_up_to_ms``; 0 before the first
+    prune): raw samples from there on are not in them yet (the daemon rolls up hourly)."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key='rolled_up_to_ms'").fetchone()
+    except sqlite3.OperationalError:
+        return 0
+    return int(row[0]) if row else 0
+
+
 def device_peaks(
     db: Any, device_id: str | None, since_ms: int, until_ms: int, buckets: int, minutes: bool
 ) -> dict[str, list[Peak]]:
     """Used memory per device, the window cut into ``buckets`` and each keeping its peak,
     in SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
-    rule); ``minutes``: from the per-minute rollups instead of the raw samples."""
+    rule); ``minutes``: from the per-minute rollups up to where they end, and the raw
+    samples after that (the last hour is not rolled up yet: without them a long window
+    missed its newest peak and showed a stale "now")."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
     where, args = "ts_ms BETWEEN ? AND ?", list[Any]([since_ms, until_ms])
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    table, col = (
-        ("device_minutes", "used_max_bytes") if minutes else ("device_samples", "used_bytes")
-    )
+    raw = f"SELECT device_id, used_bytes AS used, ts_ms FROM device_samples WHERE {where}"
+    source, source_args = raw, list(args)
+    if minutes:
+        cut = rolled_up_to_ms(db)
+        source = (
+            "SELECT device_id, used_max_bytes AS used, ts_ms FROM device_minutes"
+            f" WHERE {where} AND ts_ms < ? UNION ALL {raw} AND ts_ms >= ?"
+        )
+        source_args = [*args, cut, *args, cut]
     out: dict[str, list[Peak]] = {}
     for dev, used, ts in db.execute(
-        f"SELECT device_id, max({col}), ts_ms FROM {table} WHERE {where} AND {col} IS "
-        "NOT NULL GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
-        (*args, since_ms, width),
+        f"SELECT device_id, max(used), ts_ms FROM ({source}) WHERE used IS NOT NULL"
+        " GROUP BY device_id, (ts_ms - ?) / ? ORDER BY ts_ms",
+        (*source_args, since_ms, width),
     ).fetchall():
         out.setdefault(dev, []).append(Peak(int(ts), int(used)))
     return out
+
+
+def last_tick_ms(db: Any, until_ms: int) -> int | None:
+    """The newest tick with device samples at or before ``until_ms`` (a window's "now")."""
+    row = db.execute(
+        "SELECT max(ts_ms) FROM device_samples WHERE ts_ms <= ?", (until_ms,)
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,35 +333,52 @@ class ServerPeak:
     comm: str
 
 
+_RAW_PARTS = ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes")
+_MINUTE_PARTS = ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
+
+
+def _server_totals(table: str, parts: tuple[str, ...], where: str) -> str:
+    """Each server's measured total per timestamp of ``table`` (unknown ticks left out)."""
+    vram, gtt, anon, file = parts
+    return (
+        f"SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0)"
+        f"  + coalesce({anon}, 0) + coalesce({file}, 0)) AS used"
+        f" FROM {table} WHERE {where}"
+        "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
+        f" GROUP BY ts_ms, process_id"
+        f" HAVING max(device_id != 'host' AND {vram} IS NULL AND {gtt} IS NULL) = 0"
+    )
+
+
 def server_peaks(
     db: Any, device_id: str | None, since_ms: int, until_ms: int, buckets: int, minutes: bool
 ) -> list[ServerPeak]:
     """Each inference server's measured total (monitor/analysis/measured.py: VRAM+GTT +
     RssAnon + RssFile; per minute, the sum of each part's maximum), bucketed like
-    :func:`device_peaks`, oldest first. A tick where a GPU lists it without its memory is
-    unknown and left out, never counted as 0."""
+    :func:`device_peaks` (rollups, then the raw samples not rolled up yet), oldest first.
+    A tick where a GPU lists it without its memory is unknown and left out, never
+    counted as 0."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
     where, args = "ts_ms BETWEEN ? AND ?", list[Any]([since_ms, until_ms])
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    vram, gtt, anon, file = (
-        ("vram_max_bytes", "gtt_max_bytes", "rss_anon_max_bytes", "rss_file_max_bytes")
-        if minutes
-        else ("vram_bytes", "gtt_bytes", "rss_anon_bytes", "rss_file_bytes")
-    )
-    table = "process_minutes" if minutes else "process_samples"
+    source = _server_totals("process_samples", _RAW_PARTS, where)
+    source_args = list(args)
+    if minutes:
+        cut = rolled_up_to_ms(db)
+        source = (
+            _server_totals("process_minutes", _MINUTE_PARTS, where + " AND ts_ms < ?")
+            + " UNION ALL "
+            + _server_totals("process_samples", _RAW_PARTS, where + " AND ts_ms >= ?")
+        )
+        source_args = [*args, cut, *args, cut]
     rows = db.execute(
         "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
-        f" SELECT ts_ms AS ts, process_id, sum(coalesce({vram}, 0) + coalesce({gtt}, 0)"
-        f"  + coalesce({anon}, 0) + coalesce({file}, 0)) AS used,"
-        f"  max(device_id != 'host' AND {vram} IS NULL AND {gtt} IS NULL) AS unknown"
-        f" FROM {table} WHERE {where}"
-        "  AND process_id IN (SELECT id FROM processes WHERE engine IS NOT NULL)"
-        " GROUP BY ts_ms, process_id HAVING unknown = 0"
+        f"{source}"
         ") t JOIN processes p ON p.id = t.process_id"
         " GROUP BY t.process_id, (t.ts - ?) / ? ORDER BY t.ts",
-        (*args, since_ms, width),
+        (*source_args, since_ms, width),
     ).fetchall()
     return [
         ServerPeak(int(ts), int(peak), pid, _argv(argv), comm) for peak, ts, pid, argv, comm in rows

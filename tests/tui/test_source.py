@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fake_source import T0, discrete_three
+from pilot_helpers import settle, sync
 
 from monitor.store.database import Store
 from tui.app import VramscopeApp, open_source
@@ -150,6 +151,10 @@ def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> 
             "used_max_bytes) VALUES (?,?,?,?)",
             mins,
         )
+        # the rollups cover the 3 days (a prune ran at their end)
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(T0 + 3 * 86400_000),)
+        )
     con.close()
     source = StoreSource(path)
     short = source.history(None, T0 + 3600_000, T0 + 7200_000)["device:gpu"]  # raw, 1 h
@@ -202,3 +207,69 @@ def test_a_read_that_fails_is_one_source_error_line(db: Path) -> None:
             source.events(T0)
     finally:
         source.close()
+
+
+def test_a_long_window_includes_what_is_not_rolled_up_yet_and_ends_at_now(tmp_path: Path) -> None:
+    """Issue 20: the daemon rolls samples up per minute once an hour, so the 24 h / 7 d /
+    30 d views (read from the rollups) missed the last hour: "now 1.6G peak 1.6G" while the
+    device held 3.5G after a 7.8G peak. Rollups end where the last prune stopped; the raw
+    samples after that count, and the series ends at the newest tick's own value."""
+    path = _fifty_minutes(tmp_path / "v.db")
+    gib = 2**30
+    source = StoreSource(path)
+    now = T0 + 50 * 60_000
+    try:
+        day = source.history(None, now - 86400_000, now)["device:gpu"]
+    finally:
+        source.close()
+    values = [v for _, v in day]
+    assert max(values) == int(7.8 * gib)
+    assert day[-1] == (T0 + (50 * 60 - 1) * 1000, int(3.5 * gib))  # now is now
+    assert [t for t, _ in day] == sorted(t for t, _ in day)
+
+
+@sync
+async def test_the_history_screen_says_now_and_the_peak_of_a_long_window(tmp_path: Path) -> None:
+
+    app = VramscopeApp(StoreSource(_fifty_minutes(tmp_path / "v.db")), refresh_s=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        await pilot.press("3")  # 24 h: the per-minute rollups and what is not rolled up yet
+        await settle(pilot)
+        labels = [str(w.render()) for w in app.screen.query(".series-label")]
+    assert any("now 3.5G" in x and "peak 7.8G" in x for x in labels), labels
+
+
+def _fifty_minutes(path: Path) -> Path:
+    """50 minutes of 1 s ticks of one GPU: 1.6G, a 7.8G peak at minute 30, then 3.5G;
+    a prune rolled up the first 10 minutes."""
+    import sqlite3
+
+    Store.open(path).close()
+    gib = 2**30
+    con = sqlite3.connect(path)
+    rolled = T0 + 10 * 60_000
+    with con:
+        con.execute(
+            "INSERT INTO devices (id, collector, vendor, name, memory_kind, "
+            "first_seen_ms, last_seen_ms) VALUES ('gpu', 't', 'amd', 'g', 'dedicated',"
+            " 0, 0)"
+        )
+        # 50 minutes of 1 s ticks: 1.6G, a 7.8G peak at minute 30, then 3.5G
+        raw = []
+        for i in range(50 * 60):
+            used = 1.6 if i < 30 * 60 else (7.8 if i == 30 * 60 else 3.5)
+            raw.append((T0 + i * 1000, "gpu", int(used * gib)))
+        con.executemany(
+            "INSERT INTO device_samples (ts_ms, device_id, used_bytes) VALUES (?,?,?)", raw
+        )
+        con.executemany(
+            "INSERT INTO device_minutes (ts_ms, device_id, samples, used_max_bytes) "
+            "VALUES (?,?,?,?)",
+            [(T0 + m * 60_000, "gpu", 60, int(1.6 * gib)) for m in range(10)],
+        )
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(rolled),))
+    con.close()
+    return path

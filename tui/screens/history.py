@@ -114,14 +114,19 @@ class HistoryScreen(Screen):
             box.mount(Label("no samples in this window"))
             return
         widgets: list[Widget] = []
+        newest = max((points[-1][0] for points in series.values() if points), default=None)
         for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
             points = series[label]
             values = [v for _, v in points]
             peak = max(values) if values else 0
-            last = values[-1] if values else 0
+            # the source ends each series alive at the newest tick with that tick's value
+            if points and points[-1][0] == newest:
+                latest = f"now {size(values[-1])}"
+            else:
+                latest = "ended, last " + (size(values[-1]) if values else "unknown")
             widgets.append(
                 Label(
-                    plain(f"{label.split(':', 1)[1]}  now {size(last)}  peak {size(peak)}"),
+                    plain(f"{label.split(':', 1)[1]}  {latest}  peak {size(peak)}"),
                     classes="series-label",
                 )
             )
