@@ -36,7 +36,10 @@ class VramscopeApp(App[None]):
 
     CSS_PATH = Path(__file__).with_name("vramscope.tcss")  # absolute: subclasses elsewhere
     TITLE = "vramscope"
-    BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True)]
+    BINDINGS = [
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark", "help", "Help", key_display="?"),
+    ]
 
     def __init__(
         self,
@@ -73,6 +76,13 @@ class VramscopeApp(App[None]):
                         markup=False,
                     )
         return self._swap_models
+
+    def action_help(self) -> None:
+        """Every key, column, flag, bar symbol and colour (tui/screens/help.py)."""
+        from tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
 
     def on_mount(self) -> None:
         self.sub_title = source_label(self.source)

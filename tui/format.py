@@ -57,3 +57,20 @@ class CellText(Text):
 def cell(text: object) -> CellText:
     """Hostile text as a one-line DataTable cell (control characters escaped)."""
     return CellText(terminal_safe(text), no_wrap=True, end="")
+
+
+VENDOR_PREFIXES = ("NVIDIA GeForce ", "NVIDIA ", "AMD Radeon ", "AMD ", "Radeon ", "Intel(R) ")
+
+
+def short_device_name(device_id: str, name: str | None, gpu_index: int | None) -> str:
+    """``GPU0 RTX 4090`` for a GPU (the index in the order shown, the name without the
+    vendor's prefixes), ``host RAM`` for the host; the long id only on demand."""
+    if device_id == "host":
+        return "host RAM"
+    model = name or ""
+    for prefix in VENDOR_PREFIXES:
+        if model.startswith(prefix):
+            model = model[len(prefix) :]
+            break
+    label = f"GPU{gpu_index}" if gpu_index is not None else "GPU"
+    return f"{label} {safe(model)}".rstrip()

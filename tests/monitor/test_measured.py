@@ -103,13 +103,10 @@ def test_unknown_gpu_memory_prints_dash_in_status_text_and_tui(
     assert doc["measured"]["host_anon_bytes"] and doc["measured"]["unknown_device_ids"] == [gpu]
     frame = FrameBuilder().build(snap)
     (row,) = [r for r in frame.models if r.pid == server.pid]
-    cells = dict(
-        zip(
-            ("engine", "model", "ctx", "cache", "measured", "estimate", "delta"),
-            ModelsTable.cells(row),
-            strict=False,
-        )
-    )
+    from tui.widgets.models_table import COLUMNS
+
+    cells = dict(zip(COLUMNS, ModelsTable.cells(row), strict=True))
+    cells["delta"] = cells["Δ"]
     assert (cells["measured"], cells["delta"]) == ("-", "-"), cells
     assert cells["estimate"] not in ("-", "?")  # the estimate itself is known
     (panel,) = [d for d in panels_from_frame(frame) if d.picture.device_id == gpu]

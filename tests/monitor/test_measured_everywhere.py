@@ -190,7 +190,9 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     assert frame.ts_ms == tick
     (row,) = [r for r in frame.models if r.pid == pid]
     assert row.measured_bytes == total
-    assert ModelsTable.cells(row)[4] == size(total)
+    from tui.widgets.models_table import COLUMNS
+
+    assert ModelsTable.cells(row)[COLUMNS.index("measured")] == size(total)
     (host,) = [d for d in panels_from_frame(frame) if d.picture.device_id == "host"]
     (seg,) = [
         s for s, use in zip(host.models, host.picture.processes, strict=False) if use.pid == pid

@@ -215,3 +215,94 @@ async def test_quit_closes_the_source(models) -> None:
         await pilot.press("q")
         await pilot.pause()
     assert source.closed
+
+
+@sync
+async def test_arrows_move_in_the_models_table_from_the_start(models) -> None:
+    """Issue 20: the arrows scrolled the devices pane until Tab was pressed."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.focused, ModelsTable)
+        await pilot.press("down")  # no Tab first
+        await pilot.pause()
+        row = app.screen.query_one(Breakdown).row
+        assert row is not None and row.pid != 4103  # moved off the first (largest) row
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+@sync
+async def test_question_mark_shows_every_key_and_symbol_and_escape_returns(
+    models, size: tuple[int, int]
+) -> None:
+    from tui.screens.help import HelpScreen
+
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-text").render())
+        # every key of the main screen, each glyph the device bar draws, each column
+        for b in MainScreen.BINDINGS:
+            key = b.key_display or b.key
+            assert f"\n  {key} " in text or f"\n  {key}\n" in text, key
+        for glyph in "█▼▓▒▞░╳":
+            assert f"\n  {glyph} " in text, glyph
+        for column in ("ctx×slots", "measured", "estimate", "Δ", "KV", "flags"):
+            assert f"\n  {column} " in text, column
+        assert "⚑ draft KV in f16" in text and "‼" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+
+
+@sync
+async def test_the_breakdown_lists_load_components_first_and_growth_as_ceilings(models) -> None:
+    """Issue 20: the prompt cache ceiling ("8.0G↑") came above the weights and KV."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = str(app.screen.query_one(Breakdown).render())
+        row = app.screen.query_one(Breakdown).row
+    from tui.format import size
+
+    lines = text.splitlines()
+    names = [ln.split()[0] for ln in lines[1:] if ln.startswith("  ") and ln.split()]
+    assert "cache_ram" in names and "weights" in names and "at" in names
+    assert names.index("weights") < names.index("at") < names.index("cache_ram")
+    assert any("ceilings, not held now" in ln for ln in lines)
+    # the "at load" total is the load-time sum: the growth ceiling is not in it
+    assert row is not None and row.estimate is not None
+    total = next(ln for ln in lines if ln.startswith("  at load"))
+    assert total.split()[2] == size(row.estimate.total_bytes())
+    assert row.estimate.total_bytes() < row.estimate.total_bytes(include_growth=True)
+
+
+@sync
+async def test_devices_are_named_gpu0_with_their_id_on_demand(models) -> None:
+    """Issue 20: devices were named by their long id ('nvml:GPU-3f2c...')."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        heads = [str(p.render()).splitlines()[0] for p in app.screen.query(DevicePanel)]
+        assert heads[0].startswith("GPU0 RTX 4090 ") and "nvml:" not in heads[0], heads
+        assert heads[1].startswith("host RAM "), heads
+        await pilot.press("i")
+        await pilot.pause()
+        heads = [str(p.render()).splitlines()[0] for p in app.screen.query(DevicePanel)]
+        assert heads[0].startswith("GPU0 RTX 4090 (nvml:GPU-0)"), heads
+
+
+def test_short_device_names() -> None:
+    from tui.format import short_device_name
+
+    assert short_device_name("nvml:GPU-3f2c", "NVIDIA GeForce RTX 4060", 0) == "GPU0 RTX 4060"
+    assert short_device_name("drm:0000:03:00.0", "AMD Radeon RX 7900 XTX", 1) == (
+        "GPU1 RX 7900 XTX"
+    )
+    assert short_device_name("drm:0000:c5:00.0", "Strix Halo", 0) == "GPU0 Strix Halo"
+    assert short_device_name("nvml:x", None, 2) == "GPU2"
+    assert short_device_name("host", "Host RAM", None) == "host RAM"
+    assert "\x1b" not in short_device_name("nvml:x", "evil\x1b[2J", 0)

@@ -58,6 +58,8 @@ class MainScreen(Screen):
     if TYPE_CHECKING:  # Textual's typed ``app`` (textual.getters.app), for the checker only
         app = getters.app(VramscopeApp)
 
+    AUTO_FOCUS = "#models"  # arrows move in the models table from the start
+
     BINDINGS = [
         Binding("r", "refresh", "Refresh"),
         Binding("h", "history", "History"),
@@ -69,6 +71,7 @@ class MainScreen(Screen):
         Binding("right_curly_bracket", "step(60)", "60 ▶", key_display="}", show=False),
         Binding("l", "live", "Live"),
         Binding("z", "zoom", "Zoom"),
+        Binding("i", "ids", "Ids", show=False),
         Binding("q", "app.quit", "Quit"),
     ]
 
@@ -82,6 +85,7 @@ class MainScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__()
+        self.show_ids = False
         self._busy = False
         self._frozen = False
         self._ticks: list[int] = []
@@ -224,7 +228,7 @@ class MainScreen(Screen):
     def _show_devices(self, frame: Frame) -> None:
         box = self.query_one("#devices", VerticalScroll)
         panels = list(box.query(DevicePanel))
-        datas = panels_from_frame(frame)
+        datas = panels_from_frame(frame, show_ids=self.show_ids)
         for placeholder in box.query("#placeholder"):
             placeholder.remove()
         if len(panels) != len(datas):
@@ -273,6 +277,12 @@ class MainScreen(Screen):
         focused = self.focused
         target = focused if isinstance(focused, EventsPane) else self.query_one("#breakdown-box")
         self.maximized = target  # containers refuse maximize(); the screen takes any
+
+    def action_ids(self) -> None:
+        """Show or hide each device's long id (nvml:GPU-3f2c…) beside its short name."""
+        self.show_ids = not self.show_ids
+        if self.frame is not None:
+            self._show_devices(self.frame)
 
     def action_refresh(self) -> None:
         if self.replay_ts is None:

@@ -63,21 +63,32 @@ class Breakdown(Static):
             )
         est = row.estimate
         if est is not None:
-            for c in sorted(est.components, key=lambda c: (c.device, -c.bytes)):
-                grows = "↑" if c.when == "grows" else " "
-                device = safe(c.device)
+
+            def component(name: str, device: str, nbytes: int, formula: str) -> Content:
                 device = device if len(device) <= 12 else device[:11] + "…"
-                head = f"  {safe(c.name):<13} {device:<12} {size(c.bytes):>7}{grows} "
-                formula = safe(c.formula)
+                head = f"  {name:<13} {device:<12} {size(nbytes):>7}  "
                 if width and len(head) + len(formula) > width:
                     formula = formula[: max(0, width - len(head) - 1)] + "…"
-                lines.append(Content(head) + Content.styled(formula, "$text-muted"))
+                return Content(head) + Content.styled(formula, "$text-muted")
+
+            # what llama.cpp allocates at load, then the caches that fill with use: the
+            # growth figures are ceilings, not memory held now, so they come after the total
+            load = [c for c in est.components if c.when != "grows"]
+            grows = [c for c in est.components if c.when == "grows"]
+            for c in sorted(load, key=lambda c: (c.device, -c.bytes)):
+                lines.append(component(safe(c.name), safe(c.device), c.bytes, safe(c.formula)))
             lines.append(
                 Content(
-                    f"  {'total':<13} {'':<12} {size(est.total_bytes()):>7}  "
-                    f"measured {size(row.measured_bytes)}  (↑ grows with use)"
+                    f"  {'at load':<13} {'':<12} {size(est.total_bytes()):>7}  "
+                    f"measured {size(row.measured_bytes)}"
                 )
             )
+            if grows:
+                lines.append(plain("  grows with use, up to (ceilings, not held now):", "bold"))
+                for c in sorted(grows, key=lambda c: (c.device, -c.bytes)):
+                    lines.append(
+                        component(safe(c.name), safe(c.device), c.bytes, "↑ " + safe(c.formula))
+                    )
         diag = row.diagnosis
         if diag is not None:
             excess = diag.excess_bytes  # None: measured is unknown, so is the excess

@@ -20,7 +20,7 @@ from textual.widget import Widget
 
 from collectors.base import DeviceSample
 from monitor.analysis.picture import DevicePicture
-from tui.format import safe, size
+from tui.format import safe, short_device_name, size
 
 if TYPE_CHECKING:
     from tui.source import Frame
@@ -63,6 +63,8 @@ class PanelData:
     projected_bytes: int | None = None
     projected_label: str = "projected"
     verdict: str | None = None
+    label: str = ""  # "GPU0 RTX 4090" (tui/format.py short_device_name); "": the id
+    show_id: bool = False  # the long device id beside the label (key i)
 
 
 class DevicePanel(Widget):
@@ -137,7 +139,9 @@ class DevicePanel(Widget):
         pic = data.picture
         used = pic.used_bytes
         cap = pic.capacity_bytes or ((used or 0) + (pic.available_bytes or 0)) or 1
-        title = f"{safe(pic.device_id)}  {safe(pic.name or '')}".rstrip()
+        title = data.label or f"{safe(pic.device_id)}  {safe(pic.name or '')}".rstrip()
+        if data.label and data.show_id:
+            title += f" ({safe(pic.device_id)})"
         kind = pic.memory_kind
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
@@ -261,8 +265,10 @@ def panels_from_frame(
     projected: dict[str, int] | None = None,
     verdicts: dict[str, str] | None = None,
     projected_label: str = "projected",
+    show_ids: bool = False,
 ) -> list[PanelData]:
-    """One PanelData per device of a Frame (host RAM last), models labelled by file name."""
+    """One PanelData per device of a Frame (host RAM last), models labelled by file name,
+    devices by a short name (GPU0 RTX 4090) and, with ``show_ids``, their long id."""
     rows = {r.pid: r for r in frame.models}
     samples = {d.device_id: d for d in frame.snapshot.devices}
     host = samples.get("host")
@@ -270,6 +276,7 @@ def panels_from_frame(
     pics = sorted(
         frame.picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id)
     )
+    gpu_ids = [p.device_id for p in pics if p.device_id != "host"]
     for pic in pics:
         segs = []
         part = part_of(pic.memory_kind)
@@ -313,6 +320,12 @@ def panels_from_frame(
                 (projected or {}).get(pic.device_id),
                 projected_label,
                 (verdicts or {}).get(pic.device_id),
+                short_device_name(
+                    pic.device_id,
+                    pic.name,
+                    gpu_ids.index(pic.device_id) if pic.device_id in gpu_ids else None,
+                ),
+                show_ids,
             )
         )
     return out

@@ -14,7 +14,8 @@ from textual.widgets import DataTable
 from tui.format import cell, signed, size
 from tui.source import ModelRow
 
-COLUMNS = ("engine", "model", "ctx×slots", "cache", "measured", "estimate", "Δ", "KV", "flags")
+# what an operator acts on first (an 80-column terminal shows these), then the launch
+COLUMNS = ("model", "measured", "estimate", "Δ", "flags", "ctx×slots", "cache", "KV", "engine")
 
 
 class ModelsTable(DataTable):
@@ -52,15 +53,15 @@ class ModelsTable(DataTable):
         flags = "; ".join(row.flags)
         delta = row.delta_bytes
         return (
-            cell(row.engine),
             cell(row.model),
-            cell(row.ctx_slots),
-            cell(row.cache_types),
             size(row.measured_bytes),
             size(row.estimate_bytes),
             signed(delta),
-            size(row.kv_bytes),
             cell(flags or "-"),
+            cell(row.ctx_slots),
+            cell(row.cache_types),
+            size(row.kv_bytes),
+            cell(row.engine),
         )
 
     def show(self, rows: tuple[ModelRow, ...]) -> None:
