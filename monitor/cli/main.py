@@ -436,6 +436,10 @@ def predict(
     cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
     -c, the load is judged at the context llama.cpp's fit will choose.
 
+    With -md (or --bw/--flops/--accept) it also gives the expected tokens/s, a roofline
+    per device (bytes / bandwidth vs FLOPs / peak), and says whether the draft wins
+    against the model alone at the most layers that fit without it.
+
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
       vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
