@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from monitor.analysis.picture import Picture, ProcessUse, picture_from_snapshot
 from monitor.analysis.throughput import DevicePeak, Speculation, Work
 from monitor.engines.spec import LaunchSpec
+from monitor.errors import VramscopeError
 from monitor.estimate import MemoryEstimate, estimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
@@ -892,6 +893,10 @@ def _throughput(
     peaks = _peaks(req, devices, names)
     sources = tuple(p.source for p in peaks.values())
     try:
+        if not any(c.name == "weights" for c in result.estimate.components):
+            return Throughput(
+                None, unknown="the estimate places no weights (per device)", sources=sources
+            )
         target = _model_facts(spec.model_path, read_header)
         mine = _work(result.estimate, "weights", target)
         plain = tp.plain_tokens_per_s(mine, peaks)
@@ -910,7 +915,7 @@ def _throughput(
         spec_ = tp.speculate(mine, draft, _work(est, "weights", target), peaks, accept, max(1, n))
     except tp.Unknown as exc:
         return Throughput(None, unknown=str(exc), sources=sources)
-    except (EstimateError, OSError, ValueError) as exc:
+    except (VramscopeError, OSError, ValueError) as exc:  # a header the estimator did not read
         return Throughput(None, unknown=f"the model files cannot be read: {exc}", sources=sources)
     notes = (
         ()

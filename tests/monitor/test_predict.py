@@ -198,6 +198,32 @@ def test_laptop_throughput_baseline_beats_every_draft_split(laptop: dict[str, st
     assert speeds == sorted(speeds) and speeds[0] < speeds[-1]  # more GPU layers, faster
 
 
+def test_laptop_throughput_unknown_names_the_missing_figure_not_a_guess(
+    laptop: dict[str, str],
+) -> None:
+    """Layers in host RAM and no --bw host: the GPU's figures come from the table by its
+    name, the host's bandwidth cannot be known, so the answer is "unknown" with the flag."""
+    state = ["--state", laptop["state"], "--margin-gib", "0.25"]
+    launch = ["--", "llama-server", "-m", laptop["27b"], "-c", "2048", "-ngl", "20"]
+    _, doc = predict_json(*state, "--accept", "0.8", *launch)
+    t = doc["throughput"]
+    assert t["tokens_per_s"] is None and t["draft"] is None
+    assert t["unknown"] == "no bandwidth known for host (give --bw host=GB/s)"
+    assert any("table: RTX 4060 Laptop 256 GB/s" in s for s in t["sources"])
+    text = vramscope("predict", *state, "--accept", "0.8", *launch).stdout
+    assert "throughput (roofline): unknown, no bandwidth known for host" in text
+    _, doc = predict_json(*state, "--bw", "host=76.8", *launch)
+    assert doc["throughput"]["tokens_per_s"] > 0 and doc["throughput"]["unknown"] is None
+
+
+def test_vllm_throughput_is_unknown_because_it_places_no_weights(laptop: dict[str, str]) -> None:
+    """vLLM's estimate is a budget per GPU, no weights per device: nothing to roofline."""
+    _, doc = predict_json(
+        "--state", laptop["state"], "--bw", "gpu=272", "--", "vllm", "serve", "Qwen/Qwen3-8B"
+    )
+    assert doc["throughput"]["unknown"] == "the estimate places no weights (per device)"
+
+
 # -- story 1: unified memory, an embedding server over budget, a MoE + draft to load -------
 
 
