@@ -892,6 +892,8 @@ def _throughput(
 
     peaks = _peaks(req, devices, names)
     sources = tuple(p.source for p in peaks.values())
+    stray = sorted((set(req.bandwidth_gbs) | set(req.flops_tflops)) - set(peaks) - {"gpu"})
+    strays = tuple(f"--bw/--flops {k}: no such device here ({', '.join(peaks)})" for k in stray)
     try:
         if not any(c.name == "weights" for c in result.estimate.components):
             return Throughput(
@@ -901,7 +903,7 @@ def _throughput(
         mine = _work(result.estimate, "weights", target)
         plain = tp.plain_tokens_per_s(mine, peaks)
         if not spec.draft_model:
-            return Throughput(round(plain, 2), sources=sources)
+            return Throughput(round(plain, 2), sources=sources, notes=strays)
         found = _best_baseline(spec, estimator, picture, target[3])
         if found is not None:
             ngl, est = found
@@ -914,7 +916,7 @@ def _throughput(
         accept = req.accept if req.accept is not None else tp.DEFAULT_ACCEPT
         spec_ = tp.speculate(mine, draft, _work(est, "weights", target), peaks, accept, max(1, n))
     except tp.Unknown as exc:
-        return Throughput(None, unknown=str(exc), sources=sources)
+        return Throughput(None, unknown=str(exc), sources=sources, notes=strays)
     except (VramscopeError, OSError, ValueError) as exc:  # a header the estimator did not read
         return Throughput(None, unknown=f"the model files cannot be read: {exc}", sources=sources)
     notes = (
@@ -925,7 +927,7 @@ def _throughput(
             "draft-simple); these figures assume drafting is on",
         )
     )
-    return Throughput(round(plain, 2), spec_, change, sources=sources, notes=notes)
+    return Throughput(round(plain, 2), spec_, change, sources=sources, notes=strays + notes)
 
 
 def _best_baseline(

@@ -41,25 +41,25 @@ def _throughput(t: Throughput) -> dict[str, Any]:
 
 
 def _throughput_lines(t: Throughput) -> list[str]:
-    if t.unknown is not None:
-        return [f"throughput (roofline): unknown, {t.unknown}"]
     s = t.speculation
-    if s is None:
-        return [f"throughput (roofline): {t.tokens_per_s} tokens/s"]
-    even = (
-        "it cannot win even with every drafted token accepted"
-        if s.break_even_accept is None
-        else f"break-even acceptance {s.break_even_accept:.2f}"
-    )
-    return [
-        f"throughput (roofline): without the draft {s.plain_tokens_per_s} tokens/s "
-        f"({t.baseline}); with the draft at acceptance {s.accept:.2f} per token "
-        f"(--accept, default {DEFAULT_ACCEPT:.2f}), "
-        f"{s.n_draft} drafted per pass: {s.draft_tokens_per_s} tokens/s",
-        f"  {s.verdict}; {even}; the verification pass is {s.target_bound}-bound",
-        *(f"  {note}" for note in t.notes),
-        "  figures: " + "; ".join(t.sources),
-    ]
+    if t.unknown is not None:
+        lines = [f"throughput (roofline): unknown, {t.unknown}"]
+    elif s is None:
+        lines = [f"throughput (roofline): {t.tokens_per_s} tokens/s"]
+    else:
+        even = (
+            "it cannot win even with every drafted token accepted"
+            if s.break_even_accept is None
+            else f"break-even acceptance {s.break_even_accept:.2f}"
+        )
+        lines = [
+            f"throughput (roofline): without the draft {s.plain_tokens_per_s} tokens/s "
+            f"({t.baseline}); with the draft at acceptance {s.accept:.2f} per token "
+            f"(--accept, default {DEFAULT_ACCEPT:.2f}), "
+            f"{s.n_draft} drafted per pass: {s.draft_tokens_per_s} tokens/s",
+            f"  {s.verdict}; {even}; the verification pass is {s.target_bound}-bound",
+        ]
+    return [*lines, *(f"  {note}" for note in t.notes), "  figures: " + "; ".join(t.sources)]
 
 
 def to_dict(result: PredictResult) -> dict[str, Any]:

@@ -212,6 +212,11 @@ def test_laptop_throughput_unknown_names_the_missing_figure_not_a_guess(
     assert any("table: RTX 4060 Laptop 256 GB/s" in s for s in t["sources"])
     text = vramscope("predict", *state, "--accept", "0.8", *launch).stdout
     assert "throughput (roofline): unknown, no bandwidth known for host" in text
+    _, doc = predict_json(*state, "--bw", "hots=76.8", *launch)  # a typo is named, not used
+    assert doc["throughput"]["unknown"] == "no bandwidth known for host (give --bw host=GB/s)"
+    assert doc["throughput"]["notes"] == [
+        "--bw/--flops hots: no such device here (nvml:GPU-laptop, host)"
+    ]
     _, doc = predict_json(*state, "--bw", "host=76.8", *launch)
     assert doc["throughput"]["tokens_per_s"] > 0 and doc["throughput"]["unknown"] is None
 
