@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# Per GPU: (memory bandwidth GB/s from the spec sheet, dense FP16 tensor TFLOPS with FP16
-# accumulate from the spec sheet / the architecture whitepaper). Longest name matched first.
+# Per GPU: (memory bandwidth in GB/s and dense FP16 tensor TFLOPS with FP16 accumulate, no
+# sparsity), from the vendors' spec sheets and architecture whitepapers; the GeForce Ada
+# figures are their "AI TOPS" (FP8/INT4 with sparsity) scaled down to dense FP16, so they
+# are approximate. Matched by name, the longest key first ("RTX 4060 Ti" before "RTX 4060").
 GPU_TABLE: dict[str, tuple[float, float]] = {
     "RTX 3060": (360.0, 51.0),
     "RTX 3090": (936.0, 142.0),
@@ -31,7 +33,10 @@ GPU_TABLE: dict[str, tuple[float, float]] = {
     "RTX 4060": (272.0, 30.0),
     "RTX 4070": (504.0, 58.0),
     "RTX 4090": (1008.0, 165.0),
+    "A100-PCIE-40GB": (1555.0, 312.0),
+    "A100-SXM4-40GB": (1555.0, 312.0),
     "A100": (2039.0, 312.0),
+    "H100 PCIe": (2000.0, 756.0),
     "H100": (3350.0, 989.0),
     "H200": (4800.0, 989.0),
 }
@@ -41,12 +46,13 @@ magnitude (prompt processing in llama-bench runs at a third to a half of it). De
 small verification batches are bandwidth-bound on a GPU, so the figure rarely decides."""
 
 HOST_GFLOPS_PER_CORE = 50.0
-"""Host peak = physical cores x this. An assumption: AVX2 at ~3 GHz peaks near 96 fp32
-GFLOP/s per core; llama.cpp's quantized CPU dot products (q4_K x q8_K) reach about half of
-that in small batches. ``--flops host=TFLOPS`` replaces it."""
+"""Host peak = physical cores x this. An assumption, not a measurement: AVX2 FMA at ~3 GHz
+peaks near 96 fp32 GFLOP/s per core and llama.cpp's quantized CPU matmuls reach a fraction
+of it; 50 is the order of magnitude. The cores are this machine's (for ``--state`` of
+another box, give ``--flops host=TFLOPS``)."""
 
-DEFAULT_ACCEPT = 0.7  # per drafted token; a typical same-family draft on chat text
-DEFAULT_N_DRAFT = 3  # llama.cpp --spec-draft-n-max default (common/common.h)
+DEFAULT_ACCEPT = 0.7  # per drafted token: an assumed typical same-family draft, --accept
+DEFAULT_N_DRAFT = 3  # llama.cpp's --spec-draft-n-max default (estimation.md 1f)
 
 
 @dataclass(frozen=True, slots=True)

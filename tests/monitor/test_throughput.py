@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from monitor.analysis.throughput import (
@@ -119,3 +121,34 @@ def test_gpu_table_matches_the_most_specific_name() -> None:
     assert plain.bandwidth_bytes_per_s == 272e9
     assert ti.bandwidth_bytes_per_s == 288e9 and laptop.bandwidth_bytes_per_s == 256e9
     assert gpu_peak("Tesla K80") is None and gpu_peak(None) is None
+
+
+def test_a_moe_reads_only_its_active_experts_per_token(tmp_path: Path) -> None:
+    """Qwen3-30B-A3B (128 experts, 8 used) on one GPU: a token reads the non-expert weights
+    and 8/128 of the experts, so the roofline is several times that of reading them all."""
+    from arch_models import qwen3moe_30b_a3b
+
+    from collectors.base import DeviceSample, Snapshot
+    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.estimate.model import devices_from_samples
+
+    path = str(qwen3moe_30b_a3b().write(tmp_path))
+    gib = 1024**3
+    gpu = DeviceSample(
+        "nvml:GPU-big", "nvml", "nvidia", "some GPU", "dedicated", 80 * gib, 0, free_bytes=80 * gib
+    )
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * gib, 0, available_bytes=60 * gib
+    )
+    snap = Snapshot(1_800_000_000_000, (gpu, host), (), (), (), (), ())
+    req = PredictRequest(
+        ["llama-server", "-m", path, "-c", "4096", "-ngl", "99"],
+        bandwidth_gbs={"gpu": 1000.0, "host": 50.0},
+        flops_tflops={"gpu": 100.0},
+    )
+    result = answer(req, snap, devices_from_samples(snap.devices, 300 * 1024**2))
+    t = result.throughput
+    assert t is not None and t.tokens_per_s is not None
+    gpu_weights = result.prediction.estimate.total_bytes("weights", "nvml:GPU-big")
+    all_read = 1000e9 / gpu_weights  # tokens/s if every expert were read per token
+    assert t.tokens_per_s > 5 * all_read
