@@ -326,6 +326,22 @@ def estimate(
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
 
+def _device_figures(
+    flag: str, items: tuple[str, ...], unit: str, example: str, what: str
+) -> dict[str, float]:
+    """``DEVICE=NUMBER`` pairs (--bw, --flops) -> {device: number}; one line on bad input."""
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise UserError(f"{flag} {item}: expected DEVICE={unit}, e.g. {example}") from None
+        if not (math.isfinite(out[key]) and out[key] > 0):
+            raise UserError(f"{flag} {item}: the {what} must be a positive number of {unit}")
+    return out
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.predict/1).")
@@ -363,8 +379,23 @@ def estimate(
     "bandwidths",
     multiple=True,
     metavar="DEVICE=GB/s",
-    help="Memory bandwidth for the tokens/s ceiling, e.g. --bw gpu=272 --bw "
-    "host=76.8 (gpu = every GPU).",
+    help="Memory bandwidth for the tokens/s roofline, e.g. --bw gpu=272 --bw "
+    "host=76.8 (gpu = every GPU; default: a table of GPUs by name, none for host).",
+)
+@click.option(
+    "--flops",
+    "flops",
+    multiple=True,
+    metavar="DEVICE=TFLOPS",
+    help="Peak compute for the roofline, e.g. --flops host=0.4 (default: a table of "
+    "GPUs by name; host: physical cores x 50 GFLOP/s).",
+)
+@click.option(
+    "--accept",
+    type=Finite(0, 1),
+    default=None,
+    metavar="RATE",
+    help="Acceptance rate per drafted token for the draft's verdict (default 0.7).",
 )
 @click.option(
     "--cgroup",
@@ -390,6 +421,8 @@ def predict(
     margin_gib: float,
     want_fit_ctx: bool,
     bandwidths: tuple[str, ...],
+    flops: tuple[str, ...],
+    accept: float | None,
     cgroup_path: str | None,
     unit: str | None,
     **kwargs: Any,
@@ -403,6 +436,10 @@ def predict(
     cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
     -c, the load is judged at the context llama.cpp's fit will choose.
 
+    With -md (or --bw/--flops/--accept) it also gives the expected tokens/s, a roofline
+    per device (bytes / bandwidth vs FLOPs / peak), and says whether the draft wins
+    against the model alone at the most layers that fit without it.
+
     \b
       vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
       vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
@@ -414,15 +451,8 @@ def predict(
     from monitor.report.predict import render_text, to_json
 
     cfg = load_config(**kwargs)
-    bw: dict[str, float] = {}
-    for item in bandwidths:
-        key, _, value = item.partition("=")
-        try:
-            bw[key] = float(value)
-        except ValueError:
-            raise UserError(f"--bw {item}: expected DEVICE=GB/s, e.g. gpu=272") from None
-        if not (math.isfinite(bw[key]) and bw[key] > 0):
-            raise UserError(f"--bw {item}: the bandwidth must be a positive number of GB/s")
+    bw = _device_figures("--bw", bandwidths, "GB/s", "gpu=272", "bandwidth")
+    peak = _device_figures("--flops", flops, "TFLOPS", "host=0.4", "peak")
     if swap_config is None:
         swap_config = cfg.swap_config  # [llama_swap] config
     model_id = (
@@ -438,6 +468,8 @@ def predict(
         margin_gib=margin_gib,
         want_fit_ctx=want_fit_ctx,
         bandwidth_gbs=bw,
+        flops_tflops=peak,
+        accept=accept,
         cgroup=cgroup_path,
         unit=unit,
     )

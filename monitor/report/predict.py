@@ -8,7 +8,8 @@ import dataclasses
 import json
 from typing import Any
 
-from monitor.analysis.predict import BandwidthCeiling, DeviceVerdict, PredictResult
+from monitor.analysis.predict import DeviceVerdict, PredictResult, Throughput
+from monitor.analysis.throughput import DEFAULT_ACCEPT
 from monitor.units import gib_number as _gib
 
 
@@ -16,18 +17,49 @@ def _device(d: DeviceVerdict) -> dict[str, Any]:
     return {**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
 
 
-def _bandwidth(b: BandwidthCeiling) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "tokens_per_s_ceiling": b.tokens_per_s_ceiling,
-        "with_all_drafts_accepted": b.with_all_drafts_accepted,
+def _throughput(t: Throughput) -> dict[str, Any]:
+    s = t.speculation
+    return {
+        "tokens_per_s": t.tokens_per_s,  # this launch, drafting off
+        "unknown": t.unknown,
+        "draft": None
+        if s is None
+        else {
+            "verdict": "wins" if s.wins else "loses",
+            "baseline": t.baseline,
+            "without_draft_tokens_per_s": s.plain_tokens_per_s,
+            "with_draft_tokens_per_s": s.draft_tokens_per_s,
+            "gain_pct": s.gain_pct,
+            "accept": s.accept,
+            "n_draft": s.n_draft,
+            "break_even_accept": s.break_even_accept,
+            "verification_bound": s.target_bound,
+        },
+        "sources": list(t.sources),
+        "notes": list(t.notes),
     }
-    if b.baseline is not None:
-        doc["baseline"] = {
-            "change": b.baseline.change,
-            "tokens_per_s_ceiling": b.baseline.tokens_per_s_ceiling,
-        }
-        doc["draft_must_accept_per_pass"] = b.baseline.draft_must_accept_per_pass
-    return doc
+
+
+def _throughput_lines(t: Throughput) -> list[str]:
+    s = t.speculation
+    if t.unknown is not None:
+        lines = [f"throughput (roofline): unknown, {t.unknown}"]
+    elif s is None:
+        lines = [f"throughput (roofline): {t.tokens_per_s} tokens/s"]
+    else:
+        even = (
+            "it cannot win even with every drafted token accepted"
+            if s.break_even_accept is None
+            else f"break-even acceptance {s.break_even_accept:.2f}"
+        )
+        lines = [
+            f"throughput (roofline): without the draft {s.plain_tokens_per_s} tokens/s "
+            f"({t.baseline}); with the draft at acceptance {s.accept:.2f} per token "
+            f"(--accept, default {DEFAULT_ACCEPT:.2f}), "
+            f"{s.n_draft} drafted per pass: {s.draft_tokens_per_s} tokens/s",
+            f"  {s.verdict}; {even}; the verification pass is {s.target_bound}-bound",
+        ]
+    return [*lines, *(f"  {note}" for note in t.notes), "  figures: " + "; ".join(t.sources)]
 
 
 def to_dict(result: PredictResult) -> dict[str, Any]:
@@ -56,7 +88,7 @@ def to_dict(result: PredictResult) -> dict[str, Any]:
         "would_unload": list(p.evicted),
         "fixes": [dataclasses.asdict(f) for f in p.fixes],
         "fit_ctx": result.fit_ctx if result.want_fit_ctx else None,
-        "bandwidth": None if result.bandwidth is None else _bandwidth(result.bandwidth),
+        "throughput": None if result.throughput is None else _throughput(result.throughput),
         "estimate_by_device": est.by_device(),
         "notes": list(result.all_notes),
     }
@@ -112,23 +144,8 @@ def render_text(result: PredictResult) -> str:
             lines.append(f"  {f.change}: frees {frees} -> {f.verdict}")
     if result.want_fit_ctx and result.fit_ctx is not None:
         lines.append(f"largest context that fits: -c {result.fit_ctx}")
-    b = result.bandwidth
-    if b is not None:
-        lines.append(
-            f"bandwidth ceiling: {b.tokens_per_s_ceiling} tokens/s per pass"
-            + (
-                f", {b.with_all_drafts_accepted} if every draft is accepted"
-                if b.with_all_drafts_accepted != b.tokens_per_s_ceiling
-                else ""
-            )
-        )
-        if b.baseline is not None:
-            lines.append(
-                f"  baseline ({b.baseline.change}): "
-                f"{b.baseline.tokens_per_s_ceiling} tokens/s; the draft must "
-                f"get {b.baseline.draft_must_accept_per_pass} tokens accepted per "
-                "pass just to break even"
-            )
+    if result.throughput is not None:
+        lines += _throughput_lines(result.throughput)
     for note in result.all_notes:
         lines.append(f"note: {note}")
     verdict = p.verdict.upper()

@@ -488,8 +488,11 @@ def _qwen35(
     v_heads: int,
     mtp: bool,
     moe: tuple[int, int, int, int] | None = None,
+    wtype: int = Q8_0,
+    tied: bool = False,
 ) -> ArchModel:
-    """moe = (n_expert, n_used, n_ff_exp, n_ff_shexp)."""
+    """moe = (n_expert, n_used, n_ff_exp, n_ff_shexp); ``wtype``: the matrices' type
+    (Q4_K: a Q4_K_M-like file with a Q6_K output)."""
     hd, n_vocab, d_state, d_conv = 256, 248320, 128, 4
     n_all = n_layer + (1 if mtp else 0)
     meta = _common(
@@ -520,16 +523,16 @@ def _qwen35(
             }
         )
     meta.update(bpe_vocab(n_vocab, "qwen35", eos=248046))
-    first, last = _head(n_embd, n_vocab, Q8_0, False)
+    first, last = _head(n_embd, n_vocab, wtype, tied, Q6_K if wtype == Q4_K else None)
     key_dim, value_dim = d_state * k_heads, d_state * v_heads
 
     def ffn(b: str) -> list[Tensor]:
         if not moe:
-            return _ffn(b, n_embd, n_ff, Q8_0)
+            return _ffn(b, n_embd, n_ff, wtype)
         return (
-            _experts(b, n_embd, moe[2], moe[0], Q8_0)
+            _experts(b, n_embd, moe[2], moe[0], wtype)
             + [(b + "ffn_gate_inp_shexp.weight", (n_embd,), F32)]
-            + _ffn(b, n_embd, moe[3], Q8_0, suffix="_shexp")
+            + _ffn(b, n_embd, moe[3], wtype, suffix="_shexp")
         )
 
     def full_attn(b: str) -> list[Tensor]:
@@ -540,7 +543,7 @@ def _qwen35(
             n_head_kv * hd,
             n_head_kv * hd,
             n_head * hd,
-            Q8_0,
+            wtype,
             qk_norm=hd,
         )
 
@@ -555,15 +558,15 @@ def _qwen35(
             tensors += full_attn(b)
         else:
             tensors += [
-                (b + "attn_qkv.weight", (n_embd, key_dim * 2 + value_dim), Q8_0),
-                (b + "attn_gate.weight", (n_embd, value_dim), Q8_0),
+                (b + "attn_qkv.weight", (n_embd, key_dim * 2 + value_dim), wtype),
+                (b + "attn_gate.weight", (n_embd, value_dim), wtype),
                 (b + "ssm_conv1d.weight", (d_conv, key_dim * 2 + value_dim), F32),
                 (b + "ssm_dt.bias", (v_heads,), F32),
                 (b + "ssm_a", (v_heads,), F32),
                 (b + "ssm_beta.weight", (n_embd, v_heads), BF16),
                 (b + "ssm_alpha.weight", (n_embd, v_heads), BF16),
                 (b + "ssm_norm.weight", (d_state,), F32),
-                (b + "ssm_out.weight", (value_dim, n_embd), Q8_0),
+                (b + "ssm_out.weight", (value_dim, n_embd), wtype),
             ]
         tensors += ffn(b)
     tensors += last  # the MTP block comes last, as in the HF checkpoints (mtp.* after lm_head)
@@ -575,7 +578,7 @@ def _qwen35(
         ]
         tensors += full_attn(b) + ffn(b)
         tensors += [
-            (b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), Q8_0),
+            (b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), wtype),
             (b + "nextn.enorm.weight", (n_embd,), F32),
             (b + "nextn.hnorm.weight", (n_embd,), F32),
             (b + "nextn.shared_head_norm.weight", (n_embd,), F32),
@@ -619,6 +622,37 @@ def qwen35moe_35b_a3b(mtp: bool = True) -> ArchModel:
         v_heads=32,
         mtp=mtp,
         moe=(256, 8, 512, 512),
+    )
+
+
+def qwen35_dense_q4(key: str) -> ArchModel:
+    """Qwen3.5 dense models as Q4_K_M-like files, no MTP layer (what a box with an 8 GB GPU
+    runs): ``27b`` and the drafts ``0.8b``, ``4b``, ``9b``. Shapes from the published model
+    cards (hidden, layers, attention heads of 256, FFN, gated delta net heads of 128);
+    the 0.8B's FFN (3584) and delta net heads (16/16) are from memory of its config."""
+    shapes = {  # n_layer, n_embd, n_head, n_head_kv, n_ff, k_heads, v_heads, tied
+        "27b": (64, 5120, 24, 4, 17408, 16, 48, False),
+        "9b": (32, 4096, 16, 4, 12288, 16, 32, False),
+        "4b": (32, 2560, 16, 4, 9216, 16, 32, True),
+        "0.8b": (24, 1024, 8, 2, 3584, 16, 16, True),
+    }
+    n_layer, n_embd, n_head, n_head_kv, n_ff, k_heads, v_heads, tied = shapes[key]
+    return _qwen35(
+        f"qwen35-{key}-q4",
+        "qwen35",
+        f"Qwen3.5 {key.upper()}",
+        f"Qwen/Qwen3.5-{key.upper()} model card: {n_layer} layers, hidden {n_embd}, "
+        f"{n_head}/{n_head_kv} heads of 256, FFN {n_ff}, delta net {k_heads}/{v_heads}",
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        k_heads=k_heads,
+        v_heads=v_heads,
+        mtp=False,
+        wtype=Q4_K,
+        tied=tied,
     )
 
 

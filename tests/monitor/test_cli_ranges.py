@@ -48,6 +48,10 @@ BAD = [
     (["predict", "--bw", "gpu=-5", "--", "llama-server", "-m", X], "--bw gpu=-5"),
     (["predict", "--bw", "gpu=nan", "--", "llama-server", "-m", X], "--bw gpu=nan"),
     (["predict", "--bw", "gpu=0", "--", "llama-server", "-m", X], "--bw gpu=0"),
+    (["predict", "--flops", "host=-1", "--", "llama-server", "-m", X], "--flops host=-1"),
+    (["predict", "--flops", "host:4", "--", "llama-server", "-m", X], "--flops host:4"),
+    (["predict", "--accept", "1.5", "--", "llama-server", "-m", X], "--accept"),
+    (["predict", "--accept", "nan", "--", "llama-server", "-m", X], "--accept"),
     (["events", "--since", "9" * 400 + "w"], "--since"),
 ]
 

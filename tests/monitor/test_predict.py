@@ -159,7 +159,9 @@ def test_laptop_small_draft_fits_and_big_draft_does_not(laptop: dict[str, str]) 
     assert ngl["verdict"] == "fits" and int(ngl["change"].split()[1]) < 24
 
 
-def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[str, str]) -> None:
+def test_laptop_throughput_baseline_beats_every_draft_split(laptop: dict[str, str]) -> None:
+    """The draft displaces target layers to host RAM; the baseline is the same model with
+    the most layers that fit without it, and it is faster than every split with the draft."""
     common = [
         "--state",
         laptop["state"],
@@ -169,6 +171,8 @@ def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[
         "gpu=272",
         "--bw",
         "host=76.8",
+        "--flops",
+        "host=0.4",
         "--",
         "llama-server",
         "-m",
@@ -179,39 +183,50 @@ def test_laptop_bandwidth_ceiling_baseline_beats_every_draft_split(laptop: dict[
         "1",
         "-fa",
         "on",
+        "--spec-type",
+        "draft-simple",
     ]
-    ceilings = []
+    speeds = []
     for ngl in ("16", "18", "20"):
         _, doc = predict_json(*common, "-ngl", ngl, "-md", laptop["0.8b"], "-ngld", "99")
-        bw = doc["bandwidth"]
-        ceilings.append(bw["tokens_per_s_ceiling"])
-        baseline = bw["baseline"]
-        assert baseline["change"].startswith("no draft, -ngl ")
-        assert int(baseline["change"].rsplit(" ", 1)[1]) >= 22
-        assert baseline["tokens_per_s_ceiling"] > bw["tokens_per_s_ceiling"]
-        assert bw["draft_must_accept_per_pass"] > 0
-    assert ceilings == sorted(ceilings)  # more GPU layers, faster passes
+        draft = doc["throughput"]["draft"]
+        speeds.append(draft["with_draft_tokens_per_s"])
+        assert draft["baseline"].startswith("no draft, -ngl ")
+        assert int(draft["baseline"].split()[3].rstrip(",")) >= 22
+        assert draft["without_draft_tokens_per_s"] > doc["throughput"]["tokens_per_s"]
+        assert draft["n_draft"] == 3 and draft["accept"] == 0.7  # the stated defaults
+    assert speeds == sorted(speeds) and speeds[0] < speeds[-1]  # more GPU layers, faster
 
 
-def test_bandwidth_ceiling_formula() -> None:
-    """1 / (weight bytes on the GPU / 272 GB/s + weight bytes on the host / 76.8 GB/s)."""
-    from monitor.analysis.bandwidth import ceiling
-    from monitor.estimate.model import Component, MemoryEstimate
+def test_laptop_throughput_unknown_names_the_missing_figure_not_a_guess(
+    laptop: dict[str, str],
+) -> None:
+    """Layers in host RAM and no --bw host: the GPU's figures come from the table by its
+    name, the host's bandwidth cannot be known, so the answer is "unknown" with the flag."""
+    state = ["--state", laptop["state"], "--margin-gib", "0.25"]
+    launch = ["--", "llama-server", "-m", laptop["27b"], "-c", "2048", "-ngl", "20"]
+    _, doc = predict_json(*state, "--accept", "0.8", *launch)
+    t = doc["throughput"]
+    assert t["tokens_per_s"] is None and t["draft"] is None
+    assert t["unknown"] == "no bandwidth known for host (give --bw host=GB/s)"
+    assert any("table: RTX 4060 Laptop 256 GB/s" in s for s in t["sources"])
+    text = vramscope("predict", *state, "--accept", "0.8", *launch).stdout
+    assert "throughput (roofline): unknown, no bandwidth known for host" in text
+    _, doc = predict_json(*state, "--bw", "hots=76.8", *launch)  # a typo is named, not used
+    assert doc["throughput"]["unknown"] == "no bandwidth known for host (give --bw host=GB/s)"
+    assert doc["throughput"]["notes"] == [
+        "--bw/--flops hots: no such device here (nvml:GPU-laptop, host)"
+    ]
+    _, doc = predict_json(*state, "--bw", "host=76.8", *launch)
+    assert doc["throughput"]["tokens_per_s"] > 0 and doc["throughput"]["unknown"] is None
 
-    est = MemoryEstimate(
-        "llama.cpp",
-        "m",
-        (
-            Component("weights", "gpu0", 6_000_000_000, ""),
-            Component("weights", "host", 10_000_000_000, "", "anon"),
-            Component("draft_weights", "gpu0", 800_000_000, ""),
-            Component("kv", "gpu0", 1_000_000_000, ""),
-        ),
+
+def test_vllm_throughput_is_unknown_because_it_places_no_weights(laptop: dict[str, str]) -> None:
+    """vLLM's estimate is a budget per GPU, no weights per device: nothing to roofline."""
+    _, doc = predict_json(
+        "--state", laptop["state"], "--bw", "gpu=272", "--", "vllm", "serve", "Qwen/Qwen3-8B"
     )
-    c = ceiling(est, {"gpu0": 272e9, "host": 76.8e9}, n_draft=3)
-    t = 6e9 / 272e9 + 10e9 / 76.8e9
-    assert c.tokens_per_s == pytest.approx(1 / t)
-    assert c.best_tokens_per_s == pytest.approx(4 / (t + 3 * 0.8e9 / 272e9))
+    assert doc["throughput"]["unknown"] == "the estimate places no weights (per device)"
 
 
 # -- story 1: unified memory, an embedding server over budget, a MoE + draft to load -------
@@ -996,7 +1011,7 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
     text = render_text(result)
     monkeypatch.undo()
     assert doc["verdict"] == "oom" and result.exit_code == 1
-    assert doc["fixes"] and doc["fit_ctx"] is not None and doc["bandwidth"]
+    assert doc["fixes"] and doc["fit_ctx"] is not None and doc["throughput"]["tokens_per_s"]
     assert text.splitlines()[-1] == "verdict: OOM"
     gpu = next(d for d in doc["devices"] if d["device_id"] == "nvml:GPU-laptop")
     assert (
@@ -1007,7 +1022,7 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
         line.split(": frees")[0].strip() for line in text.splitlines() if ": frees " in line
     ]
     assert f"largest context that fits: -c {doc['fit_ctx']}" in text
-    assert f"bandwidth ceiling: {doc['bandwidth']['tokens_per_s_ceiling']} tokens/s" in text
+    assert f"throughput (roofline): {doc['throughput']['tokens_per_s']} tokens/s" in text
 
 
 def test_a_fix_that_frees_nothing_where_it_is_short_is_not_offered(
