@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.analysis.assess import assess, judged
 from monitor.analysis.diagnose import Diagnosis
+from monitor.analysis.growth import Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.state import box_state, chosen_origin
 from monitor.cli.predict import gpu_devices
@@ -55,11 +57,87 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     return stats.p99 if stats is not None and stats.samples else None
 
 
+def log_file_of(argv: Sequence[str], cwd: str | None) -> Path | None:
+    """The ``--log-file`` a llama-server was started with (the last one wins), made absolute
+    against the process's working directory; None when none or not resolvable."""
+    found: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == "--log-file" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--log-file="):
+            found = arg.split("=", 1)[1]
+    if not found:
+        return None
+    path = Path(found)
+    if not path.is_absolute():
+        if not cwd:
+            return None
+        path = Path(cwd) / path
+    return path
+
+
+def _slots_url(host: str | None, port: int | None) -> str | None:
+    """The loopback URL of a server's own HTTP port; None when it listens elsewhere only."""
+    if port is None:
+        return None
+    if host in (None, "", "0.0.0.0", "127.0.0.1", "localhost"):
+        return f"http://127.0.0.1:{port}"
+    if host in ("::", "::1"):
+        return f"http://[::1]:{port}"
+    return None
+
+
+def growth_evidence(
+    log: Path | None, slots_url: str | None, model: str
+) -> tuple[list[Evidence], list[str]]:
+    """What the server itself says about its run-time buffers: its log (bounded tail, never
+    through a symlink) and one loopback ``/slots`` read. Each source adds a line to
+    ``checked``, also when it could not be read."""
+    from monitor.analysis.growth import evidence_from_log
+    from monitor.integrations.slots import SlotPoller
+    from monitor.logs.server_cache import parse_server_cache, read_log_tail
+
+    evidence: list[Evidence] = []
+    checked: list[str] = []
+    if log is not None:
+        source = f"llama.cpp log {log}"
+        try:
+            lines = read_log_tail(log)
+        except OSError as exc:
+            checked.append(f"{source}: not readable ({exc.strerror or exc})")
+        else:
+            found, said = evidence_from_log(parse_server_cache(lines), source)
+            evidence += found
+            checked += said
+    if slots_url is not None:
+        poller = SlotPoller(timeout_s=1.0)
+        try:
+            slots = poller.poll(slots_url, model, 0.0)
+        except ValueError:
+            slots = None
+        if slots is None:
+            checked.append(f"{slots_url}/slots: no answer")
+        else:
+            busy = [s for s in slots if s.busy]
+            checked.append(
+                f"{slots_url}/slots: {len(busy)} of {len(slots)} slot(s) busy, "
+                f"{sum(s.tokens for s in slots)} tokens cached in them (KV allocated at "
+                "load: not growth)"
+            )
+    return evidence, checked
+
+
 def run_diagnose(
-    cfg: Config, state: Path | None, at: str | None, pid: int | None
+    cfg: Config,
+    state: Path | None,
+    at: str | None,
+    pid: int | None,
+    log: Path | None = None,
 ) -> list[Diagnosis]:
     """Each llama.cpp / ollama server assessed (monitor/analysis/assess.py: here and now,
-    from its model files) and judged against what it holds in the snapshot."""
+    from its model files) and judged against what it holds in the snapshot. Growth over
+    the estimate is named from the server's own evidence: ``log`` (for the one server
+    chosen), else on this box now its ``--log-file`` and its ``/slots``."""
     box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
     snap = box.snapshot
     devices = gpu_devices(snap, cfg)
@@ -95,12 +173,17 @@ def run_diagnose(
                 )
             )
             continue
+        server_log = log or (log_file_of(info.argv, info.cwd) if live else None)
+        url = _slots_url(spec.host, spec.port) if live else None
+        evidence, checked = growth_evidence(server_log, url, spec.model_path)
         a = judged(
             found,
             snap.memory,
             [h for h, owner in helpers.items() if owner == info.pid],
             budget_for(cfg, spec.model_path),
             tolerance,
+            evidence,
+            checked,
         )
         assert a.diagnosis is not None  # an estimated llama.cpp / ollama server
         out.append(a.diagnosis)
@@ -132,4 +215,8 @@ def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
                 else ""
             )
             lines.append(f"  {f.component:<13} {f.bytes / GIB:6.1f} GiB  {f.cause}{fix}")
+            if f.evidence:
+                lines.append(f"  {'':<13} {'':>10}  evidence: {f.evidence}")
+        for c in d.checked:
+            lines.append(f"  checked: {c}")
     return "\n".join(lines)
