@@ -146,8 +146,9 @@ def _where(measured: Measured, est: MemoryEstimate) -> str:
     """Which side of the estimate the excess sits on: the GPUs or host RAM."""
     loads = est.by_device()
     parts = []
-    if measured.device_bytes is not None:
-        dev = measured.device_bytes - sum(b for d, b in loads.items() if d != HOST)
+    on_gpus = sum(b for d, b in loads.items() if d != HOST)
+    if measured.device_bytes is not None and (measured.device_bytes or on_gpus):
+        dev = measured.device_bytes - on_gpus
         parts.append(f"{'+' if dev >= 0 else '-'}{gib(abs(dev))} on the GPUs")
     if measured.host_anon_bytes is not None or measured.host_file_bytes is not None:
         host = (measured.host_anon_bytes or 0) + (measured.host_file_bytes or 0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from monitor.analysis.assess import assess, judged
 from monitor.analysis.diagnose import Diagnosis
-from monitor.analysis.growth import Evidence
+from monitor.analysis.growth import GROWTH_COMPONENTS, Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.state import box_state, chosen_origin
 from monitor.cli.predict import gpu_devices
@@ -99,7 +99,9 @@ def growth_evidence(
 
     evidence: list[Evidence] = []
     checked: list[str] = []
-    if log is not None:
+    if log is None:
+        checked.append("no llama.cpp log known (start llama-server with --log-file, or pass --log)")
+    else:
         source = f"llama.cpp log {log}"
         try:
             lines = read_log_tail(log)
@@ -217,6 +219,6 @@ def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
             lines.append(f"  {f.component:<13} {f.bytes / GIB:6.1f} GiB  {f.cause}{fix}")
             if f.evidence:
                 lines.append(f"  {'':<13} {'':>10}  evidence: {f.evidence}")
-        for c in d.checked:
-            lines.append(f"  checked: {c}")
+        if any(f.component in GROWTH_COMPONENTS for f in d.findings):
+            lines += [f"  checked: {c}" for c in d.checked]
     return "\n".join(lines)

@@ -463,7 +463,7 @@ def predict(
 @click.option(
     "--log",
     "log_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The llama-server log of --pid (its --log-file is read by itself): its prompt "
     "cache and checkpoint lines name what grew.",
 )
