@@ -83,7 +83,7 @@ def evidence_from_log(report: ServerCacheReport, source: str) -> tuple[list[Evid
     elif report.cache_disabled:
         checked.append(f"{source}: the prompt cache is disabled")
     else:
-        checked.append(f"{source}: no 'cache state' line (recent builds print it only with -lv 4)")
+        checked.append(f"{source}: no 'cache state' line (some builds print it only at -lv 4)")
     if report.checkpoints:
         last = max(report.checkpoints, key=lambda s: s.bytes)
         n = sum(len(s.sizes_bytes) for s in report.checkpoints)
