@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.analysis.assess import assess, judged
@@ -17,6 +16,7 @@ from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
+from monitor.logs.server_cache import log_file_of
 from monitor.units import GIB
 
 
@@ -57,25 +57,6 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     return stats.p99 if stats is not None and stats.samples else None
 
 
-def log_file_of(argv: Sequence[str], cwd: str | None) -> Path | None:
-    """The ``--log-file`` a llama-server was started with (the last one wins), made absolute
-    against the process's working directory; None when none or not resolvable."""
-    found: str | None = None
-    for i, arg in enumerate(argv):
-        if arg == "--log-file" and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif arg.startswith("--log-file="):
-            found = arg.split("=", 1)[1]
-    if not found:
-        return None
-    path = Path(found)
-    if not path.is_absolute():
-        if not cwd:
-            return None
-        path = Path(cwd) / path
-    return path
-
-
 def _slots_url(host: str | None, port: int | None) -> str | None:
     """The loopback URL of a server's own HTTP port; None when it listens elsewhere only."""
     if port is None:
@@ -95,7 +76,7 @@ def growth_evidence(
     ``checked``, also when it could not be read."""
     from monitor.analysis.growth import evidence_from_log
     from monitor.integrations.slots import SlotPoller
-    from monitor.logs.server_cache import parse_server_cache, read_log_tail
+    from monitor.logs.server_cache import ServerLogFollower
 
     evidence: list[Evidence] = []
     checked: list[str] = []
@@ -103,12 +84,13 @@ def growth_evidence(
         checked.append("no llama.cpp log known (start llama-server with --log-file, or pass --log)")
     else:
         source = f"llama.cpp log {log}"
-        try:
-            lines = read_log_tail(log)
-        except OSError as exc:
-            checked.append(f"{source}: not readable ({exc.strerror or exc})")
+        follower = ServerLogFollower(log)
+        report = follower.read()
+        follower.close()
+        if report is None:
+            checked.append(f"{source}: not readable ({follower.error})")
         else:
-            found, said = evidence_from_log(parse_server_cache(lines), source)
+            found, said = evidence_from_log(report, source)
             evidence += found
             checked += said
     if slots_url is not None:

@@ -30,7 +30,7 @@ import os
 import re
 import stat
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,24 +213,74 @@ def parse_server_cache(lines: Iterable[object]) -> ServerCacheReport:
     return parser.report()
 
 
-def read_log_tail(path: Path, max_bytes: int = MAX_READ_BYTES) -> list[str]:
-    """The last ``max_bytes`` of a log as lines (the first, cut, line dropped). Raises
-    OSError for a symlink (O_NOFOLLOW), a missing file or one that is not a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
+def log_file_of(argv: Sequence[str], cwd: str | None) -> Path | None:
+    """The ``--log-file`` a llama-server was started with (the last one wins), made absolute
+    against the process's working directory; None when none or not resolvable."""
+    found: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == "--log-file" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--log-file="):
+            found = arg.split("=", 1)[1]
+    if not found:
+        return None
+    path = Path(found)
+    if not path.is_absolute():
+        if not cwd:
+            return None
+        path = Path(cwd) / path
+    return path
+
+
+class ServerLogFollower:
+    """One server's log, followed: the first :meth:`read` parses its last MAX_READ_BYTES,
+    later ones what was appended since (at most MAX_READ_BYTES a call); a replaced or
+    truncated file is read again from its start. Never through a symlink."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error: str | None = None  # why the last read found nothing
+        self._parser = ServerCacheParser()
+        self._fd: int | None = None
+        self._ino: int | None = None
+        self._buf = b""
+        self._skip_first = False
+
+    def _open(self, from_start: bool) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path.name}: not a regular file")
-        start = max(0, st.st_size - max_bytes)
-        os.lseek(fd, start, os.SEEK_SET)
-        chunks, left = [], max_bytes
-        while left > 0:
-            data = os.read(fd, min(left, 1 << 20))
-            if not data:
-                break
-            chunks.append(data)
-            left -= len(data)
-    finally:
-        os.close(fd)
-    lines = b"".join(chunks).decode("utf-8", "replace").split("\n")
-    return lines[1:] if start > 0 else lines
+            os.close(fd)
+            raise OSError(f"{self.path.name}: not a regular file")
+        skip = not from_start and st.st_size > MAX_READ_BYTES
+        os.lseek(fd, 0 if from_start else max(0, st.st_size - MAX_READ_BYTES), os.SEEK_SET)
+        self._fd, self._ino, self._buf = fd, st.st_ino, b""
+        self._skip_first = skip  # the first line read is a cut one
+
+    def read(self) -> ServerCacheReport | None:
+        try:
+            if self._fd is None:
+                self._open(from_start=False)
+            assert self._fd is not None
+            st = os.stat(self.path, follow_symlinks=False)
+            if st.st_ino != self._ino or st.st_size < os.lseek(self._fd, 0, os.SEEK_CUR):
+                self.close()
+                self._parser = ServerCacheParser()
+                self._open(from_start=True)
+            data = os.read(self._fd, MAX_READ_BYTES)
+        except OSError as exc:
+            self.close()
+            self.error = exc.strerror or str(exc)
+            return None
+        self.error = None
+        lines = (self._buf + data).split(b"\n")
+        self._buf = lines.pop()[-MAX_LINE_CHARS:]  # an unfinished line waits
+        if self._skip_first and lines:
+            lines, self._skip_first = lines[1:], False
+        self._parser.feed_many(lines)
+        return self._parser.report()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -8,8 +8,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from monitor.analysis.diagnose import Finding, judge_findings
 from monitor.analysis.growth import (
     CHECKPOINTS,
@@ -24,9 +22,11 @@ from monitor.analysis.measured import Measured
 from monitor.estimate.model import HOST, Component, MemoryEstimate
 from monitor.logs.server_cache import (
     MAX_QUOTE_CHARS,
+    MAX_READ_BYTES,
     MAX_SLOTS,
+    ServerLogFollower,
+    log_file_of,
     parse_server_cache,
-    read_log_tail,
 )
 
 MIB, GIB = 1024**2, 1024**3
@@ -138,27 +138,56 @@ def test_hostile_lines_are_bounded_and_never_raise() -> None:
 
 
 def test_parse_time_is_bounded_on_a_big_log() -> None:
-    lines = [CREATED.format(slot=i % 8, i=1 + i % 32, of=32, mib=1.0) for i in range(200_000)]
+    lines = [CREATED.format(slot=i % 8, i=1 + i % 32, of=32, mib=1.0) for i in range(50_000)]
     start = time.monotonic()
     r = parse_server_cache(lines)
     assert time.monotonic() - start < 30  # generous: a busy 2-core box
     assert sum(len(s.sizes_bytes) for s in r.checkpoints) <= 8 * 32
 
 
-def test_read_log_tail_reads_only_the_end_and_never_a_link(tmp_path: Path) -> None:
+def test_the_follower_reads_the_end_then_what_is_appended(tmp_path: Path) -> None:
     log = tmp_path / "llama.log"
-    log.write_text("".join(f"line {i}\n" for i in range(10_000)))
-    tail = read_log_tail(log, max_bytes=100)
-    assert tail[-2:] == ["line 9999", ""] and all(t.startswith("line ") for t in tail[:-1])
-    assert sum(len(t) + 1 for t in tail) <= 100
+    filler = "".join(f"srv  update_slots: all slots are idle {i}\n" for i in range(400_000))
+    log.write_text(STATE.format(n=1, mib=1.0) + "\n" + filler)
+    assert log.stat().st_size > MAX_READ_BYTES
+    follower = ServerLogFollower(log)
+    first = follower.read()
+    assert first is not None and first.cache_bytes is None  # beyond the tail read: unknown
+    with log.open("a") as f:
+        f.write(STATE.format(n=2, mib=2.0) + "\n" + STATE.format(n=3, mib=3.0))
+    second = follower.read()
+    assert second is not None and second.cache_bytes == 2 * MIB  # the unfinished line waits
+    with log.open("a") as f:
+        f.write("\n")
+    third = follower.read()
+    assert third is not None and third.cache_bytes == 3 * MIB
+    log.write_text(STATE.format(n=4, mib=4.0) + "\n")  # truncated: read from its start
+    fourth = follower.read()
+    assert fourth is not None and fourth.cache_bytes == 4 * MIB
+    follower.close()
+
+
+def test_the_follower_never_reads_through_a_link_or_a_fifo(tmp_path: Path) -> None:
+    log = tmp_path / "llama.log"
+    log.write_text(STATE.format(n=1, mib=1.0) + "\n")
     link = tmp_path / "link.log"
     link.symlink_to(log)
-    with pytest.raises(OSError):
-        read_log_tail(link)
+    follower = ServerLogFollower(link)
+    assert follower.read() is None and follower.error
     fifo = tmp_path / "fifo.log"
     os.mkfifo(fifo)
-    with pytest.raises(OSError, match="not a regular file"):
-        read_log_tail(fifo)  # O_NONBLOCK: never waits for a writer
+    follower = ServerLogFollower(fifo)
+    assert follower.read() is None  # O_NONBLOCK: never waits for a writer
+    assert follower.error == "fifo.log: not a regular file"
+    assert ServerLogFollower(tmp_path / "none.log").read() is None
+
+
+def test_log_file_of_a_command_line() -> None:
+    argv = ["llama-server", "-m", "m.gguf", "--log-file", "a.log", "--log-file=/var/b.log"]
+    assert log_file_of(argv, "/srv") == Path("/var/b.log")
+    assert log_file_of(argv[:5], "/srv") == Path("/srv/a.log")
+    assert log_file_of(argv[:5], None) is None  # relative, and the cwd is unknown
+    assert log_file_of(["llama-server", "--log-file"], "/srv") is None
 
 
 # --- the attribution ----------------------------------------------------------------------
