@@ -248,7 +248,7 @@ class FrameBuilder:
         """Live only: what the server's own ``--log-file`` says grew (prompt cache,
         checkpoints), followed from frame to frame rather than re-read."""
         from monitor.analysis.growth import evidence_from_log
-        from monitor.logs.server_cache import ServerLogFollower, log_file_of
+        from monitor.logs.server_cache import ServerLogFollower, log_file_of, log_source
 
         key = (info.pid, info.start_ticks)
         with self._lock:
@@ -258,7 +258,7 @@ class FrameBuilder:
             follower = self._logs[key]
         if follower is None:
             return [], ["no llama.cpp log known (start llama-server with --log-file)"]
-        source = f"llama.cpp log {follower.path}"
+        source = log_source(follower.path)
         report = follower.read()
         if report is None:
             return [], [f"{source}: not readable ({follower.error})"]

@@ -16,7 +16,7 @@ from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
-from monitor.logs.server_cache import log_file_of
+from monitor.logs.server_cache import log_file_of, log_source
 from monitor.units import GIB
 
 
@@ -83,7 +83,7 @@ def growth_evidence(
     if log is None:
         checked.append("no llama.cpp log known (start llama-server with --log-file, or pass --log)")
     else:
-        source = f"llama.cpp log {log}"
+        source = log_source(log)
         follower = ServerLogFollower(log)
         report = follower.read()
         follower.close()

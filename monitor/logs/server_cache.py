@@ -213,6 +213,15 @@ def parse_server_cache(lines: Iterable[object]) -> ServerCacheReport:
     return parser.report()
 
 
+def log_source(path: Path) -> str:
+    """How evidence names the log it came from; a path from a command line is cut to
+    MAX_QUOTE_CHARS (escaping is the printer's job)."""
+    text = str(path)
+    if len(text) > MAX_QUOTE_CHARS:
+        text = "..." + text[-(MAX_QUOTE_CHARS - 3) :]
+    return f"llama.cpp log {text}"
+
+
 def log_file_of(argv: Sequence[str], cwd: str | None) -> Path | None:
     """The ``--log-file`` a llama-server was started with (the last one wins), made absolute
     against the process's working directory; None when none or not resolvable."""

@@ -26,6 +26,7 @@ from monitor.logs.server_cache import (
     MAX_SLOTS,
     ServerLogFollower,
     log_file_of,
+    log_source,
     parse_server_cache,
 )
 
@@ -188,6 +189,8 @@ def test_log_file_of_a_command_line() -> None:
     assert log_file_of(argv[:5], "/srv") == Path("/srv/a.log")
     assert log_file_of(argv[:5], None) is None  # relative, and the cwd is unknown
     assert log_file_of(["llama-server", "--log-file"], "/srv") is None
+    deep = Path("/" + "d/" * 5000 + "llama.log")
+    assert log_source(deep).endswith("d/llama.log") and len(log_source(deep)) < 250
 
 
 # --- the attribution ----------------------------------------------------------------------
