@@ -314,11 +314,13 @@ class FrameBuilder:
             )
         if found is None:
             return None
-        evidence: list[Evidence] = []
-        checked: list[str] = []
-        if stored is None and found.launch.engine == "llama.cpp" and found.estimate is not None:
-            evidence, checked = self.growth_evidence(info)
-        a = judged(found, snap.memory, helpers, evidence=evidence, checked=checked)
+        a = judged(found, snap.memory, helpers)
+        grew = a.diagnosis is not None and any(
+            f.component == "unaccounted" for f in a.diagnosis.findings
+        )
+        if stored is None and grew and found.launch.engine == "llama.cpp":
+            evidence, checked = self.growth_evidence(info)  # what its own log says grew
+            a = judged(found, snap.memory, helpers, evidence=evidence, checked=checked)
         launch, est = a.launch, a.estimate
         measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from monitor.analysis.assess import assess, judged
 from monitor.analysis.diagnose import Diagnosis
-from monitor.analysis.growth import GROWTH_COMPONENTS, Evidence
+from monitor.analysis.growth import GROWTH_COMPONENTS, UNACCOUNTED, Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.state import box_state, chosen_origin
 from monitor.cli.predict import gpu_devices
@@ -120,8 +120,8 @@ def run_diagnose(
 ) -> list[Diagnosis]:
     """Each llama.cpp / ollama server assessed (monitor/analysis/assess.py: here and now,
     from its model files) and judged against what it holds in the snapshot. Growth over
-    the estimate is named from the server's own evidence: ``log`` (for the one server
-    chosen), else on this box now its ``--log-file`` and its ``/slots``."""
+    the estimate is named from the server's own evidence, asked only when it grew: ``log``
+    (for the one server chosen), else on this box now its ``--log-file`` and ``/slots``."""
     box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
     snap = box.snapshot
     devices = gpu_devices(snap, cfg)
@@ -157,20 +157,18 @@ def run_diagnose(
                 )
             )
             continue
-        server_log = log or (log_file_of(info.argv, info.cwd) if live else None)
-        url = _slots_url(spec.host, spec.port) if live else None
-        evidence, checked = growth_evidence(server_log, url, spec.model_path)
-        a = judged(
-            found,
-            snap.memory,
-            [h for h, owner in helpers.items() if owner == info.pid],
-            budget_for(cfg, spec.model_path),
-            tolerance,
-            evidence,
-            checked,
-        )
-        assert a.diagnosis is not None  # an estimated llama.cpp / ollama server
-        out.append(a.diagnosis)
+        mine = [h for h, owner in helpers.items() if owner == info.pid]
+        budget = budget_for(cfg, spec.model_path)
+        d = judged(found, snap.memory, mine, budget, tolerance).diagnosis
+        assert d is not None  # an estimated llama.cpp / ollama server
+        if any(f.component == UNACCOUNTED for f in d.findings):
+            # it grew beyond its estimate: ask the server's own sources what grew
+            server_log = log or (log_file_of(info.argv, info.cwd) if live else None)
+            url = _slots_url(spec.host, spec.port) if live and spec.engine == "llama.cpp" else None
+            evidence, checked = growth_evidence(server_log, url, spec.model_path)
+            d = judged(found, snap.memory, mine, budget, tolerance, evidence, checked).diagnosis
+            assert d is not None
+        out.append(d)
     return out
 
 
