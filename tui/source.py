@@ -36,10 +36,12 @@ from monitor.errors import VramscopeError
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
     from monitor.analysis.assess import Assessment, Launch
     from monitor.analysis.diagnose import Diagnosis
+    from monitor.analysis.growth import Evidence
     from monitor.analysis.measured import Measured
     from monitor.analysis.state import BoxState
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
+    from monitor.logs.server_cache import ServerLogFollower
 
 HOST = "host"
 
@@ -151,6 +153,7 @@ class FrameBuilder:
         self._reader = read_header
         self._lock = threading.Lock()
         self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
+        self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -223,6 +226,8 @@ class FrameBuilder:
             for info in snap.processes
             if info.engine in ESTIMATED and info.pid not in helpers
         ]
+        if assessments is None:
+            self._forget_logs({(p.pid, p.start_ticks) for p in snap.processes})
         rows = [r for r in built if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
@@ -239,6 +244,33 @@ class FrameBuilder:
             self._assessed.clear()
         self._assessed[key] = result
         return result
+
+    def growth_evidence(self, info: Any) -> tuple[list[Evidence], list[str]]:
+        """Live only: what the server's own ``--log-file`` says grew (prompt cache,
+        checkpoints), followed from frame to frame rather than re-read."""
+        from monitor.analysis.growth import evidence_from_log
+        from monitor.logs.server_cache import ServerLogFollower, log_file_of, log_source
+
+        key = (info.pid, info.start_ticks)
+        with self._lock:
+            if key not in self._logs:
+                path = log_file_of(info.argv, info.cwd)
+                self._logs[key] = ServerLogFollower(path) if path is not None else None
+            follower = self._logs[key]
+        if follower is None:
+            return [], ["no llama.cpp log known (start llama-server with --log-file)"]
+        source = log_source(follower.path)
+        report = follower.read()
+        if report is None:
+            return [], [f"{source}: not readable ({follower.error})"]
+        return evidence_from_log(report, source)
+
+    def _forget_logs(self, alive: set[tuple[int, int]]) -> None:
+        with self._lock:
+            for key in [k for k in self._logs if k not in alive]:
+                follower = self._logs.pop(key)
+                if follower is not None:
+                    follower.close()
 
     @staticmethod
     def unassessed(info: Any, ts_ms: int, reason: str) -> Assessment | None:
@@ -284,6 +316,12 @@ class FrameBuilder:
         if found is None:
             return None
         a = judged(found, snap.memory, helpers)
+        grew = a.diagnosis is not None and any(
+            f.component == "unaccounted" for f in a.diagnosis.findings
+        )
+        if stored is None and grew and found.launch.engine == "llama.cpp":
+            evidence, checked = self.growth_evidence(info)  # what its own log says grew
+            a = judged(found, snap.memory, helpers, evidence=evidence, checked=checked)
         launch, est = a.launch, a.estimate
         measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []

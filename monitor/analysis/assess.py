@@ -26,6 +26,7 @@ from typing import Any
 
 from collectors.base import ProcessInfo, ProcessMemory
 from monitor.analysis.diagnose import Diagnosis, Finding, judge_findings, launch_findings
+from monitor.analysis.growth import Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
@@ -174,9 +175,12 @@ def judged(
     helpers: Iterable[int] = (),
     budget: int | None = None,
     tolerance: Tolerance | None = None,
+    evidence: Sequence[Evidence] = (),
+    checked: Sequence[str] = (),
 ) -> Assessment:
     """``a`` with what the process holds in ``memory`` (one tick's rows) and the verdict;
-    no verdict without an estimate or for an engine diagnose has no rules for."""
+    no verdict without an estimate or for an engine diagnose has no rules for. ``evidence``
+    and ``checked``: the server's own word on its growth (monitor/analysis/growth.py)."""
     held = measure(a.pid, memory, helpers)
     diagnosis = None
     if a.estimate is not None and a.launch.engine in LLAMACPP_ESTIMATED:
@@ -189,6 +193,8 @@ def judged(
             a.launch.load_mode,
             budget,
             tolerance,
+            evidence,
+            checked,
         )
     return replace(a, measured=held, diagnosis=diagnosis)
 

@@ -10,9 +10,10 @@ re-estimating the changed launch, so "frees X GiB" is the estimator's own differ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from monitor.analysis.growth import GROWTH_COMPONENTS, Evidence, attribute_growth
 from monitor.analysis.judge import Tolerance, is_over
 from monitor.analysis.measured import Measured
 from monitor.engines.spec import LaunchSpec
@@ -33,6 +34,7 @@ class Finding:
     cause: str
     fix: str | None = None
     frees_bytes: int = 0
+    evidence: str | None = None  # the line a run-time cause was read from (analysis/growth.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class Diagnosis:
     summary: str
     verdict: str = "as_expected"  # as_expected | over | under | unknown | error
     parts: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
+    checked: tuple[str, ...] = ()  # the server's sources looked at for growth, what they said
 
     @property
     def excess_bytes(self) -> int | None:
@@ -230,9 +233,13 @@ def judge_findings(
     load_mode: str | None = None,
     budget: int | None = None,
     tolerance: Tolerance | None = None,
+    evidence: Sequence[Evidence] = (),
+    checked: Sequence[str] = (),
 ) -> Diagnosis:
     """The verdict from a launch's findings (:func:`launch_findings`) and what the process
-    holds now: pure and cheap, so every reader recomputes it from a stored estimate."""
+    holds now: pure and cheap, so every reader recomputes it from a stored estimate.
+    Growth over the estimate is split by the server's own ``evidence``
+    (monitor/analysis/growth.py); ``checked`` says what was looked at."""
     tol = tolerance or Tolerance()
     findings = list(launch)
     estimated = est.total_bytes()
@@ -243,31 +250,41 @@ def judge_findings(
         findings.sort(key=lambda f: -f.bytes)
         summary = f"{model}: cannot judge: {measured.why_unknown}; the {what} is {gib(expected)}"
         return Diagnosis(
-            pid, model, None, estimated, budget, tuple(findings), summary, "unknown", measured
+            pid,
+            model,
+            None,
+            estimated,
+            budget,
+            tuple(findings),
+            summary,
+            "unknown",
+            measured,
+            tuple(checked),
         )
     paged = _paged_out(load_mode, est, measured)
     if paged is not None:
         findings.append(paged)
-    unaccounted = total - estimated
-    if is_over(total, estimated, tol):
-        findings.append(
-            Finding(
-                "unaccounted",
-                unaccounted,
-                f"{gib(unaccounted)} measured beyond the model's own buffers "
-                "(driver context, allocations outside llama.cpp)",
-            )
-        )
+    grown = is_over(total, estimated, tol)
+    if grown:
+        growth = attribute_growth(measured, est, evidence, checked, tol)
+        findings += [
+            Finding(c.component, c.bytes, c.cause, c.fix, c.frees_bytes, c.evidence)
+            for c in growth.causes
+        ]
     findings.sort(key=lambda f: -f.bytes)
     excess = total - expected
     if is_over(total, expected, tol):
-        top = max(
-            (f for f in findings if f.component not in ("host_buffers", "weights_paged_out")),
-            key=lambda f: f.bytes,
-            default=None,
+        # Over the estimate: the excess is growth, so its cause and fix come from the
+        # growth findings (the launch's own, such as the KV type, are in the estimate).
+        # Over a budget only: the biggest launch part is the cause.
+        pool = (
+            [f for f in findings if f.component in GROWTH_COMPONENTS]
+            if grown
+            else [f for f in findings if f.component not in ("host_buffers", "weights_paged_out")]
         )
+        top = max(pool, key=lambda f: f.bytes, default=None)
         cause = top.cause if top else "unexplained"
-        fixer = next((f for f in findings if f.fix and f.frees_bytes), None)
+        fixer = next((f for f in pool if f.fix and f.frees_bytes), None)
         pct = f" (+{100 * excess / expected:.0f}%)" if expected > 0 else ""
         summary = (
             f"{model} holds {gib(total)}, {gib(excess)}{pct} over the {what} of "
@@ -285,5 +302,14 @@ def judge_findings(
         summary = f"{model} holds {gib(total)}, as expected ({what} {gib(expected)})"
         verdict = "as_expected"
     return Diagnosis(
-        pid, model, total, estimated, budget, tuple(findings), summary, verdict, measured
+        pid,
+        model,
+        total,
+        estimated,
+        budget,
+        tuple(findings),
+        summary,
+        verdict,
+        measured,
+        tuple(checked),
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from monitor.analysis.assess import assess, judged
 from monitor.analysis.diagnose import Diagnosis
+from monitor.analysis.growth import GROWTH_COMPONENTS, UNACCOUNTED, Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.state import box_state, chosen_origin
 from monitor.cli.predict import gpu_devices
@@ -15,6 +16,7 @@ from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
+from monitor.logs.server_cache import log_file_of, log_source
 from monitor.units import GIB
 
 
@@ -55,11 +57,71 @@ def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
     return stats.p99 if stats is not None and stats.samples else None
 
 
+def _slots_url(host: str | None, port: int | None) -> str | None:
+    """The loopback URL of a server's own HTTP port; None when it listens elsewhere only."""
+    if port is None:
+        return None
+    if host in (None, "", "0.0.0.0", "127.0.0.1", "localhost"):
+        return f"http://127.0.0.1:{port}"
+    if host in ("::", "::1"):
+        return f"http://[::1]:{port}"
+    return None
+
+
+def growth_evidence(
+    log: Path | None, slots_url: str | None, model: str
+) -> tuple[list[Evidence], list[str]]:
+    """What the server itself says about its run-time buffers: its log (bounded tail, never
+    through a symlink) and one loopback ``/slots`` read. Each source adds a line to
+    ``checked``, also when it could not be read."""
+    from monitor.analysis.growth import evidence_from_log
+    from monitor.integrations.slots import SlotPoller
+    from monitor.logs.server_cache import ServerLogFollower
+
+    evidence: list[Evidence] = []
+    checked: list[str] = []
+    if log is None:
+        checked.append("no llama.cpp log known (start llama-server with --log-file, or pass --log)")
+    else:
+        source = log_source(log)
+        follower = ServerLogFollower(log)
+        report = follower.read()
+        follower.close()
+        if report is None:
+            checked.append(f"{source}: not readable ({follower.error})")
+        else:
+            found, said = evidence_from_log(report, source)
+            evidence += found
+            checked += said
+    if slots_url is not None:
+        poller = SlotPoller(timeout_s=1.0)
+        try:
+            slots = poller.poll(slots_url, model, 0.0)
+        except ValueError:
+            slots = None
+        if slots is None:
+            checked.append(f"{slots_url}/slots: no answer")
+        else:
+            busy = [s for s in slots if s.busy]
+            checked.append(
+                f"{slots_url}/slots: {len(busy)} of {len(slots)} slot(s) busy, "
+                f"{sum(s.tokens for s in slots)} tokens cached in them (KV allocated at "
+                "load: not growth)"
+            )
+    return evidence, checked
+
+
 def run_diagnose(
-    cfg: Config, state: Path | None, at: str | None, pid: int | None
+    cfg: Config,
+    state: Path | None,
+    at: str | None,
+    pid: int | None,
+    log: Path | None = None,
 ) -> list[Diagnosis]:
     """Each llama.cpp / ollama server assessed (monitor/analysis/assess.py: here and now,
-    from its model files) and judged against what it holds in the snapshot."""
+    from its model files) and judged against what it holds in the snapshot. Growth over
+    the estimate is named from the server's own evidence, asked only when it grew: ``log``
+    (for the one server chosen), else on this box now its ``--log-file`` and ``/slots``."""
     box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
     snap = box.snapshot
     devices = gpu_devices(snap, cfg)
@@ -95,15 +157,18 @@ def run_diagnose(
                 )
             )
             continue
-        a = judged(
-            found,
-            snap.memory,
-            [h for h, owner in helpers.items() if owner == info.pid],
-            budget_for(cfg, spec.model_path),
-            tolerance,
-        )
-        assert a.diagnosis is not None  # an estimated llama.cpp / ollama server
-        out.append(a.diagnosis)
+        mine = [h for h, owner in helpers.items() if owner == info.pid]
+        budget = budget_for(cfg, spec.model_path)
+        d = judged(found, snap.memory, mine, budget, tolerance).diagnosis
+        assert d is not None  # an estimated llama.cpp / ollama server
+        if any(f.component == UNACCOUNTED for f in d.findings):
+            # it grew beyond its estimate: ask the server's own sources what grew
+            server_log = log or (log_file_of(info.argv, info.cwd) if live else None)
+            url = _slots_url(spec.host, spec.port) if live and spec.engine == "llama.cpp" else None
+            evidence, checked = growth_evidence(server_log, url, spec.model_path)
+            d = judged(found, snap.memory, mine, budget, tolerance, evidence, checked).diagnosis
+            assert d is not None
+        out.append(d)
     return out
 
 
@@ -132,4 +197,8 @@ def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
                 else ""
             )
             lines.append(f"  {f.component:<13} {f.bytes / GIB:6.1f} GiB  {f.cause}{fix}")
+            if f.evidence:
+                lines.append(f"  {'':<13} {'':>10}  evidence: {f.evidence}")
+        if any(f.component in GROWTH_COMPONENTS for f in d.findings):
+            lines += [f"  checked: {c}" for c in d.checked]
     return "\n".join(lines)

@@ -492,8 +492,20 @@ def predict(
 )
 @click.option("--at", "at_time", help="Diagnose a moment in the database.")
 @click.option("--pid", type=PID, help="Only this process.")
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The llama-server log of --pid (its --log-file is read by itself): its prompt "
+    "cache and checkpoint lines name what grew.",
+)
 def diagnose(
-    as_json: bool, state: Path | None, at_time: str | None, pid: int | None, **kwargs: Any
+    as_json: bool,
+    state: Path | None,
+    at_time: str | None,
+    pid: int | None,
+    log_path: Path | None,
+    **kwargs: Any,
 ) -> None:
     """Explain why running models hold more memory than expected.
 
@@ -502,12 +514,16 @@ def diagnose(
     ([budgets] in the config: "model.gguf" = GiB), the difference split by component
     (KV cells x bytes, SWA, compute from -ub or -fa off, the draft's KV, host buffers,
     unaccounted), the cause in one sentence and the fixes with the GiB they free.
+    Growth over the estimate is named from the server's own log (prompt cache,
+    context checkpoints) and /slots, with the line each figure comes from.
     """
     from monitor.cli.diagnose import render, run_diagnose
 
+    if log_path is not None and pid is None:
+        raise UserError("--log needs --pid: the server that wrote the log")
     cfg = load_config(**kwargs)
     try:
-        found = run_diagnose(cfg, state, at_time, pid)
+        found = run_diagnose(cfg, state, at_time, pid, log_path)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     click.echo(terminal_safe_lines(render(found, as_json)))

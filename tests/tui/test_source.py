@@ -273,3 +273,53 @@ def _fifty_minutes(path: Path) -> Path:
         con.execute("INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(rolled),))
     con.close()
     return path
+
+
+def test_live_frames_name_growth_from_the_servers_log(models, tmp_path: Path) -> None:  # noqa: ANN001
+    """Live, the TUI follows the server's own --log-file: 3000 MiB over the estimate is the
+    prompt cache the log reports, with the line, and new lines are picked up next frame."""
+    from collectors.base import ProcessInfo, ProcessMemory, Snapshot
+    from tui.source import FrameBuilder
+    from tui.widgets.breakdown import Breakdown
+
+    state = (
+        "0.42.101.912 W srv        update:  - cache state: {} prompts, {:.3f} MiB "
+        "(limits: 8192.000 MiB, 4096 tokens, 8589934592 est)\n"
+    )
+    log = tmp_path / "llama.log"
+    log.write_text(state.format(30, 3000.0))
+    argv = ("llama-server", "-m", models["qwen3-8b-q4_k.gguf"], "-c", "4096")
+    info = ProcessInfo(
+        10,
+        1,
+        None,
+        1,
+        0,
+        "llama-server",
+        (*argv, "--log-file", "llama.log"),
+        "llama.cpp",
+        cwd=str(tmp_path),
+    )
+    builder = FrameBuilder()
+    bare = Snapshot(T0, (), (info,), (), (), (), ())
+    (first,) = builder.build(bare).models
+    assert first.estimate_bytes is not None
+    held = ProcessMemory(
+        10, "host", rss_anon_bytes=first.estimate_bytes + 3000 * 1024**2, rss_file_bytes=0
+    )
+    snap = Snapshot(T0, (), (info,), (held,), (), (), ())
+    (row,) = builder.build(snap).models
+    assert row.diagnosis is not None and row.diagnosis.verdict == "over"
+    cache = next(f for f in row.diagnosis.findings if f.component == "prompt_cache")
+    assert cache.bytes == 3000 * 1024**2 and "cache state: 30 prompts" in (cache.evidence or "")
+    assert not any(f.component == "unaccounted" for f in row.diagnosis.findings)
+    text = Breakdown.describe(row, 200).plain
+    assert f"llama.cpp log {log}: 'srv        update:  - cache state: 30 prompts" in text
+    with log.open("a") as f:
+        f.write(state.format(10, 1000.0))  # evicted: the cache shrank, the rest is unexplained
+    (later,) = builder.build(snap).models
+    assert later.diagnosis is not None
+    by = {f.component: f for f in later.diagnosis.findings}
+    assert by["prompt_cache"].bytes == 1000 * 1024**2 and by["unaccounted"].bytes > 1900 * 1024**2
+    builder.build(Snapshot(T0, (), (), (), (), (), ()))  # the server is gone: its log closed
+    assert builder._logs == {}

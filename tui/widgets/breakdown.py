@@ -107,6 +107,8 @@ class Breakdown(Static):
                     if f.frees_bytes:
                         line += Content(f" frees {size(f.frees_bytes)}")
                 lines.append(line)
+                if f.evidence:
+                    lines.append(Content("    ") + plain(f.evidence, "$text-muted"))
         for flag in row.flags:
             lines.append(plain(f"⚑ {flag}", "$warning"))
         return Content("\n").join(lines)
