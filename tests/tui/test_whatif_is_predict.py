@@ -140,3 +140,21 @@ async def test_the_dialog_shows_a_user_error_as_one_line(models, tmp_path: Path)
         shown = str(dialog.query_one("#verdict").render())
         assert dialog.result is None
         assert shown == f"cannot predict: {cli_line}"
+
+
+@sync
+async def test_predict_with_no_model_chosen_asks_for_one(models, tmp_path: Path) -> None:
+    """Issue 20: with a llama-swap config and nothing chosen, the dialog said "unknown
+    model 'Select.NULL'" (Textual's blank sentinel taken for a model id)."""
+    swap = tmp_path / "swap.yaml"
+    swap.write_text(
+        "models:\n"
+        f'  small: {{cmd: "llama-server --port ${{PORT}} -m {models["qwen3-8b-q4_k.gguf"]} '
+        '-c 4096"}\n'
+    )
+    app = VramscopeApp(FakeSource(full_gpu(models)), refresh_s=None, swap_config=swap)
+    async with app.run_test(size=(160, 48)) as pilot:
+        dialog = await ask_dialog(app, pilot)  # no command, no model chosen
+        shown = str(dialog.query_one("#verdict").render())
+    assert "Select" not in shown and "unknown model" not in shown
+    assert "paste a command line or choose a model" in shown

@@ -83,7 +83,8 @@ class WhatIfScreen(ModalScreen[None]):
         selects = self.query("#swap-model")
         if selects and not command:
             value = selects.first(Select).value
-            model_id = None if value is Select.BLANK else str(value)
+            # nothing chosen is Select.NULL (a sentinel, not a str): never a model id
+            model_id = value if isinstance(value, str) else None
         if not command and model_id is None:
             self.query_one("#verdict", Static).update(
                 "[$warning]paste a command line or choose a model[/]"
