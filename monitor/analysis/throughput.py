@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from monitor.errors import VramscopeError
+
 # Per GPU: (memory bandwidth in GB/s and dense FP16 tensor TFLOPS with FP16 accumulate, no
 # sparsity), from the vendors' spec sheets and architecture whitepapers; the GeForce Ada
 # figures are their "AI TOPS" (FP8/INT4 with sparsity) scaled down to dense FP16, so they
@@ -111,8 +113,9 @@ def pass_seconds(work: Iterable[Work], peaks: Mapping[str, DevicePeak], tokens: 
     return total
 
 
-class Unknown(Exception):
-    """A device's figure is not known: the throughput is "unknown", not a guess."""
+class Unknown(VramscopeError):
+    """A device's figure is not known: the throughput is "unknown", not a guess (predict
+    shows the message in place of a figure; it never ends a command)."""
 
     def __init__(self, device: str, what: str, flag: str) -> None:
         unit = "GB/s" if flag == "--bw" else "TFLOPS"

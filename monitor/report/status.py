@@ -46,6 +46,34 @@ def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> st
     return spec.model_path if spec is not None else None
 
 
+def server_summary(info: ProcessInfo) -> str | None:
+    """A recognised server in a few words instead of its raw command line: the model's
+    file (or name), context x slots, draft, port (``qwen3-8b.gguf -c 32768x4 :8080``).
+    None for anything not recognised (the command line is shown then)."""
+    if info.engine is None or not info.argv:
+        return None
+    from monitor.engines import parse_command
+
+    try:
+        spec = parse_command(list(info.argv), None, cwd=info.cwd)
+    except Exception:  # an odd command line: show it as it is
+        return None
+    if spec is None or spec.role != "server":
+        return None
+    model = os.path.basename(spec.model_path) if spec.model_path else spec.model_name
+    if not model:
+        return None
+    parts = [model]
+    if spec.ctx_size is not None or spec.n_parallel is not None:
+        ctx = "auto" if spec.ctx_size is None else str(spec.ctx_size)
+        parts.append(f"-c {ctx}x{spec.n_parallel or 'auto'}")
+    if spec.draft_model:
+        parts.append(f"draft {os.path.basename(spec.draft_model)}")
+    if spec.port is not None:
+        parts.append(f":{spec.port}")
+    return terminal_safe(" ".join(parts))
+
+
 def _measured_of(snap: Snapshot, helpers: Mapping[int, int]) -> dict[int, Measured]:
     """Every tracked process's :class:`Measured`; a server's helpers count in it."""
     return {
@@ -169,7 +197,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                     else (m.vram_bytes or 0) + (m.gtt_bytes or 0)
                 )  # None: not reported
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(on_gpu)}")
-        command = (
+        command = server_summary(p) or (
             " ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
             if p.argv
             else f"[{terminal_safe(p.comm)}]"
