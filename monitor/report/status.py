@@ -167,6 +167,10 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             )
         if d.util_pct is not None:
             parts.append(f"busy {d.util_pct:.0f}%")
+        if d.temp_c is not None:
+            parts.append(f"{d.temp_c:.0f}°C")
+        if d.power_w is not None:
+            parts.append(f"{d.power_w:.0f} W")
         dev_rows.append(
             [
                 terminal_safe(d.device_id),

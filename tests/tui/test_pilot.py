@@ -306,3 +306,15 @@ def test_short_device_names() -> None:
     assert short_device_name("nvml:x", None, 2) == "GPU2"
     assert short_device_name("host", "Host RAM", None) == "host RAM"
     assert "\x1b" not in short_device_name("nvml:x", "evil\x1b[2J", 0)
+
+
+@sync
+async def test_the_device_header_shows_temperature_power_and_utilisation(models) -> None:
+    """Issue 20: they were only in JSON. The fake GPU reports 61 °C and 40 % busy and no
+    power figure: the header shows those two and no made-up power."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        head = str(app.screen.query(DevicePanel).first().render()).splitlines()[0]
+    assert "61°C" in head and "40% busy" in head, head
+    assert "W " not in head and not head.rstrip().endswith("W"), head

@@ -49,6 +49,21 @@ class Segment:
     has_measured: bool = False  # False: no measured total to show (not a model)
 
 
+def sensor_text(sample: DeviceSample | None) -> str:
+    """``61°C 142W 87%``: temperature, power and utilisation where the driver gives them
+    (NVML, amdsmi, hwmon); nothing for a figure it does not give."""
+    if sample is None:
+        return ""
+    bits = []
+    if sample.temp_c is not None:
+        bits.append(f"{sample.temp_c:.0f}°C")
+    if sample.power_w is not None:
+        bits.append(f"{sample.power_w:.0f}W")
+    if sample.util_pct is not None:
+        bits.append(f"{sample.util_pct:.0f}% busy")
+    return " ".join(bits)
+
+
 def part_of(memory_kind: str) -> str:
     """The part of a process's memory a device's bar shows (monitor/analysis/picture.py)."""
     return "anon+shm" if memory_kind == "host" else "GPU"
@@ -158,6 +173,9 @@ class DevicePanel(Widget):
             if room is not None and room < 0
             else Content(room_text)
         )
+        sensors = sensor_text(data.sample)
+        if sensors:
+            head += Content(" · ") + Content.styled(sensors, "$text-muted")
         if data.verdict:
             style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
             head += Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
