@@ -323,3 +323,43 @@ def test_live_frames_name_growth_from_the_servers_log(models, tmp_path: Path) ->
     assert by["prompt_cache"].bytes == 1000 * 1024**2 and by["unaccounted"].bytes > 1900 * 1024**2
     builder.build(Snapshot(T0, (), (), (), (), (), ()))  # the server is gone: its log closed
     assert builder._logs == {}
+
+
+@sync
+async def test_the_history_plot_has_axes_and_a_cursor_that_reads_values(tmp_path: Path) -> None:
+    """Issue 20: the history was sparklines with no axes and no way to read a value."""
+    from textual_plotext import PlotextPlot
+
+    app = VramscopeApp(StoreSource(_fifty_minutes(tmp_path / "v.db")), refresh_s=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot)
+        screen = app.screen
+        devices = screen.query_one("#devices-plot", PlotextPlot)
+        drawn = str(devices.render())
+        assert "hours before now" in drawn and "GiB" in drawn and "-24" in drawn
+        assert not screen.query_one("#models-plot", PlotextPlot).display  # no models here
+        newest = str(screen.query_one("#readout").render())
+        await pilot.press("home")
+        await pilot.pause()
+        oldest = str(screen.query_one("#readout").render())
+        await pilot.press("right")
+        await pilot.pause()
+        moved = str(screen.query_one("#readout").render())
+    assert newest.endswith("gpu 3.5G"), newest
+    assert oldest.endswith("gpu 1.6G"), oldest
+    assert moved != oldest and moved.endswith("gpu 1.6G")  # a later moment, same value
+
+
+def test_value_at_reads_the_last_point_and_nothing_before_the_first() -> None:
+    from tui.screens.history import readout, value_at
+
+    points = [(10, 1), (20, 5), (30, 2)]
+    assert [value_at(points, t) for t in (5, 10, 19, 20, 99)] == [None, 1, 1, 5, 2]
+    series = {"device:gpu": [(10, 2**30), (30, 2**30)], "model:x.gguf (pid 1)": [(10, 2**29)]}
+    # the model ended at 10: at 30 it holds nothing, not its last figure
+    line = readout(series, 30, newest_ms=30)
+    assert "gpu 1.0G" in line and "x.gguf (pid 1) -" in line

@@ -1,23 +1,31 @@
 """Memory over time per device and per model: 5 min / 1 h / 24 h / 7 d / 30 d (all the
 rollups the default retention keeps), from the source (the database's raw samples for short
-windows, its per-minute rollups for long ones)."""
+windows, its per-minute rollups and the samples not rolled up yet for long ones).
+
+Two plots (textual-plotext) with a time axis (before now, in the window's unit) and a
+memory axis in GiB: the devices, then the models (each server's measured total). A cursor
+(← →, Home/End) reads every series at one moment; each series also has a line with its
+value now and its peak in the window (a bucket keeps its peak, so no peak is lost).
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Label, Sparkline, Static
+from textual.widgets import Footer, Header, Label, Static
 from textual.worker import get_current_worker
+from textual_plotext import PlotextPlot
 
 from monitor.errors import describe
-from tui.format import plain, size
+from tui.format import clock, plain, safe, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
 
@@ -34,10 +42,46 @@ WINDOWS = {
     "7d": 7 * 86400_000,
     "30d": 30 * 86400_000,
 }
+# the time axis of each window: (ms per unit, unit name)
+AXIS_UNIT = {
+    "5m": (60_000, "minutes"),
+    "1h": (60_000, "minutes"),
+    "24h": (3600_000, "hours"),
+    "7d": (86400_000, "days"),
+    "30d": (86400_000, "days"),
+}
+GIB = 1024**3
+LABEL_CHARS = 40  # a series' name in the legend and the readout
+
+
+def series_name(label: str) -> str:
+    """``device:nvml:GPU-0`` -> ``nvml:GPU-0``; escaped, bounded (it comes from processes)."""
+    name = safe(label.split(":", 1)[1] if ":" in label else label)
+    return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
+
+
+def value_at(points: list[tuple[int, int]], ts_ms: int) -> int | None:
+    """The series' value at ``ts_ms``: its last point at or before it (None before its
+    first point or after it ended: a server gone is not holding its last figure)."""
+    i = bisect_right([t for t, _ in points], ts_ms)
+    if i == 0:
+        return None
+    return points[i - 1][1]
+
+
+def readout(series: Series, ts_ms: int, newest_ms: int | None) -> str:
+    """Every series at one moment, for the cursor line."""
+    parts = []
+    for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
+        points = series[label]
+        ended = points and points[-1][0] != newest_ms and ts_ms > points[-1][0]
+        value = None if ended else value_at(points, ts_ms)
+        parts.append(f"{series_name(label)} {size(value) if value is not None else '-'}")
+    return f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts)
 
 
 class HistoryScreen(Screen):
-    """Sparklines of used memory, one per device and one per model."""
+    """Plots of used memory with axes, a cursor that reads values, a line per series."""
 
     if TYPE_CHECKING:  # Textual's typed ``app`` (textual.getters.app), for the checker only
         app = getters.app(VramscopeApp)
@@ -48,6 +92,12 @@ class HistoryScreen(Screen):
         Binding("3", "window('24h')", "24 h"),
         Binding("4", "window('7d')", "7 d"),
         Binding("5", "window('30d')", "30 d"),
+        Binding("left", "move(-1)", "◀", show=False),
+        Binding("right", "move(1)", "▶", show=False),
+        Binding("shift+left", "move(-10)", "◀ 10", show=False),
+        Binding("shift+right", "move(10)", "10 ▶", show=False),
+        Binding("home", "move(-100000)", "oldest", show=False),
+        Binding("end", "move(100000)", "newest", show=False),
         Binding("escape,h", "app.pop_screen", "Back"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -58,10 +108,18 @@ class HistoryScreen(Screen):
     def __init__(self, frame: Frame | None) -> None:
         super().__init__()
         self.frame = frame
+        self.series: Series = {}
+        self.times: list[int] = []  # every point's time, for the cursor
+        self.cursor: int = -1  # index into ``times``; -1: the newest
+        self.now_ms: int = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="history-title")
+        with Vertical(id="plots"):
+            yield PlotextPlot(id="devices-plot", classes="series-line")
+            yield PlotextPlot(id="models-plot", classes="series-line")
+        yield Static("", id="readout")
         yield VerticalScroll(id="series")
         yield Footer()
 
@@ -74,6 +132,14 @@ class HistoryScreen(Screen):
     def action_window(self, window: str) -> None:
         self.window = window
 
+    def action_move(self, steps: int) -> None:
+        """Move the cursor along the points' times."""
+        if not self.times:
+            return
+        at = self.cursor if self.cursor >= 0 else len(self.times) - 1
+        self.cursor = max(0, min(len(self.times) - 1, at + steps))
+        self._draw()
+
     def _now(self) -> int:
         if self.frame is not None:
             return self.frame.ts_ms
@@ -83,7 +149,8 @@ class HistoryScreen(Screen):
         self.query_one("#history-title", Static).update(
             f"[b]memory used, last {window}[/b] [$text-muted](loading…)[/]"
         )
-        self.fetch(window, self._now())
+        self.now_ms = self._now()
+        self.fetch(window, self.now_ms)
 
     @work(thread=True, exclusive=True, group="history")
     def fetch(self, window: str, now: int) -> None:
@@ -103,18 +170,23 @@ class HistoryScreen(Screen):
         if message.window != self.window:
             return
         self.query_one("#history-title", Static).update(
-            f"[b]memory used, last {message.window}[/b] [$text-muted]1-5 to change the window[/]"
+            f"[b]memory used, last {message.window}[/b] "
+            "[$text-muted]1-5 window · ← → cursor · ? help[/]"
         )
         self.show(message.series)
 
     def show(self, series: Series) -> None:
+        self.series = series
+        self.times = sorted({t for points in series.values() for t, _ in points})
+        self.cursor = -1
         box = self.query_one("#series", VerticalScroll)
         box.remove_children()
         if not series:
             box.mount(Label("no samples in this window"))
+            self._draw()
             return
         widgets: list[Widget] = []
-        newest = max((points[-1][0] for points in series.values() if points), default=None)
+        newest = self._newest()
         for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
             points = series[label]
             values = [v for _, v in points]
@@ -126,9 +198,43 @@ class HistoryScreen(Screen):
                 latest = "ended, last " + (size(values[-1]) if values else "unknown")
             widgets.append(
                 Label(
-                    plain(f"{label.split(':', 1)[1]}  {latest}  peak {size(peak)}"),
+                    plain(f"{series_name(label)}  {latest}  peak {size(peak)}"),
                     classes="series-label",
                 )
             )
-            widgets.append(Sparkline([float(v) for v in values] or [0.0], classes="series-line"))
         box.mount_all(widgets)
+        self._draw()
+
+    def _newest(self) -> int | None:
+        return max((p[-1][0] for p in self.series.values() if p), default=None)
+
+    def _draw(self) -> None:
+        unit_ms, unit = AXIS_UNIT[self.window]
+        at = self.times[self.cursor] if self.times else None
+        for plot_id, prefix, title in (
+            ("#devices-plot", "device:", "devices"),
+            ("#models-plot", "model:", "models (measured total)"),
+        ):
+            plot = self.query_one(plot_id, PlotextPlot)
+            plt = plot.plt
+            plt.clear_figure()
+            plt.title(title)
+            plt.xlabel(f"{unit} before now")
+            plt.ylabel("GiB")
+            drawn = False
+            for label in sorted(k for k in self.series if k.startswith(prefix)):
+                points = self.series[label]
+                if not points:
+                    continue
+                xs = [(t - self.now_ms) / unit_ms for t, _ in points]
+                ys = [v / GIB for _, v in points]
+                plt.plot(xs, ys, label=series_name(label), marker="braille")
+                drawn = True
+            if at is not None and drawn:
+                plt.vline((at - self.now_ms) / unit_ms, "white")
+            plt.xlim(-WINDOWS[self.window] / unit_ms, 0)
+            plt.ylim(0)
+            plot.display = drawn  # no empty frame for a box without models (or devices)
+            plot.refresh()
+        text = readout(self.series, at, self._newest()) if at is not None else ""
+        self.query_one("#readout", Static).update(plain(text))
