@@ -123,10 +123,7 @@ def live_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     names = set()
     for line in body.splitlines():
         if line.startswith("# TYPE "):
-            _, _, name, kind = line.split()
-            names.add(name)
-            if kind == "counter":
-                names.add(f"{name}_total")
+            names.add(line.split()[2])  # a counter's is its series' name, with _total
         elif line and not line.startswith("#"):
             names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
     yield body, names
@@ -329,3 +326,15 @@ def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_pat
             except subprocess.TimeoutExpired:
                 prometheus.kill()
                 prometheus.communicate()
+
+
+def test_the_service_guide_lists_every_metric_a_live_daemon_exports(
+    live_metrics: tuple[str, set[str]],
+) -> None:
+    _, exported = live_metrics
+    guide = (ROOT / "docs" / "service.md").read_text()
+    table = [line for line in guide.splitlines() if line.startswith("| `vramscope_")]
+    listed = {
+        name for line in table for name in re.findall(r"`(vramscope_\w+)`", line.split("|")[1])
+    }
+    assert listed == exported
