@@ -325,3 +325,68 @@ def test_a_real_daemon_counts_a_crash_and_an_engine_oom_line(tmp_path: Path) -> 
         fake.process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         fake.process.kill()
+
+
+def _pids(m: Series) -> set[str]:
+    return {dict(k)["pid"] for rows in m.values() for k in rows if "pid" in dict(k)}
+
+
+def _with(d: daemon_harness.LiveDaemon, pids: set[str]) -> Series | None:
+    m = parse(d.metrics())
+    return m if pids <= _pids(m) else None
+
+
+def _without(d: daemon_harness.LiveDaemon, pids: set[str]) -> Series | None:
+    m = parse(d.metrics())
+    return None if _pids(m) & pids else m
+
+
+@pytest.mark.slow
+def test_a_real_daemon_keeps_series_bounded_while_500_real_servers_come_and_go(
+    tmp_path: Path,
+) -> None:
+    """500 real processes named llama-server (``comm`` and argv from their exec: a
+    symlink to Python), 20 at a time: each wave is exported while it lives and gone after;
+    no scrape holds more than ``max_tracked`` (64) processes, and the exit counters stay
+    one series per class."""
+    import sys
+
+    wave, total, max_tracked = 20, 500, 64
+    (tmp_path / "bin").mkdir()
+    exe = tmp_path / "bin" / "llama-server"
+    exe.symlink_to(sys.executable)
+    seen: set[str] = set()
+    largest = 0
+    with daemon_harness.running(tmp_path) as d:
+        before = sum(parse(d.metrics())["vramscope_process_exits_total"].values())
+        for w in range(total // wave):
+            procs = [
+                subprocess.Popen(
+                    [str(exe), "-c", "import sys; sys.stdin.read()", "-m", f"w{w}-{i}.gguf"],
+                    stdin=subprocess.PIPE,
+                )
+                for i in range(wave)
+            ]
+            try:
+                pids = {str(p.pid) for p in procs}
+                m = d.poll(f"wave {w} on /metrics", lambda pids=pids: _with(d, pids))
+                seen |= pids
+                assert len(_pids(m)) <= max_tracked
+                largest = max(largest, sum(len(rows) for rows in m.values()))
+            finally:
+                for p in procs:
+                    assert p.stdin is not None
+                    p.stdin.close()
+                for p in procs:
+                    try:
+                        p.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+        m = d.poll("the last wave gone", lambda: _without(d, seen))
+        exits = m["vramscope_process_exits_total"]
+        assert len(exits) == len(EXIT_CAUSES)
+        assert sum(exits.values()) - before >= total
+    assert len(seen) == total
+    print(f"largest scrape: {largest} series; {total} servers seen")
+    assert largest <= 40 + 8 * max_tracked + 3 * len(EXIT_CAUSES)
