@@ -182,6 +182,28 @@ def test_promtool_test_rules_fails_when_a_threshold_moves(tmp_path: Path) -> Non
     assert "VramscopeDeviceMemoryPressure" in done.stdout + done.stderr
 
 
+def test_the_dashboard_is_provisioning_ready() -> None:
+    """Unique panel ids and refIds, panels inside the 24-column grid, every query on the
+    dashboard's Prometheus variable, a Box variable over ``instance`` used by every query."""
+    doc = json.loads(DASHBOARD.read_text())
+    assert doc["uid"] == "vramscope" and doc.get("id") is None
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids))
+    names = {v["name"]: v for v in doc["templating"]["list"]}
+    assert names["datasource"]["type"] == "datasource"
+    assert names["instance"]["query"]["query"].endswith(", instance)")
+    for p in doc["panels"]:
+        grid = p["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, p["title"]
+        refs = [t["refId"] for t in p.get("targets", [])]
+        assert len(refs) == len(set(refs)), p["title"]
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert p["targets"], p["title"]
+    for expr in dashboard_exprs():
+        assert 'instance=~"$instance"' in expr, expr
+
+
 @needs_promtool
 def test_every_dashboard_expression_parses(tmp_path: Path) -> None:
     exprs = [grafana_to_promql(e) for e in dashboard_exprs()]
@@ -319,6 +341,11 @@ def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_pat
             assert health and set(health.values()) <= {"ok", "unknown"}, health
             down = query('ALERTS{alertname="VramscopeDaemonAbsent"}')
             assert down == []
+            # every dashboard expression runs on the real engine, the box variable set
+            answered = 0
+            for expr in dashboard_exprs():
+                answered += bool(query(grafana_to_promql(expr).replace("$instance", ".+")))
+            assert answered >= 5, answered
         finally:
             prometheus.terminate()
             try:
