@@ -273,7 +273,11 @@ def test_a_live_daemons_metrics_pass_promtool_check_metrics(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason=daemon_harness.PROMTOOL_MISSING)
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None,
+    reason="prometheus not found: bash scripts/install --test installs Debian's prometheus "
+    "package when run as root with apt-get",
+)
 def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_path: Path) -> None:
     prom_port = daemon_harness.free_port()
     (tmp_path / "daemon").mkdir()
