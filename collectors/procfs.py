@@ -49,6 +49,9 @@ from collectors.tracking import engine_of, is_python
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS_HZ = os.sysconf("SC_CLK_TCK")
 TORCH_CHECK_WINDOW_S = 600.0
+# A process this young is checked for an exec every tick (its comm changed): a wrapper
+# (``sh -c '...; exec llama-server'``, a unit's start script) keeps its pid and start time.
+EXEC_CHECK_WINDOW_S = 5.0
 _HIDEPID_HINT = "/proc is mounted with hidepid=; run vramscope as root or in the proc gid"
 
 
@@ -217,7 +220,7 @@ class ProcfsCollector:
         meminfo = _fs.read_bytes(self.roots.proc / "meminfo")  # missing /proc is a fault
         host = host_device(meminfo)
         pids = tick.pids()
-        self._refresh_identities(pids)
+        self._refresh_identities(pids, tick.now_ms)
         due = self._last_rescan_ms is None or (
             tick.now_ms - self._last_rescan_ms >= self.options.rescan_s * 1000
         )
@@ -243,23 +246,28 @@ class ProcfsCollector:
             cgroups=tuple(limits),
         )
 
-    def _refresh_identities(self, pids: dict[int, int]) -> None:
-        """Read stat + cmdline of processes not seen before (or whose inode changed)."""
+    def _refresh_identities(self, pids: dict[int, int], now_ms: int) -> None:
+        """Read stat + cmdline of processes not seen before (or whose inode changed), and
+        of young ones whose comm changed since (they exec'd)."""
         known = self._known
         for pid in [p for p in known if p not in pids]:
             del known[pid]
         proc = self.roots.proc
         for pid, ino in pids.items():
             entry = known.get(pid)
-            if entry is not None and entry.ino == ino:
+            if entry is not None and entry.ino == ino and not self._young(entry, now_ms):
                 continue
             try:
                 parsed = parse_stat(_fs.read_bytes(f"{proc}/{pid}/stat"))
                 if parsed is None:
                     continue
                 comm, ppid, start_ticks = parsed
-                if entry is not None and entry.start_ticks == start_ticks:
-                    entry.ino = ino  # same process, inode recycled by procfs
+                if (
+                    entry is not None
+                    and entry.start_ticks == start_ticks
+                    and (entry.comm == comm or entry.zombie)
+                ):
+                    entry.ino = ino  # same process, not exec'd (inode recycled by procfs)
                     continue
                 argv = redact_argv(parse_cmdline(_fs.read_bytes(f"{proc}/{pid}/cmdline")))
             except OSError:  # gone, or denied (hidepid): not this tick
@@ -274,6 +282,10 @@ class ProcfsCollector:
                 engine=engine_of(comm, argv),
                 python=is_python(comm, argv),
             )
+
+    def _young(self, entry: _Proc, now_ms: int) -> bool:
+        started = self._started_at_ms(entry.start_ticks)
+        return started is not None and now_ms - started < EXEC_CHECK_WINDOW_S * 1000
 
     def _rescan(self, now_ms: int) -> None:
         """Rank every process by resident memory (statm); look for torch in Python ones."""

@@ -26,6 +26,7 @@ from typing import Any
 
 from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
+from monitor.daemon.counters import EventCounts
 from monitor.daemon.lock import acquire_lock, lock_database_file
 from monitor.daemon.sampler import Sampler
 from monitor.errors import VramscopeError
@@ -69,6 +70,7 @@ class DaemonContext:
     db_error_since_ms: int | None = None
     dropped_logged: bool = False  # the first drop of a refusal is logged, the rest counted
     replay_files: list[Path] = field(default_factory=list)  # backlog files queued, unwritten
+    counts: EventCounts = field(default_factory=EventCounts)  # exits and log records, /metrics
 
     def health(self) -> WriterHealth:
         """Safe from any thread: reads a few fields the worker thread swaps."""
@@ -121,6 +123,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
                 PENDING_MAX,
                 datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(),
             )
+    ctx.counts.observe(snap.exited, snap.events)
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
     _write_pending(ctx)
@@ -505,7 +508,9 @@ def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
     return shared
 
 
-def _http_server(config: Config, latest: Any, health: Any = None, assessments: Any = None) -> Any:
+def _http_server(
+    config: Config, latest: Any, health: Any = None, assessments: Any = None, counts: Any = None
+) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
     if not config.http_listen:
@@ -521,6 +526,7 @@ def _http_server(config: Config, latest: Any, health: Any = None, assessments: A
             config,
             health=health,
             assessments=assessments,
+            counts=counts,
         )
     except HttpConfigError as exc:
         raise StoreError(str(exc)) from None
@@ -539,6 +545,7 @@ def run(config: Config) -> int:
         lambda: holder[0].last_snapshot if holder else None,
         lambda: holder[0].health() if holder else None,
         lambda: holder[0].assessor.current() if holder else {},
+        lambda: holder[0].counts.totals() if holder else None,
     )
     file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path)

@@ -15,6 +15,10 @@ Metrics and labels:
 - ``vramscope_device_memory_free_bytes{device,name,kind}``;
 - ``vramscope_device_memory_gtt_used_bytes{device,name,kind}``: GTT in use (AMD; for an
   APU part of ``used``, never to be added to it);
+- ``vramscope_device_temperature_celsius{device,name,kind}``,
+  ``vramscope_device_power_watts{device,name,kind}`` and
+  ``vramscope_device_utilization_ratio{device,name,kind}`` (0..1): what NVML / amdsmi /
+  DRM sysfs report for a GPU; absent when the device does not report it;
 - ``vramscope_host_memory_available_bytes``: MemAvailable of the host;
 - ``vramscope_process_memory_bytes{pid,comm,engine,model,device,kind}``: one tracked
   process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
@@ -33,6 +37,19 @@ Metrics and labels:
   server to hold on the device at load (``host`` included), from the daemon's stored
   assessment of it (monitor/daemon/assessor.py: once per launch, never at scrape time);
   absent while it is not assessed yet and when its model cannot be estimated;
+- ``vramscope_process_estimate_ceiling_bytes{pid,model,device}``: the same estimate with
+  what grows at run time up to its bound (a full KV cache of every slot, the compute
+  buffers of the longest batch): what the server may come to hold;
+- ``vramscope_cgroup_memory_max_bytes{cgroup}``, ``vramscope_cgroup_memory_high_bytes{cgroup}``
+  and ``vramscope_cgroup_memory_current_bytes{cgroup}``: the memory cgroup whose limit
+  binds a tracked server (collectors/cgroup.py; ``cgroup`` is its path as in
+  ``/proc/PID/cgroup``); an unlimited max/high has no series;
+- ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
+- ``vramscope_process_exits_total{cause}``: tracked processes that ended since the daemon
+  started, by exit class (monitor/analysis/exits.py; every class present from the start);
+- ``vramscope_log_events_total{kind}``: kernel and engine log records since the daemon
+  started (``oom_kill``, ``oomd_kill``, ``oom_invoked``, ``xid``, ``amdgpu_error``,
+  ``app_oom``, ``engine_oom``);
 - ``vramscope_collector_up{collector}``: 1 when the collector's last run succeeded, 0 when
   it failed; a collector whose hardware is absent here (status ``nodata``) has no series;
 - ``vramscope_collector_duration_seconds{collector}``: wall time of its last run;
@@ -52,7 +69,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -65,9 +82,11 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CONTENT_TYPE_LATEST",
     "Assessments",
+    "Counts",
     "Estimates",
     "SnapshotCollector",
     "build_registry",
+    "ceilings_from_assessments",
     "estimates_from_assessments",
     "model_label",
     "render",
@@ -75,6 +94,7 @@ __all__ = [
 
 Estimates = Callable[[], dict[int, dict[str, int]]]
 Assessments = Callable[[], Mapping[tuple[int, int], Any]]  # (pid, start_ticks) -> Assessment
+Counts = Callable[[], Any]  # () -> monitor.daemon.counters.CountTotals | None
 _DEVICE_LABELS = ["device", "name", "kind"]
 _PROCESS_KINDS = (
     ("vram", "vram_bytes"),
@@ -113,10 +133,14 @@ class SnapshotCollector:
         latest: Callable[[], Snapshot | None],
         estimates: Estimates | None = None,
         health: Callable[[], Any] | None = None,
+        ceilings: Estimates | None = None,
+        counts: Counts | None = None,
     ) -> None:
         self._latest = latest
         self._estimates = estimates
+        self._ceilings = ceilings
         self._health = health  # () -> monitor.store.database.WriterHealth | None
+        self._counts = counts
         # (pid, start_ticks) -> model label; pruned to the processes present at each scrape
         self._models: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()  # scrapes run in the server's request threads
@@ -157,6 +181,7 @@ class SnapshotCollector:
                 family = GaugeMetricFamily(name, text)
                 family.add_metric([], value)
                 yield family
+        yield from self._counters()
         snap = self._latest()
         if snap is None:
             return
@@ -168,6 +193,7 @@ class SnapshotCollector:
             if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]
         }
         yield from self._processes(snap, infos)
+        yield from self._cgroups(snap, infos)
         yield from self._collectors(snap)
         tick = GaugeMetricFamily(
             "vramscope_last_tick_timestamp_seconds",
@@ -191,6 +217,18 @@ class SnapshotCollector:
                 value = getattr(d, field)
                 if value is not None:
                     family.add_metric([_label(d.device_id), _label(d.name), d.memory_kind], value)
+            yield family
+        for name, field, scale, help_text in (
+            ("temperature_celsius", "temp_c", 1.0, "GPU temperature."),
+            ("power_watts", "power_w", 1.0, "GPU power draw."),
+            ("utilization_ratio", "util_pct", 0.01, "GPU busy fraction (0..1)."),
+        ):
+            family = GaugeMetricFamily(f"vramscope_device_{name}", help_text, labels=_DEVICE_LABELS)
+            for d in snap.devices:
+                value = getattr(d, field)
+                if value is not None:
+                    labels = [_label(d.device_id), _label(d.name), d.memory_kind]
+                    family.add_metric(labels, value * scale)
             yield family
         available = GaugeMetricFamily(
             "vramscope_host_memory_available_bytes",
@@ -252,28 +290,98 @@ class SnapshotCollector:
             if h.used_bytes is not None and h.device_id is not None:
                 hidden.add_metric([str(h.pid), _label(h.device_id)], h.used_bytes)
         yield hidden
-        estimate = GaugeMetricFamily(
-            "vramscope_process_estimate_bytes",
-            "What the estimator expects a tracked process to hold on a device.",
-            labels=["pid", "model", "device"],
-        )
-        for pid, by_device in sorted(self._estimate_rows().items()):
-            p = infos.get(pid)
-            if p is None:
-                continue
-            for device_id, value in sorted(by_device.items()):
-                if value is not None:
-                    estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
-        yield estimate
+        for name, source, help_text in (
+            (
+                "vramscope_process_estimate_bytes",
+                self._estimates,
+                "What the estimator expects a tracked process to hold on a device at load.",
+            ),
+            (
+                "vramscope_process_estimate_ceiling_bytes",
+                self._ceilings,
+                "What the estimator expects a tracked process may grow to hold on a device.",
+            ),
+        ):
+            estimate = GaugeMetricFamily(name, help_text, labels=["pid", "model", "device"])
+            for pid, by_device in sorted(self._estimate_rows(source).items()):
+                p = infos.get(pid)
+                if p is None:
+                    continue
+                for device_id, value in sorted(by_device.items()):
+                    if value is not None:
+                        estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
+            yield estimate
 
-    def _estimate_rows(self) -> dict[int, dict[str, Any]]:
-        if self._estimates is None:
+    @staticmethod
+    def _estimate_rows(source: Estimates | None) -> dict[int, dict[str, Any]]:
+        if source is None:
             return {}
         try:
-            return dict(self._estimates() or {})
+            return dict(source() or {})
         except Exception:  # the estimates are extra: a failure there keeps the rest
             log.exception("the estimates for /metrics failed")
             return {}
+
+    def _counters(self) -> Iterator[Metric]:
+        totals = self._counts() if self._counts is not None else None
+        if totals is None:
+            return
+        exits = CounterMetricFamily(
+            "vramscope_process_exits",
+            "Tracked processes that ended since the daemon started, by exit class.",
+            labels=["cause"],
+        )
+        for cause, n in sorted(totals.exits.items()):
+            exits.add_metric([cause], n)
+        yield exits
+        events = CounterMetricFamily(
+            "vramscope_log_events",
+            "Kernel and engine log records since the daemon started, by kind.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(totals.log_events.items()):
+            events.add_metric([kind], n)
+        yield events
+
+    @staticmethod
+    def _cgroups(snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
+        families = {
+            "memory_max_bytes": GaugeMetricFamily(
+                "vramscope_cgroup_memory_max_bytes",
+                "memory.max of the cgroup that binds a tracked server (absent: unlimited).",
+                labels=["cgroup"],
+            ),
+            "memory_high_bytes": GaugeMetricFamily(
+                "vramscope_cgroup_memory_high_bytes",
+                "memory.high of that cgroup (absent: unlimited, or cgroup v1).",
+                labels=["cgroup"],
+            ),
+            "memory_current_bytes": GaugeMetricFamily(
+                "vramscope_cgroup_memory_current_bytes",
+                "memory.current of that cgroup: what it is charged now.",
+                labels=["cgroup"],
+            ),
+        }
+        link = GaugeMetricFamily(
+            "vramscope_process_cgroup_info",
+            "1: the tracked server pid is bound by the memory cgroup named.",
+            labels=["pid", "cgroup"],
+        )
+        seen: set[str] = set()
+        for pc in sorted(snap.cgroups, key=lambda c: c.pid):
+            if pc.pid not in infos:
+                continue
+            path = _label(pc.cgroup.path)
+            link.add_metric([str(pc.pid), path], 1)
+            if path in seen:
+                continue
+            seen.add(path)
+            for field, family in families.items():
+                value = getattr(pc.cgroup, field)
+                if value is not None:
+                    family.add_metric([path], value)
+        yield from families.values()
+        yield link
 
     @staticmethod
     def _collectors(snap: Snapshot) -> Iterator[Metric]:
@@ -316,14 +424,35 @@ def estimates_from_assessments(
     return rows
 
 
+def ceilings_from_assessments(
+    latest: Callable[[], Snapshot | None], assessments: Assessments
+) -> Estimates:
+    """Like :func:`estimates_from_assessments`, with what grows at run time to its bound."""
+
+    def rows() -> dict[int, dict[str, int]]:
+        snap = latest()
+        if snap is None:
+            return {}
+        live = {(p.pid, p.start_ticks) for p in snap.processes}
+        return {
+            k[0]: a.estimate.by_device(include_growth=True)
+            for k, a in assessments().items()
+            if k in live and a.estimate is not None
+        }
+
+    return rows
+
+
 def build_registry(
     latest: Callable[[], Snapshot | None],
     estimates: Estimates | None = None,
     health: Callable[[], Any] | None = None,
+    ceilings: Estimates | None = None,
+    counts: Counts | None = None,
 ) -> CollectorRegistry:
     """A fresh registry holding only the snapshot collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(latest, estimates, health))
+    registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts))
     return registry
 
 

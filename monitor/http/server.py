@@ -63,8 +63,10 @@ from monitor.errors import SetupError, VramscopeError
 from monitor.http.metrics import (
     CONTENT_TYPE_LATEST,
     Assessments,
+    Counts,
     Estimates,
     build_registry,
+    ceilings_from_assessments,
     estimates_from_assessments,
     render,
 )
@@ -223,6 +225,7 @@ class HttpServer:
         estimates: Estimates | None = None,
         health: Callable[[], WriterHealth | None] | None = None,
         assessments: Assessments | None = None,
+        counts: Counts | None = None,
     ) -> None:
         host, port = parse_listen(listen)
         if token is not None:
@@ -247,9 +250,12 @@ class HttpServer:
         self.config = config
         self.health = health
         self.assessments = assessments
-        if estimates is None and assessments is not None:
-            estimates = estimates_from_assessments(latest, assessments)
-        self.registry = build_registry(latest, estimates, health)
+        ceilings = None
+        if assessments is not None:
+            ceilings = ceilings_from_assessments(latest, assessments)
+            if estimates is None:
+                estimates = estimates_from_assessments(latest, assessments)
+        self.registry = build_registry(latest, estimates, health, ceilings, counts)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
         self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
         self.quiet = QuietLog()

@@ -279,3 +279,35 @@ def test_pss_rotates_and_an_unreadable_rollup_does_not_starve_the_others(tmp_pat
     assert [m.pid for m in later.memory if m.pss_bytes] == []  # pid 10's turn again (denied)
     later = collector.collect(Tick(roots, 63_000, _pids={10: 1, 11: 1, 12: 1}))
     assert [m.pid for m in later.memory if m.pss_bytes] == [11]
+
+
+def test_a_process_that_execs_a_server_after_it_was_first_seen_is_recognised(
+    tmp_path: Path,
+) -> None:
+    """A wrapper (``sh -c '...; exec llama-server ...'``, a service's start script) keeps its
+    pid and start time across exec: seen first as ``sh``, it must be seen as the server
+    once it has exec'd, not kept as the shell it was."""
+    exe = tmp_path / "llama-server"
+    exe.symlink_to(sys.executable)
+    code = "import time; print('ready', flush=True); time.sleep(120)"
+    child = subprocess.Popen(
+        ["/bin/sh", "-c", f'read go; exec "{exe}" -c "{code}" -m /models/q.gguf'],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        collector = ProcfsCollector(REAL, CollectorOptions(top_n=0))
+        first = collect(collector)  # the shell, waiting: not a server
+        assert child.pid not in {p.pid for p in first.processes}
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "ready"
+        after = collect(collector)
+        info = next((p for p in after.processes if p.pid == child.pid), None)
+        assert info is not None, "the exec'd server is not tracked"
+        assert info.engine == "llama.cpp" and info.comm == "llama-server"
+        assert info.argv[-2:] == ("-m", "/models/q.gguf")
+    finally:
+        stop(child)  # type: ignore[arg-type]

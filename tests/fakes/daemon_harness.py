@@ -1,0 +1,115 @@
+"""A real ``vramscope daemon`` subprocess with its HTTP API on a free loopback port.
+
+Not a fake: the daemon is the real one, sampling this box's real ``/proc``; only the port,
+database and config are the test's. Everything it serves is reached on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(url: str, timeout_s: float = 10.0) -> str:
+    with OPENER.open(url, timeout=timeout_s) as resp:
+        return resp.read().decode()
+
+
+@dataclass
+class LiveDaemon:
+    url: str
+    port: int
+    db: Path
+    process: subprocess.Popen[str]
+
+    def metrics(self) -> str:
+        return get(f"{self.url}/metrics")
+
+    def poll(self, what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+        """Call ``check`` until it returns something true (an OSError counts as not yet)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the daemon exited: {self.process.communicate()[1][-2000:]}")
+            try:
+                got = check()
+            except OSError:
+                got = None
+            if got:
+                return got
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def running(
+    tmp_path: Path, extra_config: str = "", interval_s: float = 0.2
+) -> Iterator[LiveDaemon]:
+    """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback)."""
+    port = free_port()
+    cfg = tmp_path / "vramscope.toml"
+    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n{extra_config}')
+    db = tmp_path / "v.db"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "daemon",
+            "--db",
+            str(db),
+            "--interval",
+            str(interval_s),
+            "--config",
+            str(cfg),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    live = LiveDaemon(f"http://127.0.0.1:{port}", port, db, process)
+    err = ""
+    try:
+        live.poll(
+            "the first tick on /metrics",
+            lambda: "vramscope_last_tick_timestamp_seconds" in live.metrics(),
+        )
+        yield live
+    finally:
+        try:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+    assert "Traceback" not in (err or ""), err
+
+
+def promtool() -> str | None:
+    """The promtool binary (Debian's ``prometheus`` package), or None."""
+    return shutil.which("promtool")
+
+
+PROMTOOL_MISSING = (
+    "promtool not found: bash scripts/install --test installs Debian's prometheus package "
+    "when run as root with apt-get"
+)
