@@ -21,7 +21,7 @@ from monitor.analysis.judge import Tolerance, is_over
 from monitor.analysis.measured import Measured
 from monitor.estimate.model import HOST, MemoryEstimate
 from monitor.logs.server_cache import ServerCacheReport
-from monitor.units import MIB, gib
+from monitor.units import MIB, gib, mib
 
 PROMPT_CACHE = "prompt_cache"
 CHECKPOINTS = "checkpoints"
@@ -60,10 +60,6 @@ class Growth:
     checked: tuple[str, ...]  # every source looked at, and what it said
 
 
-def _mib(n: int) -> str:
-    return f"{n / MIB:.0f} MiB"
-
-
 def evidence_from_log(report: ServerCacheReport, source: str) -> tuple[list[Evidence], list[str]]:
     """The log's figures as evidence, and one line per thing checked in it."""
     out: list[Evidence] = []
@@ -79,7 +75,7 @@ def evidence_from_log(report: ServerCacheReport, source: str) -> tuple[list[Evid
                 report.cache_limit_bytes,
             )
         )
-        checked.append(f"{source}: prompt cache holds {_mib(report.cache_bytes)}")
+        checked.append(f"{source}: prompt cache holds {mib(report.cache_bytes, 0)}")
     elif report.cache_disabled:
         checked.append(f"{source}: the prompt cache is disabled")
     else:
@@ -101,7 +97,7 @@ def evidence_from_log(report: ServerCacheReport, source: str) -> tuple[list[Evid
         )
         checked.append(
             f"{source}: {n} context checkpoints in {len(report.checkpoints)} slot(s), "
-            f"{_mib(report.checkpoint_bytes)}"
+            f"{mib(report.checkpoint_bytes, 0)}"
         )
     elif report.checkpoint_lines == 0:
         checked.append(f"{source}: no context checkpoint created")
@@ -111,12 +107,12 @@ def evidence_from_log(report: ServerCacheReport, source: str) -> tuple[list[Evid
 def _prompt_cache_cause(ev: Evidence) -> Cause:
     """The fix caps the cache at half of what it holds (256 MiB steps; 0 turns it off)."""
     cap_mib = int(ev.bytes / MIB / 2) // 256 * 256
-    limit = f"limit {_mib(ev.limit_bytes)}" if ev.limit_bytes is not None else "its limit"
+    limit = f"limit {mib(ev.limit_bytes, 0)}" if ev.limit_bytes is not None else "its limit"
     prompts = f" for {ev.count} prompt(s)" if ev.count is not None else ""
     return Cause(
         PROMPT_CACHE,
         ev.bytes,
-        f"prompt cache: {_mib(ev.bytes)} of host RAM held{prompts}; it fills up to "
+        f"prompt cache: {mib(ev.bytes, 0)} of host RAM held{prompts}; it fills up to "
         f"--cache-ram ({limit}) and stays",
         f"{ev.source}: '{ev.quote}'",
         f"--cache-ram {cap_mib}" + (" (off)" if cap_mib == 0 else ""),
@@ -135,7 +131,7 @@ def _checkpoints_cause(ev: Evidence) -> Cause:
         CHECKPOINTS,
         ev.bytes,
         f"context checkpoints: {ev.count} held by {len(ev.slot_sizes)} slot(s), "
-        f"{_mib(ev.bytes)} of host RAM (-ctxcp {per_slot or '?'} per slot)",
+        f"{mib(ev.bytes, 0)} of host RAM (-ctxcp {per_slot or '?'} per slot)",
         f"{ev.source}: '{ev.quote}'",
         f"-ctxcp {keep}",
         frees,

@@ -93,7 +93,7 @@ def _quote(line: str) -> str:
     return line if len(line) <= MAX_QUOTE_CHARS else line[: MAX_QUOTE_CHARS - 3] + "..."
 
 
-def _mib(text: str) -> int | None:
+def _mib_bytes(text: str) -> int | None:
     try:
         value = float(text)
     except ValueError:
@@ -129,8 +129,8 @@ class ServerCacheParser:
         if "system_info" in line:
             self._reset()  # a new run of the server writing to the same file
         elif m := _CACHE_STATE.search(line):
-            size = _mib(m.group(2))
-            limit = _mib(m.group(3)) if m.group(3) else None
+            size = _mib_bytes(m.group(2))
+            limit = _mib_bytes(m.group(3)) if m.group(3) else None
             if size is not None:
                 self._cache = (int(m.group(1)), size, limit, _quote(line))
         elif "context checkpoint" in line:
@@ -165,7 +165,7 @@ class ServerCacheParser:
         slot = int(sid.group(1))
         sizes = self._slots.get(slot)
         if m := _CREATED.search(line):
-            size = _mib(m.group(3))
+            size = _mib_bytes(m.group(3))
             if size is None:
                 return
             if sizes is None:

@@ -25,6 +25,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from monitor.errors import describe
+from monitor.units import GIB
 from tui.format import clock, plain, safe, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
@@ -50,7 +51,6 @@ AXIS_UNIT = {
     "7d": (86400_000, "days"),
     "30d": (86400_000, "days"),
 }
-GIB = 1024**3
 LABEL_CHARS = 40  # a series' name in the legend and the readout
 
 
