@@ -102,6 +102,10 @@ def classify(f: ExitFacts) -> ExitClass:
             return ExitClass("crashed", f"crashed ({sig}){core}", "critical")
         return ExitClass("signalled", f"ended by {sig}{core}", "warning")
     if f.exit_code == 0:
+        if f.loading:  # llama-server catches SIGTERM/SIGINT and returns 0; a failed load is 1
+            return ExitClass(
+                "stopped_during_load", "stopped during load (exited 0 before it was ready)", "info"
+            )
         return ExitClass("exited", "exited 0", "info")
     if f.exit_code is not None:
         during = " during load" if f.loading else ""

@@ -62,3 +62,13 @@ def test_texts_name_the_signal_and_the_load() -> None:
     assert classify(ExitFacts(None, 11, True)).text == "crashed (SIGSEGV) (core dumped)"
     assert classify(ExitFacts(3)).text == "exited with code 3"
     assert "exit status unknown" in classify(ExitFacts()).text
+
+
+def test_a_clean_exit_during_load_is_a_stop() -> None:
+    """The real llama-server catches SIGTERM during its load and exits 0 (measured with the
+    built server: tests/realworld/test_exit_real.py); a load that fails exits 1."""
+    stop = classify(ExitFacts(0, None, loading=True))
+    assert (stop.cause, stop.severity, stop.alerts) == ("stopped_during_load", "info", False)
+    assert classify(ExitFacts(0, None)).cause == "exited"
+    failed = classify(ExitFacts(1, None, loading=True))
+    assert failed.cause == "exited_error" and "during load" in failed.text
