@@ -50,6 +50,8 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = Fal
     dense = 3 * shape.n_ff + residual * shape.n_embd
     if not shape.n_expert or not shape.n_expert_used:
         return dense
+    if shape.arch == "glm4moe":
+        return _glm4moe_body_floats(shape, mtp)
     moe = 2 * shape.n_expert_used * (shape.n_ff_exp + shape.n_embd)
     if shape.n_ff_shexp:  # the shared expert's output and the routed sum, both alive
         moe += 2 * shape.n_embd
@@ -60,6 +62,26 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = Fal
     if shape.n_layer_dense_lead:  # deepseek2: the first layers are dense
         return max(dense, moe)
     return moe
+
+
+def _glm4moe_body_floats(shape: ModelShape, mtp: bool) -> int:
+    """GLM-4.5 (src/models/glm4-moe.cpp: sigmoid router with ``exp_probs_b``, one ungated
+    shared expert, a query 3x the residual width). Fitted on the real llama-server
+    (0c1e57098, tests/fixtures/llamalog/arch/glm4moe-*.json) and four variants of the
+    GLM-4.5-Air header at -c 4096 -np 1 (f32 values per token at the peak, after the
+    masks): the published shape 87040 (174.01 MiB); 32 heads 82944 (166.01); 4 experts
+    used 48128 (98.01); no shared expert 87040 (174.01: not at the peak). Per used expert
+    ``2 n_embd + n_ff_exp + n_expert``, plus ``n_q / 2 + 3 n_embd / 4`` (the attention
+    side; which tensors is not derived). The nextn (MTP) block: ``2 n_used n_embd`` plus
+    the same attention term (150.01 MiB logged)."""
+    n_q = (max(shape.n_head) if shape.n_head else 0) * shape.head_k
+    attention = n_q // 2 + 3 * shape.n_embd // 4
+    if mtp:
+        return 2 * shape.n_expert_used * shape.n_embd + attention
+    per_expert = 2 * shape.n_embd + shape.n_ff_exp + shape.n_expert
+    moe = shape.n_expert_used * per_expert + attention
+    dense = 3 * shape.n_ff + 4 * shape.n_embd  # the leading dense layer
+    return max(dense, moe)
 
 
 def compute_bytes(

@@ -656,6 +656,74 @@ def qwen35_dense_q4(key: str) -> ArchModel:
     )
 
 
+def glm4moe_air(mtp: bool = True) -> ArchModel:
+    """GLM-4.5-Air: one leading dense layer, then MoE layers with a sigmoid-gated router
+    (``exp_probs_b``) and one shared expert, biased Q/K/V, partial RoPE, one NextN (MTP)
+    layer last (llama.cpp skips it without ``--spec-type draft-mtp``). Q4_K where the row
+    length fits its 256-wide blocks, Q8_0 for the 1408/10944-wide down projections (as
+    llama.cpp's quantizer falls back)."""
+    arch, hd = "glm4moe", 128
+    n_layer, n_embd, n_head, n_head_kv = 46, 4096, 96, 8
+    n_ff, n_ff_exp, n_expert, n_vocab = 10944, 1408, 128, 151552
+    n_all = n_layer + (1 if mtp else 0)
+    meta = _common(
+        arch, "GLM 4.5 Air", n_all, 131072, n_embd, n_head, n_head_kv, hd, n_ff, eps=1e-5
+    )
+    meta.update(
+        {
+            f"{arch}.rope.dimension_count": hd // 2,  # partial_rotary_factor 0.5
+            f"{arch}.expert_count": n_expert,
+            f"{arch}.expert_used_count": 8,
+            f"{arch}.expert_shared_count": 1,
+            f"{arch}.expert_feed_forward_length": n_ff_exp,
+            f"{arch}.leading_dense_block_count": 1,
+            f"{arch}.expert_weights_scale": 1.0,
+            f"{arch}.expert_weights_norm": True,
+            f"{arch}.expert_gating_func": 2,  # sigmoid
+        }
+    )
+    if mtp:
+        meta[f"{arch}.nextn_predict_layers"] = 1
+    meta.update(bpe_vocab(n_vocab, "glm4", eos=151329))
+    first, last = _head(n_embd, n_vocab, Q4_K, False, Q6_K)
+
+    def block(il: int) -> list[Tensor]:
+        b = f"blk.{il}."
+        out: list[Tensor] = [(b + "attn_norm.weight", (n_embd,), F32)]
+        out += _attn(
+            b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd, Q4_K, bias=True
+        )
+        out += [(b + "post_attention_norm.weight", (n_embd,), F32)]
+        if il == 0:
+            return out + _ffn(b, n_embd, n_ff, Q4_K, down_type=Q8_0)
+        out += _experts(b, n_embd, n_ff_exp, n_expert, Q4_K, down_type=Q8_0)
+        out += [(b + "exp_probs_b.bias", (n_expert,), F32)]
+        return out + _ffn(b, n_embd, n_ff_exp, Q4_K, down_type=Q8_0, suffix="_shexp")
+
+    tensors = list(first)
+    for il in range(n_layer):
+        tensors += block(il)
+    tensors += last
+    if mtp:
+        b = f"blk.{n_layer}."
+        tensors += block(n_layer)
+        tensors += [
+            (b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), Q4_K),
+            (b + "nextn.enorm.weight", (n_embd,), F32),
+            (b + "nextn.hnorm.weight", (n_embd,), F32),
+            (b + "nextn.shared_head_norm.weight", (n_embd,), F32),
+        ]
+    return ArchModel(
+        "glm4moe-air" + ("" if mtp else "-nomtp"),
+        arch,
+        "zai-org/GLM-4.5-Air config.json: 46 layers (first dense), hidden 4096, 96/8 heads "
+        "of 128 with Q/K/V bias, partial rotary 0.5, intermediate 10944, 128 routed experts "
+        "(8 used) of 1408 + 1 shared, sigmoid router, vocab 151552, 1 NextN layer",
+        meta,
+        tensors,
+    )
+
+
 ARCH_MODELS: dict[str, Callable[[], ArchModel]] = {
     "qwen3-8b": qwen3_8b,
     "qwen3-0.6b": qwen3_06b,
@@ -666,6 +734,7 @@ ARCH_MODELS: dict[str, Callable[[], ArchModel]] = {
     "deepseek-v2-lite": deepseek_v2_lite,
     "qwen35-27b": qwen35_27b,
     "qwen35moe-35b-a3b": qwen35moe_35b_a3b,
+    "glm4moe-air": glm4moe_air,
 }
 
 
@@ -673,6 +742,10 @@ def model_for(key: str) -> ArchModel:
     """A model by key; ``<key>-nomtp`` is the Qwen3.5 file without its MTP layer."""
     if key.endswith("-nomtp"):
         base = key.removesuffix("-nomtp")
-        factory = {"qwen35-27b": qwen35_27b, "qwen35moe-35b-a3b": qwen35moe_35b_a3b}[base]
+        factory = {
+            "qwen35-27b": qwen35_27b,
+            "qwen35moe-35b-a3b": qwen35moe_35b_a3b,
+            "glm4moe-air": glm4moe_air,
+        }[base]
         return factory(mtp=False)
     return ARCH_MODELS[key]()
