@@ -271,7 +271,10 @@ class ProcfsCollector:
                     continue
                 argv = redact_argv(parse_cmdline(_fs.read_bytes(f"{proc}/{pid}/cmdline")))
             except OSError:  # gone, or denied (hidepid): not this tick
-                known.pop(pid, None)
+                if entry is None or entry.ino != ino:
+                    known.pop(pid, None)
+                # else: a young process re-checked for an exec; it is still listed, so
+                # it stays known (a later read says whether it is gone or hidden)
                 continue
             known[pid] = _Proc(
                 ino=ino,

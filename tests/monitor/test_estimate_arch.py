@@ -4,8 +4,9 @@ The fixtures (tests/fixtures/llamalog/arch/*.json) are the memory lines of the C
 llama-server built by scripts/build-llama-server (llama.cpp commit in each file), started
 by tests/realworld/arch_capture.py on the sparse GGUF headers of tests/fakes/arch_models.py
 (Qwen3 dense / draft / embedding, Qwen3-30B-A3B, Gemma-3, gpt-oss, DeepSeek-V2-Lite,
-Qwen3.5 with and without MTP, Qwen3.5 MoE, GLM-4.5-Air with and without MTP). Here the same headers are written again and
-``estimate`` runs on the very command line of each fixture; every buffer llama.cpp logged,
+Qwen3.5 with and without MTP, Qwen3.5 MoE, GLM-4.5-Air with and without MTP). Here the
+same headers are written again and ``estimate`` runs on the very command line of each
+fixture; every buffer llama.cpp logged,
 per context (target, -md draft, MTP), must match:
 
 - KV and recurrent state: exactly (the log prints two decimals);
