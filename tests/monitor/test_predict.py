@@ -11,9 +11,9 @@ from pathlib import Path
 
 import gguf_models as g
 import pytest
+from box_states import APU, EMBED_PID, embedding_server, host, strix_halo, write_state
 
 from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
-from monitor.report.status import to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB = 1024**3, 1024**2
@@ -65,35 +65,6 @@ def qwen(
         ggml_type=qtype,
     )
     return str(g.write_model(path, "qwen3", md, tensors, vocab_size=151936)[0])
-
-
-def write_state(
-    path: Path, devices: list[DeviceSample], procs: list[tuple[ProcessInfo, list[ProcessMemory]]]
-) -> Path:
-    snap = Snapshot(
-        1_800_000_000_000,
-        tuple(devices),
-        tuple(p for p, _ in procs),
-        tuple(m for _, rows in procs for m in rows),
-        (),
-        (),
-        (),
-    )
-    path.write_text(json.dumps(to_json(snap)))
-    return path
-
-
-def host(available: int, total: int = 128 * GIB) -> DeviceSample:
-    return DeviceSample(
-        "host",
-        "procfs",
-        "host",
-        "Host RAM",
-        "host",
-        total,
-        total - available,
-        available_bytes=available,
-    )
 
 
 # -- story 2: an 8 GB laptop GPU, a 27B dense model split with -ngl, drafts ----------------
@@ -276,71 +247,21 @@ def strix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "0.6b": qwen(d / "0.6b.gguf", 28, 1024, 16, 8, 3072, g.Q4_K),
     }
     # 96.0 GiB for models in all; the embedding server holds 23.8 GiB of GTT already
-    embed = ProcessInfo(
-        4242,
-        1000,
-        None,
-        1,
-        1000,
-        "llama-server",
-        (
-            "llama-server",
-            "-m",
-            "/models/qwen3-embedding-8b.gguf",
-            "--embedding",
-            "-c",
-            "8192",
-            "-np",
-            "16",
-            "-ub",
-            "8192",
-        ),
-        "llama.cpp",
-        ("inference", "gpu"),
-    )
-    used = int(23.8 * GIB)
-    apu = DeviceSample(
-        "drm:0000:c5:00.0",
-        "drm",
-        "amd",
-        "Strix Halo",
-        "unified",
-        total_bytes=int(120.5 * GIB),
-        used_bytes=used + 300 * MIB,
-        vram_total_bytes=512 * MIB,
-        vram_used_bytes=300 * MIB,
-        gtt_total_bytes=120 * GIB,
-        gtt_used_bytes=used,
-        gtt_ceiling_bytes=120 * GIB,
-    )
+    embed, used = embedding_server(), int(23.8 * GIB)
     models["state"] = str(
         write_state(
             d / "state.json",
-            [apu, host(int(72.2 * GIB))],
-            [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=used)])],
+            [strix_halo(used), host(int(72.2 * GIB))],
+            [(embed, [ProcessMemory(EMBED_PID, APU, gtt_bytes=used)])],
         )
     )
     # the same box once the embedding server is fixed to its 16 GiB budget
     fixed = 16 * GIB
-    apu_fixed = DeviceSample(
-        "drm:0000:c5:00.0",
-        "drm",
-        "amd",
-        "Strix Halo",
-        "unified",
-        total_bytes=int(120.5 * GIB),
-        used_bytes=fixed + 300 * MIB,
-        vram_total_bytes=512 * MIB,
-        vram_used_bytes=300 * MIB,
-        gtt_total_bytes=120 * GIB,
-        gtt_used_bytes=fixed,
-        gtt_ceiling_bytes=120 * GIB,
-    )
     models["state_fixed"] = str(
         write_state(
             d / "state-fixed.json",
-            [apu_fixed, host(96 * GIB - fixed)],
-            [(embed, [ProcessMemory(4242, "drm:0000:c5:00.0", gtt_bytes=fixed)])],
+            [strix_halo(fixed), host(96 * GIB - fixed)],
+            [(embed, [ProcessMemory(EMBED_PID, APU, gtt_bytes=fixed)])],
         )
     )
     return models

@@ -28,10 +28,10 @@ from pathlib import Path
 import arch_models as am
 import gguf_models as g
 import pytest
+from box_states import APU, EMBED_PID, embedding_server, host, strix_halo, write_state
 from gguf import GGMLQuantizationType
 
-from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
-from monitor.report.status import to_json
+from collectors.base import DeviceSample, ProcessMemory
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB, MIB = 1024**3, 1024**2
@@ -45,21 +45,7 @@ def requant(model: am.ArchModel, qtype: int, suffix: str) -> am.ArchModel:
     return dataclasses.replace(model, key=model.key + suffix, tensors=tensors)
 
 
-def predict(*args: str) -> tuple[int, dict, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        cwd=ROOT,
-    )
-    assert run.returncode in (0, 1, 3), run.stderr
-    return run.returncode, json.loads(run.stdout), run.stderr
-
-
-def predict_text(*args: str) -> str:
+def run_predict(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "monitor", "predict", *args],
@@ -68,13 +54,17 @@ def predict_text(*args: str) -> str:
         timeout=180,
         env=env,
         cwd=ROOT,
-    ).stdout
+    )
 
 
-def write_state(path: Path, devices: list, procs: list, mem: list) -> str:
-    snap = Snapshot(1_800_000_000_000, tuple(devices), tuple(procs), tuple(mem), (), (), ())
-    path.write_text(json.dumps(to_json(snap)))
-    return str(path)
+def predict(*args: str) -> tuple[int, dict, str]:
+    run = run_predict("--json", *args)
+    assert run.returncode in (0, 1, 3), run.stderr
+    return run.returncode, json.loads(run.stdout), run.stderr
+
+
+def predict_text(*args: str) -> str:
+    return run_predict(*args).stdout
 
 
 def device(result: dict, device_id: str, moment: str = "load") -> dict:
@@ -100,12 +90,9 @@ def card(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         300 * MIB,
         free_bytes=16 * GIB - 300 * MIB,
     )
-    host = DeviceSample(
-        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 20 * GIB, available_bytes=44 * GIB
-    )
     return {
         "model": str(requant(am.qwen35_27b(mtp=True), Q3_K, "-q3k").write(d)),
-        "state": write_state(d / "state.json", [gpu, host], [], []),
+        "state": str(write_state(d / "state.json", [gpu, host(44 * GIB, 64 * GIB)], [])),
     }
 
 
@@ -169,8 +156,6 @@ def test_16_gb_card_largest_context_with_and_without_mtp_at_f16_and_q8_0(
 
 # -- a 128 GB unified box: 122B MoE + draft beside a 16-slot embedding server --------------
 
-APU = "drm:0000:c5:00.0"
-
 
 @pytest.fixture(scope="module")
 def unified(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -205,58 +190,17 @@ def unified(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         v_heads=16,
         mtp=False,
     )
-    embed = ProcessInfo(
-        4242,
-        1000,
-        None,
-        1,
-        1000,
-        "llama-server",
-        (
-            "llama-server",
-            "-m",
-            "/models/qwen3-embedding-8b.gguf",
-            "--embedding",
-            "-c",
-            "8192",
-            "-np",
-            "16",
-            "-ub",
-            "8192",
-        ),
-        "llama.cpp",
-        ("inference", "gpu"),
-    )
     held = int(23.8 * GIB)  # the "16 GiB" embedding server, as measured (GTT)
-    apu = DeviceSample(
-        APU,
-        "drm",
-        "amd",
-        "Strix Halo",
-        "unified",
-        total_bytes=int(120.5 * GIB),
-        used_bytes=held + 300 * MIB,
-        vram_total_bytes=512 * MIB,
-        vram_used_bytes=300 * MIB,
-        gtt_total_bytes=120 * GIB,
-        gtt_used_bytes=held,
-        gtt_ceiling_bytes=120 * GIB,
-    )
-    host = DeviceSample(
-        "host",
-        "procfs",
-        "host",
-        "Host RAM",
-        "host",
-        128 * GIB,
-        int(55.8 * GIB),
-        available_bytes=int(72.2 * GIB),
-    )
+    apu_mem = [ProcessMemory(EMBED_PID, APU, gtt_bytes=held)]
     return {
         "moe": str(requant(moe, Q4_K, "-q4k").write(d)),
         "draft": str(draft.write(d)),
-        "state": write_state(
-            d / "state.json", [apu, host], [embed], [ProcessMemory(4242, APU, gtt_bytes=held)]
+        "state": str(
+            write_state(
+                d / "state.json",
+                [strix_halo(held), host(int(72.2 * GIB))],
+                [(embedding_server(), apu_mem)],
+            )
         ),
     }
 
