@@ -410,9 +410,22 @@ def _device_figures(
     help="The systemd unit the launch will run in "
     "(its cgroup system.slice/NAME bounds it: MemoryMax=).",
 )
+@click.option(
+    "--remote",
+    "remotes",
+    multiple=True,
+    metavar="URL",
+    help="Judge the launch on each of these boxes instead (their daemons' HTTP API, "
+    "http://HOST:9835; repeat for a fleet) and name where it fits.",
+)
+@click.option(
+    "--token", envvar="VRAMSCOPE_TOKEN", help="The daemons' [http] token (or $VRAMSCOPE_TOKEN)."
+)
 @click.argument("target", nargs=-1, type=click.UNPROCESSED)
 def predict(
     target: tuple[str, ...],
+    remotes: tuple[str, ...],
+    token: str | None,
     as_json: bool,
     state: Path | None,
     at_time: str | None,
@@ -446,10 +459,39 @@ def predict(
       vramscope predict qwen3-122b     ([llama_swap] config in the config file)
       vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
     Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
+
+    With --remote (repeated), each box's daemon judges the launch against its own latest
+    tick and model files, and the boxes are listed best first: the verdict, the headroom
+    left on the tightest device, what llama-swap would unload there. Exit 0: it fits on
+    a box; 3: only at load; 1: on no box; 2: no box answered.
+
+    \b
+      vramscope predict --remote http://box-a:9835 --remote http://box-b:9835 \\
+          -- llama-server -m /models/glm-4.5-air.gguf -c 32768
     """
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
+    if remotes:
+        local = {
+            "--state": state,
+            "--at": at_time,
+            "--swap-config": swap_config,
+            "--fit-ctx": want_fit_ctx,
+            "--bw": bandwidths,
+            "--flops": flops,
+            "--accept": accept,
+            "--cgroup": cgroup_path,
+            "--unit": unit,
+        }
+        given = [flag for flag, value in local.items() if value]
+        if given:
+            raise UserError(
+                f"{given[0]} judges on this box; with --remote each box's daemon judges "
+                "against its own state (leave it out)"
+            )
+        _predict_on_fleet(list(remotes), token, target, margin_gib, as_json)
+        return
     cfg = load_config(**kwargs)
     bw = _device_figures("--bw", bandwidths, "GB/s", "gpu=272", "bandwidth")
     peak = _device_figures("--flops", flops, "TFLOPS", "host=0.4", "peak")
@@ -480,6 +522,23 @@ def predict(
         raise UserError(str(exc)) from None
     click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(result.exit_code)
+
+
+def _predict_on_fleet(
+    urls: list[str], token: str | None, target: tuple[str, ...], margin_gib: float, as_json: bool
+) -> None:
+    from monitor.analysis.fleet import exit_code
+    from monitor.cli.predict import predict_on_fleet
+    from monitor.report.predict import fleet_json, fleet_text
+
+    command = list(target[1:]) if target and target[0] == "--" else list(target)
+    if not command:
+        raise UserError(
+            "--remote needs a launch: vramscope predict --remote URL -- llama-server -m M.gguf"
+        )
+    answers = predict_on_fleet(urls, token, command, margin_gib)
+    click.echo(fleet_json(answers) if as_json else terminal_safe_lines(fleet_text(answers)))
+    sys.exit(exit_code(answers))
 
 
 @cli.command()

@@ -4,6 +4,8 @@ workflow itself is :func:`monitor.analysis.predict.answer`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from collectors.base import CgroupMemory, Snapshot
 from monitor.analysis.predict import (
     EXIT_FITS,
@@ -95,3 +97,27 @@ def run_predict(
     snap = take_snapshot(cfg, req, snapshot)
     launch = launch_cgroup(cfg, req, snap, live=snapshot is None)
     return answer(req, snap, gpu_devices(snap, cfg), launch)
+
+
+def predict_on_fleet(
+    urls: list[str], token: str | None, command: list[str], margin_gib: float
+) -> list[Any]:
+    """Ask each box's daemon (``POST /api/v1/predict``, at most 8 at once) to judge the
+    launch against its latest tick; a box that cannot be reached or does not answer like
+    a vramscope daemon is an answer with its one-line error (monitor/analysis/fleet.py)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from monitor.analysis.fleet import BoxAnswer, box_answer
+    from monitor.http.client import DaemonClient, RemoteError
+
+    body = {"command": command, "margin_gib": margin_gib}
+
+    def ask(url: str) -> BoxAnswer:
+        try:
+            status, doc = DaemonClient(url, token, timeout_s=30.0).post("/api/v1/predict", body)
+        except RemoteError as exc:
+            return BoxAnswer(url, error=str(exc))
+        return box_answer(url, status, doc)
+
+    with ThreadPoolExecutor(max_workers=min(8, len(urls))) as pool:
+        return list(pool.map(ask, urls))

@@ -40,7 +40,19 @@ class DaemonClient:
     def get(self, path: str) -> Any:
         """The JSON answer to ``GET path``, at most ``REMOTE_MAX_BYTES``; RemoteError says
         what went wrong in one line."""
+        return self._request(path)
+
+    def post(self, path: str, doc: Any) -> tuple[int, Any]:
+        """``POST path`` with a JSON body: (HTTP status, JSON answer). A 400 is an answer
+        (the daemon's one-line ``error``), not a failure; other errors raise RemoteError."""
+        return self._request(path, json.dumps(doc).encode(), accept_codes=(400,))
+
+    def _request(
+        self, path: str, body: bytes | None = None, accept_codes: tuple[int, ...] = ()
+    ) -> Any:
         headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         # http(s) only: no proxies, no file:// or ftp:// handlers
@@ -53,27 +65,34 @@ class DaemonClient:
             urllib.request.HTTPErrorProcessor(),
         ):
             opener.add_handler(handler)
+        status = 200
+        request = urllib.request.Request(self.url + path, data=body, headers=headers)
         try:
-            with opener.open(
-                urllib.request.Request(self.url + path, headers=headers), timeout=self.timeout_s
-            ) as response:
-                body = response.read(REMOTE_MAX_BYTES + 1)
+            with opener.open(request, timeout=self.timeout_s) as response:
+                answer = response.read(REMOTE_MAX_BYTES + 1)
         except urllib.error.HTTPError as exc:
-            hint = " (give --token)" if exc.code == 401 else ""
-            raise RemoteError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
+            if exc.code not in accept_codes:
+                hint = " (give --token)" if exc.code == 401 else ""
+                raise RemoteError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
+            status = exc.code
+            try:
+                answer = exc.read(REMOTE_MAX_BYTES + 1)
+            except OSError as read_exc:
+                raise RemoteError(f"{self.url}{path}: {read_exc}") from None
         except (OSError, ValueError) as exc:
             raise RemoteError(f"cannot reach the vramscope daemon at {self.url}: {exc}") from None
-        if len(body) > REMOTE_MAX_BYTES:
+        if len(answer) > REMOTE_MAX_BYTES:
             raise RemoteError(
                 f"{self.url}{path}: the answer is larger than "
                 f"{REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?"
             )
         try:
-            return json.loads(body)
+            doc = json.loads(answer)
         except (ValueError, RecursionError) as exc:
             raise RemoteError(
                 f"{self.url}{path}: not JSON ({str(exc)[:80]}); not a vramscope daemon?"
             ) from None
+        return (status, doc) if body is not None else doc
 
 
 def _value_problem(value: Any, kind: str) -> str | None:

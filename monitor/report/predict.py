@@ -153,3 +153,53 @@ def render_text(result: PredictResult) -> str:
         verdict += ", OOM once the caches fill"
     lines.append(f"verdict: {verdict}")
     return "\n".join(lines)
+
+
+def fleet_text(answers: list[Any]) -> str:
+    """One line per box, best place first (monitor/analysis/fleet.py ranks them)."""
+    from monitor.analysis.fleet import ranked
+
+    lines = []
+    for a in ranked(answers):
+        if a.error is not None:
+            lines.append(f"{a.url}: no answer: {a.error}")
+            continue
+        verdict = (a.verdict or "?").upper()
+        if a.grown_verdict == "oom" and a.verdict != "oom":
+            verdict += ", OOM once the caches fill"
+        room = ""
+        if a.headroom_bytes is not None:
+            what = "short by" if a.headroom_bytes < 0 else "headroom"
+            room = f", {what} {_gib(abs(a.headroom_bytes))} GiB on {a.binding_device}"
+        unload = f"; llama-swap would unload {', '.join(a.would_unload)}" if a.would_unload else ""
+        lines.append(f"{a.url}: {verdict}{room}{unload}")
+    fits = [a.url for a in ranked(answers) if a.fits]
+    lines.append(f"fits on: {', '.join(fits)}" if fits else "fits on: no box")
+    return "\n".join(lines)
+
+
+def fleet_json(answers: list[Any]) -> str:
+    """``vramscope.fleet-predict/1``: each box's summary and the daemon's own document."""
+    from monitor.analysis.fleet import exit_code, ranked
+
+    boxes = [
+        {
+            "url": a.url,
+            "verdict": a.verdict,
+            "grown_verdict": a.grown_verdict,
+            "fits": a.fits,
+            "headroom_bytes": a.headroom_bytes,
+            "binding_device": a.binding_device,
+            "would_unload": list(a.would_unload),
+            "error": a.error,
+            "predict": a.document,
+        }
+        for a in ranked(answers)
+    ]
+    doc = {
+        "schema": "vramscope.fleet-predict/1",
+        "fits_on": [b["url"] for b in boxes if b["fits"]],
+        "exit_code": exit_code(answers),
+        "boxes": boxes,
+    }
+    return json.dumps(doc, indent=2)

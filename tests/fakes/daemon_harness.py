@@ -62,9 +62,13 @@ class LiveDaemon:
 
 @contextlib.contextmanager
 def running(
-    tmp_path: Path, extra_config: str = "", interval_s: float = 0.2
+    tmp_path: Path,
+    extra_config: str = "",
+    interval_s: float = 0.2,
+    daemon_args: tuple[str, ...] = (),
 ) -> Iterator[LiveDaemon]:
-    """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback)."""
+    """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback).
+    ``daemon_args``: more arguments (``--proc-root``/``--sys-root`` of a recorded box)."""
     port = free_port()
     cfg = tmp_path / "vramscope.toml"
     cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n{extra_config}')
@@ -81,6 +85,7 @@ def running(
             str(interval_s),
             "--config",
             str(cfg),
+            *daemon_args,
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
