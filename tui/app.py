@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from textual.app import App
 from textual.binding import Binding
@@ -48,9 +48,11 @@ class VramscopeApp(App[None]):
         clock: Callable[[], int] | None = None,
         at_ms: int | None = None,
         swap_config: Path | None = None,
+        fleet: list[Any] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self.fleet = fleet  # RemoteSources of `tui --remote A --remote B`: the overview first
         self.refresh_s = refresh_s
         self.clock = clock
         self.at_ms = at_ms
@@ -85,6 +87,12 @@ class VramscopeApp(App[None]):
             self.push_screen(HelpScreen())
 
     def on_mount(self) -> None:
+        if self.fleet:
+            from tui.screens.fleet import FleetScreen
+
+            self.sub_title = f"fleet of {len(self.fleet)} boxes"
+            self.push_screen(FleetScreen(self.fleet, self.refresh_s))
+            return
         self.sub_title = source_label(self.source)
         self.push_screen(MainScreen())
 
@@ -149,6 +157,28 @@ def open_source(
     return source, at_ms
 
 
+def _fleet(
+    urls: list[str], token: str | None, refresh_s: float, swap_config: Path | None, local: bool
+) -> int:
+    """``tui --remote A --remote B ...``: the fleet overview (an unreachable box is a row
+    that says so; a URL that is not http(s)://HOST:PORT is an error before the app)."""
+    from tui.source import RemoteSource
+
+    if local:
+        print(
+            "vramscope: error: --remote reads other daemons: leave out --live, --db and --at",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        sources = [RemoteSource(url, token) for url in urls]
+    except SourceError as exc:
+        print(f"vramscope: error: {exc}", file=sys.stderr)
+        return 2
+    VramscopeApp(sources[0], refresh_s, swap_config=swap_config, fleet=sources).run()
+    return 0
+
+
 class _BuilderSizes(TypedDict, total=False):
     """The FrameBuilder sizes given on the command line (the rest keep its defaults)."""
 
@@ -167,7 +197,7 @@ def main(
     enabled: Iterable[str] | None = None,
     margin_bytes: int | None = None,
     overhead_bytes: int | None = None,
-    remote: str | None = None,
+    remote: str | list[str] | None = None,
     token: str | None = None,
     live: bool = False,
 ) -> int:
@@ -177,6 +207,12 @@ def main(
         kwargs["margin_bytes"] = margin_bytes
     if overhead_bytes is not None:
         kwargs["overhead_bytes"] = overhead_bytes
+    remotes = [remote] if isinstance(remote, str) else list(remote or [])
+    if len(remotes) > 1:
+        return _fleet(
+            remotes, token, refresh_s, swap_config, live or db is not None or at is not None
+        )
+    remote = remotes[0] if remotes else None
     if remote is not None:
         from tui.source import RemoteSource
 

@@ -38,8 +38,11 @@ from monitor.cli.main import main as cli_main
 )
 @click.option(
     "--remote",
+    "remotes",
+    multiple=True,
     metavar="URL",
-    help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen).",
+    help="A daemon's HTTP API, e.g. http://gpu-box:9835 (its [http] listen); repeat it "
+    "for a fleet overview (one row per box, Enter opens one).",
 )
 @click.option(
     "--token", envvar="VRAMSCOPE_TOKEN", help="The daemon's [http] token (or $VRAMSCOPE_TOKEN)."
@@ -53,7 +56,7 @@ def tui(
     at: str | None,
     swap_config: Path | None,
     refresh: float,
-    remote: str | None,
+    remotes: tuple[str, ...],
     token: str | None,
     live: bool,
     **kwargs: Any,
@@ -62,7 +65,7 @@ def tui(
 
     \b
     What it shows (the header says which, and the daemon's pid for a database):
-      --remote URL  a daemon's HTTP API;
+      --remote URL  a daemon's HTTP API (repeated: the fleet overview);
       --db FILE     that database, read-only while the daemon writes it;
       --live        samples taken here, by this process;
       otherwise     the default database (see --db) if a daemon has written it in the
@@ -87,7 +90,7 @@ def tui(
             roots=cfg.roots,
             enabled=cfg.collectors,
             overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
-            remote=remote,
+            remote=list(remotes),
             token=token,
             live=live,
         )

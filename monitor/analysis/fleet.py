@@ -102,3 +102,29 @@ def exit_code(answers: list[BoxAnswer]) -> int:
     if any(a.fits_at_load for a in judged):
         return EXIT_GROWS_OOM
     return EXIT_OOM
+
+
+@dataclass(frozen=True, slots=True)
+class BoxRow:
+    """One box of the fleet overview (``error`` set: unreachable or not a vramscope daemon)."""
+
+    url: str
+    devices: str = ""  # "GPU0 RTX 4090 20.2/24.0G, host RAM 34/64G"
+    models: int = 0
+    headroom_bytes: int | None = None  # the smallest room left on any device
+    headroom_device: str | None = None
+    active_alerts: tuple[str, ...] = ()  # the messages of alerts fired and not resolved
+    error: str | None = None
+
+
+def active_alerts(events: list[Any]) -> tuple[str, ...]:
+    """Alerts fired (or escalated) and not resolved since, by subject, oldest first; each
+    event needs ``kind``, ``subject`` and ``message`` (tui EventRow or an events page)."""
+    active: dict[str, str] = {}
+    for e in events:
+        subject = str(getattr(e, "subject", None) or getattr(e, "message", ""))
+        if e.kind in ("alert_fired", "alert_escalated"):
+            active[subject] = _text(e.message)
+        elif e.kind == "alert_resolved":
+            active.pop(subject, None)
+    return tuple(active.values())

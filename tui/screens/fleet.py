@@ -1,0 +1,170 @@
+"""The fleet overview (``vramscope tui --remote A --remote B ...``): one row per box with
+its devices, models, the headroom left on its tightest device and its active alerts; an
+unreachable box says so. Enter opens that box's main screen (Esc comes back).
+
+Each box is a :class:`tui.source.RemoteSource` (the daemon's HTTP API, answers checked as
+untrusted); all boxes are read in one worker thread per refresh, a few at a time.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import get_current_worker
+
+from monitor.analysis.fleet import BoxRow, active_alerts
+from monitor.errors import describe
+from tui.format import cell, safe, short_device_name, size
+from tui.screens.main import MainScreen
+from tui.source import Frame, RemoteSource, SampleSource
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from tui.app import VramscopeApp
+
+COLUMNS = ("box", "devices (used/total)", "models", "headroom", "alerts")
+MAX_AT_ONCE = 8
+
+
+def box_row(url: str, frame: Frame) -> BoxRow:
+    """A box's row from its latest frame (pure)."""
+    pics = sorted(
+        frame.picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id)
+    )
+    gpus = [p.device_id for p in pics if p.device_id != "host"]
+    parts = []
+    tightest: tuple[int, str] | None = None
+    for p in pics:
+        name = short_device_name(
+            p.device_id, p.name, gpus.index(p.device_id) if p.device_id in gpus else None
+        )
+        parts.append(f"{name} {size(p.used_bytes)}/{size(p.capacity_bytes)}")
+        room = p.headroom_bytes
+        if room is not None and (tightest is None or room < tightest[0]):
+            tightest = (room, name)
+    return BoxRow(
+        url,
+        ", ".join(parts),
+        len(frame.models),
+        tightest[0] if tightest else None,
+        tightest[1] if tightest else None,
+        active_alerts(list(frame.events)),
+    )
+
+
+@dataclass
+class FleetReady(Message, bubble=False):
+    rows: list[BoxRow]
+
+
+class FleetScreen(Screen):
+    """Every box at a glance; Enter drills into one."""
+
+    if TYPE_CHECKING:
+        app = getters.app(VramscopeApp)
+
+    AUTO_FOCUS = "#fleet"
+    BINDINGS = [
+        Binding("enter", "open", "Open box"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, sources: list[RemoteSource], refresh_s: float | None) -> None:
+        super().__init__()
+        self.sources = sources
+        self.refresh_s = refresh_s
+        self.rows: list[BoxRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(
+            f"{len(self.sources)} boxes · Enter opens one · Esc there comes back", id="fleet-title"
+        )
+        yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#fleet", DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+        self.fetch()
+        if self.refresh_s:
+            self.set_interval(self.refresh_s, self.fetch, name="fleet-poll")
+
+    def action_refresh(self) -> None:
+        self.fetch()
+
+    @work(thread=True, exclusive=True, group="fleet")
+    def fetch(self) -> None:
+        worker = get_current_worker()
+
+        def read(source: RemoteSource) -> BoxRow:
+            try:
+                return box_row(source.url, source.latest())
+            except Exception as exc:  # one box down is a row that says so
+                return BoxRow(source.url, error=describe(exc))
+
+        with ThreadPoolExecutor(max_workers=min(MAX_AT_ONCE, len(self.sources))) as pool:
+            rows = list(pool.map(read, self.sources))
+        if not worker.is_cancelled:
+            self.post_message(FleetReady(rows))
+
+    def on_fleet_ready(self, message: FleetReady) -> None:
+        self.rows = message.rows
+        table = self.query_one("#fleet", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for i, row in enumerate(message.rows):
+            table.add_row(*self.cells(row), key=str(i))
+        if message.rows:
+            table.move_cursor(row=min(cursor, len(message.rows) - 1))
+
+    @staticmethod
+    def cells(row: BoxRow) -> tuple[object, ...]:
+        if row.error is not None:
+            reason = row.error if len(row.error) <= 80 else row.error[:79] + "…"
+            return (cell(row.url), cell(f"unreachable: {reason}"), "-", "-", "-")
+        room = "-"
+        if row.headroom_bytes is not None:
+            room = f"{size(row.headroom_bytes)} on {row.headroom_device}"
+        alerts = f"{len(row.active_alerts)}: {row.active_alerts[-1]}" if row.active_alerts else "-"
+        return (cell(row.url), cell(row.devices), str(row.models), cell(room), cell(alerts))
+
+    def action_open(self) -> None:
+        table = self.query_one("#fleet", DataTable)
+        if not self.sources or table.cursor_row < 0:
+            return
+        source = self.sources[min(table.cursor_row, len(self.sources) - 1)]
+        self.app.push_screen(BoxScreen(self, source))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open()
+
+
+class BoxScreen(MainScreen):
+    """One box of the fleet: the main screen over that box's source; Esc: the fleet."""
+
+    BINDINGS = [Binding("escape", "back", "Fleet")]
+
+    def __init__(self, fleet: FleetScreen, source: RemoteSource) -> None:
+        self.fleet = fleet
+        self.previous: SampleSource = fleet.app.source
+        fleet.app.source = source
+        fleet.app.sub_title = safe(source.describe())
+        super().__init__()
+
+    def action_back(self) -> None:
+        self.app.source = self.previous
+        self.app.sub_title = f"fleet of {len(self.fleet.sources)} boxes"
+        self.app.pop_screen()
