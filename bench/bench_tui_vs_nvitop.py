@@ -57,6 +57,10 @@ LAUNCHER = textwrap.dedent("""
     import nvml_fake
     nvml_fake.install(json.loads(open(scenario).read()))
     if ui == "nvitop":
+        # its one-time log lines for NVML calls the fake lacks would land on the screen
+        # (curses draws on stdout; Textual on stderr, so vramscope's is left alone)
+        import os
+        os.dup2(os.open(scenario + ".nvitop.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND), 2)
         sys.path.insert(0, extra)
         from nvitop.cli import main
         sys.argv = ["nvitop", "--interval", "1"]
@@ -164,8 +168,15 @@ def memory_kib(root: int) -> tuple[int, int]:
     return rss, hwm
 
 
+SOCKET = f"vramscope-bench-{os.getpid()}"
+"""A tmux server of our own (``-L``): other tmux users on the box are left alone."""
+
+
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"tmux {' '.join(args[:2])}: {out.stderr.strip()}")
+    return out.stdout
 
 
 def start(name: str, size: tuple[int, int], command: list[str]) -> int:
@@ -194,7 +205,7 @@ def one_round(
     sessions = {}
     try:
         for ui, size in uis:
-            name = f"bench-{tag}-{ui}-{size[0]}x{size[1]}"
+            name = f"r{tag}-{ui}-{size[0]}x{size[1]}"
             cmd = [env_python, str(launcher), str(ROOT), ui, str(scenario_path), str(nvitop_dir)]
             sessions[(ui, size)] = (name, start(name, size, cmd))
         time.sleep(warmup_s)
@@ -222,7 +233,7 @@ def one_round(
         return out
     finally:
         for name, _pid in sessions.values():
-            with contextlib.suppress(subprocess.CalledProcessError):
+            with contextlib.suppress(RuntimeError):
                 tmux("kill-session", "-t", name)
 
 
@@ -246,21 +257,25 @@ def main() -> None:
         nvitop_dir = args.nvitop_dir or install_nvitop(folder, args.nvitop_version)
         launcher = folder / "launch.py"
         launcher.write_text(LAUNCHER)
-        with processes(folder) as pids:
+        # a session that lives through all rounds, so the server never exits between them
+        tmux("new-session", "-d", "-s", "keeper", "-x", "80", "-y", "24", "sleep 100000")
+        stack = contextlib.ExitStack()
+        stack.callback(lambda: subprocess.run(["tmux", "-L", SOCKET, "kill-server"], check=False))
+        with stack, processes(folder) as pids:
             scenario_path = folder / "scenario.json"
             scenario_path.write_text(json.dumps(scenario(pids)))
-            results = [
-                one_round(
-                    uis,
-                    launcher,
-                    scenario_path,
-                    nvitop_dir,
-                    args.warmup_s,
-                    args.seconds,
-                    f"{os.getpid()}-{r}",
+            results = []
+            for r in range(args.rounds):
+                found = one_round(
+                    uis, launcher, scenario_path, nvitop_dir, args.warmup_s, args.seconds, str(r)
                 )
-                for r in range(args.rounds)
-            ]
+                results.append(found)
+                for (ui, (w, h)), v in found.items():
+                    print(
+                        f"round {r + 1}: {ui} {w}x{h}: {v['cpu_s']:.2f} CPU-s, "
+                        f"RSS {v['rss_mib']:.0f} MiB (peak {v['hwm_mib']:.0f})",
+                        flush=True,
+                    )
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, nvitop {args.nvitop_version}, "
         f"{args.rounds} rounds of {args.seconds:.0f} s at a 1 s refresh, all UIs at once"
