@@ -168,12 +168,13 @@ def memory_kib(root: int) -> tuple[int, int]:
     return rss, hwm
 
 
-SOCKET = f"vramscope-bench-{os.getpid()}"
-"""A tmux server of our own (``-L``): other tmux users on the box are left alone."""
+SOCKET = Path("/nonexistent")  # set by main
+"""A tmux server of our own (``-S``, a fresh folder: pids repeat across PID namespaces):
+other tmux users on the box are left alone."""
 
 
 def tmux(*args: str) -> str:
-    out = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True)
+    out = subprocess.run(["tmux", "-S", str(SOCKET), *args], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"tmux {' '.join(args[:2])}: {out.stderr.strip()}")
     return out.stdout
@@ -246,7 +247,17 @@ def main() -> None:
     parser.add_argument("--nvitop-version", default="1.7.2")
     parser.add_argument("--nvitop-dir", type=Path, help="nvitop installed here already")
     parser.add_argument("--only", choices=("vramscope", "nvitop"), help="run one UI")
+    parser.add_argument(
+        "--pid-namespace",
+        action="store_true",
+        help="run everything in a PID namespace of its own (unshare -pf --mount-proc): the "
+        "UIs see only the scenario's processes, not the rest of the box",
+    )
     args = parser.parse_args()
+    if args.pid_namespace and os.environ.get("VRAMSCOPE_BENCH_NS") != "1":
+        env = {**os.environ, "VRAMSCOPE_BENCH_NS": "1"}
+        cmd = ["unshare", "-pf", "--mount-proc", sys.executable, *sys.argv]
+        sys.exit(subprocess.run(cmd, env=env, check=False).returncode)
     if shutil.which("tmux") is None:
         sys.exit("bench_tui_vs_nvitop: needs tmux")
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
@@ -257,10 +268,15 @@ def main() -> None:
         nvitop_dir = args.nvitop_dir or install_nvitop(folder, args.nvitop_version)
         launcher = folder / "launch.py"
         launcher.write_text(LAUNCHER)
+        global SOCKET
+        SOCKET = folder / "tmux" / "socket"
+        SOCKET.parent.mkdir()
         # a session that lives through all rounds, so the server never exits between them
         tmux("new-session", "-d", "-s", "keeper", "-x", "80", "-y", "24", "sleep 100000")
         stack = contextlib.ExitStack()
-        stack.callback(lambda: subprocess.run(["tmux", "-L", SOCKET, "kill-server"], check=False))
+        stack.callback(
+            lambda: subprocess.run(["tmux", "-S", str(SOCKET), "kill-server"], check=False)
+        )
         with stack, processes(folder) as pids:
             scenario_path = folder / "scenario.json"
             scenario_path.write_text(json.dumps(scenario(pids)))
@@ -279,6 +295,7 @@ def main() -> None:
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, nvitop {args.nvitop_version}, "
         f"{args.rounds} rounds of {args.seconds:.0f} s at a 1 s refresh, all UIs at once"
+        + (", own PID namespace" if args.pid_namespace else ", the box's /proc as it is")
     )
     print("| UI | terminal | CPU-s (median; each round) | RSS end MiB | RSS peak MiB |")
     print("|---|---|---|---|---|")
