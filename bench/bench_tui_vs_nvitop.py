@@ -19,6 +19,10 @@ Method (results in bench/RESULTS.md, "TUI beside nvitop"):
   14-17, children's included) at the start and end of ``--seconds``; RSS at the end
   (``VmRSS``) and its peak (``VmHWM``) from ``/proc/PID/status``.
 - ``--rounds`` rounds (default 3); the table gives each figure's median.
+- ``--pid-namespace`` runs it all in a PID namespace of its own, so both UIs see only the
+  scenario's processes (like for like: vramscope also attributes host RAM to, and lists
+  servers among, every process on the box; nvitop lists only the GPU's);
+  ``--textual-floor`` adds a minimal Textual app (header, a clock each second, footer).
 
 The fake driver's own Python time is inside each UI's CPU figure: nvitop calls more NVML
 functions per refresh than vramscope does (clocks, fans, ...; a call the fake lacks fails
