@@ -8,6 +8,8 @@ thread worker; results come back as replaceable messages.
 from __future__ import annotations
 
 import gc
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textual import on, work
@@ -89,6 +91,9 @@ class MainScreen(Screen):
         self._busy = False
         self._frozen = False
         self._ticks: list[int] = []
+        self._poll_wake = threading.Event()
+        self._poll_stop = False
+        self._poll_thread: threading.Thread | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -116,7 +121,11 @@ class MainScreen(Screen):
             self.poll()
         refresh_s = getattr(app, "refresh_s", None)
         if refresh_s:
-            self.set_interval(refresh_s, self.poll, name="poll")
+            self.set_interval(refresh_s, self._timed_poll, name="poll")
+
+    def on_unmount(self) -> None:
+        self._poll_stop = True
+        self._poll_wake.set()
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120 or self.size.height < 32, "-narrow")
@@ -129,15 +138,42 @@ class MainScreen(Screen):
         self._busy = True
         self.fetch_latest()
 
+    def _timed_poll(self) -> None:
+        """The refresh timer's poll: on one long-lived thread rather than a Textual worker
+        per refresh (a worker costs ~1 ms of the event loop: its task, its executor call
+        and three state messages; bench/RESULTS.md, "TUI beside nvitop"). The first
+        frame, ``r`` and the way back from replay still go through ``fetch_latest``."""
+        if self.replay_ts is not None or self._busy:
+            return
+        self._busy = True
+        if self._poll_thread is None:
+            self._poll_thread = threading.Thread(
+                target=self._poll_loop, name="vramscope-poll", daemon=True
+            )
+            self._poll_thread.start()
+        self._poll_wake.set()
+
+    def _poll_loop(self) -> None:
+        while True:
+            self._poll_wake.wait()
+            self._poll_wake.clear()
+            if self._poll_stop:
+                return
+            self._fetch(lambda: self._poll_stop)
+
     @work(thread=True, exclusive=True, group="poll")
     def fetch_latest(self) -> None:
         worker = get_current_worker()
+        self._fetch(lambda: worker.is_cancelled)
+
+    def _fetch(self, cancelled: Callable[[], bool]) -> None:
+        """One frame from the source, posted to the screen (off the event loop)."""
         try:
             frame = self.app.source.latest()
         except Exception as exc:  # any failure is a message on screen
             self.post_message(SourceFailed(describe(exc)))
             return
-        if not worker.is_cancelled:
+        if not cancelled():
             self.post_message(FrameReady(frame))
 
     @work(thread=True, exclusive=True, group="replay")
