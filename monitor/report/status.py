@@ -35,29 +35,28 @@ def _exit_json(x: ExitedProcess) -> dict[str, Any]:
 def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> str | None:
     """The model file an inference process serves, relative paths resolved against its
     cwd (``-m x.gguf`` started in ``~/models``); None for other processes."""
+    spec = _launch_of(info, env)
+    return spec.model_path if spec is not None else None
+
+
+def _launch_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> Any:
+    """The inference process's LaunchSpec, or None (not one, or an odd command line: never
+    a failed status)."""
     if info.engine is None or not info.argv:
         return None
     from monitor.engines import parse_command
 
     try:
-        spec = parse_command(list(info.argv), env, cwd=info.cwd)
-    except Exception:  # an odd command line is no model, never a failed status
+        return parse_command(list(info.argv), env, cwd=info.cwd)
+    except Exception:
         return None
-    return spec.model_path if spec is not None else None
 
 
 def server_summary(info: ProcessInfo) -> str | None:
     """A recognised server in a few words instead of its raw command line: the model's
     file (or name), context x slots, draft, port (``qwen3-8b.gguf -c 32768x4 :8080``).
     None for anything not recognised (the command line is shown then)."""
-    if info.engine is None or not info.argv:
-        return None
-    from monitor.engines import parse_command
-
-    try:
-        spec = parse_command(list(info.argv), None, cwd=info.cwd)
-    except Exception:  # an odd command line: show it as it is
-        return None
+    spec = _launch_of(info)
     if spec is None or spec.role != "server":
         return None
     model = os.path.basename(spec.model_path) if spec.model_path else spec.model_name

@@ -22,9 +22,10 @@ from textual.worker import get_current_worker
 
 from monitor.analysis.fleet import BoxRow, active_alerts
 from monitor.errors import describe
-from tui.format import cell, safe, short_device_name, size
+from tui.format import cell, safe, size
 from tui.screens.main import MainScreen
 from tui.source import Frame, RemoteSource, SampleSource
+from tui.widgets.device_panel import named_devices
 
 if TYPE_CHECKING:
     from textual import getters
@@ -37,16 +38,9 @@ MAX_AT_ONCE = 8
 
 def box_row(url: str, frame: Frame) -> BoxRow:
     """A box's row from its latest frame (pure)."""
-    pics = sorted(
-        frame.picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id)
-    )
-    gpus = [p.device_id for p in pics if p.device_id != "host"]
     parts = []
     tightest: tuple[int, str] | None = None
-    for p in pics:
-        name = short_device_name(
-            p.device_id, p.name, gpus.index(p.device_id) if p.device_id in gpus else None
-        )
+    for p, name in named_devices(frame.picture):
         parts.append(f"{name} {size(p.used_bytes)}/{size(p.capacity_bytes)}")
         room = p.headroom_bytes
         if room is not None and (tightest is None or room < tightest[0]):

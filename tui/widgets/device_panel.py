@@ -19,7 +19,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
-from monitor.analysis.picture import DevicePicture
+from monitor.analysis.picture import DevicePicture, Picture
 from tui.format import safe, short_device_name, size
 
 if TYPE_CHECKING:
@@ -62,6 +62,18 @@ def sensor_text(sample: DeviceSample | None) -> str:
     if sample.util_pct is not None:
         bits.append(f"{sample.util_pct:.0f}% busy")
     return " ".join(bits)
+
+
+def named_devices(picture: Picture) -> list[tuple[DevicePicture, str]]:
+    """The picture's devices in display order (GPUs by id, host RAM last), each with its
+    short name (GPU0 RTX 4090, GPU1 ..., host RAM): the panels and the fleet rows agree."""
+    pics = sorted(picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id))
+    out, index = [], 0
+    for pic in pics:
+        gpu = None if pic.device_id == "host" else index
+        index += pic.device_id != "host"
+        out.append((pic, short_device_name(pic.device_id, pic.name, gpu)))
+    return out
 
 
 def part_of(memory_kind: str) -> str:
@@ -291,11 +303,7 @@ def panels_from_frame(
     samples = {d.device_id: d for d in frame.snapshot.devices}
     host = samples.get("host")
     out = []
-    pics = sorted(
-        frame.picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id)
-    )
-    gpu_ids = [p.device_id for p in pics if p.device_id != "host"]
-    for pic in pics:
+    for pic, device_label in named_devices(frame.picture):
         segs = []
         part = part_of(pic.memory_kind)
         for use in pic.processes:
@@ -338,11 +346,7 @@ def panels_from_frame(
                 (projected or {}).get(pic.device_id),
                 projected_label,
                 (verdicts or {}).get(pic.device_id),
-                short_device_name(
-                    pic.device_id,
-                    pic.name,
-                    gpu_ids.index(pic.device_id) if pic.device_id in gpu_ids else None,
-                ),
+                device_label,
                 show_ids,
             )
         )
