@@ -23,7 +23,10 @@ the peak live set of the graph, the largest of:
   ``+ 2 n_kv kv_lora_rank + 4 ub (n_head (2 kv_lora_rank + n_rot) + 5 n_embd)``: the
   absorbed query, the transposed latent V copy and the latent KQV (fitted on
   DeepSeek-V2-Lite: 194.27 MiB logged, 194.13 estimated);
-- the logits: ``4 n_outputs n_vocab + 8 ub n_embd``.
+- the logits: ``4 n_outputs n_vocab + 8 ub n_embd``;
+- in a gated-delta-net hybrid (qwen3next, qwen35), the first recurrent layer
+  (:func:`delta_net_peak_bytes`): its short-conv tensors, and with speculative rollback
+  (MTP) the delta-net output that carries ``1 + n_rs_seq`` state snapshots per sequence.
 
 ``n_kv`` is the cells of one stream, ``ub = min(n_ubatch, n_ctx)``. ``n_outputs`` is what the
 context reserves logits for: ``n_batch`` by default (what llama-fit-params measures), but
@@ -84,6 +87,42 @@ def _glm4moe_body_floats(shape: ModelShape, mtp: bool) -> int:
     return max(dense, moe)
 
 
+def delta_net_peak_bytes(
+    shape: ModelShape, ub: int, mask_bytes: int, n_seqs: int, n_rs_seq: int
+) -> int:
+    """The high-water mark of the first gated-delta-net layer (src/models/delta-net-base.cpp
+    ``build_conv_state`` and ``build_recurrent_attn``), read from ggml-alloc's own trace
+    (``GGML_ALLOCATOR_DEBUG`` build of llama.cpp 0c1e57098 on Qwen3.5-27B).
+
+    Before the layer: the token embeddings, the layer input and its norm (``3 x 4 ub
+    n_embd``), the masks and the small inputs. The conv path then appends the gathered
+    conv states ``cs = 4 (kernel-1) C n_seqs``, ``qkv_mixed`` ``Q = 4 ub C``, the conv input
+    ``Q + cs`` and the conv output ``Q`` (``C`` conv channels): that end is ``B``. The
+    delta net's output is ``G = 4 S_v H (ub + K S_v n_seqs)`` (ggml_gated_delta_net: the
+    attention scores and ``K = 1 + n_rs_seq`` state snapshots per sequence when the
+    model keeps them for draft rollback, else one). It goes into the hole the freed conv
+    tensors left (``2 cs + 2 Q`` less the state, the l2-normed q and k and the gate/beta
+    already there) when it fits, else after ``B``: the peak is ``B + G``.
+    Measured: 27B np1 n_max 17 160.25 MiB (estimate 160.26), np2 n_max 8 160.49 (160.49),
+    np4 n_max 3 152.96 (152.96); with n_max <= 4 at np1 G fits the hole (flat at B).
+    With a narrow FFN (a variant with n_ff 2048) later layers' leftovers move the conv
+    output up by up to 8 MiB at np >= 2 (up to +5 %): not modelled."""
+    dn = shape.delta_net
+    if dn is None:
+        return 0
+    c = dn.conv_channels
+    cs = 4 * (dn.conv_kernel - 1) * c * n_seqs
+    q = 4 * ub * c
+    base = 3 * 4 * ub * shape.n_embd + mask_bytes + 20 * ub + 2 * cs + 3 * q
+    if n_rs_seq <= 0 or not shape.rs_rollback:
+        return base  # the one-snapshot delta net (build_delta_net) is not traced here
+    s_v, heads = dn.head_v_dim, dn.n_v_heads
+    out = 4 * s_v * heads * (ub + (1 + n_rs_seq) * s_v * n_seqs)
+    state = 4 * s_v * s_v * heads * n_seqs
+    hole = 2 * cs + 2 * q - state - 8 * ub * dn.key_dim - 12 * ub * heads
+    return base + out if out > hole else base
+
+
 def compute_bytes(
     shape: ModelShape,
     ctx: Context,
@@ -93,9 +132,11 @@ def compute_bytes(
     n_kv_swa: int = 0,
     kv_rotated: bool = False,
     mtp: bool = False,
+    n_rs_seq: int = 0,
 ) -> int:
     """``embeddings`` is kept for callers; a decoder embedder still reserves its logits.
-    ``n_kv_swa``: cells per stream of the SWA cache (0 without one)."""
+    ``n_kv_swa``: cells per stream of the SWA cache (0 without one). ``n_rs_seq``: the
+    recurrent-state snapshots kept for draft rollback (MTP's n_max; 0 without)."""
     del embeddings
     ub = min(ctx.n_ubatch, ctx.n_ctx)
     n_kv = ub if shape.encoder_only else ctx.n_ctx_seq
@@ -106,8 +147,11 @@ def compute_bytes(
     # 302.24 MiB logged, 4 x 512 x 151669 logits + ...).
     vocab = 0 if shape.encoder_only else shape.n_vocab
     logits = 4 * min(n_outputs, ub) * vocab + 8 * ub * shape.n_embd
+    recurrent = 0
+    if not mtp:
+        recurrent = delta_net_peak_bytes(shape, ub, masks, ctx.n_seq_max, n_rs_seq)
     if flash_attn:
-        return max(body, logits)
+        return max(body, logits, recurrent)
     n_head = max(shape.n_head) if shape.n_head else 1
     scores = 4 * ub * n_kv * (n_head + 1) + 4 * ub * n_kv_swa
     if shape.is_mla:
@@ -123,7 +167,7 @@ def compute_bytes(
         # Qwen3.5-27B -4 %)
         n_q = n_head * shape.head_k
         scores += 4 * ub * max(22 * shape.n_embd // 4, (7 * shape.n_embd) // 2 + 2 * n_q)
-    return max(body, logits, scores)
+    return max(body, logits, scores, recurrent)
 
 
 def output_bytes(shape: ModelShape, ctx: Context, embeddings: bool) -> int:

@@ -212,6 +212,8 @@ def estimate_llamacpp(
     )
     main = _main_device(placement)
     n_rs_seq = (spec.spec_draft_n_max or 3) if spec_type in MTP_LIKE else 0
+    if not shape.rs_rollback:
+        n_rs_seq = 0  # llama_context clamps it (llm_arch_supports_rs_rollback)
     parts: list[Component] = []
     parts += _weights_components(placement, spec, "")
     if shape.encoder_only:
@@ -235,7 +237,9 @@ def estimate_llamacpp(
     n_out = server_outputs(spec, ctx) if outputs == "server" else ctx.n_batch
     n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
     rotated = _kv_rotated(shape, spec.cache_type_k)
-    comp = compute.compute_bytes(shape, ctx, flash, n_out, spec.embedding, n_kv_swa, rotated)
+    comp = compute.compute_bytes(
+        shape, ctx, flash, n_out, spec.embedding, n_kv_swa, rotated, n_rs_seq=n_rs_seq
+    )
     per_token = compute.ffn_body_floats(shape, rotated)
     ffn = (
         f"MoE FFN 4 B x ub x {per_token} (2 n_used (n_ff_exp + n_embd)"
@@ -254,6 +258,12 @@ def estimate_llamacpp(
             + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1) [build_attn_mha]")
             + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq}"
             + (f", n_kv_swa={n_kv_swa}" if n_kv_swa else "")
+            + (
+                f", first delta-net layer with {1 + n_rs_seq} state snapshots per seq "
+                "[delta-net-base.cpp build_recurrent_attn]"
+                if shape.delta_net and n_rs_seq
+                else ""
+            )
             + " [monitor/estimate/compute.py]",
             "anon" if main == HOST else "device",
         )
@@ -311,12 +321,11 @@ def estimate_llamacpp(
             )
         )
     if spec_type == "draft-mtp" and shape.n_nextn:
-        rows = ctx.n_seq_max * (1 + n_rs_seq)
-        if shape.recurrent and rows > 9:
+        if shape.recurrent and n_rs_seq and shape.delta_net is None:
             notes.append(
-                f"MTP on a hybrid model with np x (1 + --spec-draft-n-max) = {rows} rows: "
-                "the target's compute buffer grows past its FFN peak beyond ~9 rows "
-                "(measured on Qwen3.5-27B: about +2.7 MiB a row); not in the compute "
+                f"MTP on the hybrid {shape.arch}: the target graph's recurrent layers write "
+                f"1 + {n_rs_seq} state snapshots per sequence; their compute peak is modelled "
+                "for gated-delta-net models (qwen3next, qwen35) only, not in the compute "
                 "figure above"
             )
         mtp_layers = kv.kv_layers(shape, mtp=True)

@@ -9,7 +9,7 @@ from typing import Literal
 from collectors.base import DeviceSample
 
 HOST = "host"
-ESTIMATOR_VERSION = 3  # bump when a formula changes; stored with every estimate (2, 3: issue 17)
+ESTIMATOR_VERSION = 4  # bump when a formula changes; stored with every estimate (2-4: issue 17)
 
 Residency = Literal["device", "anon", "file"]
 When = Literal["load", "grows"]

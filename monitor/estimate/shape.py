@@ -78,7 +78,65 @@ MTP_SKIPPED_UNLESS_ASKED = frozenset(
         "step35",
     }
 )
+# llm_arch_supports_rs_rollback (src/llama-arch.cpp): only these keep recurrent-state
+# snapshots for speculative rollback; llama_context clamps n_rs_seq to 0 for the others.
+RS_ROLLBACK = frozenset(
+    {
+        "kimi-k3",
+        "qwen35",
+        "qwen35moe",
+        "qwen4exp",
+        "deepseek4",
+        "glm5-next",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "lfm2",
+        "lfm2moe",
+        "bailingmoe3",
+    }
+)
+# Archs whose recurrent layers are the gated delta net of src/models/delta-net-base.cpp
+# with the qwen3next/qwen35 layout (one qkv_mixed projection through a short conv).
+GATED_DELTA_NET = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 _LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaNetDims:
+    """The gated-delta-net layer's sizes (``ssm.*`` keys; llama_hparams ssm_*)."""
+
+    conv_kernel: int  # ssm.conv_kernel
+    d_inner: int  # ssm.inner_size = value heads x head_v_dim
+    d_state: int  # ssm.state_size = head_k_dim
+    n_group: int  # ssm.group_count = key heads
+    n_v_heads: int  # ssm.time_step_rank = value heads
+
+    @property
+    def conv_channels(self) -> int:
+        return self.d_inner + 2 * self.n_group * self.d_state
+
+    @property
+    def key_dim(self) -> int:
+        return self.n_group * self.d_state
+
+    @property
+    def head_v_dim(self) -> int:
+        return self.d_inner // max(1, self.n_v_heads)
+
+
+def delta_net_dims(arch: str, get: Any) -> DeltaNetDims | None:
+    if arch not in GATED_DELTA_NET:
+        return None
+    dims = DeltaNetDims(
+        conv_kernel=_first_int(get("ssm.conv_kernel")),
+        d_inner=_first_int(get("ssm.inner_size")),
+        d_state=_first_int(get("ssm.state_size")),
+        n_group=_first_int(get("ssm.group_count")),
+        n_v_heads=_first_int(get("ssm.time_step_rank")),
+    )
+    if min(dims.conv_kernel, dims.d_inner, dims.d_state, dims.n_group, dims.n_v_heads) <= 0:
+        return None
+    return dims
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +159,8 @@ class ModelShape:
     recurrent: tuple[bool, ...] = ()  # per layer
     n_embd_r: int = 0  # f32 per recurrent layer per sequence
     n_embd_s: int = 0
+    delta_net: DeltaNetDims | None = None  # gated-delta-net sizes (qwen3next, qwen35)
+    rs_rollback: bool = False  # keeps per-token state snapshots for draft rollback
     encoder_only: bool = False
     n_layer_kv_from_start: int | None = None  # shared-KV layers: only the first N have KV
     n_nextn: int = 0  # nextn_predict_layers (MTP), counted in n_layer
@@ -292,6 +352,8 @@ def shape_from_header(header: Any) -> ModelShape:
         recurrent=recurrent,
         n_embd_r=n_embd_r,
         n_embd_s=n_embd_s,
+        delta_net=delta_net_dims(arch, get) if recurrent else None,
+        rs_rollback=arch in RS_ROLLBACK,
         encoder_only=arch in ENCODER_ONLY,
         n_layer_kv_from_start=(n_layer - int(shared))
         if shared

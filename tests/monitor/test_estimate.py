@@ -235,6 +235,45 @@ def test_qwen3_next_hybrid_state_per_sequence(models: dict[str, str]) -> None:
     assert np8.total_bytes("rs") == 4 * est.total_bytes("rs")  # scales with slots, not ctx
 
 
+def test_rollback_snapshots_only_where_llama_cpp_keeps_them(models: dict[str, str]) -> None:
+    """qwen3next is not in llm_arch_supports_rs_rollback: llama_context clamps n_rs_seq
+    to 0, so draft-mtp adds no state rows there (the qwen35 tier fixtures check the arch
+    that keeps them: rs x (1 + n_max))."""
+    plain = est_cmd(models, "qwen3next", "-c", "8192", "-np", "2")
+    mtp = est_cmd(
+        models, "qwen3next", "-c", "8192", "-np", "2", "--spec-type", "draft-mtp",
+        "--spec-draft-n-max", "8",
+    )  # fmt: skip
+    assert mtp.total_bytes("rs") == plain.total_bytes("rs")
+    assert mtp.total_bytes("compute") == plain.total_bytes("compute")
+
+
+def test_delta_net_output_goes_after_the_conv_tensors_once_it_outgrows_their_hole() -> None:
+    """compute.delta_net_peak_bytes on Qwen3.5-35B-A3B's delta net (32 value heads of 128,
+    16 key heads, conv 4): the output of K snapshots fits the freed conv tensors' hole up
+    to K = 7 (exactly its size), then sits after them and the peak grows by one state per
+    snapshot (logged: 76.02 MiB at n_max 6, 88.21 at 7, qwen35moe-mtp-nmax6/7.json)."""
+    from dataclasses import replace
+
+    from monitor.estimate.compute import delta_net_peak_bytes
+    from monitor.estimate.shape import DeltaNetDims
+
+    dims = DeltaNetDims(conv_kernel=4, d_inner=4096, d_state=128, n_group=16, n_v_heads=32)
+    shape = shape_stub(n_embd=2048, delta_net=dims, rs_rollback=True)
+    mask = 2 * 512 * 4096
+
+    def peak(n_rs_seq: int, n_seqs: int = 1) -> float:
+        return delta_net_peak_bytes(shape, 512, mask, n_seqs, n_rs_seq) / MIB
+
+    base = peak(0)
+    assert peak(1) == peak(6) == base  # inside the hole
+    assert peak(7) == pytest.approx(base + 4 * 4096 * (512 + 8 * 128) / MIB)
+    assert peak(8) - peak(7) == pytest.approx(2.0)  # one 128 x 128 x 32 f32 state
+    assert peak(7, n_seqs=2) > peak(7)  # snapshots are per sequence
+    assert delta_net_peak_bytes(replace(shape, rs_rollback=False), 512, mask, 1, 7) == (base * MIB)
+    assert delta_net_peak_bytes(replace(shape, delta_net=None), 512, mask, 1, 7) == 0
+
+
 def test_bert_embedder_has_no_kv(models: dict[str, str]) -> None:
     est = est_cmd(
         models, "bert", "--embedding", "-c", "8192", "-np", "16", "-ub", "8192", "-b", "8192"
@@ -454,3 +493,14 @@ def test_shared_kv_layers_and_mtp_layers(tmp_path) -> None:  # noqa: ANN001
     )
     assert mtp.total_bytes("kv") == 3 * 2 * 1024 * 2 * 4096  # nextn layer not in the target
     assert mtp.total_bytes("mtp_kv") == 1 * 2 * 1024 * 2 * 4096  # its own MTP context
+
+
+def shape_stub(**kw):  # noqa: ANN003, ANN201
+    from monitor.estimate.shape import ModelShape
+
+    base = dict(
+        arch="qwen35moe", n_layer=4, n_embd=1024, n_vocab=1000, n_ctx_train=4096,
+        n_head=(8,) * 4, n_head_kv=(2,) * 4, head_k=128, head_v=128,
+    )  # fmt: skip
+    base.update(kw)
+    return ModelShape(**base)

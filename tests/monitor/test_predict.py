@@ -458,9 +458,10 @@ routing:
 
 def test_fit_ctx_falls_as_the_mtp_draft_depth_grows(tmp_path: Path) -> None:
     """A hybrid model with an MTP layer: the recurrent state is kept x (1 + n_max) for
-    rollback, so each extra draft token costs context (estimation.md 1b, 1f)."""
+    rollback, so each extra draft token costs context (estimation.md 1b, 1f). qwen35 keeps
+    the snapshots (llm_arch_supports_rs_rollback); qwen3next does not."""
     md = {
-        f"qwen3next.{k}": v
+        f"qwen35.{k}": v
         for k, v in {
             "block_count": 49,
             "context_length": 262144,
@@ -490,7 +491,7 @@ def test_fit_ctx_falls_as_the_mtp_draft_depth_grows(tmp_path: Path) -> None:
         ggml_type=g.Q4_K,
     )
     model = str(
-        g.write_model(tmp_path / "hybrid.gguf", "qwen3next", md, tensors, vocab_size=151936)[0]
+        g.write_model(tmp_path / "hybrid.gguf", "qwen35", md, tensors, vocab_size=151936)[0]
     )
     gpu = DeviceSample(
         "nvml:GPU-16g", "nvml", "nvidia", "RTX 4080", "dedicated", 16 * GIB, 0, free_bytes=16 * GIB

@@ -237,11 +237,38 @@ CASES: tuple[ArchCase, ...] = (
     ),
     _c("qwen35-mtp-np4", "qwen35-27b", "-c", "8192", "-np", "4", "--spec-type", "draft-mtp"),
     _c("qwen35-fa-off", "qwen35-27b-nomtp", "-c", "4096", "-np", "1", "-fa", "off"),
+    # the rollback snapshots of the first delta-net layer (compute.py delta_net_peak_bytes)
+    _c(
+        "qwen35-mtp-nmax5-np3",
+        "qwen35-27b",
+        *("-c", "6144", "-np", "3", "--spec-type", "draft-mtp", "--spec-draft-n-max", "5"),
+    ),
+    _c(
+        "qwen35-mtp-nmax12-np1",
+        "qwen35-27b",
+        *("-c", "4096", "-np", "1", "--spec-type", "draft-mtp", "--spec-draft-n-max", "12"),
+    ),
     # Qwen3.5-35B-A3B (hybrid MoE)
     _c("qwen35moe-c4096-np1", "qwen35moe-35b-a3b-nomtp", "-c", "4096", "-np", "1"),
     _c("qwen35moe-c8192-np4", "qwen35moe-35b-a3b-nomtp", "-c", "8192", "-np", "4"),
     _c("qwen35moe-mtp", "qwen35moe-35b-a3b", "-c", "4096", "-np", "1", "--spec-type", "draft-mtp"),
     _c("qwen35moe-ub2048", "qwen35moe-35b-a3b-nomtp", "-c", "4096", "-np", "1", "-ub", "2048"),
+    # either side of the point where the delta net's output no longer fits the conv hole
+    _c(
+        "qwen35moe-mtp-nmax6",
+        "qwen35moe-35b-a3b",
+        *("-c", "4096", "-np", "1", "--spec-type", "draft-mtp", "--spec-draft-n-max", "6"),
+    ),
+    _c(
+        "qwen35moe-mtp-nmax7",
+        "qwen35moe-35b-a3b",
+        *("-c", "4096", "-np", "1", "--spec-type", "draft-mtp", "--spec-draft-n-max", "7"),
+    ),
+    _c(
+        "qwen35moe-mtp-nmax16-np2",
+        "qwen35moe-35b-a3b",
+        *("-c", "4096", "-np", "2", "--spec-type", "draft-mtp", "--spec-draft-n-max", "16"),
+    ),
     # GLM-4.5-Air (a leading dense layer, MoE with a shared expert, Q/K/V bias, NextN)
     _c("glm4moe-c4096-np1", "glm4moe-air", "-c", "4096", "-np", "1"),
     _c("glm4moe-c8192-np4", "glm4moe-air", "-c", "8192", "-np", "4"),
