@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 from collectors.base import CollectorOptions
 from collectors.procfs import parse_cmdline
@@ -13,6 +14,9 @@ from monitor.config import Config
 from monitor.estimate import EstimateError, estimate_command
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
+
+if TYPE_CHECKING:
+    from monitor.cli.engine_check import EngineCheck
 
 
 def live_devices(cfg: Config) -> list[DeviceInfo]:
@@ -75,6 +79,7 @@ def run_estimate(
     as_json: bool,
     cpu_only: bool,
     log_path: str | None = None,
+    engine_check: bool = False,
 ) -> str:
     if pid is not None and command:
         raise EstimateError("give either --pid or a command after --, not both")
@@ -107,11 +112,60 @@ def run_estimate(
                 "loads); nothing to compare"
             )
         rows = compare_with_log(est, report)
+    check = check_with_engine(command, env, cwd, devices, cpu_only) if engine_check else None
     if as_json:
         doc = to_json(est)
         if rows is not None:
             doc["reported_by_llama_cpp"] = rows
+        if check is not None:
+            from monitor.cli import engine_check as ec
+
+            doc["engine_check"] = ec.to_json(check)
         return json.dumps(doc, indent=2)
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     text = render_text(est, width)
-    return text + render_comparison(rows) if rows is not None else text
+    if rows is not None:
+        text += render_comparison(rows)
+    if check is not None:
+        from monitor.cli import engine_check as ec
+
+        text += ec.render(check)
+    return text
+
+
+def check_with_engine(
+    command: list[str],
+    env: dict[str, str] | None,
+    cwd: str | None,
+    devices: list[DeviceInfo],
+    cpu_only: bool,
+) -> EngineCheck:
+    """llama-fit-params beside the server, on the arguments it takes, against the
+    estimate of those same arguments (monitor/cli/engine_check.py)."""
+    import os
+
+    from monitor.cli import engine_check as ec
+    from monitor.engines import parse_command
+    from monitor.engines.recognise import unwrapped_command
+
+    argv, merged = unwrapped_command(command, env)
+    spec = parse_command(command, env, cwd=cwd)
+    if spec is None or spec.engine != "llama.cpp":
+        raise EstimateError("--engine-check needs a llama.cpp server command (llama-server ...)")
+    binary = ec.fit_params_beside(argv[0], cwd)
+    args, not_passed = ec.fit_params_args(argv, spec.n_parallel or 4)
+    if cpu_only:
+        args += ["-dev", "none"]
+    mine = estimate_command(["llama-server", *args], merged, devices, outputs="batch", cwd=cwd)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    run_env.update(merged)
+    report = ec.run_fit_params(binary, args, run_env, cwd)
+    rows, note = ec.compare(report, mine)
+    notes = (
+        "llama-fit-params reserves logits for n_batch outputs (llama-server for np x "
+        "(1 + n_draft)): the vramscope column is the estimate of these arguments at that "
+        "count, not the llama-server estimate above",
+    )
+    return ec.EngineCheck(
+        str(binary), tuple(args), tuple(not_passed), rows, notes + ((note,) if note else ())
+    )

@@ -298,6 +298,13 @@ def capture(
     help="A llama-server log (-lv 4): show what llama.cpp reported beside each "
     "estimated component.",
 )
+@click.option(
+    "--engine-check",
+    is_flag=True,
+    help="Also run the llama-fit-params beside the llama-server and print llama.cpp's own "
+    "projection (model, context, compute per device) beside vramscope's, flagging any "
+    "difference above 5 %.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def estimate(
     command: tuple[str, ...],
@@ -305,6 +312,7 @@ def estimate(
     pid: int | None,
     cpu_only: bool,
     log_path: str | None,
+    engine_check: bool,
     **kwargs: Any,
 ) -> None:
     """Estimate what a server will cost, per component and device, before it starts.
@@ -320,7 +328,7 @@ def estimate(
 
     cfg = load_config(**kwargs)
     try:
-        text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path)
+        text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path, engine_check)
     except ValueError as exc:  # bad arguments (EstimateError, GgufError: at the edge)
         raise UserError(str(exc)) from None
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile

@@ -226,6 +226,23 @@ def parse_command(
     return resolve_paths(spec, cwd) if spec is not None and cwd else spec
 
 
+def unwrapped_command(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The server's own argv and environment under ``env K=V`` / ``nice`` / ``numactl``
+    prefixes and ``sh -c "..."`` (what :func:`parse_command` reads)."""
+    args, merged = _unwrap(argv, env)
+    for _ in range(3):
+        if not (len(args) >= 3 and os.path.basename(args[0]) in _SHELLS and args[1] == "-c"):
+            break
+        try:
+            inner = shlex.split(args[2])
+        except ValueError:
+            break
+        args, merged = _unwrap(inner, merged)
+    return args, merged
+
+
 def _parse_command(
     argv: Sequence[str], env: Mapping[str, str] | None, _depth: int
 ) -> LaunchSpec | None:
