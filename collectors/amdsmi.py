@@ -32,6 +32,10 @@ Sources and units (``amdsmi_interface.py`` of PyPI amdsmi 7.0.2, line numbers of
   or average"), else ``average_socket_power`` (Navi, MI200 and older; what hwmon
   ``power1_average`` is), else ``current_socket_power`` (MI300+). 0xFFFF -> "N/A" (ROCm RDC
   treats 65535 the same way). Older releases lack ``socket_power``/``current_socket_power``.
+* ``amdsmi_get_clock_info(h, AmdSmiClkType.MEM)``: the memory clock, **MHz**, ``clk``
+  (``amdsmi_clk_info_t``: clk, min_clk, max_clk, clk_locked, clk_deep_sleep; UINT32_MAX ->
+  "N/A"), ``cur_clk`` in releases before 6.1 (ROCm 5.7 ``amdsmi_clk_info_t`` had cur_clk,
+  min_clk, max_clk). The clock as amdgpu counts it (pp_dpm_mclk's figure).
 * ``amdsmi_get_gpu_process_list(h)`` (l.2817): 6.2+ returns dicts ``{"name", "pid", "mem",
   "engine_usage": {"gfx", "enc"}, "memory_usage": {"gtt_mem", "cpu_mem", "vram_mem"},
   "cu_occupancy"}`` in **bytes**; older releases return process handles, each resolved with
@@ -46,8 +50,8 @@ Device ids and the merge with DRM: a GPU is ``device_id = "drm:<BDF>"``, exactly
 collector's id, so the sampler merges the two field by field (monitor/daemon/sampler.py). DRM runs
 first in the registry and wins every field both know (memory totals come from the same sysfs
 files anyway); amdsmi only fills fields DRM left ``None``: temperature, power, utilisation,
-visible VRAM, a name, and process rows DRM did not produce. Per process and memory kind
-there is one figure, never a sum of the two collectors.
+visible VRAM, the memory clock, a name, and process rows DRM did not produce. Per process and
+memory kind there is one figure, never a sum of the two collectors.
 
 APU: the same decision as the DRM collector (collectors/drm.py: KFD topology, then the PCI
 device id table, then hwmon ``in1_input``), taken from DRM's discovery of the same sysfs
@@ -256,6 +260,18 @@ def power_watts(info: object) -> float | None:
         watts = _int(info.get(key), na=_U16_NA)
         if watts is not None:
             return float(watts)
+    return None
+
+
+def clock_mhz(info: object) -> float | None:
+    """``amdsmi_get_clock_info`` dict -> the current clock in MHz: ``clk`` (6.1+), else
+    ``cur_clk`` (older releases); "N/A", a sentinel or 0 is unknown."""
+    if not isinstance(info, dict):
+        return None
+    for key in ("clk", "cur_clk"):
+        mhz = _int(info.get(key))
+        if mhz:
+            return float(mhz)
     return None
 
 
@@ -484,7 +500,15 @@ class AmdsmiCollector:
             util_pct=util,
             temp_c=self._temperature(lib, h),
             power_w=power,
+            mem_clock_mhz=self._memory_clock(lib, h),
         )
+
+    def _memory_clock(self, lib: Any, handle: object) -> float | None:
+        kinds = getattr(lib, "AmdSmiClkType", None)
+        kind = getattr(kinds, "MEM", None)
+        if kind is None:
+            return None
+        return clock_mhz(self._call(lib, "amdsmi_get_clock_info", handle, kind))
 
     def _temperature(self, lib: Any, handle: object) -> float | None:
         sensors = getattr(lib, "AmdSmiTemperatureType", None)

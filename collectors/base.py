@@ -3,7 +3,7 @@
 A collector reads one source (``/proc``, DRM sysfs + fdinfo, NVML, amdsmi) and returns a
 :class:`Reading`: devices, per-process memory, process identities, processes it could not
 see, and processes that exited. Values are plain integers in the unit their name ends with
-(``_bytes``, ``_ms``, ``_pct``, ``_c``, ``_w``); ``None`` means unknown, never 0.
+(``_bytes``, ``_ms``, ``_pct``, ``_c``, ``_w``, ``_mhz``); ``None`` means unknown, never 0.
 
 Absent hardware raises :class:`NoData` (quiet); a real fault raises
 :class:`CollectorError`. :func:`run_collector` times every run and turns any exception
@@ -95,6 +95,10 @@ class DeviceSample:
     util_pct: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
+    # The memory clock now (MHz), as the driver reports it: NVML nvmlDeviceGetClockInfo
+    # (NVML_CLOCK_MEM), amdsmi amdsmi_get_clock_info(MEM)["clk"], amdgpu sysfs pp_dpm_mclk
+    # (the level marked '*'). GDDR/HBM figures as the driver gives them, not "effective".
+    mem_clock_mhz: float | None = None
     mig_enabled: bool | None = None
     # Host pool only (/proc/meminfo), see collectors/procfs.py.
     available_bytes: int | None = None

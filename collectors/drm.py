@@ -10,7 +10,10 @@ Sources (all under the injected :class:`~collectors.base.Roots`):
 * amdgpu totals: ``device/mem_info_{vram,vis_vram,gtt}_{total,used}``, one decimal integer
   in **bytes** each (amdgpu_vram_mgr.c / amdgpu_gtt_mgr.c); ``device/gpu_busy_percent``
   (percent); ``device/product_name`` (FRU, often absent); hwmon ``temp1_input``
-  (millidegrees C) and ``power1_average`` or ``power1_input`` (microwatts).
+  (millidegrees C) and ``power1_average`` or ``power1_input`` (microwatts);
+  ``device/pp_dpm_mclk``, the memory clock's DPM levels (``1: 456Mhz *``, the current one
+  marked ``*``; amdgpu_pm.c), in MHz as the driver counts them (GDDR6: half the data rate
+  a vendor's spec sheet shows).
 * GTT ceiling: ``sys/module/ttm/parameters/pages_limit`` in 4 KiB pages (0644, world
   readable); ``gtt_ceiling_bytes = min(gtt_total, pages_limit * 4096)``, else gtt_total.
 * xe discrete VRAM size: ``device/tileN/physical_vram_size_bytes`` (bytes, xe_tile_sysfs.c;
@@ -178,6 +181,32 @@ def parse_size(value: bytes | str) -> int | None:
     if not number.isdigit() or len(number) > 20 or unit not in _UNITS:  # u64: 20 digits
         return None
     return int(number) * _UNITS[unit]
+
+
+# "%d: %uMhz %s\n" per level, "*" on the current one; renoir-style APUs add an unnumbered
+# "   %uMhz *" line when the current clock is no level (amdgpu swsmu *_print_clk_levels).
+_DPM_LEVEL_RE = re.compile(rb"(?:(?:\d{1,3}|S):\s*)?(\d{1,7})\s*mhz\s*(\*?)", re.IGNORECASE)
+_DPM_MAX_BYTES = 4096  # sysfs shows at most a page; a table has a handful of lines
+
+
+def parse_dpm_current_mhz(data: bytes) -> float | None:
+    """The current level of an amdgpu ``pp_dpm_*`` table (``0: 96Mhz\\n1: 456Mhz *``):
+    the MHz of the line marked ``*``. None when no line (or lines disagreeing) is marked,
+    the figure is 0, or the text is not such a table."""
+    current: set[int] = set()
+    for line in data[:_DPM_MAX_BYTES].splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        match = _DPM_LEVEL_RE.fullmatch(line)
+        if match is None:
+            return None  # not a DPM table: no figure rather than a guess
+        if match.group(2):
+            current.add(int(match.group(1)))
+    if len(current) != 1:
+        return None
+    (mhz,) = current
+    return float(mhz) if mhz > 0 else None
 
 
 def _parse_uint(value: bytes) -> int | None:
@@ -462,7 +491,7 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
     """Read one device's totals (bytes), utilisation, temperature and power."""
     d = dev.card / "device"
     vram_total = vram_used = vis_total = vis_used = gtt_total = gtt_used = None
-    ceiling = util = temp = power = None
+    ceiling = util = temp = power = mem_clock = None
     if dev.driver == "amdgpu":
         vram_total = try_read_int(d / "mem_info_vram_total")
         vram_used = try_read_int(d / "mem_info_vram_used")
@@ -478,6 +507,9 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
         asleep = (try_read_text(d / "power/runtime_status") or "").strip() == "suspended"
         busy = None if asleep else try_read_int(d / "gpu_busy_percent")
         util = float(busy) if busy is not None else None
+        if not asleep:  # pp_dpm_* asks the SMU: it takes the runtime-PM reference too
+            table = try_read_bytes(d / "pp_dpm_mclk")
+            mem_clock = parse_dpm_current_mhz(table) if table is not None else None
         if dev.hwmon is not None and not asleep:
             milli_c = try_read_int(dev.hwmon / "temp1_input")
             temp = milli_c / 1000 if milli_c is not None else None
@@ -511,6 +543,7 @@ def _sample(dev: DrmDevice, ttm_pages: int | None) -> DeviceSample:
         util_pct=util,
         temp_c=temp,
         power_w=power,
+        mem_clock_mhz=mem_clock,
     )
 
 

@@ -5,8 +5,10 @@ Sources and units (../shared/research/sources.md section 1):
   which v1 counts as used: an idle A100 shows 912 MB "used" in v1, 7.8 MB in v2). Falls
   back to v1 when the driver lacks the v2 symbol (drivers before 510.39).
 - Name, UUID, PCI bus id (``nvmlDeviceGetPciInfo_v3``), utilisation (%), temperature
-  (deg C), power (mW -> W), MIG mode. Any call that fails (NOT_SUPPORTED, NO_PERMISSION,
-  a missing symbol, ``NVMLLibraryMismatchError`` which is not an ``NVMLError``) makes only
+  (deg C), power (mW -> W), the current memory clock (``nvmlDeviceGetClockInfo`` with
+  ``NVML_CLOCK_MEM``, MHz: what ``nvidia-smi -q`` shows under Clocks/Memory), MIG mode.
+  Any call that fails (NOT_SUPPORTED, NO_PERMISSION, a missing symbol,
+  ``NVMLLibraryMismatchError`` which is not an ``NVMLError``) makes only
   its own field ``None``.
 - Per-process memory: the compute and graphics lists, de-duplicated by pid (largest
   figure). The struct the driver writes is chosen the way nvitop does, by probing
@@ -348,6 +350,7 @@ class NvmlCollector:
         util = self._query(pynvml.nvmlDeviceGetUtilizationRates, dev.handle)
         temp = self._query(pynvml.nvmlDeviceGetTemperature, dev.handle, pynvml.NVML_TEMPERATURE_GPU)
         power_mw = self._query(pynvml.nvmlDeviceGetPowerUsage, dev.handle)
+        mem_clock = self._query(pynvml.nvmlDeviceGetClockInfo, dev.handle, pynvml.NVML_CLOCK_MEM)
         mig = self._query(pynvml.nvmlDeviceGetMigMode, dev.handle)
         sample = DeviceSample(
             device_id=dev.device_id,
@@ -365,6 +368,7 @@ class NvmlCollector:
             util_pct=float(util.gpu) if util is not None else None,
             temp_c=float(temp) if temp is not None else None,
             power_w=power_mw / 1000 if power_mw is not None else None,
+            mem_clock_mhz=float(mem_clock) if mem_clock else None,  # 0 MHz: no reading
             mig_enabled=bool(mig[0]) if mig is not None else None,
         )
         return sample, unified

@@ -12,9 +12,10 @@ a fixture and replayed through the real collector with ``nvml_fake.replay``. It 
 - per device: ``name``, ``uuid``, ``bus_id``, ``memory`` (v2 semantics: ``used`` excludes
   ``reserved``; from the v1 call, with ``reserved`` 0 and ``used`` as v1 counts it, when
   the driver has no v2 or v2 fails, the latter noted as ``memory_v2``), ``util``,
-  ``temp_c``, ``power_mw``, ``mig``, ``event_types`` and the ``compute``/``graphics``
-  process lists. A call that fails is ``"not_supported"`` (NOT_SUPPORTED, a missing
-  symbol, pynvml's library-mismatch error) or ``{"error": N}`` (any other return code).
+  ``temp_c``, ``power_mw``, ``clock_mem_mhz`` (memory clock), ``mig``, ``event_types`` and
+  the ``compute``/``graphics`` process lists. A call that fails is ``"not_supported"``
+  (NOT_SUPPORTED, a missing symbol, pynvml's library-mismatch error) or ``{"error": N}``
+  (any other return code).
 - Processes by name, never by pid: ``<comm>-<pid>`` for a process in our ``/proc``,
   ``hidden-<pid>`` for one NVML reports from another PID namespace. ``_processes`` maps
   each name to ``{"pid", "comm", "argv0", "visible"}`` for the reader and for replaying
@@ -70,6 +71,7 @@ PROBED_SYMBOLS = (
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetClockInfo",
     "nvmlDeviceGetMigMode",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
@@ -223,6 +225,9 @@ def _device(handle: Any, api: ProcessApi, memory_v2: bool, names: ProcessNames) 
             pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU, convert=int
         ),
         "power_mw": _field(pynvml.nvmlDeviceGetPowerUsage, handle, convert=int),
+        "clock_mem_mhz": _field(
+            pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM, convert=int
+        ),
         "mig": _field(
             pynvml.nvmlDeviceGetMigMode, handle, convert=lambda m: [int(m[0]), int(m[1])]
         ),

@@ -16,9 +16,11 @@ Metrics and labels:
 - ``vramscope_device_memory_gtt_used_bytes{device,name,kind}``: GTT in use (AMD; for an
   APU part of ``used``, never to be added to it);
 - ``vramscope_device_temperature_celsius{device,name,kind}``,
-  ``vramscope_device_power_watts{device,name,kind}`` and
-  ``vramscope_device_utilization_ratio{device,name,kind}`` (0..1): what NVML / amdsmi /
-  DRM sysfs report for a GPU; absent when the device does not report it;
+  ``vramscope_device_power_watts{device,name,kind}``,
+  ``vramscope_device_memory_clock_hertz{device,name,kind}`` (MHz x 1e6; the clock as the
+  driver counts it: NVML / amdsmi / amdgpu ``pp_dpm_mclk``, GDDR6 at half the data rate on
+  AMD) and ``vramscope_device_utilization_ratio{device,name,kind}`` (0..1): what NVML /
+  amdsmi / DRM sysfs report for a GPU; absent when the device does not report it;
 - ``vramscope_host_memory_available_bytes``: MemAvailable of the host;
 - ``vramscope_process_memory_bytes{pid,comm,engine,model,device,kind}``: one tracked
   process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
@@ -221,6 +223,7 @@ class SnapshotCollector:
         for name, field, scale, help_text in (
             ("temperature_celsius", "temp_c", 1.0, "GPU temperature."),
             ("power_watts", "power_w", 1.0, "GPU power draw."),
+            ("memory_clock_hertz", "mem_clock_mhz", 1e6, "GPU memory clock (driver's figure)."),
             ("utilization_ratio", "util_pct", 0.01, "GPU busy fraction (0..1)."),
         ):
             family = GaugeMetricFamily(f"vramscope_device_{name}", help_text, labels=_DEVICE_LABELS)

@@ -170,6 +170,8 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             parts.append(f"{d.temp_c:.0f}°C")
         if d.power_w is not None:
             parts.append(f"{d.power_w:.0f} W")
+        if d.mem_clock_mhz is not None:
+            parts.append(f"mem {d.mem_clock_mhz:.0f} MHz")
         dev_rows.append(
             [
                 terminal_safe(d.device_id),

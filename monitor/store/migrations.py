@@ -186,8 +186,18 @@ def m007_estimates(db: Database) -> None:
     )
 
 
-DEVICE_SAMPLE_FIELDS = tuple(
-    line.split()[0] for chunk in _DEVICE_COLUMNS.split(",") if (line := chunk.strip())
+@migrations()
+def m008_memory_clock(db: Database) -> None:
+    """Each device's memory clock per tick, MHz (issue 20): NVML, amdsmi or amdgpu
+    pp_dpm_mclk (collectors/base.py ``DeviceSample.mem_clock_mhz``); NULL in older rows."""
+    db.table("device_samples").add_column("mem_clock_mhz", float)
+
+
+# Columns added to device_samples after m001, in migration order.
+_ADDED_DEVICE_COLUMNS = ("mem_clock_mhz",)
+DEVICE_SAMPLE_FIELDS = (
+    *(line.split()[0] for chunk in _DEVICE_COLUMNS.split(",") if (line := chunk.strip())),
+    *_ADDED_DEVICE_COLUMNS,
 )
 PROCESS_SAMPLE_FIELDS = tuple(
     line.split()[0] for chunk in _PROCESS_COLUMNS.split(",") if (line := chunk.strip())

@@ -97,6 +97,20 @@ class AmdSmiTemperatureMetric(IntEnum):
     MAX = 1
 
 
+class AmdSmiClkType(IntEnum):  # amdsmi_interface.py: amdsmi_clk_type_t
+    SYS = 0
+    GFX = 0
+    DF = 1
+    DCEF = 2
+    SOC = 3
+    MEM = 4
+    PCIE = 5
+    VCLK0 = 6
+    VCLK1 = 7
+    DCLK0 = 8
+    DCLK1 = 9
+
+
 class ProcessorHandle:
     """Stands for amdsmi_wrapper.amdsmi_processor_handle (an opaque ctypes pointer)."""
 
@@ -187,6 +201,15 @@ def build_fake(scenario: dict[str, Any]) -> types.ModuleType:
     def amdsmi_get_power_info(handle: object) -> dict[str, Any]:
         return dict(device(handle, "amdsmi_get_power_info")["power_info"])
 
+    def amdsmi_get_clock_info(handle: object, clock_type: object) -> dict[str, Any]:
+        dev = device(handle, "amdsmi_get_clock_info")
+        if not isinstance(clock_type, AmdSmiClkType):
+            raise AmdSmiParameterException(clock_type)
+        info = dev.get("clock_info", {}).get(clock_type.name)
+        if info is None:
+            raise AmdSmiLibraryException(2)
+        return dict(info)
+
     def amdsmi_get_gpu_process_list(handle: object) -> list[Any]:
         dev = device(handle, "amdsmi_get_gpu_process_list")
         if handles_api:
@@ -204,6 +227,7 @@ def build_fake(scenario: dict[str, Any]) -> types.ModuleType:
         amdsmi_get_gpu_activity,
         amdsmi_get_temp_metric,
         amdsmi_get_power_info,
+        amdsmi_get_clock_info,
         amdsmi_get_gpu_process_list,
     ):
         setattr(mod, func.__name__, func)
@@ -226,6 +250,7 @@ def build_fake(scenario: dict[str, Any]) -> types.ModuleType:
         AmdSmiMemoryType,
         AmdSmiTemperatureType,
         AmdSmiTemperatureMetric,
+        AmdSmiClkType,
     ):
         setattr(mod, cls.__name__, cls)
     mod.calls = calls
@@ -332,6 +357,7 @@ def test_w7900_two_processes(tmp_path: Path) -> None:
     assert dev.used_bytes == 46170898432 and dev.free_bytes == 48 * GiB - 46170898432
     assert dev.gtt_total_bytes == 67245371392 and dev.vis_vram_used_bytes == 46170898432
     assert (dev.util_pct, dev.temp_c, dev.power_w) == (96.0, 64.0, 241.0)
+    assert dev.mem_clock_mhz == 1124.0  # amdsmi_get_clock_info(h, MEM)["clk"]
     assert reading.memory == (
         ProcessMemory(5120, "drm:0000:43:00.0", 44040192000, 16384000, 0),
         ProcessMemory(5300, "drm:0000:43:00.0", 2097152000, 4096000, 0),
@@ -344,6 +370,7 @@ def test_older_process_handle_api_and_power_keys(tmp_path: Path) -> None:
     reading, tick, _ = collect(lib, empty_roots(tmp_path))
     (dev,) = reading.devices
     assert dev.power_w == 96.0  # average_socket_power: no socket_power key yet
+    assert dev.mem_clock_mhz == 96.0  # "cur_clk": no "clk" key yet
     assert dev.temp_c == 48.0 and dev.util_pct == 12.0
     assert rows(reading) == {4410: (12901679104, 4194304, 0)}  # 4500 holds 0 bytes
     assert lib.calls["amdsmi_get_gpu_process_info"] == 2
@@ -371,6 +398,7 @@ NULLED_BY = {
     "amdsmi_get_temp_metric": {"temp_c"},
     "amdsmi_get_power_info": {"power_w"},
     "amdsmi_get_gpu_activity": {"util_pct"},
+    "amdsmi_get_clock_info": {"mem_clock_mhz"},
     "amdsmi_get_gpu_memory_usage": {
         "used_bytes",
         "free_bytes",
@@ -429,10 +457,12 @@ def test_na_strings_and_sentinels_are_none(tmp_path: Path) -> None:
     dev["power_info"]["socket_power"] = 0xFFFF
     dev["asic_info"]["market_name"] = "N/A"
     dev["memory_usage"]["GTT"] = 0xFFFF_FFFF_FFFF_FFFF
+    dev["clock_info"]["MEM"]["clk"] = "N/A"
     dev["process_list"][0]["memory_usage"]["cpu_mem"] = "N/A"
     reading, _, _ = collect(build_fake(data), empty_roots(tmp_path))
     (d,) = reading.devices
     assert (d.util_pct, d.power_w, d.gtt_used_bytes) == (None, None, None)
+    assert d.mem_clock_mhz is None  # "clk": "N/A" (UINT32_MAX in the library)
     assert d.name == "AMD GPU 1002:7448"  # no marketing name: the PCI id, as drm.py does
     assert d.used_bytes == 46170898432  # a dGPU's used is VRAM: the GTT gap does not matter
     assert rows(reading)[5120] == (44040192000, 16384000, None)
@@ -690,6 +720,7 @@ def test_merge_keeps_drm_fork_deduplication(monkeypatch: pytest.MonkeyPatch) -> 
     snap = _sampler(monkeypatch, roots, fake("rx7900xtx-no-temp")).sample(NOW_MS)
     (dev,) = snap.devices
     assert dev.temp_c == 71.0  # from DRM's hwmon; amdsmi could not read it
+    assert dev.mem_clock_mhz == 1249.0  # both know it: DRM's pp_dpm_mclk, one figure
     mem = {m.pid: m for m in snap.memory if m.device_id == "drm:0000:03:00.0"}
     assert sorted(mem) == [2001, 3100]  # 3104 shares 3100's client: no second row
     assert mem[3100].vram_bytes == 1843212 * KiB
@@ -699,3 +730,40 @@ def test_amdsmi_alone_lists_the_fork_child(tmp_path: Path) -> None:
     """Without DRM there is nothing to tell the shared client apart: amdsmi's own view."""
     reading, _, _ = collect(fake("rx7900xtx-no-temp"), empty_roots(tmp_path))
     assert sorted(rows(reading)) == [2001, 3100, 3104]
+
+
+@pytest.mark.parametrize(
+    ("info", "mhz"),
+    [
+        ({"clk": 1249, "min_clk": 96, "max_clk": 1249}, 1249.0),
+        ({"cur_clk": 456, "min_clk": 96, "max_clk": 1249, "sleep_clk": 0}, 456.0),
+        ({"clk": "N/A"}, None),
+        ({"clk": 0xFFFF_FFFF}, None),  # UINT32_MAX: an older wrapper passes it through
+        ({"clk": 0}, None),
+        ({}, None),
+        ("N/A", None),
+        (None, None),
+    ],
+)
+def test_clock_mhz(info: object, mhz: float | None) -> None:
+    assert amdsmi_collector.clock_mhz(info) == mhz
+
+
+def test_memory_clock_unknown_where_amdsmi_has_none(tmp_path: Path) -> None:
+    lib = fake("strix-halo")  # the fixture has no MEM clock: NOT_SUPPORTED
+    reading, _, collector = collect(lib, empty_roots(tmp_path))
+    (dev,) = reading.devices
+    assert dev.mem_clock_mhz is None
+    assert lib.calls["amdsmi_get_clock_info"] == 1
+    assert "NOT_SUPPORTED" in collector.errors["amdsmi_get_clock_info"]
+
+
+def test_merge_fills_the_memory_clock_drm_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "drm" / "rx7900xtx", tree, symlinks=True)
+    (tree / "sys/class/drm/card0/device/pp_dpm_mclk").unlink()
+    roots = Roots(proc=tree / "proc", sys=tree / "sys")
+    (dev,) = _sampler(monkeypatch, roots, fake("rx7900xtx-no-temp")).sample(NOW_MS).devices
+    assert (dev.collector, dev.mem_clock_mhz) == ("drm", 1249.0)  # amdsmi's clk fills the gap

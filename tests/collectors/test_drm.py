@@ -552,7 +552,64 @@ def test_a_runtime_suspended_gpu_is_not_woken(tmp_path: Path) -> None:
     roots = Roots(proc=tree / "proc", sys=tree / "sys")
     (dev,) = DrmCollector(roots, CollectorOptions()).collect(Tick(roots, 1)).devices
     assert dev.util_pct is None and dev.temp_c is None and dev.power_w is None
+    assert dev.mem_clock_mhz is None  # pp_dpm_mclk asks the SMU: not read either
     assert dev.vram_used_bytes is not None
     (power / "runtime_status").write_text("active\n")
     (awake,) = DrmCollector(roots, CollectorOptions()).collect(Tick(roots, 1)).devices
-    assert awake.util_pct is not None
+    assert awake.util_pct is not None and awake.mem_clock_mhz == 1249.0
+
+
+# ---------------------------------------------------------------------------------------
+# Memory clock: pp_dpm_mclk
+
+
+# A real RX 7900 XTX table (radeon-profile issue 294), as the kernel prints it.
+RX7900XTX_MCLK = b"0: 96Mhz *\n1: 456Mhz \n2: 772Mhz \n3: 1249Mhz \n"
+
+
+@pytest.mark.parametrize(
+    ("table", "mhz"),
+    [
+        (RX7900XTX_MCLK, 96.0),
+        (b"0: 100Mhz \n1: 500Mhz \n2: 625Mhz *\n3: 900Mhz\n", 625.0),  # no trailing blank
+        (b"0: 400MHz \n1: 933MHZ *\n", 933.0),  # the unit in any case
+        (b"0: 400Mhz \n1: 933Mhz \n   600Mhz *\n", 600.0),  # renoir: current is no level
+        (b"0: 500Mhz *\n1: 500Mhz *\n", 500.0),  # two levels, one clock
+        (b"0: 96Mhz\n1: 456Mhz\n", None),  # no line marked current
+        (b"0: 96Mhz *\n1: 456Mhz *\n", None),  # two different "current" clocks
+        (b"0: 0Mhz *\n", None),  # 0 is no clock
+        (b"", None),
+        (b"\xff\xfe garbage *\n", None),
+        (b"0: 96Mhz *\n<html>\n", None),  # not a DPM table
+        (b"0: 96 GHz *\n", None),
+        (b"0: " + b"9" * 5000 + b"Mhz *\n", None),  # bounded: cut lines are no figure
+    ],
+)
+def test_parse_dpm_current_mhz(table: bytes, mhz: float | None) -> None:
+    assert drm.parse_dpm_current_mhz(table) == mhz
+
+
+def test_memory_clock_from_pp_dpm_mclk(rx_tree: Path) -> None:
+    mclk = rx_tree / "sys/class/drm/card0/device/pp_dpm_mclk"
+    reading, _ = collect(rx_tree)
+    assert reading.devices[0].mem_clock_mhz == 1249.0  # the fixture's busy card: level 3
+    mclk.write_bytes(RX7900XTX_MCLK)
+    reading, _ = collect(rx_tree)
+    assert reading.devices[0].mem_clock_mhz == 96.0
+    mclk.write_bytes(b"no table here\n")
+    reading, _ = collect(rx_tree)
+    assert reading.devices[0].mem_clock_mhz is None
+    assert reading.devices[0].power_w == 339.0  # the rest of the sample stands
+    mclk.unlink()
+    reading, _ = collect(rx_tree)
+    assert reading.devices[0].mem_clock_mhz is None
+
+
+def test_memory_clock_link_out_of_the_tree_is_not_followed(rx_tree: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"0: 777Mhz *\n")
+    mclk = rx_tree / "sys/class/drm/card0/device/pp_dpm_mclk"
+    mclk.unlink()
+    os.symlink(outside, mclk)
+    reading, _ = collect(rx_tree)
+    assert reading.devices[0].mem_clock_mhz is None

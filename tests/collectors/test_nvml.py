@@ -189,3 +189,34 @@ def test_status_json_end_to_end_on_the_fake_driver(procs: dict[str, int]) -> Non
     assert llama["memory"][dev["device_id"]] == {"vram_bytes": 5734 * MIB}
     assert "gpu" in llama["reasons"]
     assert {r["collector"]: r["status"] for r in doc["collectors"]}["nvml"] == "ok"
+
+
+def test_memory_clock_comes_from_nvml_clock_info(procs: dict[str, int]) -> None:
+    _, lib, reading = collect("rtx4060", procs)
+    (dev,) = reading.devices
+    assert dev.mem_clock_mhz == 8500.0  # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM), MHz
+    assert "nvmlDeviceGetClockInfo" in lib.calls
+    _, _, reading = collect("two-gpus", procs)
+    assert [d.mem_clock_mhz for d in reading.devices] == [2619.0, 2619.0]
+
+
+@pytest.mark.parametrize("answer", ["not_supported", {"error": 4}, 0, "missing_symbol"])
+def test_memory_clock_the_driver_cannot_give_is_unknown(
+    procs: dict[str, int], answer: object
+) -> None:
+    scenario = nvml_fake.load("rtx4060")
+    dev = scenario["devices"][0]
+    if answer == "missing_symbol":  # a driver without the call (or an old recording)
+        scenario["missing_symbols"] = ["nvmlDeviceGetClockInfo"]
+    else:
+        dev["clock_mem_mhz"] = answer
+    _, _, reading = collect(scenario, procs)
+    (sample,) = reading.devices
+    assert sample.mem_clock_mhz is None
+    assert (sample.temp_c, sample.power_w, sample.used_bytes) == (66.0, 112.345, 7021 * MIB)
+
+
+def test_gb10_memory_clock_is_unknown(procs: dict[str, int]) -> None:
+    _, _, reading = collect("gb10", procs)
+    (dev,) = reading.devices
+    assert dev.mem_clock_mhz is None  # the scenario answers NOT_SUPPORTED

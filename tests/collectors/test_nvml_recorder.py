@@ -165,6 +165,7 @@ def test_the_recorded_fields_and_process_names(procs: dict[str, int], roots: Roo
         {"pid": "hidden-4194000", "used": 2097152000},
     ]
     assert second["mig"] == [1, 1] and second["bus_id"] == "00000000:2a:00.0"
+    assert [d["clock_mem_mhz"] for d in recording["devices"]] == [2619, 2619]
     assert recording["_process_api"] == "detail"
     assert "2x NVIDIA H100 80GB HBM3" in recording["_source"]
     assert original["hidden"] == [

@@ -184,3 +184,54 @@ def test_gb10_warns_once_when_the_gpu_holds_more_than_the_pool(procs: dict[str, 
         ln for ln in render_text(second).splitlines() if ln.startswith(nvidia(second).device_id)
     )
     assert "more than the pool" in line
+
+
+# -- issue 20: the memory clock, collected and shown ---------------------------------------
+
+
+def test_the_memory_clock_on_every_surface(procs: dict[str, int], tmp_path: Path) -> None:
+    """rtx4060 answers nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) = 8500 MHz: status text and
+    JSON (what /api/v1/snapshot serves, and what a remote view rebuilds), /metrics in hertz,
+    and the database the TUI's database source and ``--at`` read."""
+    from monitor.analysis.picture import snapshot_from_status_json
+
+    snap = sample("rtx4060", procs)
+    dev = nvidia(snap)
+    assert dev.mem_clock_mhz == 8500.0
+
+    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith(dev.device_id))
+    assert "mem 8500 MHz" in line, line
+
+    doc = to_json(snap)
+    jsonschema.validate(doc, SCHEMA)
+    row = next(d for d in doc["devices"] if d["device_id"] == dev.device_id)
+    assert row["mem_clock_mhz"] == 8500.0
+    remote = snapshot_from_status_json(json.loads(json.dumps(doc)))
+    assert nvidia(remote).mem_clock_mhz == 8500.0
+
+    body = render(build_registry(lambda: snap)).decode()
+    assert (
+        f'vramscope_device_memory_clock_hertz{{device="{dev.device_id}",kind="dedicated",'
+        'name="NVIDIA GeForce RTX 4060"} 8.5e+09'
+    ) in body
+
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    store.write(snap)
+    store.close()
+    source = StoreSource(db)
+    try:
+        frame = source.latest()
+    finally:
+        source.close()
+    assert nvidia(frame.snapshot).mem_clock_mhz == 8500.0
+
+    # a driver without the figure: every surface leaves it out, never shows 0
+    scenario = nvml_fake.load("rtx4060")
+    scenario["devices"][0]["clock_mem_mhz"] = "not_supported"
+    snap = sample(scenario, procs)
+    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith(dev.device_id))
+    assert "MHz" not in line, line
+    assert (
+        "vramscope_device_memory_clock_hertz{" not in render(build_registry(lambda: snap)).decode()
+    )

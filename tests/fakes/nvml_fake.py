@@ -202,6 +202,13 @@ class FakeNvmlLib:
     def _nvmlDeviceGetPowerUsage(self, handle: Any, ref: Any) -> int:
         return self._scalar(handle, ref, "power_mw")
 
+    def _nvmlDeviceGetClockInfo(self, handle: Any, clock_type: Any, ref: Any) -> int:
+        """Only the memory clock (NVML_CLOCK_MEM, MHz: ``clock_mem_mhz``) is in scenarios;
+        any other clock type answers NOT_SUPPORTED."""
+        if clock_type.value != pynvml.NVML_CLOCK_MEM:
+            return NOT_SUPPORTED
+        return self._scalar(handle, ref, "clock_mem_mhz")
+
     def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
         mig = self._field(handle, "mig")
         if isinstance(mig, _Failed):

@@ -79,7 +79,12 @@ def server_info(
     )
 
 
-def gpu(temp: float | None = 61.0, power: float | None = 287.5, util: float | None = 93.0):  # noqa: ANN201
+def gpu(  # noqa: ANN201
+    temp: float | None = 61.0,
+    power: float | None = 287.5,
+    util: float | None = 93.0,
+    mem_clock: float | None = 10501.0,
+):
     return DeviceSample(
         GPU,
         "nvml",
@@ -92,6 +97,7 @@ def gpu(temp: float | None = 61.0, power: float | None = 287.5, util: float | No
         util_pct=util,
         temp_c=temp,
         power_w=power,
+        mem_clock_mhz=mem_clock,
     )
 
 
@@ -137,10 +143,11 @@ def test_device_temperature_power_and_utilisation(server: HttpServer, box: Box) 
     assert m["vramscope_device_temperature_celsius"] == {labels: 61.0}
     assert m["vramscope_device_power_watts"] == {labels: 287.5}
     assert m["vramscope_device_utilization_ratio"] == {labels: pytest.approx(0.93)}
+    assert m["vramscope_device_memory_clock_hertz"] == {labels: 10501e6}  # MHz -> Hz
     # a device that does not report them (the host pool, an old driver): no series, never 0
-    box.snap = Snapshot(box.snap.ts_ms, (gpu(None, None, None), HOST), (), (), (), (), ())
+    box.snap = Snapshot(box.snap.ts_ms, (gpu(None, None, None, None), HOST), (), (), (), (), ())
     m = scrape(server)
-    for name in ("temperature_celsius", "power_watts", "utilization_ratio"):
+    for name in ("temperature_celsius", "power_watts", "utilization_ratio", "memory_clock_hertz"):
         assert f"vramscope_device_{name}" not in m
 
 

@@ -367,3 +367,58 @@ def test_prune_bounds_events_and_processes_that_only_grew(store: Store) -> None:
         ]
         == 0
     )
+
+
+def test_an_old_database_gains_the_memory_clock_and_keeps_its_rows(tmp_path: Path) -> None:
+    """A database written before m008 (no mem_clock_mhz column) upgrades in place: its rows
+    stay, read back with an unknown clock, and new ticks store the clock."""
+    from sqlite_utils import Database
+
+    from monitor.store.history import snapshot_in
+    from monitor.store.migrations import migrations
+
+    path = tmp_path / "old.db"
+    old = Database(sqlite3.connect(path))
+    migrations.apply(old, stop_before="m008_memory_clock")
+    columns = {c.name for c in old["device_samples"].columns}
+    assert "mem_clock_mhz" not in columns and "temp_c" in columns
+    old.execute(
+        "INSERT INTO devices (id, collector, vendor, name, memory_kind, total_bytes,"
+        " first_seen_ms, last_seen_ms) VALUES ('nvml:GPU-1', 'nvml', 'nvidia', 'RTX 4060',"
+        " 'dedicated', 8188, ?, ?)",
+        (T0, T0),
+    )
+    old.execute(
+        "INSERT INTO device_samples (ts_ms, device_id, used_bytes, total_bytes, temp_c)"
+        " VALUES (?, 'nvml:GPU-1', 7021, 8188, 66.0)",
+        (T0,),
+    )
+    old.conn.commit()
+    old.close()
+
+    store = Store.open(path)
+    try:
+        rows = store.db.execute(
+            "SELECT ts_ms, used_bytes, temp_c, mem_clock_mhz FROM device_samples"
+        )
+        assert rows.fetchall() == [(T0, 7021, 66.0, None)]
+        (dev,) = snapshot_in(store.db, T0).devices
+        assert (dev.used_bytes, dev.temp_c, dev.mem_clock_mhz) == (7021, 66.0, None)
+        gpu = DeviceSample(
+            "nvml:GPU-1",
+            "nvml",
+            "nvidia",
+            "RTX 4060",
+            "dedicated",
+            8188,
+            7000,
+            temp_c=67.0,
+            mem_clock_mhz=8500.0,
+        )
+        store.write(Snapshot(T0 + 1000, (gpu,), (), (), (), (), ()))
+        (dev,) = snapshot_in(store.db, T0 + 1000).devices
+        assert (dev.used_bytes, dev.mem_clock_mhz) == (7000, 8500.0)
+        assert count(store, "device_samples") == 2
+    finally:
+        store.close()
+    Store.open(path).close()  # applied once: opening again changes nothing

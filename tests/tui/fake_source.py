@@ -164,6 +164,7 @@ def discrete_three(models: dict[str, str], ticks: int = 3) -> list[Snapshot]:
             300 * MIB,
             util_pct=40.0,
             temp_c=61.0,
+            mem_clock_mhz=10501.0,  # GDDR6X 21 Gbps as NVML counts it (NVIDIA/nvbench PR 207)
         )
         out.append(snap(T0 + i * 1000, [gpu, host(64 * GIB, 30 * GIB)], procs, mem))
     return out

@@ -315,11 +315,24 @@ def test_short_device_names() -> None:
 
 @sync
 async def test_the_device_header_shows_temperature_power_and_utilisation(models) -> None:
-    """Issue 20: they were only in JSON. The fake GPU reports 61 °C and 40 % busy and no
-    power figure: the header shows those two and no made-up power."""
+    """Issue 20: they were only in JSON. The fake GPU reports 61 °C, 40 % busy and a
+    10501 MHz memory clock and no power figure: the header shows those and no made-up
+    power."""
     app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
     async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         head = str(app.screen.query(DevicePanel).first().render()).splitlines()[0]
     assert "61°C" in head and "40% busy" in head, head
+    assert "40% busy mem 10501MHz" in head, head
     assert "W " not in head and not head.rstrip().endswith("W"), head
+
+
+@sync
+async def test_a_narrow_header_drops_the_memory_clock_whole(models) -> None:
+    """On 80 columns the clock does not fit: it is left out, never cut to 'mem …'."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        head = str(app.screen.query(DevicePanel).first().render()).splitlines()[0]
+    assert "61°C 40% busy" in head, head
+    assert "mem" not in head and "…" not in head, head

@@ -49,11 +49,12 @@ class Segment:
     has_measured: bool = False  # False: no measured total to show (not a model)
 
 
-def sensor_text(sample: DeviceSample | None) -> str:
-    """``61°C 142W 87%``: temperature, power and utilisation where the driver gives them
-    (NVML, amdsmi, hwmon); nothing for a figure it does not give."""
+def sensor_bits(sample: DeviceSample | None) -> list[str]:
+    """``["61°C", "142W", "87% busy", "mem 8501MHz"]``: temperature, power, utilisation and
+    memory clock where the driver gives them (NVML, amdsmi, hwmon, pp_dpm_mclk), most
+    telling first; nothing for a figure it does not give."""
     if sample is None:
-        return ""
+        return []
     bits = []
     if sample.temp_c is not None:
         bits.append(f"{sample.temp_c:.0f}°C")
@@ -61,7 +62,14 @@ def sensor_text(sample: DeviceSample | None) -> str:
         bits.append(f"{sample.power_w:.0f}W")
     if sample.util_pct is not None:
         bits.append(f"{sample.util_pct:.0f}% busy")
-    return " ".join(bits)
+    if sample.mem_clock_mhz is not None:
+        bits.append(f"mem {sample.mem_clock_mhz:.0f}MHz")
+    return bits
+
+
+def sensor_text(sample: DeviceSample | None) -> str:
+    """``61°C 142W 87% busy mem 8501MHz`` (see :func:`sensor_bits`)."""
+    return " ".join(sensor_bits(sample))
 
 
 def named_devices(picture: Picture) -> list[tuple[DevicePicture, str]]:
@@ -185,12 +193,16 @@ class DevicePanel(Widget):
             if room is not None and room < 0
             else Content(room_text)
         )
-        sensors = sensor_text(data.sample)
-        if sensors:
-            head += Content(" · ") + Content.styled(sensors, "$text-muted")
+        verdict = Content()
         if data.verdict:
             style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
-            head += Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
+            verdict = Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
+        bits = sensor_bits(data.sample)
+        while bits and cell_len(head.plain) + 3 + cell_len(" ".join(bits) + verdict.plain) > width:
+            bits.pop()  # the least telling figure first (the memory clock on 80 columns)
+        if bits:
+            head += Content(" · ") + Content.styled(" ".join(bits), "$text-muted")
+        head += verdict
         if cell_len(head.plain) > width:
             head = head[: width - 1] + Content("…")
         # segments: (bytes, style, char)
