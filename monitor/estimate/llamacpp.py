@@ -256,14 +256,15 @@ def estimate_llamacpp(
             f"max(body: {ffn} + f16 masks, logits 4 x "
             f"{min(n_out, ctx.n_ubatch)} outputs x n_vocab"
             + ("" if flash else ", FA-off scores 4 ub n_kv (n_head+1) [build_attn_mha]")
-            + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq}"
-            + (f", n_kv_swa={n_kv_swa}" if n_kv_swa else "")
             + (
-                f", first delta-net layer with {1 + n_rs_seq} state snapshots per seq "
-                "[delta-net-base.cpp build_recurrent_attn]"
-                if shape.delta_net and n_rs_seq
+                ", the first delta-net layer's conv tensors and output"
+                + (f" with {1 + n_rs_seq} state snapshots per seq" if n_rs_seq else "")
+                + " [delta-net-base.cpp]"
+                if shape.delta_net
                 else ""
             )
+            + f"), ub={min(ctx.n_ubatch, ctx.n_ctx)}, n_kv={ctx.n_ctx_seq}"
+            + (f", n_kv_swa={n_kv_swa}" if n_kv_swa else "")
             + " [monitor/estimate/compute.py]",
             "anon" if main == HOST else "device",
         )
