@@ -120,15 +120,7 @@ def test_a_hidden_process_keeps_its_bytes_on_every_surface(
     ) in body
 
     # the database, as the TUI's database source reads it back
-    db = tmp_path / "v.db"
-    store = Store.open(db)
-    store.write(snap)
-    store.close()
-    source = StoreSource(db)
-    try:
-        frame = source.latest()
-    finally:
-        source.close()
+    frame = frame_via_database(tmp_path / "v.db", snap)
     back = frame.picture.devices[gpu0.device_id]
     assert {u.pid: u.bytes for u in back.processes}[hidden_pid] == hidden_bytes
     assert back.others_bytes == 100 * MIB
@@ -215,15 +207,7 @@ def test_the_memory_clock_on_every_surface(procs: dict[str, int], tmp_path: Path
         'name="NVIDIA GeForce RTX 4060"} 8.5e+09'
     ) in body
 
-    db = tmp_path / "v.db"
-    store = Store.open(db)
-    store.write(snap)
-    store.close()
-    source = StoreSource(db)
-    try:
-        frame = source.latest()
-    finally:
-        source.close()
+    frame = frame_via_database(tmp_path / "v.db", snap)
     assert nvidia(frame.snapshot).mem_clock_mhz == 8500.0
 
     # a driver without the figure: every surface leaves it out, never shows 0
@@ -235,3 +219,16 @@ def test_the_memory_clock_on_every_surface(procs: dict[str, int], tmp_path: Path
     assert (
         "vramscope_device_memory_clock_hertz{" not in render(build_registry(lambda: snap)).decode()
     )
+
+
+def frame_via_database(db: Path, snap):  # noqa: ANN001, ANN201
+    """Write one snapshot to a fresh database and read it back as the TUI's database
+    source does."""
+    store = Store.open(db)
+    store.write(snap)
+    store.close()
+    source = StoreSource(db)
+    try:
+        return source.latest()
+    finally:
+        source.close()
