@@ -58,13 +58,30 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = Fal
     moe = 2 * shape.n_expert_used * (shape.n_ff_exp + shape.n_embd)
     if shape.n_ff_shexp:  # the shared expert's output and the routed sum, both alive
         moe += 2 * shape.n_embd
-    if mtp:  # the nextn block: measured 65.02 MiB on Qwen3.5-35B-A3B (estimate +4.6 %)
-        moe = 2 * shape.n_expert_used * shape.n_embd
+    if mtp:
+        return nextn_moe_floats(shape)
     elif shape.recurrent:  # measured on Qwen3.5-35B-A3B: no expert-wide pair at the peak
         moe -= 2 * shape.n_expert_used * shape.n_ff_exp
     if shape.n_layer_dense_lead:  # deepseek2: the first layers are dense
         return max(dense, moe)
     return moe
+
+
+def nextn_moe_floats(shape: ModelShape) -> int:
+    """The MTP graph's MoE peak (src/models/qwen35moe.cpp graph_mtp -> build_moe_ffn), read
+    from ggml-alloc's trace on Qwen3.5-35B-A3B (65.02 MiB logged): the block's attention
+    output and FFN norm, the router's probabilities and argsort (``n_expert`` each) and
+    weights, the freed gate/up pair still holding their place below the activation, the
+    activation and the per-expert down outputs (``[n_embd, n_used, ub]``). The masks are
+    no longer alive there (:func:`compute_bytes` leaves them out for it)."""
+    used = shape.n_expert_used
+    return (
+        2 * shape.n_embd
+        + 3 * used * shape.n_ff_exp
+        + used * shape.n_embd
+        + 2 * shape.n_expert
+        + used
+    )
 
 
 def _glm4moe_body_floats(shape: ModelShape, mtp: bool) -> int:
@@ -141,7 +158,8 @@ def compute_bytes(
     ub = min(ctx.n_ubatch, ctx.n_ctx)
     n_kv = ub if shape.encoder_only else ctx.n_ctx_seq
     masks = (2 if flash_attn else 4) * ub * (n_kv + n_kv_swa)
-    body = 4 * ub * ffn_body_floats(shape, kv_rotated, mtp) + masks + 20 * ub
+    moe_nextn = mtp and bool(shape.n_expert) and shape.arch != "glm4moe"
+    body = 4 * ub * ffn_body_floats(shape, kv_rotated, mtp) + (0 if moe_nextn else masks) + 20 * ub
     # A decoder embedder (--embedding --pooling last on qwen3) still builds and reserves
     # the output head; only encoder-only archs end without one (measured: Qwen3-Embedding
     # 302.24 MiB logged, 4 x 512 x 151669 logits + ...).
