@@ -41,6 +41,10 @@ from __future__ import annotations
 from monitor.estimate.kv import Context
 from monitor.estimate.shape import ModelShape
 
+# Attention with a sigmoid-gated output: the query projection carries the gate too
+# (src/models/qwen35.cpp build_layer_attn, qwen3next.cpp).
+GATED_QUERY = frozenset({"qwen3next", "qwen35", "qwen35moe"})
+
 
 def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = False) -> int:
     """f32 values per token live at the peak of the largest FFN of the model. One
@@ -181,10 +185,16 @@ def compute_bytes(
         )
     else:
         # what is alive beside the scores: residual-sized and query-sized tensors, fitted
-        # on the tier (Qwen3-8B exact, Qwen3-30B-A3B exact, gpt-oss -0.2 %, Gemma-3 -3 %,
-        # Qwen3.5-27B -4 %)
+        # on the tier (Qwen3-8B exact, Qwen3-30B-A3B exact, gpt-oss -0.2 %, Gemma-3 -3 %)
         n_q = n_head * shape.head_k
-        scores += 4 * ub * max(22 * shape.n_embd // 4, (7 * shape.n_embd) // 2 + 2 * n_q)
+        if shape.arch in GATED_QUERY:
+            # read from ggml-alloc's trace (Qwen3.5-27B, 270.01 MiB logged): three
+            # residual-wide tensors, the f32 V-index pair (8 ub n_embd_v_gqa) and the
+            # gated query: Qcur_full (2 n_q: query and gate) and the normed query
+            n_v = max(shape.n_head_kv, default=0) * shape.head_v
+            scores += 4 * ub * (3 * shape.n_embd + 2 * n_v + 3 * n_q)
+        else:
+            scores += 4 * ub * max(22 * shape.n_embd // 4, (7 * shape.n_embd) // 2 + 2 * n_q)
     return max(body, logits, scores, recurrent)
 
 
