@@ -160,3 +160,41 @@ async def test_device_panel_repaints_only_for_a_visible_change(models) -> None: 
         fresh_content = panel._content(panel.data, width)
         drawn = panel.render()
         assert (drawn.plain, drawn.spans) == (fresh_content.plain, fresh_content.spans)
+
+
+@sync
+async def test_a_gpu_panel_is_left_alone_when_only_host_ram_moves(models) -> None:  # noqa: ANN001
+    """A dedicated GPU's panel does not draw host RAM: a frame where only host RAM moved
+    gives it equal data, so it neither redraws nor even rebuilds its text to compare."""
+    from fake_source import host
+
+    from tui.messages import FrameReady
+    from tui.widgets.device_panel import DevicePanel, panels_from_frame
+
+    first = discrete_three(models, ticks=1)[0]
+    devices = tuple(host(64 * GIB, 20 * GIB) if d.device_id == "host" else d for d in first.devices)
+    second = dataclasses.replace(first, ts_ms=first.ts_ms + 1000, devices=devices)
+    source = FakeSource([first, second], EVENTS)
+    app = VramscopeApp(source, refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        gpu, host_panel = app.screen.query(DevicePanel)
+        assert gpu.data is not None and gpu.data.picture.device_id == "nvml:GPU-0"
+        built: list[str] = []
+        for panel in (gpu, host_panel):
+            original = panel._content
+
+            def counting(data, width, original=original, panel=panel):  # noqa: ANN001, ANN202
+                built.append(panel.data.picture.device_id)
+                return original(data, width)
+
+            panel._content = counting  # type: ignore[method-assign]
+        frame = source.latest()
+        assert [d.picture.device_id for d in panels_from_frame(frame)][0] == "nvml:GPU-0"
+        assert panels_from_frame(frame)[0] == gpu.data  # equal data: no watcher runs
+        app.screen.post_message(FrameReady(frame))
+        await settle(pilot)
+        assert "nvml:GPU-0" not in built
+        assert "host" in built  # the host panel did see its new figure
+        text = "\n".join(s.text for s in host_panel.render_lines(host_panel.region.reset_offset))
+        assert size(44 * GIB) in text, text

@@ -86,7 +86,7 @@ class PanelData:
     picture: DevicePicture
     sample: DeviceSample | None
     models: tuple[Segment, ...] = ()
-    host_available_bytes: int | None = None
+    host_available_bytes: int | None = None  # unified pools only: their last line shows it
     projected_bytes: int | None = None
     projected_label: str = "projected"
     verdict: str | None = None
@@ -302,6 +302,7 @@ def panels_from_frame(
     rows = {r.pid: r for r in frame.models}
     samples = {d.device_id: d for d in frame.snapshot.devices}
     host = samples.get("host")
+    host_available = host.available_bytes if host is not None else None
     out = []
     for pic, device_label in named_devices(frame.picture):
         segs = []
@@ -342,7 +343,9 @@ def panels_from_frame(
                 pic,
                 samples.get(pic.device_id),
                 tuple(segs),
-                host.available_bytes if host is not None and pic.device_id != "host" else None,
+                # only where it is drawn: a dedicated GPU's data stays equal while host RAM
+                # moves, so its panel is left alone (no watcher, no text to compare)
+                host_available if pic.memory_kind == "unified" else None,
                 (projected or {}).get(pic.device_id),
                 projected_label,
                 (verdicts or {}).get(pic.device_id),
