@@ -16,6 +16,7 @@ from textual.widgets import DataTable
 
 from tui.app import VramscopeApp
 from tui.format import size
+from tui.messages import FrameReady
 from tui.widgets.breakdown import Breakdown
 from tui.widgets.models_table import ModelsTable
 
@@ -114,8 +115,16 @@ async def test_breakdown_follows_new_values_of_the_selected_row(models) -> None:
         assert selected is not None and selected.pid == rows[0].pid
         new = rows[0].measured_bytes + 3 * GIB
         rows[0] = dataclasses.replace(rows[0], measured_bytes=new)
-        table.show(tuple(rows))
-        await pilot.pause()
+        posted: list[object] = []
+        post = table.post_message
+        table.post_message = lambda m: posted.append(m) or post(m)  # type: ignore[method-assign]
+        # a new frame, as the poll brings it: the screen gives the breakdown the new row
+        app.screen.post_message(
+            FrameReady(dataclasses.replace(app.screen.frame, models=tuple(rows)))
+        )
+        await settle(pilot)
+        assert table.selected_row() is rows[0]
+        assert not [m for m in posted if isinstance(m, ModelsTable.Selected)]
         assert f"measured {size(new)}" in str(breakdown.render())
         lines = breakdown.render_lines(breakdown.region.reset_offset)
         assert any(f"measured {size(new)}" in strip.text for strip in lines)
@@ -168,7 +177,6 @@ async def test_a_gpu_panel_is_left_alone_when_only_host_ram_moves(models) -> Non
     gives it equal data, so it neither redraws nor even rebuilds its text to compare."""
     from fake_source import host
 
-    from tui.messages import FrameReady
     from tui.widgets.device_panel import DevicePanel, panels_from_frame
 
     first = discrete_three(models, ticks=1)[0]
@@ -198,3 +206,34 @@ async def test_a_gpu_panel_is_left_alone_when_only_host_ram_moves(models) -> Non
         assert "host" in built  # the host panel did see its new figure
         text = "\n".join(s.text for s in host_panel.render_lines(host_panel.region.reset_offset))
         assert size(44 * GIB) in text, text
+
+
+@sync
+async def test_a_new_order_moves_the_rows_without_rebuilding_the_table(models) -> None:  # noqa: ANN001
+    """A model that grows past another moves up: its row moves (no clear and re-add, so no
+    relayout), the cursor stays on the model it was on, the lines match a full redraw."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(ModelsTable)
+        table.focus()
+        rows = list(app.screen.frame.models)
+        await pilot.press("down")  # on the second model
+        await pilot.pause()
+        on = table.selected_key()
+        assert on == str(rows[1].pid)
+        cleared: list[bool] = []
+        table.clear = lambda *a, **k: cleared.append(True)  # type: ignore[method-assign]
+        grown = dataclasses.replace(rows[2], measured_bytes=rows[2].measured_bytes + 20 * GIB)
+        order = [grown, rows[0], rows[1]]
+        app.screen.post_message(
+            FrameReady(dataclasses.replace(app.screen.frame, models=tuple(order)))
+        )
+        await settle(pilot)
+        assert not cleared
+        assert [r.key.value for r in table.ordered_rows] == [str(r.pid) for r in order]
+        assert table.selected_key() == on and table.cursor_row == 2
+        assert app.screen.query_one(Breakdown).row is order[2]
+        first = "".join(seg.text for seg in table.render_line(1))  # under the header
+        assert size(grown.measured_bytes) in first
+        assert drawn(table) == fresh(table)
