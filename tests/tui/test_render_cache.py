@@ -237,3 +237,58 @@ async def test_a_new_order_moves_the_rows_without_rebuilding_the_table(models) -
         first = "".join(seg.text for seg in table.render_line(1))  # under the header
         assert size(grown.measured_bytes) in first
         assert drawn(table) == fresh(table)
+
+
+@sync
+async def test_device_panels_draw_line_by_line_what_a_full_render_draws(models) -> None:  # noqa: ANN001
+    """The panels render each line on its own (kept by its text): the same strips as
+    rendering the whole panel at once, for a discrete GPU, a unified pool (five lines) and
+    an over-full GPU; a new figure repaints only the lines whose text changed."""
+    from fake_source import full_gpu, strix_halo
+    from textual.visual import Visual
+
+    from tui.widgets.device_panel import DevicePanel
+
+    def whole(panel: DevicePanel) -> list[list[tuple[str, object]]]:
+        strips = Visual.to_strips(
+            panel, panel.render(), panel.size.width, panel.size.height, panel.visual_style
+        )
+        return [[(seg.text, seg.style) for seg in strip] for strip in strips]
+
+    def by_line(panel: DevicePanel) -> list[list[tuple[str, object]]]:
+        return [
+            [(seg.text, seg.style) for seg in panel.render_line(y)]
+            for y in range(panel.size.height)
+        ]
+
+    for snaps in (discrete_three(models), strix_halo(models), full_gpu(models)):
+        app = VramscopeApp(FakeSource(snaps, EVENTS), refresh_s=None)
+        async with app.run_test(size=(100, 40)) as pilot:
+            await settle(pilot)
+            panels = list(app.screen.query(DevicePanel))
+            assert panels
+            for panel in panels:
+                assert by_line(panel) == whole(panel)
+            assert {p.size.height for p in panels} >= {4}
+            if snaps[0].devices[0].memory_kind == "unified":
+                assert 5 in {p.size.height for p in panels}
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel = app.screen.query(DevicePanel).first()
+        data = panel.data
+        assert data is not None
+        before = [line.plain for line in panel._lines(data, panel._width())]
+        first = data.models[0]
+        moved = dataclasses.replace(first, estimate_bytes=(first.estimate_bytes or 0) + 2 * GIB)
+        panel.data = dataclasses.replace(data, models=(moved, *data.models[1:]))
+        after = [line.plain for line in panel._lines(panel.data, panel._width())]
+        changed = {y for y, (a, b) in enumerate(zip(before, after, strict=True)) if a != b}
+        assert changed and len(changed) < len(before)  # the marker and the legend only
+        dirty = {y for r in panel._repaint_regions for y in r.line_range}
+        assert dirty == {y + panel.content_offset.y for y in changed}
+        await pilot.pause()
+        assert by_line(panel) == whole(panel)
+        assert size(first.estimate_bytes + 2 * GIB) in after[3]
+        on_screen = [strip.text for strip in panel.render_lines(panel.region.reset_offset)]
+        assert after[3][:30] in on_screen[3]

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
+from rich.segment import Segment as RichSegment
+from rich.style import Style as RichStyle
+from textual.cache import LRUCache
 from textual.content import Content, Span
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
@@ -120,6 +125,10 @@ class DevicePanel(Widget):
         self.set_reactive(DevicePanel.data, data)
         self._drawn: tuple[PanelData | None, int, Content] | None = None
         """(data, width, content) of the last ``render``."""
+        self._split: tuple[Content, list[Content]] | None = None
+        """The last ``render``'s content and its lines."""
+        self._strips = LRUCache[tuple, Strip](64)
+        """Rendered lines keyed by their text, styles and width (see ``render_line``)."""
 
     def watch_data(self, old: PanelData | None, data: PanelData | None) -> None:
         self.set_class(bool(data and data.verdict == "oom"), "-oom")
@@ -130,10 +139,24 @@ class DevicePanel(Widget):
         if drawn is None or drawn[1] != self._width():
             self.refresh()
             return
+        shown = self._split
         content = self._content(data, drawn[1])
-        if content.plain != drawn[2].plain or content.spans != drawn[2].spans:
-            self._drawn = (data, drawn[1], content)  # render() takes it as it is
+        if content.plain == drawn[2].plain and content.spans == drawn[2].spans:
+            self._split = shown  # the lines of what stays on screen
+            return
+        self._drawn = (data, drawn[1], content)  # render() takes it as it is
+        new = self._split
+        if shown is None or shown[0] is not drawn[2] or new is None or len(new[1]) != len(shown[1]):
             self.refresh()
+            return
+        # only the lines whose text or styles changed (render_line draws line by line)
+        self.refresh(
+            *(
+                Region(0, y, drawn[1], 1)
+                for y, (a, b) in enumerate(zip(shown[1], new[1], strict=True))
+                if a.plain != b.plain or a.spans != b.spans
+            )
+        )
 
     @staticmethod
     def _lines_for(data: PanelData | None) -> int:
@@ -150,7 +173,10 @@ class DevicePanel(Widget):
     def _content(self, data: PanelData | None, width: int) -> Content:
         if data is None:
             return Content("")
-        return Content("\n").join(self._lines(data, width))
+        lines = self._lines(data, width)
+        content = Content("\n").join(lines)
+        self._split = (content, lines)
+        return content
 
     def render(self) -> Content:
         data, width, drawn = self.data, self._width(), self._drawn
@@ -159,6 +185,33 @@ class DevicePanel(Widget):
         content = self._content(data, width)
         self._drawn = (data, width, content)
         return content
+
+    def render_line(self, y: int) -> Strip:
+        """Line ``y`` of ``render()``, rendered on its own and kept by its text and styles
+        (Textual renders every line of a widget when one changes: the host RAM panel's
+        figures move every second, its bar and markers seldom)."""
+        if self.text_selection is not None:  # selection offsets span the lines
+            return super().render_line(y)
+        self._dirty_regions.clear()  # what Widget.render_line's full render would clear
+        width, style = self.size.width, self.visual_style
+        content = self.render()
+        if self._split is None or self._split[0] is not content:
+            self._split = (content, content.split("\n", allow_blank=True))
+        lines = self._split[1]
+        if y >= len(lines):
+            return Strip.blank(width, style.rich_style)
+        line = lines[y]
+        key = (line.plain, tuple(line.spans), width, style, y)
+        strip = self._strips.get(key)
+        if strip is None:
+            strips = Visual.to_strips(self, line, width, 1, style)
+            strip = on_line(strips[0], y) if strips else Strip.blank(width, style.rich_style)
+            self._strips[key] = strip
+        return strip
+
+    def notify_style_update(self) -> None:
+        self._strips.clear()  # a new theme: the same text in new colours
+        super().notify_style_update()
 
     # ------------------------------------------------------------------ drawing
 
@@ -288,6 +341,20 @@ class DevicePanel(Widget):
         if not bits:
             bits.append("one pool shared with the host (MemAvailable binds)")
         return Content.styled(" · ".join(bits), "$text-muted")
+
+
+def on_line(strip: Strip, y: int) -> Strip:
+    """``strip``, rendered as a content's only line, as line ``y`` of it: the offsets in
+    its styles (where a mouse selection starts) name line ``y``."""
+    if not y:
+        return strip
+    segments = []
+    for text, style, control in strip:
+        meta = style.meta if style is not None else {}
+        if style is not None and "offset" in meta:
+            style = style + RichStyle.from_meta({"offset": (meta["offset"][0], y)})
+        segments.append(RichSegment(text, style, control))
+    return Strip(segments, strip.cell_length)
 
 
 def panels_from_frame(
