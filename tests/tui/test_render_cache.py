@@ -292,3 +292,37 @@ async def test_device_panels_draw_line_by_line_what_a_full_render_draws(models) 
         assert size(first.estimate_bytes + 2 * GIB) in after[3]
         on_screen = [strip.text for strip in panel.render_lines(panel.region.reset_offset)]
         assert after[3][:30] in on_screen[3]
+
+
+@sync
+async def test_breakdown_relayouts_only_when_its_height_changes(models) -> None:  # noqa: ANN001
+    """A longer line that wraps to the same height repaints the breakdown in place; a new
+    line (a flag) changes its height and lays the screen out again."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        breakdown = app.screen.query_one(Breakdown)
+        row = breakdown.row
+        assert row is not None and row.measured_bytes is not None
+        layouts: list[bool] = []
+        original = breakdown.refresh
+
+        def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            layouts.append(bool(kwargs.get("layout")))
+            return original(*args, **kwargs)
+
+        breakdown.refresh = counting  # type: ignore[method-assign]
+        height = breakdown.size.height
+        longer = dataclasses.replace(row, measured_bytes=row.measured_bytes + 100 * GIB)
+        assert len(size(longer.measured_bytes)) > len(size(row.measured_bytes))
+        breakdown.row = longer
+        await pilot.pause()
+        assert layouts == [False]
+        assert f"measured {size(longer.measured_bytes)}" in "\n".join(
+            strip.text for strip in breakdown.render_lines(breakdown.region.reset_offset)
+        )
+        flagged = dataclasses.replace(longer, flags=(*longer.flags, "a new flag"))
+        breakdown.row = flagged
+        await pilot.pause()
+        assert layouts[:2] == [False, True]  # (then Textual's own, for the new size)
+        assert breakdown.size.height == height + 1
