@@ -110,6 +110,21 @@ def timed(stack, counts, owner, name, key) -> None:  # noqa: ANN001
     stack.callback(setattr, owner, name, original)
 
 
+def thread_ticks() -> dict[str, int]:
+    """CPU ticks (user + system) of each of this process's threads, by Python name."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, int] = collections.Counter()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            raw = (task / "stat").read_bytes()
+            rest = raw[raw.rfind(b")") + 2 :].split()
+            name = names.get(int(task.name), "other")
+            out[name.rstrip("_0123456789")] += int(rest[11]) + int(rest[12])
+    return out
+
+
 async def measure(size: tuple[int, int], warmup_s: float, seconds: float, profile: str | None):
     from textual._compositor import CompositorUpdate
 
@@ -140,6 +155,7 @@ async def measure(size: tuple[int, int], warmup_s: float, seconds: float, profil
         await pilot.pause(warmup_s)
         stack = counting(counts)
         f0, b0, t0, p0 = frames[0], out_bytes[0], time.thread_time(), os.times()
+        k0 = thread_ticks()
         prof = None
         if profile:
             import cProfile
@@ -151,6 +167,7 @@ async def measure(size: tuple[int, int], warmup_s: float, seconds: float, profil
             prof.disable()
             prof.dump_stats(profile)
         t1, p1 = time.thread_time(), os.times()
+        k1 = thread_ticks()
         stack.close()
         n = frames[0] - f0
         assert "79.6" in "".join(s.text for s in app.screen._compositor.render_strips()), (
@@ -163,6 +180,12 @@ async def measure(size: tuple[int, int], warmup_s: float, seconds: float, profil
         f"bytes to the terminal {(out_bytes[0] - b0) / n:.0f}"
     )
     print("  per refresh: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(counts.items())))
+    hz = os.sysconf("SC_CLK_TCK")
+    threads = {k: (k1.get(k, 0) - k0.get(k, 0)) / hz / n * 1000 for k in k1}
+    print(
+        "  CPU ms per refresh by thread (clock ticks: coarse): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(threads.items(), key=lambda kv: -kv[1]))
+    )
     return (t1 - t0) / n
 
 
