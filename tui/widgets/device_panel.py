@@ -226,24 +226,17 @@ class DevicePanel(Widget):
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
         room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
-        head = (
-            Content.styled(title, "bold")
-            + Content(" ")
-            + Content.styled(kind, "$text-muted")
-            + Content(" ")
-            + Content(f"{used_text} · ")
-        )
-        head += (
-            Content.styled(room_text, "$error")
-            if room is not None and room < 0
-            else Content(room_text)
-        )
+        # one Content per line (assemble): each ``+`` copies the text and strips control
+        # codes from all of it again, a large part of drawing a panel
+        parts = [piece(title, "bold"), " ", piece(kind, "$text-muted"), " ", f"{used_text} · "]
+        parts.append(piece(room_text, "$error") if room is not None and room < 0 else room_text)
         sensors = sensor_text(data.sample)
         if sensors:
-            head += Content(" · ") + Content.styled(sensors, "$text-muted")
+            parts += [" · ", piece(sensors, "$text-muted")]
         if data.verdict:
             style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
-            head += Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
+            parts += ["  ", piece(data.verdict.upper(), f"bold {style}")]
+        head = Content.assemble(*parts)
         if cell_len(head.plain) > width:
             head = head[: width - 1] + Content("…")
         # segments: (bytes, style, char)
@@ -297,36 +290,37 @@ class DevicePanel(Widget):
 
     def _legend(self, data: PanelData, free: int, margin: int, width: int) -> Content:
         pic = data.picture
-        parts: list[Content] = []
+        parts: list[tuple[tuple[str, str], str]] = []  # (mark and its colour, text)
         for i, m in enumerate(data.models):
             est = f" est {size(m.estimate_bytes)}" if m.estimate_bytes is not None else ""
             held = f"{m.part} {size(m.bytes)}" if m.part else size(m.bytes)
             if m.has_measured and (m.measured_bytes != m.bytes or m.bytes is None):
                 held += f" (measured {size(m.measured_bytes)})"
-            parts.append(
-                Content.styled("■ ", PALETTE[i % len(PALETTE)])
-                + Content(f"{safe(m.label)} {held}{est}")
-            )
+            parts.append((("■ ", PALETTE[i % len(PALETTE)]), f"{safe(m.label)} {held}{est}"))
         if pic.others_bytes:
-            parts.append(Content.styled("▓ ", OTHERS) + Content(f"others {size(pic.others_bytes)}"))
+            parts.append((("▓ ", OTHERS), f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:
-            parts.append(
-                Content.styled("▒ ", RESERVED) + Content(f"reserved {size(pic.reserved_bytes)}")
-            )
+            parts.append((("▒ ", RESERVED), f"reserved {size(pic.reserved_bytes)}"))
         if data.projected_bytes:
             parts.append(
-                Content.styled("▞ ", PROJECTED)
-                + Content(f"{data.projected_label} {size(data.projected_bytes)}")
+                (("▞ ", PROJECTED), f"{data.projected_label} {size(data.projected_bytes)}")
             )
-        parts.append(Content.styled("░ ", FREE) + Content(f"free {size(free - margin)}"))
-        parts.append(Content.styled("╳ ", MARGIN) + Content(f"margin {size(pic.margin_bytes)}"))
-        line = Content("")
-        for part in parts:
-            if line and cell_len(line.plain) + 2 + cell_len(part.plain) > width:
-                line += Content(" …")
+        parts.append((("░ ", FREE), f"free {size(free - margin)}"))
+        parts.append((("╳ ", MARGIN), f"margin {size(pic.margin_bytes)}"))
+        # as many parts as fit, then " …"; assembled once (see the head line)
+        pieces: list[str | tuple[str, str]] = []
+        length = 0
+        for mark, text in parts:
+            n = cell_len(mark[0]) + cell_len(text)
+            if pieces and length + 2 + n > width:
+                pieces.append(" …")
                 break
-            line += (Content("  ") if line else Content("")) + part
-        return line
+            if pieces:
+                pieces.append("  ")
+                length += 2
+            pieces += [mark, text]
+            length += n
+        return Content.assemble(*pieces)
 
     def _unified(self, data: PanelData) -> Content:
         s = data.sample
@@ -341,6 +335,12 @@ class DevicePanel(Widget):
         if not bits:
             bits.append("one pool shared with the host (MemAvailable binds)")
         return Content.styled(" · ".join(bits), "$text-muted")
+
+
+def piece(text: str, style: str) -> str | tuple[str, str]:
+    """``text`` in ``style`` for ``Content.assemble`` (no span for no text, as
+    ``Content.styled``)."""
+    return (text, style) if text and style else text
 
 
 def on_line(strip: Strip, y: int) -> Strip:
