@@ -22,7 +22,10 @@ Method (results in bench/RESULTS.md, "TUI beside nvitop"):
 - ``--pid-namespace`` runs it all in a PID namespace of its own, so both UIs see only the
   scenario's processes (like for like: vramscope also attributes host RAM to, and lists
   servers among, every process on the box; nvitop lists only the GPU's);
-  ``--textual-floor`` adds a minimal Textual app (header, a clock each second, footer).
+  ``--textual-floor`` adds a minimal Textual app (header, a clock each second, footer);
+  ``--baseline DIR`` adds ``vramscope-base``: the same command run from another source
+  tree (e.g. ``git archive`` of an older commit unpacked into DIR), so a change and the
+  code before it meet the same minute of the box in the same run.
 
 The fake driver's own Python time is inside each UI's CPU figure: nvitop calls more NVML
 functions per refresh than vramscope does (clocks, fans, ...; a call the fake lacks fails
@@ -57,6 +60,8 @@ TICK_HZ = os.sysconf("SC_CLK_TCK")
 LAUNCHER = textwrap.dedent("""
     import json, sys
     root, ui, scenario, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    if ui == "vramscope-base":
+        root = sys.argv[5]  # the tree the change is compared with
     sys.path[:0] = [root + "/tests/fakes", root]
     import nvml_fake
     nvml_fake.install(json.loads(open(scenario).read()))
@@ -223,6 +228,7 @@ def one_round(
     warmup_s: float,
     seconds: float,
     tag: str,
+    baseline: Path | None = None,
 ) -> dict[tuple[str, tuple[int, int]], dict[str, float]]:
     env_python = sys.executable
     sessions = {}
@@ -230,6 +236,7 @@ def one_round(
         for ui, size in uis:
             name = f"r{tag}-{ui}-{size[0]}x{size[1]}"
             cmd = [env_python, str(launcher), str(ROOT), ui, str(scenario_path), str(nvitop_dir)]
+            cmd.append(str(baseline or ROOT))
             sessions[(ui, size)] = (name, start(name, size, cmd))
         time.sleep(warmup_s)
         screens = {
@@ -281,6 +288,12 @@ def main() -> None:
         help="run everything in a PID namespace of its own (unshare -pf --mount-proc): the "
         "UIs see only the scenario's processes, not the rest of the box",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run vramscope from this source tree (vramscope-base), e.g. an older "
+        "commit's `git archive` unpacked here",
+    )
     args = parser.parse_args()
     if args.pid_namespace and os.environ.get("VRAMSCOPE_BENCH_NS") != "1":
         env = {**os.environ, "VRAMSCOPE_BENCH_NS": "1"}
@@ -290,6 +303,8 @@ def main() -> None:
         sys.exit("bench_tui_vs_nvitop: needs tmux")
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     names = [args.only] if args.only else ["vramscope", "nvitop"]
+    if args.baseline:
+        names.insert(1, "vramscope-base")
     if args.textual_floor:
         names.append("textual-min")
     uis = [(ui, (w, h)) for w, h in sizes for ui in names]
@@ -313,7 +328,14 @@ def main() -> None:
             results = []
             for r in range(args.rounds):
                 found = one_round(
-                    uis, launcher, scenario_path, nvitop_dir, args.warmup_s, args.seconds, str(r)
+                    uis,
+                    launcher,
+                    scenario_path,
+                    nvitop_dir,
+                    args.warmup_s,
+                    args.seconds,
+                    str(r),
+                    args.baseline.resolve() if args.baseline else None,
                 )
                 results.append(found)
                 for (ui, (w, h)), v in found.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from textual import on, work
@@ -240,19 +241,19 @@ class MainScreen(Screen):
         if frame is None:
             return
         self._show_devices(frame)
-        table = self.query_one(ModelsTable)
+        table = self._models_table
         table.show(frame.models)
         # Now rather than on the table's Selected message: the breakdown is drawn with the
         # rest of this frame, not in a second screen update.
-        self.query_one(Breakdown).row = table.selected_row()
-        self.query_one(EventsPane).show(frame.events)
+        self._breakdown.row = table.selected_row()
+        self._events_pane.show(frame.events)
         if self.replay_ts is not None:
             self.query_one(TimeCursor).position = frame.ts_ms
         self._show_status()
 
     @on(ModelsTable.Selected)
     def show_breakdown(self, message: ModelsTable.Selected) -> None:
-        self.query_one(Breakdown).row = message.row
+        self._breakdown.row = message.row
 
     @on(EventsPane.Opened)
     def replay_event(self, message: EventsPane.Opened) -> None:
@@ -261,11 +262,34 @@ class MainScreen(Screen):
 
     # ------------------------------------------------------------------ drawing
 
+    # The widgets each frame updates, found once (a query per widget per refresh is a
+    # measurable part of a refresh: bench/bench_tui_refresh.py).
+
+    @cached_property
+    def _status_line(self) -> StatusLine:
+        return self.query_one("#status", StatusLine)
+
+    @cached_property
+    def _devices_box(self) -> VerticalScroll:
+        return self.query_one("#devices", VerticalScroll)
+
+    @cached_property
+    def _models_table(self) -> ModelsTable:
+        return self.query_one(ModelsTable)
+
+    @cached_property
+    def _breakdown(self) -> Breakdown:
+        return self.query_one(Breakdown)
+
+    @cached_property
+    def _events_pane(self) -> EventsPane:
+        return self.query_one(EventsPane)
+
     def _show_devices(self, frame: Frame) -> None:
-        box = self.query_one("#devices", VerticalScroll)
-        panels = list(box.query(DevicePanel))
+        box = self._devices_box
+        panels = [child for child in box.children if isinstance(child, DevicePanel)]
         datas = panels_from_frame(frame, show_ids=self.show_ids)
-        for placeholder in box.query("#placeholder"):
+        for placeholder in [child for child in box.children if child.id == "placeholder"]:
             placeholder.remove()
         if len(panels) != len(datas):
             for p in panels:
@@ -278,7 +302,7 @@ class MainScreen(Screen):
                 panel.data = data
 
     def _show_status(self) -> None:
-        status = self.query_one("#status", StatusLine)
+        status = self._status_line
         if self.error:
             status.content = plain(f"⚠ {self.error}", "bold $error")
             return

@@ -10,12 +10,6 @@ from tui.format import plain, safe, size
 from tui.source import ModelRow
 
 
-def width_ok(old: str, new: str) -> bool:
-    """Lines keep their count and every line its length: no relayout needed."""
-    a, b = old.split("\n"), new.split("\n")
-    return len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True))
-
-
 class Breakdown(Static):
     """Shows ``row``; a hint when nothing is selected."""
 
@@ -28,14 +22,22 @@ class Breakdown(Static):
     a new frame brings a new row each time)."""
 
     _shown: str | None = None
+    _height: tuple[int, int] | None = None
+    """(width, wrapped height) of the shown text."""
 
     def _show(self) -> None:
-        content = self.describe(self.row, self.content_size.width)
+        width = self.content_size.width
+        content = self.describe(self.row, width)
         markup = content.markup
-        if markup != self._shown:  # same line count: repaint without a relayout
-            same_height = self._shown is not None and width_ok(self._shown, markup)
-            self._shown = markup
-            self.update(content, layout=not same_height)
+        if markup == self._shown:
+            return
+        # the same height once wrapped at this width: repaint without a relayout
+        # (as Widget.get_content_height measures it: its styles stand for the rules map)
+        rules = self.styles
+        height = (width, content.get_height(rules, width)) if width else None  # type: ignore[arg-type]
+        same_height = self._shown is not None and height is not None and height == self._height
+        self._shown, self._height = markup, height
+        self.update(content, layout=not same_height)
 
     def watch_row(self, row: ModelRow | None) -> None:
         self._show()

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
+from rich.segment import Segment as RichSegment
+from rich.style import Style as RichStyle
+from textual.cache import LRUCache
 from textual.content import Content, Span
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
@@ -94,7 +99,7 @@ class PanelData:
     picture: DevicePicture
     sample: DeviceSample | None
     models: tuple[Segment, ...] = ()
-    host_available_bytes: int | None = None
+    host_available_bytes: int | None = None  # unified pools only: their last line shows it
     projected_bytes: int | None = None
     projected_label: str = "projected"
     verdict: str | None = None
@@ -128,6 +133,10 @@ class DevicePanel(Widget):
         self.set_reactive(DevicePanel.data, data)
         self._drawn: tuple[PanelData | None, int, Content] | None = None
         """(data, width, content) of the last ``render``."""
+        self._split: tuple[Content, list[Content]] | None = None
+        """The last ``render``'s content and its lines."""
+        self._strips = LRUCache[tuple, Strip](64)
+        """Rendered lines keyed by their text, styles and width (see ``render_line``)."""
 
     def watch_data(self, old: PanelData | None, data: PanelData | None) -> None:
         self.set_class(bool(data and data.verdict == "oom"), "-oom")
@@ -138,10 +147,24 @@ class DevicePanel(Widget):
         if drawn is None or drawn[1] != self._width():
             self.refresh()
             return
+        shown = self._split
         content = self._content(data, drawn[1])
-        if content.plain != drawn[2].plain or content.spans != drawn[2].spans:
-            self._drawn = (data, drawn[1], content)  # render() takes it as it is
+        if content.plain == drawn[2].plain and content.spans == drawn[2].spans:
+            self._split = shown  # the lines of what stays on screen
+            return
+        self._drawn = (data, drawn[1], content)  # render() takes it as it is
+        new = self._split
+        if shown is None or shown[0] is not drawn[2] or new is None or len(new[1]) != len(shown[1]):
             self.refresh()
+            return
+        # only the lines whose text or styles changed (render_line draws line by line)
+        self.refresh(
+            *(
+                Region(0, y, drawn[1], 1)
+                for y, (a, b) in enumerate(zip(shown[1], new[1], strict=True))
+                if a.plain != b.plain or a.spans != b.spans
+            )
+        )
 
     @staticmethod
     def _lines_for(data: PanelData | None) -> int:
@@ -158,7 +181,10 @@ class DevicePanel(Widget):
     def _content(self, data: PanelData | None, width: int) -> Content:
         if data is None:
             return Content("")
-        return Content("\n").join(self._lines(data, width))
+        lines = self._lines(data, width)
+        content = Content("\n").join(lines)
+        self._split = (content, lines)
+        return content
 
     def render(self) -> Content:
         data, width, drawn = self.data, self._width(), self._drawn
@@ -167,6 +193,33 @@ class DevicePanel(Widget):
         content = self._content(data, width)
         self._drawn = (data, width, content)
         return content
+
+    def render_line(self, y: int) -> Strip:
+        """Line ``y`` of ``render()``, rendered on its own and kept by its text and styles
+        (Textual renders every line of a widget when one changes: the host RAM panel's
+        figures move every second, its bar and markers seldom)."""
+        if self.text_selection is not None:  # selection offsets span the lines
+            return super().render_line(y)
+        self._dirty_regions.clear()  # what Widget.render_line's full render would clear
+        width, style = self.size.width, self.visual_style
+        content = self.render()
+        if self._split is None or self._split[0] is not content:
+            self._split = (content, content.split("\n", allow_blank=True))
+        lines = self._split[1]
+        if y >= len(lines):
+            return Strip.blank(width, style.rich_style)
+        line = lines[y]
+        key = (line.plain, tuple(line.spans), width, style, y)
+        strip = self._strips.get(key)
+        if strip is None:
+            strips = Visual.to_strips(self, line, width, 1, style)
+            strip = on_line(strips[0], y) if strips else Strip.blank(width, style.rich_style)
+            self._strips[key] = strip
+        return strip
+
+    def notify_style_update(self) -> None:
+        self._strips.clear()  # a new theme: the same text in new colours
+        super().notify_style_update()
 
     # ------------------------------------------------------------------ drawing
 
@@ -181,28 +234,22 @@ class DevicePanel(Widget):
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
         room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
-        head = (
-            Content.styled(title, "bold")
-            + Content(" ")
-            + Content.styled(kind, "$text-muted")
-            + Content(" ")
-            + Content(f"{used_text} · ")
-        )
-        head += (
-            Content.styled(room_text, "$error")
-            if room is not None and room < 0
-            else Content(room_text)
-        )
-        verdict = Content()
+        # one Content per line (assemble): each ``+`` copies the text and strips control
+        # codes from all of it again, a large part of drawing a panel
+        parts = [piece(title, "bold"), " ", piece(kind, "$text-muted"), " ", f"{used_text} · "]
+        parts.append(piece(room_text, "$error") if room is not None and room < 0 else room_text)
+        head_plain = f"{title} {kind} {used_text} · {room_text}"
+        verdict: list[str | tuple[str, str]] = []
         if data.verdict:
             style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
-            verdict = Content("  ") + Content.styled(data.verdict.upper(), f"bold {style}")
+            verdict = ["  ", piece(data.verdict.upper(), f"bold {style}")]
+        verdict_plain = f"  {data.verdict.upper()}" if data.verdict else ""
         bits = sensor_bits(data.sample)
-        while bits and cell_len(head.plain) + 3 + cell_len(" ".join(bits) + verdict.plain) > width:
+        while bits and cell_len(head_plain) + 3 + cell_len(" ".join(bits) + verdict_plain) > width:
             bits.pop()  # the least telling figure first (the memory clock on 80 columns)
         if bits:
-            head += Content(" · ") + Content.styled(" ".join(bits), "$text-muted")
-        head += verdict
+            parts += [" · ", piece(" ".join(bits), "$text-muted")]
+        head = Content.assemble(*parts, *verdict)
         if cell_len(head.plain) > width:
             head = head[: width - 1] + Content("…")
         # segments: (bytes, style, char)
@@ -256,36 +303,37 @@ class DevicePanel(Widget):
 
     def _legend(self, data: PanelData, free: int, margin: int, width: int) -> Content:
         pic = data.picture
-        parts: list[Content] = []
+        parts: list[tuple[tuple[str, str], str]] = []  # (mark and its colour, text)
         for i, m in enumerate(data.models):
             est = f" est {size(m.estimate_bytes)}" if m.estimate_bytes is not None else ""
             held = f"{m.part} {size(m.bytes)}" if m.part else size(m.bytes)
             if m.has_measured and (m.measured_bytes != m.bytes or m.bytes is None):
                 held += f" (measured {size(m.measured_bytes)})"
-            parts.append(
-                Content.styled("■ ", PALETTE[i % len(PALETTE)])
-                + Content(f"{safe(m.label)} {held}{est}")
-            )
+            parts.append((("■ ", PALETTE[i % len(PALETTE)]), f"{safe(m.label)} {held}{est}"))
         if pic.others_bytes:
-            parts.append(Content.styled("▓ ", OTHERS) + Content(f"others {size(pic.others_bytes)}"))
+            parts.append((("▓ ", OTHERS), f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:
-            parts.append(
-                Content.styled("▒ ", RESERVED) + Content(f"reserved {size(pic.reserved_bytes)}")
-            )
+            parts.append((("▒ ", RESERVED), f"reserved {size(pic.reserved_bytes)}"))
         if data.projected_bytes:
             parts.append(
-                Content.styled("▞ ", PROJECTED)
-                + Content(f"{data.projected_label} {size(data.projected_bytes)}")
+                (("▞ ", PROJECTED), f"{data.projected_label} {size(data.projected_bytes)}")
             )
-        parts.append(Content.styled("░ ", FREE) + Content(f"free {size(free - margin)}"))
-        parts.append(Content.styled("╳ ", MARGIN) + Content(f"margin {size(pic.margin_bytes)}"))
-        line = Content("")
-        for part in parts:
-            if line and cell_len(line.plain) + 2 + cell_len(part.plain) > width:
-                line += Content(" …")
+        parts.append((("░ ", FREE), f"free {size(free - margin)}"))
+        parts.append((("╳ ", MARGIN), f"margin {size(pic.margin_bytes)}"))
+        # as many parts as fit, then " …"; assembled once (see the head line)
+        pieces: list[str | tuple[str, str]] = []
+        length = 0
+        for mark, text in parts:
+            n = cell_len(mark[0]) + cell_len(text)
+            if pieces and length + 2 + n > width:
+                pieces.append(" …")
                 break
-            line += (Content("  ") if line else Content("")) + part
-        return line
+            if pieces:
+                pieces.append("  ")
+                length += 2
+            pieces += [mark, text]
+            length += n
+        return Content.assemble(*pieces)
 
     def _unified(self, data: PanelData) -> Content:
         s = data.sample
@@ -302,6 +350,26 @@ class DevicePanel(Widget):
         return Content.styled(" · ".join(bits), "$text-muted")
 
 
+def piece(text: str, style: str) -> str | tuple[str, str]:
+    """``text`` in ``style`` for ``Content.assemble`` (no span for no text, as
+    ``Content.styled``)."""
+    return (text, style) if text and style else text
+
+
+def on_line(strip: Strip, y: int) -> Strip:
+    """``strip``, rendered as a content's only line, as line ``y`` of it: the offsets in
+    its styles (where a mouse selection starts) name line ``y``."""
+    if not y:
+        return strip
+    segments = []
+    for text, style, control in strip:
+        meta = style.meta if style is not None else {}
+        if style is not None and "offset" in meta:
+            style = style + RichStyle.from_meta({"offset": (meta["offset"][0], y)})
+        segments.append(RichSegment(text, style, control))
+    return Strip(segments, strip.cell_length)
+
+
 def panels_from_frame(
     frame: Frame,
     projected: dict[str, int] | None = None,
@@ -314,6 +382,7 @@ def panels_from_frame(
     rows = {r.pid: r for r in frame.models}
     samples = {d.device_id: d for d in frame.snapshot.devices}
     host = samples.get("host")
+    host_available = host.available_bytes if host is not None else None
     out = []
     for pic, device_label in named_devices(frame.picture):
         segs = []
@@ -354,7 +423,9 @@ def panels_from_frame(
                 pic,
                 samples.get(pic.device_id),
                 tuple(segs),
-                host.available_bytes if host is not None and pic.device_id != "host" else None,
+                # only where it is drawn: a dedicated GPU's data stays equal while host RAM
+                # moves, so its panel is left alone (no watcher, no text to compare)
+                host_available if pic.memory_kind == "unified" else None,
                 (projected or {}).get(pic.device_id),
                 projected_label,
                 (verdicts or {}).get(pic.device_id),
