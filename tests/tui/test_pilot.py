@@ -196,6 +196,22 @@ async def test_history_windows_up_to_30_days(models) -> None:
     assert "last 30d" in title and "1-5" in title
 
 
+@sync
+async def test_history_names_devices_as_the_main_screen_does(models) -> None:
+    """Issue 20: devices by their short name (GPU0 RTX 4090, host RAM), not their id."""
+    app = VramscopeApp(FakeSource(discrete_three(models), EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        labels = [str(w.render()) for w in app.screen.query(".series-label")]
+        readout = str(app.screen.query_one("#readout").render())
+    assert any(label.startswith("GPU0 RTX 4090  ") for label in labels), labels
+    assert any(label.startswith("host RAM  ") for label in labels), labels
+    assert not any("nvml:" in label for label in labels), labels
+    assert "GPU0 RTX 4090 " in readout and "nvml:" not in readout, readout
+
+
 class BrokenSource(FakeSource):
     def latest(self):  # noqa: ANN201
         raise SourceError("no database at /nowhere/vramscope.db")
@@ -258,6 +274,11 @@ async def test_question_mark_shows_every_key_and_symbol_and_escape_returns(
         for column in ("ctx×slots", "measured", "estimate", "Δ", "KV", "flags"):
             assert f"\n  {column} " in text, column
         assert "⚑ draft KV in f16" in text and "‼" in text
+        # a long description wraps under itself, never back to the first column, where
+        # only the section titles start
+        titles = {ln for ln in text.splitlines() if ln and not ln.startswith(" ")}
+        assert len(titles) == 9, titles
+        assert all(len(ln) <= size[0] for ln in text.splitlines()), size
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, MainScreen)

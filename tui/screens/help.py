@@ -6,6 +6,7 @@ keys do; the symbols are the device panel's and events pane's own constants.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from textual.app import ComposeResult
@@ -85,8 +86,10 @@ def _keys(bindings: list[Any]) -> list[tuple[str, str]]:
     return out
 
 
-def help_text() -> Content:
-    """The whole help page (pure: tests read it without running the app)."""
+def help_text(width: int | None = None) -> Content:
+    """The whole help page (pure: tests read it without running the app). With ``width``,
+    a description that does not fit wraps under itself (a hanging indent), never back to
+    the first column."""
     from tui.screens.history import HistoryScreen
     from tui.screens.main import MainScreen
     from tui.screens.whatif import WhatIfScreen
@@ -98,10 +101,18 @@ def help_text() -> Content:
             lines.append(Content(""))
         lines.append(Content.styled(title, "bold $accent"))
 
+    def wrapped(text: str, indent: int) -> list[str]:
+        if width is None or width - indent < 20:
+            return [text]
+        return textwrap.wrap(text, width - indent) or [""]
+
     def row(left: str | Content, right: str, pad: int = 14) -> None:
         left_c = left if isinstance(left, Content) else Content(left)
         gap = " " * max(1, pad - left_c.cell_length)
-        lines.append(Content("  ") + left_c + Content(gap) + Content(right))
+        indent = 2 + left_c.cell_length + len(gap)
+        first, *rest = wrapped(right, indent)
+        lines.append(Content("  ") + left_c + Content(gap) + Content(first))
+        lines.extend(Content(" " * indent + more) for more in rest)
 
     section("main screen keys")
     row("↑ ↓", "select a model (its breakdown below)")
@@ -136,7 +147,7 @@ def help_text() -> Content:
     section("flags")
     for flag, what in FLAGS:
         lines.append(Content("  ") + Content.styled(f"⚑ {flag}", "$warning"))
-        lines.append(Content(f"      {what}"))
+        lines.extend(Content(f"      {part}") for part in wrapped(what, 6))
     section("breakdown")
     row("at load", "the components llama.cpp allocates at start, per device, with the formula")
     row("↑ grows", "caches that fill with use (prompt cache, checkpoints): ceilings, not held now")
@@ -167,3 +178,8 @@ class HelpScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#help").focus()
+
+    def on_resize(self) -> None:
+        # the page wraps to the pane (less its scrollbar), each description under itself
+        width = self.query_one("#help").scrollable_content_region.width
+        self.query_one("#help-text", Static).update(help_text(max(40, width)))

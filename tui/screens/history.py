@@ -11,6 +11,7 @@ value now and its peak in the window (a bucket keeps its peak, so no peak is los
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -29,6 +30,7 @@ from monitor.units import GIB
 from tui.format import clock, plain, safe, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
+from tui.widgets.device_panel import named_devices
 
 if TYPE_CHECKING:
     from textual import getters
@@ -54,9 +56,13 @@ AXIS_UNIT = {
 LABEL_CHARS = 40  # a series' name in the legend and the readout
 
 
-def series_name(label: str) -> str:
-    """``device:nvml:GPU-0`` -> ``nvml:GPU-0``; escaped, bounded (it comes from processes)."""
-    name = safe(label.split(":", 1)[1] if ":" in label else label)
+def series_name(label: str, device_names: Mapping[str, str] | None = None) -> str:
+    """``device:nvml:GPU-0`` -> ``GPU0 RTX 4090`` (the main screen's short name, where the
+    frame knows the device) or ``nvml:GPU-0``; escaped, bounded (it comes from processes)."""
+    key = label.split(":", 1)[1] if ":" in label else label
+    if label.startswith("device:") and device_names and key in device_names:
+        key = device_names[key]
+    name = safe(key)
     return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
 
 
@@ -69,14 +75,20 @@ def value_at(points: list[tuple[int, int]], ts_ms: int) -> int | None:
     return points[i - 1][1]
 
 
-def readout(series: Series, ts_ms: int, newest_ms: int | None) -> str:
+def readout(
+    series: Series,
+    ts_ms: int,
+    newest_ms: int | None,
+    device_names: Mapping[str, str] | None = None,
+) -> str:
     """Every series at one moment, for the cursor line."""
     parts = []
     for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
         points = series[label]
         ended = points and points[-1][0] != newest_ms and ts_ms > points[-1][0]
         value = None if ended else value_at(points, ts_ms)
-        parts.append(f"{series_name(label)} {size(value) if value is not None else '-'}")
+        name = series_name(label, device_names)
+        parts.append(f"{name} {size(value) if value is not None else '-'}")
     return f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts)
 
 
@@ -108,6 +120,10 @@ class HistoryScreen(Screen):
     def __init__(self, frame: Frame | None) -> None:
         super().__init__()
         self.frame = frame
+        # the devices as the main screen names them (GPU0 RTX 4090, host RAM)
+        self.device_names = (
+            {pic.device_id: name for pic, name in named_devices(frame.picture)} if frame else {}
+        )
         self.series: Series = {}
         self.times: list[int] = []  # every point's time, for the cursor
         self.cursor: int = -1  # index into ``times``; -1: the newest
@@ -198,7 +214,7 @@ class HistoryScreen(Screen):
                 latest = "ended, last " + (size(values[-1]) if values else "unknown")
             widgets.append(
                 Label(
-                    plain(f"{series_name(label)}  {latest}  peak {size(peak)}"),
+                    plain(f"{series_name(label, self.device_names)}  {latest}  peak {size(peak)}"),
                     classes="series-label",
                 )
             )
@@ -228,7 +244,7 @@ class HistoryScreen(Screen):
                     continue
                 xs = [(t - self.now_ms) / unit_ms for t, _ in points]
                 ys = [v / GIB for _, v in points]
-                plt.plot(xs, ys, label=series_name(label), marker="braille")
+                plt.plot(xs, ys, label=series_name(label, self.device_names), marker="braille")
                 drawn = True
             if at is not None and drawn:
                 plt.vline((at - self.now_ms) / unit_ms, "white")
@@ -236,5 +252,5 @@ class HistoryScreen(Screen):
             plt.ylim(0)
             plot.display = drawn  # no empty frame for a box without models (or devices)
             plot.refresh()
-        text = readout(self.series, at, self._newest()) if at is not None else ""
+        text = readout(self.series, at, self._newest(), self.device_names) if at is not None else ""
         self.query_one("#readout", Static).update(plain(text))
