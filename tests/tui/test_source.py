@@ -349,9 +349,9 @@ async def test_the_history_plot_has_axes_and_a_cursor_that_reads_values(tmp_path
         await pilot.press("right")
         await pilot.pause()
         moved = str(screen.query_one("#readout").render())
-    assert newest.endswith("gpu 3.5G"), newest
-    assert oldest.endswith("gpu 1.6G"), oldest
-    assert moved != oldest and moved.endswith("gpu 1.6G")  # a later moment, same value
+    assert newest.endswith("GPU0 g 3.5G"), newest
+    assert oldest.endswith("GPU0 g 1.6G"), oldest
+    assert moved != oldest and moved.endswith("GPU0 g 1.6G")  # a later moment, same value
 
 
 def test_value_at_reads_the_last_point_and_nothing_before_the_first() -> None:
