@@ -197,8 +197,10 @@ def estimate_llamacpp(
             f"-ctv {spec.cache_type_v} needs flash attention; -fa off is an error in llama.cpp"
         )
     ctx = _context(spec, shape, notes, devices)
-    spec_type = spec.spec_type or ""
-    loaded = _loaded_layers(shape, "draft-mtp" in spec_type.split(","), notes)
+    # --spec-type accumulates, comma-separated (draft-mtp,ngram-simple)
+    spec_types = {t for t in (spec.spec_type or "").split(",") if t}
+    mtp = "draft-mtp" in spec_types
+    loaded = _loaded_layers(shape, mtp, notes)
     placement = place(
         loaded,
         devices,
@@ -211,9 +213,10 @@ def estimate_llamacpp(
         spec.n_cpu_moe,
     )
     main = _main_device(placement)
-    n_rs_seq = (spec.spec_draft_n_max or 3) if spec_type in MTP_LIKE else 0
-    if not shape.rs_rollback:
-        n_rs_seq = 0  # llama_context clamps it (llm_arch_supports_rs_rollback)
+    # common_params_speculative::need_n_rs_seq: draft.n_max when any type keeps rollback
+    # snapshots; llama_context clamps it to 0 where the arch has none
+    # (llm_arch_supports_rs_rollback)
+    n_rs_seq = n_draft_max(spec) if spec_types & MTP_LIKE and shape.rs_rollback else 0
     parts: list[Component] = []
     parts += _weights_components(placement, spec, "")
     if shape.encoder_only:
@@ -321,7 +324,7 @@ def estimate_llamacpp(
                 "grows",
             )
         )
-    if spec_type == "draft-mtp" and shape.n_nextn:
+    if mtp and shape.n_nextn:
         if shape.recurrent and n_rs_seq and shape.delta_net is None:
             notes.append(
                 f"MTP on the hybrid {shape.arch}: the target graph's recurrent layers write "

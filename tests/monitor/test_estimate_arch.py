@@ -102,3 +102,25 @@ def test_log_comparison_names_the_mtp_and_draft_buffers(models_dir) -> None:
             assert (
                 abs(rows_[component]["delta_mib"]) <= 0.05 * rows_[component]["reported_mib"] + 0.01
             ), rows_[component]
+
+
+def test_spec_types_accumulate_and_depth_zero_keeps_no_snapshots(models_dir) -> None:
+    """``--spec-type`` is repeatable (draft-mtp,ngram-simple still loads MTP and keeps
+    rollback snapshots: common_params_speculative::need_n_rs_seq), and depth 0 keeps none
+    (n_rs_seq = draft.n_max = 0; it was read as the default 3)."""
+    from arch_models import model_for
+
+    path = str(model_for("qwen35moe-35b-a3b").write(models_dir))
+
+    def est(*args: str):  # noqa: ANN202
+        argv = ["llama-server", "-m", path, "-c", "4096", "-np", "1", *args]
+        return estimate_command(argv, env={}, devices=())
+
+    plain = est()
+    mtp = est("--spec-type", "draft-mtp")
+    both = est("--spec-type", "draft-mtp", "--spec-type", "ngram-simple")
+    zero = est("--spec-type", "draft-mtp", "--spec-draft-n-max", "0")
+    assert mtp.total_bytes("rs") == 4 * plain.total_bytes("rs")
+    assert both.total_bytes("rs") == mtp.total_bytes("rs")
+    assert both.total_bytes("mtp_kv") == mtp.total_bytes("mtp_kv") > 0
+    assert zero.total_bytes("rs") == plain.total_bytes("rs")
