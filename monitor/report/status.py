@@ -10,12 +10,15 @@ import dataclasses
 import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.base import ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
+
+if TYPE_CHECKING:
+    from monitor.engines.spec import LaunchSpec
 from monitor.textsafe import terminal_safe
 from monitor.units import human_bytes
 
@@ -39,7 +42,7 @@ def model_path_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> st
     return spec.model_path if spec is not None else None
 
 
-def _launch_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> Any:
+def _launch_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> LaunchSpec | None:
     """The inference process's LaunchSpec, or None (not one, or an odd command line: never
     a failed status)."""
     if info.engine is None or not info.argv:
@@ -48,7 +51,7 @@ def _launch_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> Any:
 
     try:
         return parse_command(list(info.argv), env, cwd=info.cwd)
-    except Exception:
+    except Exception:  # hostile command lines: a status never fails on one
         return None
 
 
