@@ -276,6 +276,9 @@ class Snapshot:
     runs: tuple[CollectorRun, ...]
     events: tuple[DeviceEvent, ...] = ()
     cgroups: tuple[ProcessCgroup, ...] = ()
+    # the CPU features llama.cpp's CPU backend picks buffer types by (collectors/cpuinfo.py
+    # LLAMA_CPU_FEATURES); None when unknown (an old state file, a database moment)
+    cpu_features: tuple[str, ...] | None = None
 
 
 @dataclass(slots=True)

@@ -232,14 +232,23 @@ class FrameBuilder:
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         return Frame(snap, picture, tuple(rows), tuple(events), live)
 
-    def assess(self, info: Any, devices: list[DeviceInfo], ts_ms: int) -> Assessment | None:
+    def assess(
+        self,
+        info: Any,
+        devices: list[DeviceInfo],
+        ts_ms: int,
+        cpu_features: tuple[str, ...] | None = None,
+    ) -> Assessment | None:
         """Live only: the one assessment of this process and launch (cached)."""
         key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._assessed:
             return self._assessed[key]
         from monitor.analysis.assess import assess
+        from monitor.estimate import features_of
 
-        result = assess(info, devices, ts_ms, read_header=self.read_header)
+        result = assess(
+            info, devices, ts_ms, read_header=self.read_header, cpu=features_of(cpu_features)
+        )
         if len(self._assessed) > 512:
             self._assessed.clear()
         self._assessed[key] = result
@@ -308,7 +317,7 @@ class FrameBuilder:
         from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 
         if stored is None:
-            found = self.assess(info, devices, snap.ts_ms)
+            found = self.assess(info, devices, snap.ts_ms, snap.cpu_features)
         else:
             found = stored.get((info.pid, info.start_ticks)) or self.unassessed(
                 info, snap.ts_ms, missing or "not assessed by the daemon yet"

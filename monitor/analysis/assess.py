@@ -30,7 +30,7 @@ from monitor.analysis.growth import Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
-from monitor.estimate import ESTIMATOR_VERSION
+from monitor.estimate import ESTIMATOR_VERSION, CpuFeatures
 from monitor.estimate.model import Component, DeviceInfo, MemoryEstimate
 
 SCHEMA = "vramscope.assessment/1"
@@ -134,6 +134,7 @@ def assess(
     env: Mapping[str, str] | None = None,
     read_header: Callable[[str], Any] | None = None,
     usage_p99_tokens: int | None = None,
+    cpu: CpuFeatures | None = None,
 ) -> Assessment | None:
     """The assessment of one process, or None when it is not a server we estimate (not
     an inference command, a proxy such as llama-swap, a vLLM worker). Reads the model's
@@ -146,14 +147,14 @@ def assess(
         return None
     est, error = None, None
     try:
-        est = estimate(spec, devices, read_header)
+        est = estimate(spec, devices, read_header, cpu=cpu)
     except Exception as exc:  # a model we cannot read or parse is unknown, never a guess
         error = _error_text(exc)
     findings: tuple[Finding, ...] = ()
     if est is not None and spec.engine in LLAMACPP_ESTIMATED:
         try:
             findings = launch_findings(
-                spec, est, lambda s: estimate(s, devices, read_header), usage_p99_tokens
+                spec, est, lambda s: estimate(s, devices, read_header, cpu=cpu), usage_p99_tokens
             )
         except Exception:  # the findings are a bonus: the estimate stands without them
             findings = ()

@@ -258,8 +258,22 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         for p in doc["processes"]
         if isinstance(p.get("cgroup"), dict)
     )
+    features = doc.get("cpu_features")
+    cpu = (
+        tuple(str(f)[:32] for f in features[:16])
+        if isinstance(features, list) and all(isinstance(f, str) for f in features)
+        else None
+    )
     return Snapshot(
-        doc["ts_ms"], devices, tuple(infos), tuple(rows), hidden, (), (), cgroups=cgroups
+        doc["ts_ms"],
+        devices,
+        tuple(infos),
+        tuple(rows),
+        hidden,
+        (),
+        (),
+        cgroups=cgroups,
+        cpu_features=cpu,
     )
 
 

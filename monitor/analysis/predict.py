@@ -36,7 +36,7 @@ from monitor.analysis.picture import Picture, ProcessUse, picture_from_snapshot
 from monitor.analysis.throughput import DevicePeak, Speculation, Work
 from monitor.engines.spec import LaunchSpec
 from monitor.errors import VramscopeError
-from monitor.estimate import MemoryEstimate, estimate
+from monitor.estimate import CpuFeatures, MemoryEstimate, estimate, features_from_flags
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
 from monitor.units import GIB, MIB
@@ -503,12 +503,14 @@ def predict(
     read_header: Callable[[str], Any] | None = None,
     with_fixes: bool = True,
     fit_view: Picture | None = None,
+    cpu: CpuFeatures | None = None,
 ) -> Prediction:
     """``fit_view``: the box as llama.cpp's fit sees it, when that differs from
-    ``picture`` (fit reads device free memory; it does not know the launch's cgroup)."""
+    ``picture`` (fit reads device free memory; it does not know the launch's cgroup).
+    ``cpu``: the box's CPU features (which weights llama.cpp repacks); None: unknown."""
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
-        return estimate(s, devices, read_header)
+        return estimate(s, devices, read_header, cpu=cpu)
 
     base = estimator(spec)
     freed = freed_by(evicted, picture)
@@ -750,8 +752,16 @@ def answer(
         where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
         raise EstimateError(where + spec.refused[0])
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
+    cpu = features_from_flags(snap.cpu_features) if snap.cpu_features is not None else None
     result = predict(
-        spec, picture, devices, evicted, running, read_header=read_header, fit_view=fit_view
+        spec,
+        picture,
+        devices,
+        evicted,
+        running,
+        read_header=read_header,
+        fit_view=fit_view,
+        cpu=cpu,
     )
     if limit is not None and limit.memory_high_bytes is not None:
         host_need = result.estimate.by_device(include_growth=True).get("host", 0)
@@ -767,7 +777,7 @@ def answer(
         raise EstimateError("nothing to judge: " + _why_nothing(result))
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
-        return estimate(s, devices, read_header)
+        return estimate(s, devices, read_header, cpu=cpu)
 
     best_ctx = None
     if req.want_fit_ctx:

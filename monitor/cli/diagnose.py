@@ -16,6 +16,7 @@ from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
+from monitor.estimate import features_of
 from monitor.logs.server_cache import log_file_of, log_source
 from monitor.units import GIB
 
@@ -139,7 +140,12 @@ def run_diagnose(
         if spec is None or not spec.model_path:
             continue
         found = assess(
-            info, devices, snap.ts_ms, env=env, usage_p99_tokens=usage_p99(cfg, spec.model_path)
+            info,
+            devices,
+            snap.ts_ms,
+            env=env,
+            usage_p99_tokens=usage_p99(cfg, spec.model_path),
+            cpu=features_of(snap.cpu_features),
         )
         if found is None:
             continue

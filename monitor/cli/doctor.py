@@ -18,6 +18,7 @@ from monitor.config import Config
 from monitor.daemon.lock import lock_holder
 from monitor.daemon.sampler import Sampler
 from monitor.errors import VramscopeError
+from monitor.estimate import features_from_flags
 from monitor.units import GIB
 
 Level = Literal["ok", "info", "warn", "fail"]
@@ -201,6 +202,23 @@ def collector_checks(snap: Snapshot) -> list[Check]:
             )
         )
     return checks
+
+
+def cpu_checks(snap: Snapshot) -> list[Check]:
+    """Which of llama.cpp's CPU weight layouts this box gets: they change memory (a
+    repacked weight is anonymous memory, not page cache), so the estimate uses them."""
+    if snap.cpu_features is None:
+        return [Check("cpu features", "info", "/proc/cpuinfo unreadable: repacking not modelled")]
+    cpu = features_from_flags(snap.cpu_features)
+    have = ", ".join(snap.cpu_features) or "none of AVX2/AVX-512/AMX"
+    return [
+        Check(
+            "cpu features",
+            "info",
+            f"{have}: llama.cpp's CPU backend uses {cpu.describe()}; weights it repacks are "
+            "anonymous memory unless the server runs with -nr",
+        )
+    ]
 
 
 def cgroup_checks(snap: Snapshot, near_pct: float = 90.0) -> list[Check]:
@@ -405,6 +423,7 @@ def run_checks(config: Config) -> list[Check]:
         *exit_status_check(kernel[0].level == "ok"),
         *collector_checks(snap),
         *cgroup_checks(snap),
+        *cpu_checks(snap),
         *database_checks(config),
     ]
 

@@ -9,9 +9,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from collectors.base import CollectorOptions
+from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
 from collectors.procfs import parse_cmdline
 from monitor.config import Config
-from monitor.estimate import EstimateError, estimate_command
+from monitor.estimate import CpuFeatures, EstimateError, estimate_command, features_of
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
 
@@ -72,6 +73,11 @@ def refuse_bad_values(command: list[str]) -> None:
         raise EstimateError(refused[0])
 
 
+def box_cpu(cfg: Config) -> CpuFeatures | None:
+    """The CPU features of the box (or of the --proc-root tree) that llama.cpp repacks for."""
+    return features_of(llama_cpu_features(read_cpu_flags(cfg.roots)))
+
+
 def run_estimate(
     cfg: Config,
     command: list[str],
@@ -92,7 +98,8 @@ def run_estimate(
     if pid is None:  # typed by the user: a value the engine refuses is an error here
         refuse_bad_values(command)
     devices = [] if cpu_only else live_devices(cfg)
-    est = estimate_command(command, env, devices, cwd=cwd)
+    cpu = box_cpu(cfg)
+    est = estimate_command(command, env, devices, cwd=cwd, cpu=cpu)
     if pid is not None:  # a running process: its odd values were skipped; say which
         skipped = tuple(f"skipped the process's {r}" for r in refused_values(command, env))
         est = dataclasses.replace(est, notes=est.notes + skipped)
@@ -112,7 +119,7 @@ def run_estimate(
                 "loads); nothing to compare"
             )
         rows = compare_with_log(est, report)
-    check = check_with_engine(command, env, cwd, devices, cpu_only) if engine_check else None
+    check = check_with_engine(command, env, cwd, devices, cpu_only, cpu) if engine_check else None
     if as_json:
         doc = to_json(est)
         if rows is not None:
@@ -139,6 +146,7 @@ def check_with_engine(
     cwd: str | None,
     devices: list[DeviceInfo],
     cpu_only: bool,
+    cpu: CpuFeatures | None = None,
 ) -> EngineCheck:
     """llama-fit-params beside the server, on the arguments it takes, against the
     estimate of those same arguments (monitor/cli/engine_check.py)."""
@@ -156,7 +164,9 @@ def check_with_engine(
     args, not_passed = ec.fit_params_args(argv, spec.n_parallel or 4)
     if cpu_only:
         args += ["-dev", "none"]
-    mine = estimate_command(["llama-server", *args], merged, devices, outputs="batch", cwd=cwd)
+    mine = estimate_command(
+        ["llama-server", *args], merged, devices, outputs="batch", cwd=cwd, cpu=cpu
+    )
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     run_env.update(merged)
     report = ec.run_fit_params(binary, args, run_env, cwd)

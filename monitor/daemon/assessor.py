@@ -24,7 +24,7 @@ from typing import Any
 
 from collectors.base import ProcessInfo, Snapshot
 from monitor.analysis.assess import Assessment, assess, launch_key
-from monitor.estimate import ESTIMATOR_VERSION
+from monitor.estimate import ESTIMATOR_VERSION, features_of
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class _Job:
     info: ProcessInfo
     devices: tuple[DeviceInfo, ...]
     ts_ms: int
+    cpu_features: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -109,7 +110,7 @@ class Assessor:
                 continue
             if devices is None:
                 devices = tuple(devices_from_samples(snap.devices, self.gpu_overhead_bytes))
-            if self._submit(_Job(info, devices, snap.ts_ms)):
+            if self._submit(_Job(info, devices, snap.ts_ms, snap.cpu_features)):
                 self._wanted[k] = key
         if not self.threaded:
             with self._lock:
@@ -179,7 +180,14 @@ class Assessor:
 
         try:
             env = read_llama_env(self.proc_root, job.info.pid)
-            a = assess(job.info, job.devices, job.ts_ms, env=env, read_header=self.read_header)
+            a = assess(
+                job.info,
+                job.devices,
+                job.ts_ms,
+                env=env,
+                read_header=self.read_header,
+                cpu=features_of(job.cpu_features),
+            )
         except Exception as exc:  # a bug here must not stop the thread
             log.error("assessing pid %d failed: %r", job.info.pid, exc)
             return

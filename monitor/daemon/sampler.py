@@ -32,6 +32,7 @@ from collectors.base import (
     Tick,
     now_ms,
 )
+from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
 from collectors.registry import REGISTRY
 
 
@@ -54,6 +55,8 @@ class Sampler:
         ]
         # Each collector runs in its own worker thread with a timeout (collectors/base.py).
         self.guards = [GuardedCollector(c, timeout_s) for c in self.collectors]
+        # constant for the box: read once (llama.cpp's weight buffers depend on it)
+        self.cpu_features = llama_cpu_features(read_cpu_flags(roots))
 
     def sample(self, ts_ms: int | None = None) -> Snapshot:
         tick = Tick(self.roots, ts_ms if ts_ms is not None else now_ms())
@@ -90,6 +93,7 @@ class Sampler:
             runs=tuple(runs),
             events=tuple(events),
             cgroups=tuple(cgroups),
+            cpu_features=self.cpu_features,
         )
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.errors import VramscopeError
-from monitor.estimate import estimate
+from monitor.estimate import estimate, features_of
 from monitor.estimate.model import devices_from_samples
 from monitor.units import GIB, gib
 
@@ -153,7 +153,7 @@ class LoadWatch:
             try:
                 evict = llamaswap.evictions(config, running, model_id)
                 devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
-                est = estimate(spec, devices)
+                est = estimate(spec, devices, cpu=features_of(snap.cpu_features))
             except (ValueError, VramscopeError, OSError) as exc:
                 log.debug("llama-swap watch: %s: %s", model_id, exc)
                 continue
@@ -218,7 +218,7 @@ class LoadWatch:
         devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
         subject = f"{info.comm}[{info.pid}]"
         try:
-            est = estimate(spec, devices)
+            est = estimate(spec, devices, cpu=features_of(snap.cpu_features))
         except (ValueError, VramscopeError, OSError) as exc:
             return [
                 DeviceEvent(

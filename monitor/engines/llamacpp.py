@@ -430,6 +430,10 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("-cmoe", "--cpu-moe"), _const("cpu_moe", True), SWITCH),
     _Opt(("-ncmoe", "--n-cpu-moe"), _set("n_cpu_moe", _n_cpu_moe)),
     _Opt(("-nkvo", "--no-kv-offload"), _const("no_kv_offload", True), SWITCH),
+    # --repack / -nr: the CPU backend's extra buffer types (AMX, CPU_REPACK); common/arg.cpp
+    _Opt(("--repack",), _const("repack", True), SWITCH, negate=_const("repack", False)),
+    _Opt(("-nr", "--no-repack"), _const("repack", False), SWITCH),
+    _Opt(("--no-host",), _const("no_host", True), SWITCH),
     _Opt(
         ("-kvo", "--kv-offload"),
         _const("no_kv_offload", False),
@@ -513,6 +517,8 @@ _ENV: tuple[tuple[str, str, str], ...] = (
     ("LLAMA_ARG_N_CPU_MOE", "--n-cpu-moe", "value"),
     ("LLAMA_ARG_KV_OFFLOAD", "--kv-offload", "bool"),
     ("LLAMA_ARG_NO_KV_OFFLOAD", "--no-kv-offload", "neg"),
+    ("LLAMA_ARG_REPACK", "--repack", "bool"),
+    ("LLAMA_ARG_NO_HOST", "--no-host", "void"),
     ("LLAMA_ARG_SPEC_DRAFT_MODEL", "--spec-draft-model", "value"),
     ("LLAMA_ARG_MODEL_DRAFT", "--model-draft", "value"),  # before the --spec-* rename
     ("LLAMA_ARG_N_GPU_LAYERS_DRAFT", "--spec-draft-ngl", "value"),
@@ -749,9 +755,6 @@ _SKIP_SWITCHES = frozenset(
         "--no-escape",
         "--op-offload",
         "--no-op-offload",
-        "--repack",
-        "-nr",
-        "--no-repack",
         "-i",
         "--interactive",
         "-if",

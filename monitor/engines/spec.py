@@ -28,6 +28,8 @@ class LaunchSpec:
     cache_type_k: str = "f16"  # -ctk
     cache_type_v: str = "f16"  # -ctv
     no_kv_offload: bool = False  # -nkvo
+    repack: bool = True  # -nr / --no-repack: False (no AMX / CPU_REPACK weight buffers)
+    no_host: bool = False  # --no-host: no GPU pinned host buffer, CPU extra buffers instead
     swa_full: bool = False  # --swa-full
     flash_attn: str = "auto"  # -fa on|off|auto
     # batches

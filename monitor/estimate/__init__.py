@@ -17,15 +17,19 @@ from monitor.engines.spec import LaunchSpec
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.llamacpp import estimate_llamacpp
 from monitor.estimate.model import ESTIMATOR_VERSION, HOST, Component, DeviceInfo, MemoryEstimate
+from monitor.estimate.repack import CpuFeatures, features_from_flags, features_of
 
 __all__ = [
     "Component",
+    "CpuFeatures",
     "DeviceInfo",
     "ESTIMATOR_VERSION",
     "EstimateError",
     "MemoryEstimate",
     "estimate",
     "estimate_command",
+    "features_from_flags",
+    "features_of",
     "HOST",
 ]
 
@@ -43,13 +47,16 @@ def estimate(
     devices: Sequence[DeviceInfo] = (),
     read_header: Callable[[str], Any] | None = None,
     outputs: str = "server",
+    cpu: CpuFeatures | None = None,
 ) -> MemoryEstimate:
     """``outputs``: "server" (llama-server's logit reservation) or "batch" (llama.cpp's
-    library default, what llama-fit-params measures)."""
+    library default, what llama-fit-params measures). ``cpu``: the features of the CPU that
+    runs the server (``features_from_flags(collectors.cpuinfo.read_cpu_flags())``): which
+    weights llama.cpp repacks into anonymous buffers; None when unknown."""
     reader = read_header or _default_reader
     estimator = ENGINES[spec.engine].estimator if spec.engine in ENGINES else None
     if estimator == "llama.cpp" and spec.role != "proxy":
-        return estimate_llamacpp(spec, devices, reader, outputs)
+        return estimate_llamacpp(spec, devices, reader, outputs, cpu)
     if estimator == "vllm":
         return estimate_vllm(spec, devices)
     raise EstimateError(f"no estimator for {spec.engine} ({spec.role})")
@@ -118,6 +125,7 @@ def estimate_command(
     read_header: Callable[[str], Any] | None = None,
     outputs: str = "server",
     cwd: str | None = None,
+    cpu: CpuFeatures | None = None,
 ) -> MemoryEstimate:
     """``cwd``: the directory relative model paths are relative to (a running server's
     ``/proc/PID/cwd``); None leaves them relative to ours."""
@@ -126,4 +134,4 @@ def estimate_command(
     spec = parse_command(list(argv), env, cwd=cwd)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(argv[:3])} ...")
-    return estimate(spec, devices, read_header, outputs)
+    return estimate(spec, devices, read_header, outputs, cpu)

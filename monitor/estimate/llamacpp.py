@@ -16,6 +16,7 @@ from monitor.engines.spec import LaunchSpec
 from monitor.estimate import compute, kv
 from monitor.estimate.model import HOST, Component, DeviceInfo, MemoryEstimate, Residency
 from monitor.estimate.placement import Placement, place
+from monitor.estimate.repack import CpuFeatures, WeightTensor, extra_buffer
 from monitor.estimate.shape import ModelShape, shape_from_header
 from monitor.units import GIB, MIB
 from monitor.units import mib as _mib
@@ -132,7 +133,14 @@ def _kv_components(
     return out
 
 
-def _weights_components(placement: Placement, spec: LaunchSpec, prefix: str) -> list[Component]:
+def _weights_components(
+    placement: Placement,
+    spec: LaunchSpec,
+    prefix: str,
+    extra: dict[str, tuple[int, int]] | None = None,
+) -> list[Component]:
+    """Weights per device; ``extra``: the host weights llama.cpp's CPU backend copies into
+    its AMX / CPU_REPACK buffers (buffer -> (bytes, of the file's bytes)), anonymous."""
     out = []
     for dev, size in sorted(placement.weights.items()):
         if size <= 0:
@@ -142,10 +150,119 @@ def _weights_components(placement: Placement, spec: LaunchSpec, prefix: str) -> 
             f"tensor bytes of the layers on {dev}; -ngl -> {placement.n_gpu_layers} "
             "(output counts as one, token_embd stays on the CPU)"
         )
+        buffer = None
+        if dev == HOST and extra:
+            size -= sum(file_bytes for _, file_bytes in extra.values())
+            how = "the host weights llama.cpp keeps in its plain CPU buffer"
+            buffer = "CPU"
         if dev == HOST and residency == "file":
             how += "; mmap'd: page cache (RssFile), not anonymous memory"
-        out.append(Component(f"{prefix}weights", dev, size, how, residency))
+        if size > 0:
+            out.append(Component(f"{prefix}weights", dev, size, how, residency, buffer=buffer))
+    for name, (size, _) in sorted((extra or {}).items()):
+        out.append(
+            Component(
+                f"{prefix}weights",
+                HOST,
+                size,
+                f"the host weights llama.cpp's CPU backend repacks for this CPU into its {name} "
+                "buffer: allocated and copied at load whatever --mmap says, so anonymous memory "
+                "that cannot be evicted (-nr keeps them mapped) [ggml-cpu extra buffer types, "
+                "monitor/estimate/repack.py]",
+                "anon",
+                buffer=name,
+            )
+        )
     return out
+
+
+def _extra_buffers(
+    shape: ModelShape,
+    placement: Placement,
+    spec: LaunchSpec,
+    cpu: CpuFeatures | None,
+    has_gpu: bool,
+) -> dict[str, tuple[int, int]] | None:
+    """The host weights that go to the CPU backend's extra buffer types, by buffer type:
+    (bytes allocated, bytes of the file they replace). None when none apply: -nr, an
+    unknown CPU, or a GPU build whose pinned host buffer type comes first in
+    make_cpu_buft_list (src/llama-model.cpp) unless --no-host."""
+    if cpu is None or not spec.repack or (has_gpu and not spec.no_host):
+        return None
+    host = [t for t in shape.weight_tensors if t.name in placement.host_tensors]
+    embd = next((t for t in shape.weight_tensors if t.name == "token_embd.weight"), None)
+    out: dict[str, tuple[int, int]] = {}
+    for t in host:
+        hit = extra_buffer(t, cpu)
+        if hit:
+            size, file_bytes = out.get(hit[0], (0, 0))
+            out[hit[0]] = (size + hit[1], file_bytes + t.n_bytes)
+    if shape.tied_output and embd is not None and placement.output_device == HOST:
+        # A tied output is token_embd loaded again as "output" (TENSOR_DUPLICATED) for a
+        # MUL_MAT: in an extra buffer type that is a second, repacked copy.
+        dup = WeightTensor("output.weight", embd.type_name, embd.dims, embd.n_bytes)
+        hit = extra_buffer(dup, cpu)
+        if hit:
+            size, file_bytes = out.get(hit[0], (0, 0))
+            out[hit[0]] = (size + hit[1], file_bytes)  # no file bytes leave the mapping
+    return out or None
+
+
+GLIBC_MMAP_THRESHOLD_MAX = 32 * MIB  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (malloc/malloc.c)
+
+
+def _staging(
+    shape: ModelShape, placement: Placement, spec: LaunchSpec, cpu: CpuFeatures | None
+) -> list[Component]:
+    """Without mmap, a weight bound for a buffer that is not host memory (AMX, CPU_REPACK)
+    is read into a per-tensor staging vector first (load_all_data, src/llama-model-loader.cpp).
+    glibc raises its mmap threshold to each freed block's size (up to 32 MiB), so the later
+    ones come from the heap and up to one tensor's bytes stay resident after the load."""
+    if cpu is None or _host_residency(spec) == "file":
+        return []
+    sizes = [
+        t.n_bytes
+        for t in shape.weight_tensors
+        if t.name in placement.host_tensors and extra_buffer(t, cpu)
+    ]
+    if not sizes:
+        return []
+    size = min(max(sizes), GLIBC_MMAP_THRESHOLD_MAX)
+    return [
+        Component(
+            "load_staging",
+            HOST,
+            size,
+            f"the largest repacked tensor's staging copy ({_mib(max(sizes))}, at most glibc's "
+            "32 MiB mmap threshold) that the heap keeps after a load without mmap "
+            "[llama-model-loader.cpp load_all_data]",
+            "anon",
+        )
+    ]
+
+
+def _repack_notes(
+    spec: LaunchSpec,
+    cpu: CpuFeatures | None,
+    extra: dict[str, tuple[int, int]] | None,
+    has_gpu: bool,
+) -> list[str]:
+    """What the estimate assumed of the CPU backend's repacking, in a sentence."""
+    if not spec.repack:
+        return []
+    if extra:
+        moved = sum(file_bytes for _, file_bytes in extra.values())
+        where = " + ".join(f"{name} {_mib(size)}" for name, (size, _) in sorted(extra.items()))
+        return [
+            f"this CPU ({cpu.describe() if cpu else '?'}): llama.cpp copies {_mib(moved)} of "
+            f"the host weights into {where} of anonymous memory, which -nr would leave mapped"
+        ]
+    if cpu is None and not has_gpu:
+        return [
+            "the CPU's features are unknown: weights llama.cpp repacks for it (AMX, "
+            "CPU_REPACK) would be anonymous, not page cache"
+        ]
+    return []
 
 
 def _main_device(placement: Placement) -> str:
@@ -176,9 +293,11 @@ def estimate_llamacpp(
     devices: Sequence[DeviceInfo],
     read_header: Callable[[str], Any],
     outputs: str = "server",
+    cpu: CpuFeatures | None = None,
 ) -> MemoryEstimate:
     """``outputs="server"``: what llama-server reserves; ``"batch"``: llama.cpp's library
-    default (n_batch logit rows), which is what llama-fit-params measures."""
+    default (n_batch logit rows), which is what llama-fit-params measures. ``cpu``: the
+    features of the CPU that runs the server (which weights it repacks); None: unknown."""
     if not spec.model_path:
         raise kv.EstimateError("no model path (-m) in the command line")
     notes: list[str] = []
@@ -218,7 +337,11 @@ def estimate_llamacpp(
     # (llm_arch_supports_rs_rollback)
     n_rs_seq = n_draft_max(spec) if spec_types & MTP_LIKE and shape.rs_rollback else 0
     parts: list[Component] = []
-    parts += _weights_components(placement, spec, "")
+    extra = _extra_buffers(loaded, placement, spec, cpu, bool(devices))
+    parts += _weights_components(placement, spec, "", extra)
+    if extra:
+        parts += _staging(loaded, placement, spec, cpu)
+    notes += _repack_notes(spec, cpu, extra, bool(devices))
     if shape.encoder_only:
         notes.append(f"{shape.arch} is an encoder-only model: llama.cpp allocates no KV cache")
     parts += _kv_components(
@@ -376,7 +499,7 @@ def estimate_llamacpp(
             )
         )
     if spec.draft_model:
-        parts += _draft(spec, devices, read_header, ctx, flash, notes)
+        parts += _draft(spec, devices, read_header, ctx, flash, notes, cpu)
     parts += _host_growth(spec, shape, ctx, flash)
     for dev in devices:
         if any(c.device == dev.device_id for c in parts) and dev.overhead_bytes:
@@ -445,6 +568,7 @@ def _draft(
     target_ctx: kv.Context,
     flash: bool,
     notes: list[str],
+    cpu: CpuFeatures | None = None,
 ) -> list[Component]:
     """The draft context copies the target's n_ctx (the same total cells), n_seq_max,
     kv_unified and ubatch; its KV is f16 unless -ctkd/-ctvd (common/speculative.cpp)."""
@@ -458,7 +582,8 @@ def _draft(
         target_ctx.n_batch,
     )
     placement = place(shape, devices, spec.draft_n_gpu_layers)
-    parts = _weights_components(placement, spec, "draft_")
+    extra = _extra_buffers(shape, placement, spec, cpu, bool(devices))
+    parts = _weights_components(placement, spec, "draft_", extra)
     parts += _kv_components(
         shape,
         spec,

@@ -36,6 +36,7 @@ class Component:
     formula: str  # how the number was computed, with its source
     residency: Residency = "device"  # host memory: anonymous or page cache (mmap)
     when: When = "load"  # "grows": an upper bound reached at run time, not at load
+    buffer: str | None = None  # llama.cpp's buffer type where it says (AMX, CPU_REPACK, CPU)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ class Placement:
     weights: dict[str, int]  # device -> weight bytes
     moved_to_host: int  # bytes moved off GPUs by -ot / -cmoe / -ncmoe
     n_gpu_layers: int  # effective, counting the output layer
+    host_tensors: frozenset[str] = frozenset()  # names of the weights kept in host memory
 
 
 def gpu_layer_count(ngl: int | str | None, n_layer: int) -> int:
@@ -108,15 +109,29 @@ def place(
     output_device = assigned[-1] if assigned and ngl >= 1 else HOST
     weights: dict[str, int] = {HOST: shape.token_embd_bytes + shape.other_bytes}
     weights[output_device] = weights.get(output_device, 0) + shape.output_bytes
+    if shape.tied_output and output_device != HOST:
+        # the LM head is token_embd loaded again (TENSOR_DUPLICATED) onto the output's
+        # device: a second copy there (H100 recordings: Qwen3-0.6B +157.65 MiB on CUDA0)
+        weights[output_device] += shape.token_embd_bytes
     patterns = _override_patterns(override, cpu_moe, n_cpu_moe)
     moved = 0
+    host = {
+        t.name
+        for t in shape.weight_tensors
+        if not t.name.startswith("blk.")
+        and (output_device == HOST or not t.name.startswith("output"))
+    }
     for il in range(n_layer):
         dev = layer_device[il]
         if dev == HOST or not patterns:
             weights[dev] = weights.get(dev, 0) + shape.layer_bytes[il]
+            if dev == HOST:
+                host.update(name for name, _ in shape.layer_tensors.get(il, ()))
             continue
         for name, size in shape.layer_tensors.get(il, ()):
             target = HOST if any(p.search(name) for p in patterns) else dev
             moved += size if target == HOST else 0
             weights[target] = weights.get(target, 0) + size
-    return Placement(tuple(layer_device), output_device, weights, moved, ngl)
+            if target == HOST:
+                host.add(name)
+    return Placement(tuple(layer_device), output_device, weights, moved, ngl, frozenset(host))

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.estimate.repack import WeightTensor
+
 # llama_model::create_memory returns nullptr for these (src/llama-model.cpp 2110-2126).
 ENCODER_ONLY = frozenset(
     {
@@ -182,6 +184,17 @@ class ModelShape:
     other_bytes: int = 0  # everything else (rope freqs, ...)
     tensor_bytes: int = 0
     layer_tensors: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # every tensor with its type and dims: which buffer type llama.cpp's CPU backend gives it
+    weight_tensors: tuple[WeightTensor, ...] = ()
+
+    @property
+    def tied_output(self) -> bool:
+        """No output.weight: a decoder's LM head is token_embd loaded a second time
+        (``TENSOR_DUPLICATED``, src/models/<arch>.cpp); encoders have no head at all."""
+        if self.encoder_only or not self.weight_tensors:
+            return False
+        names = {t.name for t in self.weight_tensors}
+        return "token_embd.weight" in names and "output.weight" not in names
 
     def has_kv(self, il: int) -> bool:
         """llama.cpp allocates K/V for this layer of the target context."""
@@ -377,4 +390,25 @@ def shape_from_header(header: Any) -> ModelShape:
         other_bytes=other,
         tensor_bytes=header.tensor_bytes,
         layer_tensors={k: tuple(v) for k, v in layer_tensors.items()},
+        weight_tensors=tuple(
+            WeightTensor(
+                t.name,
+                _type_name(getattr(t, "ggml_type", None)),
+                tuple(getattr(t, "shape", ())),
+                t.n_bytes,
+            )
+            for t in header.tensors
+        ),
     )
+
+
+def _type_name(ggml_type: int | None) -> str:
+    """gguf's name of a ggml type ("Q8_0"), or "TYPE_<n>" for one it does not know."""
+    from gguf import GGMLQuantizationType
+
+    if ggml_type is None:
+        return "unknown"
+    try:
+        return GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"TYPE_{ggml_type}"

@@ -42,7 +42,8 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
     lines.append("")
     rows = [("COMPONENT", "DEVICE", "MiB", "WHERE", "HOW")]
     for c in est.components:
-        where = c.residency + (" (grows)" if c.when == "grows" else "")
+        where = c.residency + (f" {c.buffer}" if c.buffer else "")
+        where += " (grows)" if c.when == "grows" else ""
         rows.append((c.name, c.device, f"{c.bytes / MIB:.2f}", where, c.formula))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:

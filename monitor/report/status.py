@@ -116,6 +116,7 @@ def to_json(
         "processes": processes,
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
         "exited": [_exit_json(x) for x in snap.exited],
+        "cpu_features": list(snap.cpu_features) if snap.cpu_features is not None else None,
         "collectors": [
             {
                 "collector": r.collector,

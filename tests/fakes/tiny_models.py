@@ -472,3 +472,23 @@ def write_all(directory: str | Path, **sizes: dict) -> dict[str, TinyModel]:
         "gemma3": write_gemma3(d / "tiny-gemma3.gguf", **sizes.get("gemma3", {})),
         "bert": write_bert(d / "tiny-bert.gguf", **sizes.get("bert", {})),
     }
+
+
+# Writer kwargs per model for the real-world tier (tests/realworld/) and the recorded runs
+# of tests/fixtures/llamalog/hardware/. Sized so that the llama.cpp buffers dominate the
+# server's own baseline RssAnon (test_llama_server.py's RssAnon test); seconds to write.
+REALWORLD_SIZES: dict[str, dict] = {
+    "llama": {"n_embd": 1024, "n_head": 16, "n_head_kv": 4, "n_ff": 2816, "n_vocab": 2048},
+    "gemma3": {
+        "n_embd": 1024,
+        "n_head": 8,
+        "n_head_kv": 4,
+        "head_dim": 128,
+        "n_ff": 2816,
+        "n_vocab": 2048,
+    },
+    "bert": {"n_embd": 768, "n_head": 12, "n_ff": 3072, "n_vocab": 2048},
+    # Real draft models keep n_ff ~ 3-4 x n_embd (Qwen3-0.6B 3072/1024, Llama-3.2-1B
+    # 8192/2048); the compute formula is fitted to such ratios (monitor/estimate/compute.py).
+    "draft": {"n_embd": 128, "n_ff": 384},
+}

@@ -29,23 +29,8 @@ BUILD_TIMEOUT_S = 60 * 60
 HEALTH_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
-# Writer kwargs per model (tests/fakes/tiny_models.py). Sized so that the llama.cpp buffers
-# dominate the server's own baseline RssAnon (see the RssAnon test); still seconds to write.
-MODEL_SIZES: dict[str, dict] = {
-    "llama": {"n_embd": 1024, "n_head": 16, "n_head_kv": 4, "n_ff": 2816, "n_vocab": 2048},
-    "gemma3": {
-        "n_embd": 1024,
-        "n_head": 8,
-        "n_head_kv": 4,
-        "head_dim": 128,
-        "n_ff": 2816,
-        "n_vocab": 2048,
-    },
-    "bert": {"n_embd": 768, "n_head": 12, "n_ff": 3072, "n_vocab": 2048},
-    # Real draft models keep n_ff ~ 3-4 x n_embd (Qwen3-0.6B 3072/1024, Llama-3.2-1B
-    # 8192/2048); the compute formula is fitted to such ratios (monitor/estimate/compute.py).
-    "draft": {"n_embd": 128, "n_ff": 384},
-}
+# Writer kwargs per model: tests/fakes/tiny_models.py REALWORLD_SIZES.
+MODEL_SIZES = tiny_models.REALWORLD_SIZES
 
 # No proxies, ever: every request goes straight to the loopback server we started.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -173,10 +173,14 @@ def _parse(run):
 
 
 def _estimate(run):
-    from monitor.estimate import estimate_command
+    from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
+    from monitor.estimate import estimate_command, features_of
 
     # The server got no LLAMA_ARG_* variables (conftest strips them), so no env here either.
-    return estimate_command(run.argv, env={}, devices=())
+    # This box's CPU decides which weights llama.cpp repacks (AMX, CPU_REPACK): the same
+    # features `vramscope estimate` reads.
+    cpu = features_of(llama_cpu_features(read_cpu_flags()))
+    return estimate_command(run.argv, env={}, devices=(), cpu=cpu)
 
 
 def _kv_mib(report, context: str, caches: set[str]) -> float:
