@@ -119,20 +119,45 @@ class DeviceSample:
 class CgroupMemory:
     """The memory cgroup limit that binds a process (collectors/cgroup.py): ``path`` is the
     cgroup (as in ``/proc/PID/cgroup``) whose limit leaves the least room, with its
-    ``memory.max`` / ``memory.high`` (None: unlimited; v1 has no high) and its charge
-    ``memory.current`` (anonymous memory and page cache)."""
+    ``memory.max`` / ``memory.high`` (None: unlimited; v1 has no high), its charge
+    ``memory.current`` (anonymous memory and page cache), and of that charge the clean page
+    cache the kernel reclaims before it OOM-kills (``reclaimable_bytes``, from memory.stat;
+    None when unknown)."""
 
     path: str
     memory_max_bytes: int | None
     memory_high_bytes: int | None
     memory_current_bytes: int | None
+    reclaimable_bytes: int | None = None
+
+    @property
+    def unreclaimable_bytes(self) -> int | None:
+        """The charge the kernel cannot take back by dropping clean page cache."""
+        if self.memory_current_bytes is None:
+            return None
+        reclaim = min(self.reclaimable_bytes or 0, self.memory_current_bytes)
+        return self.memory_current_bytes - reclaim
 
     @property
     def room_bytes(self) -> int | None:
-        """What more the cgroup may charge before the kernel OOM-kills in it."""
-        if self.memory_max_bytes is None or self.memory_current_bytes is None:
+        """What more the cgroup may charge before the kernel OOM-kills in it: memcg
+        reclaim drops clean file pages first (mm/vmscan.c), so the room is ``max -
+        (current - reclaimable)``."""
+        if self.memory_max_bytes is None or self.unreclaimable_bytes is None:
             return None
-        return max(0, self.memory_max_bytes - self.memory_current_bytes)
+        return max(0, self.memory_max_bytes - self.unreclaimable_bytes)
+
+    def room_parts(self) -> str:
+        """The room said with its parts, in GiB."""
+        gib = 1024**3
+        if self.memory_max_bytes is None or self.memory_current_bytes is None:
+            return f"cgroup {self.path}: no memory limit known"
+        reclaim = min(self.reclaimable_bytes or 0, self.memory_current_bytes)
+        return (
+            f"cgroup {self.path}: limit {self.memory_max_bytes / gib:.2f} GiB - (charged "
+            f"{self.memory_current_bytes / gib:.2f} GiB - reclaimable page cache "
+            f"{reclaim / gib:.2f} GiB) = room {(self.room_bytes or 0) / gib:.2f} GiB"
+        )
 
 
 @dataclass(frozen=True, slots=True)

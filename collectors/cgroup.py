@@ -10,10 +10,13 @@ model's pages count. Every ancestor's limit applies too: the room left is the sm
 - cgroup v2: ``/sys/fs/cgroup`` (or ``/sys/fs/cgroup/unified`` on a hybrid box, when the
   memory controller lives there), files ``memory.max`` / ``memory.high`` ("max" =
   unlimited) and ``memory.current``; a process's path is the ``0::PATH`` line of
-  ``/proc/PID/cgroup``.
+  ``/proc/PID/cgroup``. Its clean page cache (``memory.stat`` ``active_file +
+  inactive_file - file_dirty - file_writeback``) is reclaimed before an OOM kill, so the
+  room is ``max - (current - reclaimable)``.
 - cgroup v1: ``/sys/fs/cgroup/memory``, files ``memory.limit_in_bytes`` (unlimited is
   PAGE_COUNTER_MAX pages, ~2^63) and ``memory.usage_in_bytes``; no ``memory.high``; the
-  path is the ``N:memory:PATH`` line.
+  path is the ``N:memory:PATH`` line; the reclaimable cache is memory.stat's
+  hierarchical ``total_active_file + total_inactive_file - total_dirty - total_writeback``.
 
 Everything is read through :mod:`collectors._fs` under :class:`Roots`, so a recorded tree
 answers like the live one.
@@ -94,7 +97,32 @@ def _node(h: Hierarchy, path: str) -> CgroupMemory | None:
         high = None
     if current is None and max_ is None and high is None:
         return None
-    return CgroupMemory(path, max_, high, current)
+    stat = _fs.try_read_bytes(d / "memory.stat")
+    reclaim = None if stat is None else reclaimable_from_stat(stat, h.version)
+    return CgroupMemory(path, max_, high, current, reclaim)
+
+
+# memory.stat keys of the clean, reclaimable page cache: the file LRU lists (shmem lives on
+# the anon lists: not reclaimable without swap) minus what is dirty or under writeback.
+# v1 reports a cgroup's own pages and, prefixed total_, its subtree's: usage_in_bytes is
+# hierarchical, so the total_ ones (Documentation/admin-guide/cgroup-v1/memory.rst 5.2).
+_STAT_KEYS = {
+    2: (("active_file", "inactive_file"), ("file_dirty", "file_writeback")),
+    1: (("total_active_file", "total_inactive_file"), ("total_dirty", "total_writeback")),
+}
+
+
+def reclaimable_from_stat(data: bytes, version: int) -> int | None:
+    """Clean page cache in a memory.stat (v1 or v2); None when its file keys are missing."""
+    fields: dict[str, int] = {}
+    for line in data[:65536].decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            fields[key] = int(value)
+    plus, minus = _STAT_KEYS[version]
+    if not all(k in fields for k in plus):
+        return None
+    return max(0, sum(fields[k] for k in plus) - sum(fields.get(k, 0) for k in minus))
 
 
 def _tighter(got: CgroupMemory, best: CgroupMemory | None) -> bool:

@@ -70,6 +70,9 @@ class Config:
     http_token: str | None = None
     log_files: tuple[str, ...] = ()  # [logs] files: engine logs to tail for OOM lines
     journal_units: tuple[str, ...] = ()  # [logs] journal_units
+    # [predict] growth_horizon_tokens: distinct prompt tokens within which a prompt cache
+    # that would overflow counts as an OOM (exit 3); beyond it, a note (docs: README)
+    growth_horizon_tokens: int = 1_000_000
     source: Path | None = None
 
 
@@ -98,6 +101,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     },
     "paths": {"proc_root": (str, None), "sys_root": (str, None)},
     "estimate": {"gpu_overhead_mib": (int, (0, 65536))},
+    "predict": {"growth_horizon_tokens": (int, (0, 10**12))},
     "budgets": {},  # model name, file name or path -> expected GiB (any key, a number)
     "llama_swap": {"url": (str, None), "config": (str, None)},
     "logs": {"files": (list, None), "journal_units": (list, None)},
@@ -257,5 +261,8 @@ def load(
         http_token=data.get("http", {}).get("token"),
         log_files=tuple(str(x) for x in data.get("logs", {}).get("files", ())),
         journal_units=tuple(str(x) for x in data.get("logs", {}).get("journal_units", ())),
+        growth_horizon_tokens=int(
+            data.get("predict", {}).get("growth_horizon_tokens", base.growth_horizon_tokens)
+        ),
         source=path,
     )

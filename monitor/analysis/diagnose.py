@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from collectors.base import CgroupMemory
 from monitor.analysis.growth import GROWTH_COMPONENTS, Evidence, attribute_growth
 from monitor.analysis.judge import Tolerance, is_over
 from monitor.analysis.measured import Measured
@@ -49,6 +50,7 @@ class Diagnosis:
     verdict: str = "as_expected"  # as_expected | over | under | unknown | error
     parts: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
     checked: tuple[str, ...] = ()  # the server's sources looked at for growth, what they said
+    cgroup: str | None = None  # the memory cgroup that would kill it: limit, room, members
 
     @property
     def excess_bytes(self) -> int | None:
@@ -63,12 +65,15 @@ def _price(
     est: MemoryEstimate,
     change: dict,
     estimator: Callable[[LaunchSpec], MemoryEstimate],
+    include_growth: bool = False,
 ) -> int:
     try:
         after = estimator(replace(spec, **change))
     except EstimateError:
         return 0
-    return est.total_bytes() - after.total_bytes()
+    return est.total_bytes(include_growth=include_growth) - after.total_bytes(
+        include_growth=include_growth
+    )
 
 
 def _paged_out(load_mode: str | None, est: MemoryEstimate, m: Measured) -> Finding | None:
@@ -116,6 +121,38 @@ def diagnose(
         budget,
         tolerance,
     )
+
+
+def in_cgroup(
+    d: Diagnosis,
+    limit: CgroupMemory,
+    members: Sequence[tuple[int, str, int]],
+    must_fit_bytes: int,
+    mapped_bytes: int,
+    version: int | None,
+) -> Diagnosis:
+    """``d`` with the memory cgroup that would OOM-kill the server named: its limit, its
+    room (reclaimable page cache counted as room), the other members and what they hold;
+    and no ``--mlock`` where locking the weights would pass the limit (a locked page is
+    never reclaimed: the kill comes instead of the slowness)."""
+    others = [m for m in members if m[0] != d.pid]
+    who = ", ".join(f"{name} (pid {pid}) {gib(held)}" for pid, name, held in others[:8])
+    text = limit.room_parts() + (f"; also in it: {who}" if who else "; no other tracked member")
+    raise_it = "memory.limit_in_bytes" if version == 1 else "MemoryMax= (memory.max)"
+    locked_need = must_fit_bytes + mapped_bytes + sum(m[2] for m in others)
+    findings = []
+    summary = d.summary
+    limited = limit.memory_max_bytes is not None and locked_need > limit.memory_max_bytes
+    for f in d.findings:
+        if f.fix and "--mlock" in f.fix and limited:
+            fix = (
+                f"raise the cgroup's {raise_it} to at least {gib(locked_need)}, or stop a "
+                "member (--mlock would pass its limit: an OOM kill, not slowness)"
+            )
+            summary = summary.replace(f.fix, fix)
+            f = replace(f, fix=fix)
+        findings.append(f)
+    return replace(d, findings=tuple(findings), cgroup=text, summary=summary)
 
 
 def launch_findings(
@@ -211,17 +248,43 @@ def launch_findings(
         "checkpoints", include_growth=True
     )
     if grows:
+        fix = _growth_fix(spec, est)
         findings.append(
             Finding(
                 "host_buffers",
                 grows,
                 f"host buffers that fill with use: prompt cache and context "
                 f"checkpoints up to {gib(grows)}",
-                "--cache-ram 1024 -ctxcp 4",
-                0,
+                fix,
+                _price(spec, est, _growth_change(fix), estimator, True) if fix else 0,
             )
         )
     return tuple(findings)
+
+
+SMALL_CACHE_RAM_MIB, FEW_CHECKPOINTS = 1024, 4
+
+
+def _growth_fix(spec: LaunchSpec, est: MemoryEstimate) -> str | None:
+    """The bounds worth naming: ``--cache-ram`` only when the server's is larger, ``-ctxcp``
+    only for a model that makes checkpoints (SWA / recurrent) and has more."""
+    parts = []
+    cache = 8192 if spec.cache_ram_mib is None else spec.cache_ram_mib
+    if est.total_bytes("cache_ram", include_growth=True) and cache > SMALL_CACHE_RAM_MIB:
+        parts.append(f"--cache-ram {SMALL_CACHE_RAM_MIB}")
+    per_slot = 32 if spec.ctx_checkpoints is None else spec.ctx_checkpoints
+    if est.total_bytes("checkpoints", include_growth=True) and per_slot > FEW_CHECKPOINTS:
+        parts.append(f"-ctxcp {FEW_CHECKPOINTS}")
+    return " ".join(parts) or None
+
+
+def _growth_change(fix: str) -> dict[str, int]:
+    change = {}
+    if "--cache-ram" in fix:
+        change["cache_ram_mib"] = SMALL_CACHE_RAM_MIB
+    if "-ctxcp" in fix:
+        change["ctx_checkpoints"] = FEW_CHECKPOINTS
+    return change
 
 
 def judge_findings(

@@ -13,7 +13,7 @@ from typing import Any
 
 from monitor.textsafe import terminal_safe
 
-VERDICTS = ("fits", "tight", "oom")
+VERDICTS = ("fits", "tight", "thrash", "oom")
 MAX_UNLOADS = 16  # names of what llama-swap would unload, per box
 MAX_TEXT = 200  # characters of any string taken from an answer
 
@@ -23,7 +23,7 @@ class BoxAnswer:
     """One box's judgement of the launch (``error`` set: no judgement from it)."""
 
     url: str
-    verdict: str | None = None  # fits / tight / oom, at load
+    verdict: str | None = None  # fits / tight / thrash / oom, at load
     grown_verdict: str | None = None  # once the caches fill; None when nothing grows
     headroom_bytes: int | None = None  # the smallest slack after the margin, any device
     binding_device: str | None = None  # the device with that smallest slack
@@ -77,12 +77,14 @@ def box_answer(url: str, status: int, doc: Any) -> BoxAnswer:
 
 def ranked(answers: list[BoxAnswer]) -> list[BoxAnswer]:
     """Boxes where it fits (once full too) first, most headroom first; then those where
-    it fits at load only, then tight, then OOM; boxes that gave no answer last."""
+    it fits at load only, then tight, then where it thrashes, then OOM; boxes that gave no
+    answer last."""
 
     def key(a: BoxAnswer) -> tuple[int, int]:
         if a.error is not None:
             return (5, 0)
-        order = 0 if a.fits else 1 if a.fits_at_load else 2 if a.verdict == "tight" else 3
+        order = {"tight": 2, "thrash": 3}.get(a.verdict or "", 4)
+        order = 0 if a.fits else 1 if a.fits_at_load else order
         return (order, -(a.headroom_bytes or 0))
 
     return sorted(answers, key=key)

@@ -48,8 +48,11 @@ if TYPE_CHECKING:
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
 
-Verdict = Literal["fits", "tight", "oom"]
-_ORDER = {"fits": 0, "tight": 1, "oom": 2}
+# "thrash": what must be resident fits, but not the mmap'd weights every token reads: the
+# kernel evicts their clean file pages instead of killing (memcg reclaim, mm/vmscan.c),
+# so the server runs and re-reads them from disk at each token.
+Verdict = Literal["fits", "tight", "thrash", "oom"]
+_ORDER = {"fits": 0, "tight": 1, "thrash": 2, "oom": 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,20 @@ class DeviceVerdict:
     margin_bytes: int
     freed_bytes: int = 0
     binding: str = ""
+    # of ``need_bytes``, the mmap'd weights the kernel may evict (page cache), and of those
+    # the ones read at every token (token_embd is read a row at a time)
+    evictable_bytes: int = 0
+    hot_evictable_bytes: int = 0
+
+    @property
+    def must_fit_bytes(self) -> int:
+        """What the kernel cannot evict: anonymous memory, VRAM, GTT, locked pages."""
+        return self.need_bytes - self.evictable_bytes
+
+    @property
+    def not_resident_bytes(self) -> int:
+        """Of the weights read at every token, how much cannot stay in memory."""
+        return max(0, self.must_fit_bytes + self.hot_evictable_bytes - self.room_bytes)
 
     @property
     def slack_bytes(self) -> int:
@@ -96,6 +113,9 @@ class Prediction:
     grown: tuple[DeviceVerdict, ...] = ()  # once the caches fill; () when nothing grows
     growth_bounds: tuple[Fix, ...] = ()  # --cache-ram N / -ctxcp N that make it fit then
     fit: LlamaFit | None = None
+    # distinct prompt tokens cached before what grows passes the room (0: the checkpoints
+    # alone do); None when nothing passes it or no per-token figure is known
+    overflow_tokens: int | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -123,13 +143,33 @@ def need_by_device(
     return need
 
 
+def evictable_host_bytes(est: MemoryEstimate) -> tuple[int, int]:
+    """(mmap'd weights in host memory the kernel may evict, of those the ones every token
+    reads): components with ``file`` residency, unless ``--mlock`` pins them."""
+    if est.weights_locked:
+        return 0, 0
+    mapped = sum(c.bytes for c in est.components if c.residency == "file" and c.when == "load")
+    return mapped, max(0, mapped - est.host_sparse_bytes)
+
+
+def _verdict(must: int, hot: int, need: int, room: int, margin: int) -> Verdict:
+    if must > room:
+        return "oom"
+    if must + hot > room:
+        return "thrash"
+    return "tight" if must + hot > room - margin else "fits"
+
+
 def judge(
     est: MemoryEstimate,
     picture: Picture,
     freed: dict[str, int] | None = None,
     include_growth: bool = False,
 ) -> tuple[DeviceVerdict, ...]:
+    """Per device: ``oom`` when what cannot be evicted passes the room, ``thrash`` when
+    that fits but not with the weights read at every token, ``tight`` inside the margin."""
     freed = freed or {}
+    mapped, hot = evictable_host_bytes(est)
     out = []
     for device_id, need in sorted(need_by_device(est, picture, include_growth).items()):
         pic = picture.get(device_id)
@@ -139,14 +179,20 @@ def judge(
         if pic.memory_kind == "unified":
             extra += freed.get(HOST, 0)
         room = pic.available_bytes + extra
-        if need > room:
-            verdict: Verdict = "oom"
-        elif need > room - pic.margin_bytes:
-            verdict = "tight"
-        else:
-            verdict = "fits"
+        evict, evict_hot = (mapped, hot) if pic.memory_kind in ("host", "unified") else (0, 0)
+        verdict = _verdict(need - evict, evict_hot, need, room, pic.margin_bytes)
         out.append(
-            DeviceVerdict(device_id, verdict, need, room, pic.margin_bytes, extra, pic.binding)
+            DeviceVerdict(
+                device_id,
+                verdict,
+                need,
+                room,
+                pic.margin_bytes,
+                extra,
+                pic.binding,
+                evict,
+                evict_hot,
+            )
         )
     return tuple(out)
 
@@ -544,6 +590,10 @@ def predict(
             )
     verdicts = judge(base, picture, freed)
     grown = judge(base, picture, freed, include_growth=True) if _grows(base) else ()
+    overflow = None
+    if grown and _worst(grown) in ("oom", "thrash") and _worst(verdicts) not in ("oom", "thrash"):
+        overflow = overflow_tokens(base, picture, freed)
+        notes += growth_notes(base, overflow)
     fixes: list[Fix] = []
     if with_fixes and _worst(verdicts) != "fits":
         evicted_pids = {p.pid for p in evicted}
@@ -573,13 +623,62 @@ def predict(
         grown,
         tuple(bounds),
         fit,
+        overflow,
     )
+
+
+def prompt_cache_bytes_per_token(est: MemoryEstimate) -> int | None:
+    """What one cached prompt token costs in llama-server's prompt cache: a slot's saved
+    state holds its KV cells over every full-attention layer (llama_state_seq_get_data;
+    SWA layers keep only their window, recurrent state is one fixed block), so the full
+    cache's bytes per cell. None when the launch has no per-token KV."""
+    cells = est.cells
+    kv = sum(c.bytes for c in est.components if c.name == "kv" and c.when == "load")
+    return kv // cells if cells and kv else None
+
+
+def overflow_tokens(
+    est: MemoryEstimate, picture: Picture, freed: dict[str, int] | None = None
+) -> int | None:
+    """Distinct prompt tokens the prompt cache holds before what must stay resident passes
+    the room (server_prompt_cache::update fills to --cache-ram, tools/server/server-task.cpp):
+    0 when the other growth (context checkpoints) already does."""
+    per_token = prompt_cache_bytes_per_token(est)
+    if per_token is None or not est.total_bytes("cache_ram", include_growth=True):
+        return None
+    others = replace(est, components=tuple(c for c in est.components if c.name != "cache_ram"))
+    rest = judge(others, picture, freed, include_growth=True)
+    if _worst(rest) in ("oom", "thrash"):
+        return 0
+    shared = {HOST} | _unified_ids(picture)
+    slack = [
+        v.room_bytes - v.must_fit_bytes - v.hot_evictable_bytes
+        for v in rest
+        if v.device_id in shared
+    ]
+    return max(0, min(slack)) // per_token if slack else None
+
+
+def growth_notes(est: MemoryEstimate, overflow: int | None) -> list[str]:
+    """The prompt cache's ceiling in tokens, and when it passes the room."""
+    per_token = prompt_cache_bytes_per_token(est)
+    cache = est.total_bytes("cache_ram", include_growth=True)
+    if per_token is None or not cache:
+        return []
+    notes = [
+        f"the {cache / GIB:.1f} GiB prompt cache (--cache-ram) fills after ~{cache // per_token:,} "
+        f"distinct prompt tokens ({per_token / 1024:.0f} KiB of KV state each)"
+    ]
+    if overflow:
+        notes.append(f"it passes the room after ~{overflow:,} distinct prompt tokens")
+    return notes
 
 
 # --------------------------------------------------------------------------- the workflow
 
 EXIT_FITS, EXIT_OOM = 0, 1
 EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill
+EXIT_THRASH = 4  # runs, but its mmap'd weights cannot all stay resident: slow, not killed
 
 
 @dataclass
@@ -601,6 +700,12 @@ class PredictRequest:
     accept: float | None = None  # --accept RATE (None: DEFAULT_ACCEPT)
     cgroup: str | None = None  # --cgroup PATH: the memory cgroup the launch will run in
     unit: str | None = None  # --unit NAME: a systemd unit's cgroup (system.slice/NAME)
+    # --growth-horizon / [predict] growth_horizon_tokens: a cache that overflows only after
+    # more distinct prompt tokens than this is a note, not exit 3/4
+    growth_horizon_tokens: int = 1_000_000
+    # ask the llama-server binary the command names which flags it takes (its --help):
+    # the CLI on the launching box does; the daemon's HTTP API never runs a named binary
+    check_engine_flags: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,6 +733,13 @@ class PredictResult:
     want_fit_ctx: bool = False
     fit_ctx: int | None = None  # the largest -c that fits (asked with want_fit_ctx)
     throughput: Throughput | None = None
+    growth_horizon_tokens: int = 1_000_000
+
+    @property
+    def growth_within_horizon(self) -> bool:
+        """Can the caches pass the room within the horizon (or is that unknown)?"""
+        tokens = self.prediction.overflow_tokens
+        return tokens is None or tokens <= self.growth_horizon_tokens
 
     @property
     def verdict(self) -> Verdict:
@@ -640,10 +752,14 @@ class PredictResult:
     @property
     def exit_code(self) -> int:
         """0 fits (at load and once the caches fill), 1 OOM at load (or no -c fits when
-        ``--fit-ctx`` asked), 3 OOM once the caches fill."""
+        ``--fit-ctx`` asked), 3 OOM once the caches fill, 4 runs but thrashes, at load or
+        once the caches fill (its mmap'd weights do not all stay resident)."""
         if self.verdict == "oom" or (self.want_fit_ctx and self.fit_ctx is None):
             return EXIT_OOM
-        return EXIT_GROWS_OOM if self.prediction.grown_verdict == "oom" else EXIT_FITS
+        grown = self.prediction.grown_verdict if self.growth_within_horizon else None
+        if grown == "oom":
+            return EXIT_GROWS_OOM
+        return EXIT_THRASH if "thrash" in (self.verdict, grown) else EXIT_FITS
 
 
 def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
@@ -733,6 +849,8 @@ def answer(
     # llama.cpp's fit reads device free memory: it does not know the launch's cgroup
     fit_view = picture_from_snapshot(snap, margin) if limit else None
     notes: list[str] = [cgroup_note] if cgroup_note else []
+    if limit is not None and limit.memory_max_bytes is not None:
+        notes.append(limit.room_parts())
     evicted: list[ProcessUse] = []
     command = req.command
     if req.model_id is not None:
@@ -751,6 +869,8 @@ def answer(
     if spec.refused:  # the engine would not start: no verdict to give
         where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
         raise EstimateError(where + spec.refused[0])
+    if req.check_engine_flags and spec.engine == "llama.cpp":
+        refuse_unknown_flags(list(command), req.model_id)
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
     cpu = features_from_flags(snap.cpu_features) if snap.cpu_features is not None else None
     result = predict(
@@ -793,7 +913,43 @@ def answer(
     if req.bandwidth_gbs or req.flops_tflops or req.accept is not None or spec.draft_model:
         names = {d.device_id: d.name for d in snap.devices}
         speed = _throughput(spec, estimator, devices, picture, result, req, names, read_header)
-    return PredictResult(result, picture, tuple(notes), req.want_fit_ctx, best_ctx, speed)
+    horizon = req.growth_horizon_tokens
+    if result.overflow_tokens is not None and result.overflow_tokens > horizon:
+        notes.append(
+            f"beyond the growth horizon of {horizon:,} distinct prompt "
+            "tokens ([predict] growth_horizon_tokens, --growth-horizon): not counted as an "
+            "OOM; watch it live (the daemon's time-to-OOM)"
+        )
+    return PredictResult(
+        result,
+        picture,
+        tuple(notes),
+        req.want_fit_ctx,
+        best_ctx,
+        speed,
+        req.growth_horizon_tokens,
+    )
+
+
+def refuse_unknown_flags(command: list[str], model_id: str | None = None) -> None:
+    """EstimateError (exit 2) in the engine's own words when the llama-server the command
+    names does not list one of its flags in ``--help`` (monitor/engines/server_help.py);
+    nothing when the binary cannot be found or safely asked (the built-in table stands)."""
+    from monitor.engines.recognise import unwrapped_command
+    from monitor.engines.server_help import locate, server_flags, unknown_flags
+
+    argv, _ = unwrapped_command(command)
+    binary = locate(argv[0]) if argv else None
+    known = server_flags(binary) if binary is not None else None
+    if known is None:
+        return
+    unknown = unknown_flags(argv, known)
+    if unknown:
+        where = f"llama-swap model {model_id}: " if model_id is not None else ""
+        raise EstimateError(
+            f"{where}{known.binary} would refuse this launch: error: invalid argument: "
+            f"{unknown[0]} (not in its --help; this llama.cpp build does not take it)"
+        )
 
 
 def _why_nothing(result: Prediction) -> str:

@@ -6,8 +6,9 @@ import dataclasses
 import json
 from pathlib import Path
 
+from collectors.base import Snapshot
 from monitor.analysis.assess import assess, judged
-from monitor.analysis.diagnose import Diagnosis
+from monitor.analysis.diagnose import Diagnosis, in_cgroup
 from monitor.analysis.growth import GROWTH_COMPONENTS, UNACCOUNTED, Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.state import box_state, chosen_origin
@@ -16,7 +17,7 @@ from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
-from monitor.estimate import features_of
+from monitor.estimate import MemoryEstimate, features_of
 from monitor.logs.server_cache import log_file_of, log_source
 from monitor.units import GIB
 
@@ -174,8 +175,33 @@ def run_diagnose(
             evidence, checked = growth_evidence(server_log, url, spec.model_path)
             d = judged(found, snap.memory, mine, budget, tolerance, evidence, checked).diagnosis
             assert d is not None
-        out.append(d)
+        out.append(_with_cgroup(d, snap, info.pid, found.estimate, cfg if live else None))
     return out
+
+
+def _with_cgroup(
+    d: Diagnosis, snap: Snapshot, pid: int, est: MemoryEstimate, cfg: Config | None
+) -> Diagnosis:
+    """The diagnosis with the server's memory cgroup named, when it runs in a limited one."""
+    from collectors.cgroup import memory_hierarchy
+
+    limits = {c.pid: c.cgroup for c in snap.cgroups}
+    limit = limits.get(pid)
+    if limit is None or limit.memory_max_bytes is None:
+        return d
+    names = {p.pid: p.comm for p in snap.processes}
+    held: dict[int, int] = {}
+    for m in snap.memory:
+        other = limits.get(m.pid)
+        if m.device_id == "host" and other is not None and other.path == limit.path:
+            held[m.pid] = sum(
+                v or 0 for v in (m.rss_anon_bytes, m.rss_file_bytes, m.rss_shmem_bytes)
+            )
+    members = [(p, names.get(p, "?"), b) for p, b in sorted(held.items(), key=lambda x: -x[1])]
+    mapped = sum(c.bytes for c in est.components if c.residency == "file" and c.when == "load")
+    must = est.by_device().get("host", 0) - mapped
+    hier = memory_hierarchy(cfg.roots) if cfg is not None else None
+    return in_cgroup(d, limit, members, must, mapped, hier.version if hier else None)
 
 
 def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
@@ -196,6 +222,8 @@ def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
     lines = []
     for d in diagnoses:
         lines.append(f"pid {d.pid}: {d.summary}")
+        if d.cgroup:
+            lines.append(f"  memory cgroup: {d.cgroup}")
         for f in d.findings:
             fix = (
                 f" -> {f.fix}" + (f" frees {f.frees_bytes / GIB:.1f} GiB" if f.frees_bytes else "")

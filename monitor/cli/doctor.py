@@ -236,11 +236,10 @@ def cgroup_checks(snap: Snapshot, near_pct: float = 90.0) -> list[Check]:
             f"{names.get(c.pid, '?')} (pid {c.pid}) runs in {g.path}: {used} GiB "
             f"charged, {limit}{high} GiB"
         )
-        share = (
-            100.0 * g.memory_current_bytes / g.memory_max_bytes
-            if g.memory_max_bytes and g.memory_current_bytes is not None
-            else None
-        )
+        held = g.unreclaimable_bytes  # clean page cache is reclaimed before a kill
+        share = 100.0 * held / g.memory_max_bytes if g.memory_max_bytes and held else None
+        if g.reclaimable_bytes:
+            detail += f" ({g.reclaimable_bytes / gib:.2f} GiB of it reclaimable page cache)"
         if share is not None and share > near_pct:
             checks.append(
                 Check(

@@ -419,6 +419,14 @@ def _device_figures(
     "(its cgroup system.slice/NAME bounds it: MemoryMax=).",
 )
 @click.option(
+    "--growth-horizon",
+    "growth_horizon",
+    type=click.IntRange(0),
+    metavar="TOKENS",
+    help="A prompt cache that passes the room only after more distinct prompt tokens than "
+    "this is a note, not exit 3/4 (default [predict] growth_horizon_tokens, 1000000).",
+)
+@click.option(
     "--remote",
     "remotes",
     multiple=True,
@@ -446,12 +454,16 @@ def predict(
     accept: float | None,
     cgroup_path: str | None,
     unit: str | None,
+    growth_horizon: int | None,
     **kwargs: Any,
 ) -> None:
     """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
-    load; 3: fits at load, OOM once the prompt cache / checkpoints fill (bound them with
-    the --cache-ram N / -ctxcp N it names); 2: error (a bad launch value, or no
-    device with a known free figure to judge against).
+    load (what the kernel cannot evict - anonymous memory, VRAM, GTT, locked or repacked
+    weights - passes the room); 3: fits at load, OOM once the prompt cache / checkpoints
+    fill (bound them with the --cache-ram N / -ctxcp N it names); 4: it loads, but its
+    mmap'd weights cannot all stay resident: the kernel evicts their page cache instead of
+    killing, and every token re-reads them from disk (slow, not dead); 2: error (a bad
+    launch value, or no device with a known free figure to judge against).
 
     The room is the smallest of device free memory, host MemAvailable and the memory
     cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
@@ -522,6 +534,10 @@ def predict(
         accept=accept,
         cgroup=cgroup_path,
         unit=unit,
+        growth_horizon_tokens=(
+            growth_horizon if growth_horizon is not None else cfg.growth_horizon_tokens
+        ),
+        check_engine_flags=True,
     )
     try:
         result = run_predict(cfg, req)

@@ -84,15 +84,18 @@ class LoadWatch:
         return events
 
     def _cgroups(self, snap: Snapshot) -> list[DeviceEvent]:
-        """A server's memory cgroup near its limit: the kernel kills inside it next."""
+        """A server's memory cgroup near its limit: the kernel kills inside it next. Near
+        means the charge it cannot reclaim (anonymous memory, dirty and shmem pages): clean
+        page cache, an mmap'd model's included, is dropped before any kill."""
         events = []
         names = {p.pid: p.comm for p in snap.processes}
         now = set()
         for c in snap.cgroups:
             g = c.cgroup
-            if not g.memory_max_bytes or g.memory_current_bytes is None:
+            held = g.unreclaimable_bytes
+            if not g.memory_max_bytes or held is None:
                 continue
-            share = 100.0 * g.memory_current_bytes / g.memory_max_bytes
+            share = 100.0 * held / g.memory_max_bytes
             if share <= self.cgroup_near_pct:
                 continue
             key = (c.pid, g.path)
@@ -106,14 +109,16 @@ class LoadWatch:
                     "cgroup_near_limit",
                     "warning",
                     f"{names.get(c.pid, '?')}[{c.pid}]: its memory cgroup {g.path} is at "
-                    f"{share:.0f}% of memory.max ({g.memory_current_bytes / GIB:.2f} of "
-                    f"{g.memory_max_bytes / GIB:.2f} GiB, page cache included); the kernel "
-                    "OOM-kills in it at 100%",
+                    f"{share:.0f}% of memory.max ({held / GIB:.2f} of "
+                    f"{g.memory_max_bytes / GIB:.2f} GiB that it cannot reclaim; "
+                    f"{(g.memory_current_bytes or 0) / GIB:.2f} GiB charged with page cache); the "
+                    "kernel OOM-kills in it at 100%",
                     {
                         "pid": c.pid,
                         "cgroup": g.path,
                         "memory_max_bytes": g.memory_max_bytes,
                         "memory_current_bytes": g.memory_current_bytes,
+                        "reclaimable_bytes": g.reclaimable_bytes,
                     },
                 )
             )

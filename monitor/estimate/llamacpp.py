@@ -531,6 +531,7 @@ def estimate_llamacpp(
         flash_attn=flash,
         devices=tuple(d.device_id for d in devices),
         host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0,
+        weights_locked=spec.load_mode == "mmap+mlock",
     )
 
 

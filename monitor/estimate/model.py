@@ -56,6 +56,8 @@ class MemoryEstimate:
     # Of the mmap'd host weights, the bytes read a row at a time (token_embd: get_rows), so
     # never wholly resident; the rest is read in full for every token.
     host_sparse_bytes: int = 0
+    # --mlock with mmap: the mapped weights are locked in memory, so they must fit
+    weights_locked: bool = False
 
     @property
     def cells(self) -> int | None:

@@ -418,7 +418,11 @@ class HttpServer:
             from monitor.gguf.reader import GgufError
             from monitor.report.predict import to_json
 
-            req = PredictRequest(request["command"], margin_gib=request["margin_gib"])
+            req = PredictRequest(
+                request["command"],
+                margin_gib=request["margin_gib"],
+                growth_horizon_tokens=self.config.growth_horizon_tokens,
+            )
             try:
                 doc = to_json(run_predict(self.config, req, snapshot=state.snapshot))
             except GgufError as exc:

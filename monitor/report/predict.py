@@ -14,7 +14,12 @@ from monitor.units import gib_number as _gib
 
 
 def _device(d: DeviceVerdict) -> dict[str, Any]:
-    return {**dataclasses.asdict(d), "slack_bytes": d.slack_bytes}
+    return {
+        **dataclasses.asdict(d),
+        "slack_bytes": d.slack_bytes,
+        "must_fit_bytes": d.must_fit_bytes,
+        "not_resident_bytes": d.not_resident_bytes,
+    }
 
 
 def _throughput(t: Throughput) -> dict[str, Any]:
@@ -99,10 +104,25 @@ def to_json(result: PredictResult) -> str:
 
 
 def _tail(d: DeviceVerdict) -> str:
+    if d.verdict == "oom":
+        short = d.must_fit_bytes - d.room_bytes if d.evictable_bytes else -d.slack_bytes
+        return f"short by {_gib(short)} GiB"
+    if d.verdict == "thrash":
+        return (
+            f"it loads, but {_gib(d.not_resident_bytes)} GiB of its mmap'd weights will not "
+            "stay resident: the kernel evicts their page cache instead of killing, and each "
+            "token re-reads them from disk (slow, not dead)"
+        )
+    return f"{_gib(d.slack_bytes)} GiB to spare after the margin"
+
+
+def _needs(d: DeviceVerdict) -> str:
+    """What the load needs, with the part the kernel may evict named."""
+    if not d.evictable_bytes:
+        return f"needs {_gib(d.need_bytes)} GiB"
     return (
-        f"short by {_gib(-d.slack_bytes)} GiB"
-        if d.verdict == "oom"
-        else f"{_gib(d.slack_bytes)} GiB to spare after the margin"
+        f"needs {_gib(d.need_bytes)} GiB ({_gib(d.must_fit_bytes)} GiB that must fit + "
+        f"{_gib(d.evictable_bytes)} GiB mmap'd weights, evictable page cache)"
     )
 
 
@@ -115,7 +135,7 @@ def render_text(result: PredictResult) -> str:
     for d in p.devices:
         freed = f" (+{_gib(d.freed_bytes)} GiB freed by unloading)" if d.freed_bytes else ""
         lines.append(
-            f"{d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
+            f"{d.device_id}: {_needs(d)}, can get "
             f"{_gib(d.room_bytes)} GiB{freed} (binding: {d.binding or '-'}), margin "
             f"{_gib(d.margin_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}"
         )
@@ -127,7 +147,7 @@ def render_text(result: PredictResult) -> str:
         lines.append(f"once the caches fill ({what}):")
         for d in p.grown:
             lines.append(
-                f"  {d.device_id}: needs {_gib(d.need_bytes)} GiB, can get "
+                f"  {d.device_id}: {_needs(d)}, can get "
                 f"{_gib(d.room_bytes)} GiB -> {d.verdict.upper()}, {_tail(d)}"
             )
         if p.growth_bounds:
@@ -151,6 +171,10 @@ def render_text(result: PredictResult) -> str:
     verdict = p.verdict.upper()
     if grown == "oom" and p.verdict != "oom":
         verdict += ", OOM once the caches fill"
+    elif grown == "thrash" and p.verdict not in ("oom", "thrash"):
+        verdict += ", THRASH once the caches fill (its mmap'd weights are evicted)"
+    if p.verdict == "thrash":
+        verdict += " (it loads; slow, not killed)"
     lines.append(f"verdict: {verdict}")
     return "\n".join(lines)
 

@@ -265,3 +265,31 @@ def test_metrics_measured_is_absent_when_unknown_and_counts_helpers() -> None:
         for x in lines
     ), lines
     assert not any('pid="12"' in x or 'pid="11"' in x for x in lines)  # unknown; a helper
+
+
+def test_a_server_in_a_small_cgroup_gets_the_cgroup_named_and_no_mlock() -> None:
+    """The same paged-out server inside a 1 GiB memory cgroup beside a 0.65 GiB embedding
+    server: the diagnosis names the cgroup (limit, room with its reclaimable page cache,
+    the other member) and does not suggest --mlock, which would pass the limit (a locked
+    page is never reclaimed: an OOM kill instead of slowness); in a roomy cgroup it may."""
+    from collectors.base import CgroupMemory
+
+    from monitor.analysis.diagnose import in_cgroup
+
+    est = _estimate(512 * MIB, file=int(1.4 * GIB))
+    d = diagnose(
+        1, "m.gguf", SPEC, est, measure(1, _rows(1, 512 * MIB, 50 * MIB, 69 * MIB)), lambda s: est
+    )
+    small = CgroupMemory("/system.slice/llm.service", GIB, None, 900 * MIB, 100 * MIB)
+    members = [(7, "llama-server", int(0.65 * GIB)), (1, "llama-server", 631 * MIB)]
+    named = in_cgroup(d, small, members, 512 * MIB, int(1.4 * GIB), 1)
+    assert named.cgroup is not None and "/system.slice/llm.service" in named.cgroup
+    assert "reclaimable page cache 0.10 GiB" in named.cgroup and "pid 7" in named.cgroup
+    assert "pid 1)" not in named.cgroup  # itself is not "also in it"
+    paged = next(f for f in named.findings if f.component == "weights_paged_out")
+    assert paged.fix is not None and "--mlock" not in paged.fix.split(" (")[0]
+    assert "memory.limit_in_bytes to at least 2.5 GiB" in paged.fix  # cgroup v1's name
+    assert "--mlock (or" not in named.summary and "memory.limit_in_bytes" in named.summary
+    roomy = CgroupMemory("/system.slice/llm.service", 16 * GIB, None, 900 * MIB, 100 * MIB)
+    kept = in_cgroup(d, roomy, members, 512 * MIB, int(1.4 * GIB), 2)
+    assert "--mlock" in next(f for f in kept.findings if f.component == "weights_paged_out").fix

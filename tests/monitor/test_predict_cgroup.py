@@ -41,6 +41,10 @@ def host_of(doc: dict) -> dict:
 
 
 def test_a_launch_in_a_1_gib_cgroup_is_oom_though_host_ram_has_room(tmp_path: Path) -> None:
+    """The cgroup binds, not host RAM; inside it the verdict follows the kernel's memcg
+    reclaim: weights read into anonymous memory (-lm none) must fit, so OOM (exit 1);
+    mmap'd weights (-nr: kept mapped on every CPU) are clean page cache the kernel evicts
+    instead of killing, so the launch loads but thrashes (exit 4)."""
     meminfo = Path("/proc/meminfo").read_text()
     available = (
         int(next(x for x in meminfo.splitlines() if x.startswith("MemAvailable")).split()[1]) * 1024
@@ -48,11 +52,13 @@ def test_a_launch_in_a_1_gib_cgroup_is_oom_though_host_ram_has_room(tmp_path: Pa
     if available < 4 * GIB:
         pytest.skip("this test needs 4 GiB of host RAM available to show the FITS case")
     model = two_gib_model(tmp_path)
-    launch = ["--", "llama-server", "-m", model, "-c", "4096", "-np", "1", "--cache-ram", "0"]
+    base = ["--", "llama-server", "-m", model, "-c", "4096", "-np", "1", "--cache-ram", "0"]
+    read_in, mapped = [*base, "-lm", "none"], [*base, "-nr"]
     group, procs = make_cgroup(1 * GIB)
     try:
-        inside = predict(*launch, procs=procs)
-        from_outside = predict("--cgroup", str(group), *launch)
+        inside = predict(*read_in, procs=procs)
+        from_outside = predict("--cgroup", str(group), *read_in)
+        thrash = predict(*mapped, procs=procs)
     finally:
         group.rmdir()
     assert inside.returncode == 1, inside.stderr + inside.stdout
@@ -60,15 +66,23 @@ def test_a_launch_in_a_1_gib_cgroup_is_oom_though_host_ram_has_room(tmp_path: Pa
     host = host_of(doc)
     assert doc["verdict"] == "oom"
     assert host["binding"] == f"cgroup /{group.name}"
-    assert 1.9 * GIB < host["need_bytes"] < 2.6 * GIB  # the weights are mmap'd on the host
+    assert 1.9 * GIB < host["need_bytes"] < 2.6 * GIB  # the weights read into the heap
+    assert host["evictable_bytes"] == 0 and host["must_fit_bytes"] == host["need_bytes"]
     assert host["room_bytes"] < 1 * GIB  # the cgroup's limit less what predict itself holds
     assert any(group.name in n for n in doc["notes"])
+    assert any("reclaimable page cache" in n for n in doc["notes"])  # the room, in parts
     # --cgroup names the same cgroup from outside it
     assert from_outside.returncode == 1, from_outside.stderr
     other = host_of(json.loads(from_outside.stdout))
     assert other["binding"] == f"cgroup /{group.name}" and other["room_bytes"] <= 1 * GIB
+    # mapped: what must fit (KV, compute, output) does, the weights do not stay resident
+    assert thrash.returncode == 4, thrash.stderr + thrash.stdout
+    mapped_host = host_of(json.loads(thrash.stdout))
+    assert mapped_host["verdict"] == "thrash"
+    assert mapped_host["must_fit_bytes"] < mapped_host["room_bytes"] < mapped_host["need_bytes"]
+    assert mapped_host["not_resident_bytes"] > 0.5 * GIB
     # outside the cgroup (this test runs without a memory limit) the same launch fits
-    outside = predict(*launch)
+    outside = predict(*read_in)
     assert outside.returncode == 0, outside.stderr + outside.stdout
     free = host_of(json.loads(outside.stdout))
     assert free["verdict"] in ("fits", "tight") and free["room_bytes"] > 3 * GIB
@@ -155,13 +169,14 @@ def test_status_json_carries_a_servers_cgroup_and_predict_judges_llama_swaps(
         "memory_max_bytes": 6 * GIB,
         "memory_high_bytes": None,
         "memory_current_bytes": 5 * GIB,
+        "reclaimable_bytes": None,
     }
     state = tmp_path / "state.json"
     state.write_text(json.dumps(doc))
     config = tmp_path / "swap.yaml"
     config.write_text(
         f"models:\n  small:\n    cmd: llama-server -m {model} -c 4096 -np 1 "
-        "--cache-ram 0 --port ${PORT}\n"
+        "--cache-ram 0 -lm none --port ${PORT}\n"
     )
     result = predict("--state", str(state), "--swap-config", str(config), "small")
     assert result.returncode == 1, result.stderr + result.stdout
@@ -251,3 +266,35 @@ def test_status_json_shows_a_live_servers_cgroup_limit(tmp_path: Path) -> None:
     cg = row["cgroup"]
     assert cg["path"] == f"/{group.name}" and cg["memory_max_bytes"] == 1 * GIB
     assert 0 < cg["memory_current_bytes"] < 1 * GIB
+
+
+def test_page_cache_a_cgroup_holds_is_room_not_use(tmp_path: Path) -> None:
+    """A real cgroup reads a 256 MiB file: its charge grows by the page cache, but the
+    kernel reclaims clean cache before it OOM-kills, so the room (what a new load can get)
+    barely moves; the parts are in the note predict prints."""
+    data = tmp_path / "cache.bin"
+    with open(data, "wb") as f:
+        f.write(os.urandom(1 << 20) * 256)
+        f.flush()
+        os.fsync(f.fileno())  # clean, then out of the cache: the reader charges it anew
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    group, procs = make_cgroup(1 * GIB)
+    try:
+        hier = memory_hierarchy(Roots())
+        assert hier is not None
+        path = "/" + group.name
+        before = read_limit(hier, path)
+        subprocess.run(
+            ["sh", "-c", f'echo $$ > "{procs}" && exec cat "{data}" > /dev/null'], check=True
+        )
+        after = read_limit(hier, path)
+    finally:
+        group.rmdir()  # the reader has exited: the cgroup is empty
+    assert before is not None and after is not None
+    charged = (after.memory_current_bytes or 0) - (before.memory_current_bytes or 0)
+    assert charged > 200 * MIB  # the file's pages are charged to the cgroup...
+    assert (after.reclaimable_bytes or 0) > 200 * MIB  # ...as clean, reclaimable cache
+    assert after.room_bytes is not None and before.room_bytes is not None
+    assert abs(after.room_bytes - before.room_bytes) < 32 * MIB
+    assert after.room_bytes > (after.memory_max_bytes or 0) - (after.memory_current_bytes or 0)
+    assert "reclaimable page cache" in after.room_parts()

@@ -59,7 +59,7 @@ def run_predict(*args: str) -> subprocess.CompletedProcess[str]:
 
 def predict(*args: str) -> tuple[int, dict, str]:
     run = run_predict("--json", *args)
-    assert run.returncode in (0, 1, 3), run.stderr
+    assert run.returncode in (0, 1, 3, 4), run.stderr
     return run.returncode, json.loads(run.stdout), run.stderr
 
 
@@ -238,8 +238,11 @@ def test_128_gb_unified_box_fits_at_load_not_once_caches_fill_and_prices_each_fi
     assert grows["checkpoints"] > 4 * GIB
     full = device(doc, APU, "grown")
     assert full["need_bytes"] == load["need_bytes"] + sum(grows.values())
-    short = full["need_bytes"] - (full["room_bytes"] - full["margin_bytes"])
-    assert short > 0
+    # short by what must stay resident (the mmap'd token_embd, read a row at a time, is
+    # page cache the kernel may evict)
+    resident = full["must_fit_bytes"] + full["hot_evictable_bytes"]
+    short = resident - (full["room_bytes"] - full["margin_bytes"])
+    assert short > 0 and full["need_bytes"] > resident
     fixes = {f["change"]: f for f in grown["bounds"]}
     # stopping the embedding server gives back what it holds, and the full caches fit
     stop = fixes["stop llama-server (qwen3-embedding-8b.gguf) (pid 4242)"]

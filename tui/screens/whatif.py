@@ -24,6 +24,8 @@ from tui.widgets.device_panel import DevicePanel, panels_from_frame
 if TYPE_CHECKING:
     from monitor.analysis.predict import Prediction, PredictResult
 
+_VERDICT_STYLE = {"oom": "$error", "tight": "$warning", "thrash": "$warning"}
+
 
 @dataclass
 class PredictionReady(Message, bubble=False):
@@ -126,7 +128,7 @@ class WhatIfScreen(ModalScreen[None]):
 
         need = need_by_device(result.estimate, message.result.picture)
         verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
-        style = {"oom": "$error", "tight": "$warning"}.get(result.verdict, "$success")
+        style = _VERDICT_STYLE.get(result.verdict, "$success")
         model = (result.estimate.model_path or "-").split("/")[-1]
         headline = result.verdict.upper()
         if result.grown_verdict == "oom" and result.verdict != "oom":

@@ -43,6 +43,8 @@ PALETTE = (
 OTHERS, RESERVED, FREE, MARGIN = "$foreground-muted", "$text-disabled", "$success-muted", "$warning"
 PROJECTED, OVER = "$warning", "$error"
 
+_VERDICT_STYLE = {"oom": "$error", "tight": "$warning", "thrash": "$warning"}
+
 
 @dataclass(frozen=True, slots=True)
 class Segment:
@@ -241,7 +243,7 @@ class DevicePanel(Widget):
         head_plain = f"{title} {kind} {used_text} · {room_text}"
         verdict: list[str | tuple[str, str]] = []
         if data.verdict:
-            style = {"oom": "$error", "tight": "$warning"}.get(data.verdict, "$success")
+            style = _VERDICT_STYLE.get(data.verdict, "$success")
             verdict = ["  ", piece(data.verdict.upper(), f"bold {style}")]
         verdict_plain = f"  {data.verdict.upper()}" if data.verdict else ""
         bits = sensor_bits(data.sample)
