@@ -123,7 +123,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
                 PENDING_MAX,
                 datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(),
             )
-    ctx.counts.observe(snap.exited, snap.events)
+    ctx.counts.observe(snap.exited, snap.events, snap.processes, snap.ts_ms)
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
     _write_pending(ctx)

@@ -47,8 +47,13 @@ Metrics and labels:
   binds a tracked server (collectors/cgroup.py; ``cgroup`` is its path as in
   ``/proc/PID/cgroup``); an unlimited max/high has no series;
 - ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
-- ``vramscope_process_exits_total{cause}``: tracked processes that ended since the daemon
-  started, by exit class (monitor/analysis/exits.py; every class present from the start);
+- ``vramscope_process_exits_total{cause,model}``: tracked processes that ended since the
+  daemon started, by exit class (monitor/analysis/exits.py) and the model the process
+  served (its file's base name or model id, at most 64 characters; ``""`` for none). Every
+  class is present at 0 for ``model=""`` and ``model="other"`` from the start, and for a
+  model from when a tracked server first serves it; at most 16 models have series of their
+  own, the rest count as ``other`` (monitor/daemon/counters.py says when a model's place
+  frees);
 - ``vramscope_log_events_total{kind}``: kernel and engine log records since the daemon
   started (``oom_kill``, ``oomd_kill``, ``oom_invoked``, ``xid``, ``amdgpu_error``,
   ``app_oom``, ``engine_oom``);
@@ -66,7 +71,6 @@ Metrics and labels:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -77,6 +81,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import ProcessInfo, Snapshot
 from monitor.analysis.measured import measure
+from monitor.engines.label import model_label
 from monitor.engines.recognise import helper_parents
 
 log = logging.getLogger(__name__)
@@ -110,21 +115,6 @@ _MAX_LABEL = 200
 def _label(value: object) -> str:
     text = "" if value is None else str(value)
     return text[:_MAX_LABEL]
-
-
-def model_label(argv: tuple[str, ...]) -> str:
-    """The model a command serves, as a short label: the GGUF file name or the model id."""
-    from monitor.engines import parse_command
-
-    try:
-        spec = parse_command(list(argv))
-    except Exception:  # a label is never worth failing a scrape for
-        return ""
-    if spec is None:
-        return ""
-    if spec.model_path:
-        return _label(os.path.basename(spec.model_path.rstrip("/")))
-    return _label(spec.model_name)
 
 
 class SnapshotCollector:
@@ -331,11 +321,11 @@ class SnapshotCollector:
             return
         exits = CounterMetricFamily(
             "vramscope_process_exits",
-            "Tracked processes that ended since the daemon started, by exit class.",
-            labels=["cause"],
+            "Tracked processes that ended since the daemon started, by exit class and model.",
+            labels=["cause", "model"],
         )
-        for cause, n in sorted(totals.exits.items()):
-            exits.add_metric([cause], n)
+        for (cause, model), n in sorted(totals.exits_by_model.items()):
+            exits.add_metric([cause, model], n)
         yield exits
         events = CounterMetricFamily(
             "vramscope_log_events",
