@@ -26,7 +26,12 @@ Metrics and labels:
   process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
   (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
-  never a label. Only tracked processes (bounded by ``[collectors] max_tracked``);
+  never a label. Only tracked processes: every inference server and every process a GPU
+  collector saw holding memory, whatever ``[collectors] max_tracked`` says; the cap bounds
+  the top-N host-memory list only;
+- ``vramscope_untracked_processes`` and ``vramscope_untracked_bytes``: how many processes
+  of the top-N host-memory list ``max_tracked`` left out this tick, and the resident
+  memory they hold (0 and 0 when nothing is left out; absent while unknown);
 - ``vramscope_process_measured_bytes{pid,comm,model}``: what a tracked process holds by
   the one definition every view uses (monitor/analysis/measured.py: VRAM+GTT on every GPU, with its
   forked helpers' GPU memory, + RssAnon + RssFile); left out when a GPU lists it without
@@ -185,6 +190,7 @@ class SnapshotCollector:
             if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]
         }
         yield from self._processes(snap, infos)
+        yield from self._untracked(snap)
         yield from self._cgroups(snap, infos)
         yield from self._collectors(snap)
         tick = GaugeMetricFamily(
@@ -304,6 +310,22 @@ class SnapshotCollector:
                     if value is not None:
                         estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
             yield estimate
+
+    @staticmethod
+    def _untracked(snap: Snapshot) -> Iterator[Metric]:
+        processes = GaugeMetricFamily(
+            "vramscope_untracked_processes",
+            "Processes of the top-N host-memory list that max_tracked left out this tick.",
+        )
+        held = GaugeMetricFamily(
+            "vramscope_untracked_bytes",
+            "Resident memory of the processes max_tracked left out this tick.",
+        )
+        if snap.untracked is not None:
+            processes.add_metric([], snap.untracked.processes)
+            held.add_metric([], snap.untracked.bytes)
+        yield processes
+        yield held
 
     @staticmethod
     def _estimate_rows(source: Estimates | None) -> dict[int, dict[str, Any]]:
