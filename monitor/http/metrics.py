@@ -47,6 +47,10 @@ Metrics and labels:
 - ``vramscope_process_estimate_ceiling_bytes{pid,model,device}``: the same estimate with
   what grows at run time up to its bound (a full KV cache of every slot, the compute
   buffers of the longest batch): what the server may come to hold;
+- ``vramscope_process_reported_growth_bytes{pid,model,cause}``: what a llama-server's own
+  log (its ``--log-file``, followed by the daemon each tick: monitor/daemon/growth_logs.py)
+  says its run-time buffers hold now, ``cause`` = ``prompt_cache`` / ``checkpoints``;
+  absent when the server has no log or its log has not said (unknown, never 0);
 - ``vramscope_cgroup_memory_max_bytes{cgroup}``, ``vramscope_cgroup_memory_high_bytes{cgroup}``
   and ``vramscope_cgroup_memory_current_bytes{cgroup}``: the memory cgroup whose limit
   binds a tracked server (collectors/cgroup.py; ``cgroup`` is its path as in
@@ -96,6 +100,7 @@ __all__ = [
     "Assessments",
     "Counts",
     "Estimates",
+    "Growth",
     "SnapshotCollector",
     "build_registry",
     "ceilings_from_assessments",
@@ -107,6 +112,7 @@ __all__ = [
 Estimates = Callable[[], dict[int, dict[str, int]]]
 Assessments = Callable[[], Mapping[tuple[int, int], Any]]  # (pid, start_ticks) -> Assessment
 Counts = Callable[[], Any]  # () -> monitor.daemon.counters.CountTotals | None
+Growth = Callable[[], Mapping[int, Mapping[str, int]]]  # pid -> cause -> bytes
 _DEVICE_LABELS = ["device", "name", "kind"]
 _PROCESS_KINDS = (
     ("vram", "vram_bytes"),
@@ -132,8 +138,10 @@ class SnapshotCollector:
         health: Callable[[], Any] | None = None,
         ceilings: Estimates | None = None,
         counts: Counts | None = None,
+        growth: Growth | None = None,
     ) -> None:
         self._latest = latest
+        self._growth = growth
         self._estimates = estimates
         self._ceilings = ceilings
         self._health = health  # () -> monitor.store.database.WriterHealth | None
@@ -310,6 +318,26 @@ class SnapshotCollector:
                     if value is not None:
                         estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
             yield estimate
+        yield self._reported_growth(infos)
+
+    def _reported_growth(self, infos: dict[int, ProcessInfo]) -> Metric:
+        family = GaugeMetricFamily(
+            "vramscope_process_reported_growth_bytes",
+            "What a llama-server's own log says its run-time buffers hold now, by cause.",
+            labels=["pid", "model", "cause"],
+        )
+        try:
+            rows = dict(self._growth() or {}) if self._growth is not None else {}
+        except Exception:  # extra, like the estimates: a failure there keeps the rest
+            log.exception("the reported growth for /metrics failed")
+            rows = {}
+        for pid, by_cause in sorted(rows.items()):
+            p = infos.get(pid)
+            if p is None:
+                continue
+            for cause, value in sorted(by_cause.items()):
+                family.add_metric([str(pid), self._model(p), _label(cause)], value)
+        return family
 
     @staticmethod
     def _untracked(snap: Snapshot) -> Iterator[Metric]:
@@ -464,10 +492,11 @@ def build_registry(
     health: Callable[[], Any] | None = None,
     ceilings: Estimates | None = None,
     counts: Counts | None = None,
+    growth: Growth | None = None,
 ) -> CollectorRegistry:
     """A fresh registry holding only the snapshot collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts))
+    registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts, growth))
     return registry
 
 

@@ -212,7 +212,7 @@ def test_alerts_judged_on_growth_ceilings_fail_their_unit_tests(tmp_path: Path) 
     alert on ceilings fires on a box of default-flag servers."""
     done = _promtool_with(
         tmp_path,
-        "(1.10 * vramscope:process_estimate:bytes)",
+        "(1.10 * vramscope:process_expected:bytes)",
         "(1.10 * vramscope:process_estimate_ceiling:bytes)",
     )
     assert done.returncode != 0
