@@ -169,6 +169,19 @@ def test_the_rules_unit_tests_pass_and_every_alert_is_tested() -> None:
         if case.get("exp_alerts")
     }
     assert fired == {r["alert"] for r in rules() if "alert" in r}  # each seen firing once
+    quiet = {  # issue 29: and each seen staying quiet on a case it must not page on
+        case["alertname"]
+        for test in tested["tests"]
+        for case in test.get("alert_rule_test", [])
+        if not case.get("exp_alerts")
+    }
+    assert quiet == fired
+    checked = {
+        case["expr"].split("{")[0]
+        for test in tested["tests"]
+        for case in test.get("promql_expr_test", [])
+    }
+    assert checked == recorded()  # every recording rule's output is checked
 
 
 @needs_promtool
