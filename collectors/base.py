@@ -60,7 +60,7 @@ class CollectorOptions:
     """
 
     top_n: int = 5
-    max_tracked: int = 64
+    max_tracked: int = 64  # bounds the top-N list only: servers and GPU holders always
     rescan_s: float = 10.0
     pss_interval_s: float = 60.0
     pss_per_tick: int = 1
@@ -264,6 +264,16 @@ class DeviceEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Untracked:
+    """What tracking left out this tick: processes of the top-N host-memory list that
+    ``max_tracked`` had no room for (servers and GPU holders are always tracked), and the
+    resident memory they hold (``/proc/PID/statm`` at the last rescan)."""
+
+    processes: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Reading:
     """What one collector returns for one tick."""
 
@@ -274,6 +284,7 @@ class Reading:
     exited: tuple[ExitedProcess, ...] = ()
     events: tuple[DeviceEvent, ...] = ()
     cgroups: tuple[ProcessCgroup, ...] = ()
+    untracked: Untracked | None = None  # the /proc collector's; None from the others
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +315,9 @@ class Snapshot:
     # the CPU features llama.cpp's CPU backend picks buffer types by (collectors/cpuinfo.py
     # LLAMA_CPU_FEATURES); None when unknown (an old state file, a database moment)
     cpu_features: tuple[str, ...] | None = None
+    # what tracking left out (the /proc collector); None when unknown (a database moment,
+    # an old state file)
+    untracked: Untracked | None = None
 
 
 @dataclass(slots=True)

@@ -17,9 +17,12 @@ Sources (proc(5); units as the kernel prints them):
   at most every ``pss_interval_s``: it walks the page tables (sources.md section 4.3).
 
 Tracked = inference servers by argv (collectors/tracking.py; Python processes are also
-checked for a loaded libtorch in ``/proc/PID/maps`` during their first 10 minutes), every
-process a GPU collector saw holding memory this tick, and the top N by resident memory,
-at most ``max_tracked`` in that priority order. A process that vanishes or is denied
+checked for a loaded libtorch in ``/proc/PID/maps`` during their first 10 minutes) and
+every process a GPU collector saw holding memory this tick, all of them whatever
+``max_tracked`` says (issue 29: nothing holding GPU memory is dropped), then the top N by
+resident memory while fewer than ``max_tracked`` are tracked. What the cap leaves out of
+the top N is counted in ``Reading.untracked`` (processes and their resident bytes), for
+``status`` and ``/metrics``. A process that vanishes or is denied
 mid-scan is skipped; a tracked one that is gone is reported in ``Reading.exited``, and so
 is one that exited but is still listed, unreaped (``State: Z``): never a live process,
 with its exit code or signal from ``/proc/PID/stat`` field 52 when that is readable.
@@ -42,6 +45,7 @@ from collectors.base import (
     Reading,
     Roots,
     Tick,
+    Untracked,
 )
 from collectors.redact import redact_argv
 from collectors.tracking import engine_of, is_python
@@ -244,6 +248,7 @@ class ProcfsCollector:
             hidden=tuple(hidden),
             exited=tuple(exited),
             cgroups=tuple(limits),
+            untracked=self._untracked(reasons),
         )
 
     def _refresh_identities(self, pids: dict[int, int], now_ms: int) -> None:
@@ -313,7 +318,8 @@ class ProcfsCollector:
             entry.torch_checked = True
 
     def _choose_tracked(self, gpu_pids: set[int]) -> dict[int, list[str]]:
-        """pid -> reasons, bounded by max_tracked: inference, then GPU holders, then top N."""
+        """pid -> reasons: every inference server and GPU holder, then the top N while
+        fewer than max_tracked are tracked."""
         reasons: dict[int, list[str]] = {}
         limit = self.options.max_tracked
         groups = (
@@ -334,9 +340,18 @@ class ProcfsCollector:
             for pid in group:
                 if pid in reasons:
                     reasons[pid].append(reason)
-                elif len(reasons) < limit:
+                elif reason != "top" or len(reasons) < limit:
                     reasons[pid] = [reason]
         return reasons
+
+    def _untracked(self, reasons: dict[int, list[str]]) -> Untracked:
+        """The top-N processes max_tracked left out, and what they hold resident."""
+        left = [
+            e
+            for pid in self._top
+            if pid not in reasons and (e := self._known.get(pid)) is not None and not e.zombie
+        ]
+        return Untracked(len(left), sum(e.rss_bytes for e in left))
 
     def _read_tracked(
         self, reasons: dict[int, list[str]], now_ms: int

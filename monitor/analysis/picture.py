@@ -36,6 +36,7 @@ from collectors.base import (
     ProcessInfo,
     ProcessMemory,
     Snapshot,
+    Untracked,
 )
 from monitor.errors import InputError
 from monitor.units import GIB
@@ -274,7 +275,18 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         (),
         cgroups=cgroups,
         cpu_features=cpu,
+        untracked=_untracked_of(doc.get("untracked")),
     )
+
+
+def _untracked_of(doc: object) -> Untracked | None:
+    """The status JSON's ``untracked`` (None when absent or malformed: unknown)."""
+    if not isinstance(doc, dict):
+        return None
+    n, held = doc.get("processes"), doc.get("bytes")
+    if type(n) is not int or type(held) is not int or n < 0 or held < 0:
+        return None
+    return Untracked(n, held)
 
 
 def load_state(path: Path) -> Snapshot:

@@ -27,6 +27,7 @@ from typing import Any
 from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.config import Config
 from monitor.daemon.counters import EventCounts
+from monitor.daemon.growth_logs import GrowthLogs
 from monitor.daemon.lock import acquire_lock, lock_database_file
 from monitor.daemon.sampler import Sampler
 from monitor.errors import VramscopeError
@@ -71,6 +72,7 @@ class DaemonContext:
     dropped_logged: bool = False  # the first drop of a refusal is logged, the rest counted
     replay_files: list[Path] = field(default_factory=list)  # backlog files queued, unwritten
     counts: EventCounts = field(default_factory=EventCounts)  # exits and log records, /metrics
+    growth: GrowthLogs = field(default_factory=GrowthLogs)  # servers' own growth, /metrics
 
     def health(self) -> WriterHealth:
         """Safe from any thread: reads a few fields the worker thread swaps."""
@@ -123,7 +125,11 @@ def tick(ctx: DaemonContext) -> Snapshot:
                 PENDING_MAX,
                 datetime.fromtimestamp(lost.ts_ms / 1000, UTC).isoformat(),
             )
-    ctx.counts.observe(snap.exited, snap.events)
+    ctx.counts.observe(snap.exited, snap.events, snap.processes, snap.ts_ms)
+    try:
+        ctx.growth.on_tick(snap)
+    except Exception as exc:  # the servers' logs must never cost a sample
+        log.error("reading the servers' growth from their logs failed: %r", exc)
     ctx.last_snapshot = snap
     ctx.pending.append(snap)
     _write_pending(ctx)
@@ -509,7 +515,12 @@ def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
 
 
 def _http_server(
-    config: Config, latest: Any, health: Any = None, assessments: Any = None, counts: Any = None
+    config: Config,
+    latest: Any,
+    health: Any = None,
+    assessments: Any = None,
+    counts: Any = None,
+    growth: Any = None,
 ) -> Any:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
@@ -527,6 +538,7 @@ def _http_server(
             health=health,
             assessments=assessments,
             counts=counts,
+            growth=growth,
         )
     except HttpConfigError as exc:
         raise StoreError(str(exc)) from None
@@ -546,6 +558,7 @@ def run(config: Config) -> int:
         lambda: holder[0].health() if holder else None,
         lambda: holder[0].assessor.current() if holder else {},
         lambda: holder[0].counts.totals() if holder else None,
+        lambda: holder[0].growth.rows() if holder else {},
     )
     file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path)
@@ -712,6 +725,7 @@ def run(config: Config) -> int:
         if ctx.alerts is not None:
             ctx.alerts.close()
         ctx.assessor.close()
+        ctx.growth.close()
         if ctx.kmsg is not None:
             ctx.kmsg.close()
         if ctx.proc_events is not None:

@@ -30,6 +30,7 @@ from collectors.base import (
     Roots,
     Snapshot,
     Tick,
+    Untracked,
     now_ms,
 )
 from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
@@ -68,6 +69,7 @@ class Sampler:
         events: list[DeviceEvent] = []
         cgroups: list[ProcessCgroup] = []
         runs: list[CollectorRun] = []
+        untracked: Untracked | None = None
         for guard in self.guards:
             reading, run = guard.run(tick)
             runs.append(run)
@@ -82,6 +84,7 @@ class Sampler:
             exited.extend(reading.exited)
             events.extend(reading.events)
             cgroups.extend(reading.cgroups)
+            untracked = reading.untracked or untracked
             tick.gpu_pids.update(m.pid for m in reading.memory if m.device_id != "host")
         return Snapshot(
             ts_ms=tick.now_ms,
@@ -94,6 +97,7 @@ class Sampler:
             events=tuple(events),
             cgroups=tuple(cgroups),
             cpu_features=self.cpu_features,
+            untracked=untracked,
         )
 
     def close(self) -> None:

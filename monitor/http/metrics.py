@@ -26,7 +26,12 @@ Metrics and labels:
   process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
   (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
-  never a label. Only tracked processes (bounded by ``[collectors] max_tracked``);
+  never a label. Only tracked processes: every inference server and every process a GPU
+  collector saw holding memory, whatever ``[collectors] max_tracked`` says; the cap bounds
+  the top-N host-memory list only;
+- ``vramscope_untracked_processes`` and ``vramscope_untracked_bytes``: how many processes
+  of the top-N host-memory list ``max_tracked`` left out this tick, and the resident
+  memory they hold (0 and 0 when nothing is left out; absent while unknown);
 - ``vramscope_process_measured_bytes{pid,comm,model}``: what a tracked process holds by
   the one definition every view uses (monitor/analysis/measured.py: VRAM+GTT on every GPU, with its
   forked helpers' GPU memory, + RssAnon + RssFile); left out when a GPU lists it without
@@ -42,13 +47,22 @@ Metrics and labels:
 - ``vramscope_process_estimate_ceiling_bytes{pid,model,device}``: the same estimate with
   what grows at run time up to its bound (a full KV cache of every slot, the compute
   buffers of the longest batch): what the server may come to hold;
+- ``vramscope_process_reported_growth_bytes{pid,model,cause}``: what a llama-server's own
+  log (its ``--log-file``, followed by the daemon each tick: monitor/daemon/growth_logs.py)
+  says its run-time buffers hold now, ``cause`` = ``prompt_cache`` / ``checkpoints``;
+  absent when the server has no log or its log has not said (unknown, never 0);
 - ``vramscope_cgroup_memory_max_bytes{cgroup}``, ``vramscope_cgroup_memory_high_bytes{cgroup}``
   and ``vramscope_cgroup_memory_current_bytes{cgroup}``: the memory cgroup whose limit
   binds a tracked server (collectors/cgroup.py; ``cgroup`` is its path as in
   ``/proc/PID/cgroup``); an unlimited max/high has no series;
 - ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
-- ``vramscope_process_exits_total{cause}``: tracked processes that ended since the daemon
-  started, by exit class (monitor/analysis/exits.py; every class present from the start);
+- ``vramscope_process_exits_total{cause,model}``: tracked processes that ended since the
+  daemon started, by exit class (monitor/analysis/exits.py) and the model the process
+  served (its file's base name or model id, at most 64 characters; ``""`` for none). Every
+  class is present at 0 for ``model=""`` and ``model="other"`` from the start, and for a
+  model from when a tracked server first serves it; at most 16 models have series of their
+  own, the rest count as ``other`` (monitor/daemon/counters.py says when a model's place
+  frees);
 - ``vramscope_log_events_total{kind}``: kernel and engine log records since the daemon
   started (``oom_kill``, ``oomd_kill``, ``oom_invoked``, ``xid``, ``amdgpu_error``,
   ``app_oom``, ``engine_oom``);
@@ -66,7 +80,6 @@ Metrics and labels:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -77,6 +90,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import ProcessInfo, Snapshot
 from monitor.analysis.measured import measure
+from monitor.engines.label import model_label
 from monitor.engines.recognise import helper_parents
 
 log = logging.getLogger(__name__)
@@ -86,6 +100,7 @@ __all__ = [
     "Assessments",
     "Counts",
     "Estimates",
+    "Growth",
     "SnapshotCollector",
     "build_registry",
     "ceilings_from_assessments",
@@ -97,6 +112,7 @@ __all__ = [
 Estimates = Callable[[], dict[int, dict[str, int]]]
 Assessments = Callable[[], Mapping[tuple[int, int], Any]]  # (pid, start_ticks) -> Assessment
 Counts = Callable[[], Any]  # () -> monitor.daemon.counters.CountTotals | None
+Growth = Callable[[], Mapping[int, Mapping[str, int]]]  # pid -> cause -> bytes
 _DEVICE_LABELS = ["device", "name", "kind"]
 _PROCESS_KINDS = (
     ("vram", "vram_bytes"),
@@ -112,21 +128,6 @@ def _label(value: object) -> str:
     return text[:_MAX_LABEL]
 
 
-def model_label(argv: tuple[str, ...]) -> str:
-    """The model a command serves, as a short label: the GGUF file name or the model id."""
-    from monitor.engines import parse_command
-
-    try:
-        spec = parse_command(list(argv))
-    except Exception:  # a label is never worth failing a scrape for
-        return ""
-    if spec is None:
-        return ""
-    if spec.model_path:
-        return _label(os.path.basename(spec.model_path.rstrip("/")))
-    return _label(spec.model_name)
-
-
 class SnapshotCollector:
     """Builds every family from ``latest()`` when the registry is scraped."""
 
@@ -137,8 +138,10 @@ class SnapshotCollector:
         health: Callable[[], Any] | None = None,
         ceilings: Estimates | None = None,
         counts: Counts | None = None,
+        growth: Growth | None = None,
     ) -> None:
         self._latest = latest
+        self._growth = growth
         self._estimates = estimates
         self._ceilings = ceilings
         self._health = health  # () -> monitor.store.database.WriterHealth | None
@@ -195,6 +198,7 @@ class SnapshotCollector:
             if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]
         }
         yield from self._processes(snap, infos)
+        yield from self._untracked(snap)
         yield from self._cgroups(snap, infos)
         yield from self._collectors(snap)
         tick = GaugeMetricFamily(
@@ -314,6 +318,42 @@ class SnapshotCollector:
                     if value is not None:
                         estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
             yield estimate
+        yield self._reported_growth(infos)
+
+    def _reported_growth(self, infos: dict[int, ProcessInfo]) -> Metric:
+        family = GaugeMetricFamily(
+            "vramscope_process_reported_growth_bytes",
+            "What a llama-server's own log says its run-time buffers hold now, by cause.",
+            labels=["pid", "model", "cause"],
+        )
+        try:
+            rows = dict(self._growth() or {}) if self._growth is not None else {}
+        except Exception:  # extra, like the estimates: a failure there keeps the rest
+            log.exception("the reported growth for /metrics failed")
+            rows = {}
+        for pid, by_cause in sorted(rows.items()):
+            p = infos.get(pid)
+            if p is None:
+                continue
+            for cause, value in sorted(by_cause.items()):
+                family.add_metric([str(pid), self._model(p), _label(cause)], value)
+        return family
+
+    @staticmethod
+    def _untracked(snap: Snapshot) -> Iterator[Metric]:
+        processes = GaugeMetricFamily(
+            "vramscope_untracked_processes",
+            "Processes of the top-N host-memory list that max_tracked left out this tick.",
+        )
+        held = GaugeMetricFamily(
+            "vramscope_untracked_bytes",
+            "Resident memory of the processes max_tracked left out this tick.",
+        )
+        if snap.untracked is not None:
+            processes.add_metric([], snap.untracked.processes)
+            held.add_metric([], snap.untracked.bytes)
+        yield processes
+        yield held
 
     @staticmethod
     def _estimate_rows(source: Estimates | None) -> dict[int, dict[str, Any]]:
@@ -331,11 +371,11 @@ class SnapshotCollector:
             return
         exits = CounterMetricFamily(
             "vramscope_process_exits",
-            "Tracked processes that ended since the daemon started, by exit class.",
-            labels=["cause"],
+            "Tracked processes that ended since the daemon started, by exit class and model.",
+            labels=["cause", "model"],
         )
-        for cause, n in sorted(totals.exits.items()):
-            exits.add_metric([cause], n)
+        for (cause, model), n in sorted(totals.exits_by_model.items()):
+            exits.add_metric([cause, model], n)
         yield exits
         events = CounterMetricFamily(
             "vramscope_log_events",
@@ -452,10 +492,11 @@ def build_registry(
     health: Callable[[], Any] | None = None,
     ceilings: Estimates | None = None,
     counts: Counts | None = None,
+    growth: Growth | None = None,
 ) -> CollectorRegistry:
     """A fresh registry holding only the snapshot collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts))
+    registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts, growth))
     return registry
 
 

@@ -65,6 +65,7 @@ from monitor.http.metrics import (
     Assessments,
     Counts,
     Estimates,
+    Growth,
     build_registry,
     ceilings_from_assessments,
     estimates_from_assessments,
@@ -226,6 +227,7 @@ class HttpServer:
         health: Callable[[], WriterHealth | None] | None = None,
         assessments: Assessments | None = None,
         counts: Counts | None = None,
+        growth: Growth | None = None,
     ) -> None:
         host, port = parse_listen(listen)
         if token is not None:
@@ -255,7 +257,7 @@ class HttpServer:
             ceilings = ceilings_from_assessments(latest, assessments)
             if estimates is None:
                 estimates = estimates_from_assessments(latest, assessments)
-        self.registry = build_registry(latest, estimates, health, ceilings, counts)
+        self.registry = build_registry(latest, estimates, health, ceilings, counts, growth)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
         self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
         self.quiet = QuietLog()

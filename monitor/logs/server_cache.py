@@ -244,10 +244,13 @@ def log_file_of(argv: Sequence[str], cwd: str | None) -> Path | None:
 class ServerLogFollower:
     """One server's log, followed: the first :meth:`read` parses its last MAX_READ_BYTES,
     later ones what was appended since (at most MAX_READ_BYTES a call); a replaced or
-    truncated file is read again from its start. Never through a symlink."""
+    truncated file is read again from its start. Never through a symlink; with
+    ``owner_uid``, only a file that user owns (a root daemon must not open another user's
+    file because a process named it on its command line)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, owner_uid: int | None = None) -> None:
         self.path = path
+        self.owner_uid = owner_uid
         self.error: str | None = None  # why the last read found nothing
         self._parser = ServerCacheParser()
         self._fd: int | None = None
@@ -256,11 +259,18 @@ class ServerLogFollower:
         self._skip_first = False
 
     def _open(self, from_start: bool) -> None:
+        if self.owner_uid is not None:  # not even opened when it is someone else's
+            before = os.stat(self.path, follow_symlinks=False)
+            if before.st_uid != self.owner_uid:
+                raise OSError(f"{self.path.name}: owned by uid {before.st_uid}, not the server's")
         fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise OSError(f"{self.path.name}: not a regular file")
+        if self.owner_uid is not None and st.st_uid != self.owner_uid:
+            os.close(fd)
+            raise OSError(f"{self.path.name}: owned by uid {st.st_uid}, not the server's")
         skip = not from_start and st.st_size > MAX_READ_BYTES
         os.lseek(fd, 0 if from_start else max(0, st.st_size - MAX_READ_BYTES), os.SEEK_SET)
         self._fd, self._ino, self._buf = fd, st.st_ino, b""

@@ -117,6 +117,7 @@ def to_json(
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
         "exited": [_exit_json(x) for x in snap.exited],
         "cpu_features": list(snap.cpu_features) if snap.cpu_features is not None else None,
+        "untracked": dataclasses.asdict(snap.untracked) if snap.untracked is not None else None,
         "collectors": [
             {
                 "collector": r.collector,
@@ -255,6 +256,13 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                 f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
                 + (f" - {terminal_safe(h.hint)}" if h.hint else "")
             )
+    if snap.untracked is not None and snap.untracked.processes:
+        out.append("")
+        out.append(
+            f"Untracked: {snap.untracked.processes} processes of the top-memory list hold "
+            f"{human_bytes(snap.untracked.bytes)} ([collectors] max_tracked is full; "
+            "servers and GPU holders are always tracked)"
+        )
     if snap.exited:
         out.append("")
         out.append("Exited:")

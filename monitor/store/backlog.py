@@ -73,7 +73,7 @@ def to_json(snap: Snapshot) -> dict[str, Any]:
 def from_json(doc: dict[str, Any]) -> Snapshot:
     """A Snapshot from :func:`to_json`; raises ValueError/TypeError/KeyError when the line
     is not one."""
-    parts = {}
+    parts: dict[str, Any] = {}
     for name, cls in _PARTS.items():
         items = []
         for item in doc.get(name, ()):

@@ -133,10 +133,31 @@ def test_gpu_holders_are_tracked_even_when_small() -> None:
         stop(child)
 
 
-def test_max_tracked_bounds_the_set() -> None:
-    reading = collect(ProcfsCollector(REAL, CollectorOptions(top_n=50, max_tracked=3)))
-    assert len(reading.processes) == 3
-    assert len([m for m in reading.memory if m.device_id == "host"]) == 3
+def test_max_tracked_bounds_the_top_n_list_and_counts_what_it_leaves_out() -> None:
+    collector = ProcfsCollector(REAL, CollectorOptions(top_n=50, max_tracked=3))
+    reading = collect(collector)
+    servers = [p for p in reading.processes if "inference" in p.reasons]
+    assert len(reading.processes) == max(3, len(servers))  # servers are never dropped
+    assert len([m for m in reading.memory if m.device_id == "host"]) == len(reading.processes)
+    tracked = {p.pid for p in reading.processes}
+    left = collector._top - tracked  # noqa: SLF001 - the top-N list of this tick
+    assert reading.untracked is not None
+    assert reading.untracked.processes == len(left) > 0
+    assert reading.untracked.bytes == sum(collector._known[p].rss_bytes for p in left)  # noqa: SLF001
+
+
+def test_every_gpu_holder_is_tracked_past_max_tracked() -> None:
+    children = [spawn("print('ready', flush=True); import time; time.sleep(120)") for _ in range(3)]
+    try:
+        gpu = {c.pid for c in children}
+        reading = collect(ProcfsCollector(REAL, CollectorOptions(top_n=50, max_tracked=1)), gpu)
+        tracked = {p.pid: p for p in reading.processes}
+        assert gpu <= set(tracked)
+        assert all("gpu" in tracked[pid].reasons for pid in gpu)
+        assert not [p for p in reading.processes if p.reasons == ("top",)]  # the cap is full
+    finally:
+        for c in children:
+            stop(c)
 
 
 def test_process_that_exits_mid_scan_does_not_raise_and_is_reported_as_exited() -> None:

@@ -98,14 +98,18 @@ def test_every_origin_gives_the_same_box_state(live, tmp_path: Path) -> None:
     from_db = box_state(DatabaseMoment(db, snap.ts_ms + 500))  # a moment just after it
     assert (from_db.origin, from_db.ts_ms) == ("database", snap.ts_ms)
     # what the database does not keep, unknown there rather than guessed: cgroup limits,
-    # the CPU's features, and of a hidden process only its device, bytes and reason (not
-    # the advice text, nor a hidden process that holds no device memory)
+    # the CPU's features, what tracking left out, and of a hidden process only its device,
+    # bytes and reason (not the advice text, nor a hidden process that holds no device
+    # memory)
     assert from_db.snapshot.cgroups == () and from_db.snapshot.cpu_features is None
     assert from_file.snapshot.cpu_features == snap.cpu_features is not None
+    assert from_db.snapshot.untracked is None
+    assert from_file.snapshot.untracked == snap.untracked is not None
     recorded = replace(
         snap,
         cgroups=(),
         cpu_features=None,
+        untracked=None,
         hidden=tuple(
             replace(h, hint=None, comm=None) for h in snap.hidden if h.device_id is not None
         ),

@@ -37,7 +37,7 @@ from collectors.base import (
 )
 from monitor.analysis.assess import assess
 from monitor.config import Config
-from monitor.daemon.counters import EXIT_CAUSES, LOG_KINDS, EventCounts
+from monitor.daemon.counters import EXIT_CAUSES, LOG_KINDS, MODEL_SLOTS, EventCounts
 from monitor.http import HttpServer
 
 GIB, MIB = 1024**3, 1024**2
@@ -211,7 +211,9 @@ def test_exit_and_log_counters_have_every_label_from_the_start(
     server: HttpServer, box: Box
 ) -> None:
     m = scrape(server)
-    assert m["vramscope_process_exits_total"] == {L(cause=c): 0 for c in EXIT_CAUSES}
+    assert m["vramscope_process_exits_total"] == {
+        L(cause=c, model=model): 0 for c in EXIT_CAUSES for model in ("", "other")
+    }
     assert m["vramscope_log_events_total"] == {L(kind=k): 0 for k in LOG_KINDS}
     gone = [
         ExitedProcess(1, 1, 0, cause="crashed"),
@@ -220,13 +222,13 @@ def test_exit_and_log_counters_have_every_label_from_the_start(
         ExitedProcess(4, 4, 0, cause=None),  # unclassified: unknown
         ExitedProcess(5, 5, 0, cause="x" * 300),  # never a new label value
     ]
-    box.counts.observe(gone, [])
+    box.counts.observe(gone, [])  # never seen alive: no model known
     m = scrape(server)
     exits = m["vramscope_process_exits_total"]
-    assert len(exits) == len(EXIT_CAUSES)
-    assert exits[L(cause="crashed")] == 2
-    assert exits[L(cause="oom_killed")] == 1
-    assert exits[L(cause="unknown")] == 2
+    assert len(exits) == 2 * len(EXIT_CAUSES)
+    assert exits[L(cause="crashed", model="")] == 2
+    assert exits[L(cause="oom_killed", model="")] == 1
+    assert exits[L(cause="unknown", model="")] == 2
 
 
 def _labels_of(body: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
@@ -253,7 +255,7 @@ def test_series_stay_bounded_while_500_processes_come_and_go(server: HttpServer,
             )
         )
         exited = tuple(ExitedProcess(p.pid, p.start_ticks, 0, cause="stopped") for p in previous)
-        box.counts.observe(exited, [])
+        box.counts.observe(exited, [], procs, first)  # a clock of one ms a wave
         box.snap = Snapshot(
             int(time.time() * 1000),
             (gpu(), HOST),
@@ -277,10 +279,16 @@ def test_series_stay_bounded_while_500_processes_come_and_go(server: HttpServer,
     bound = per_scrape[0]
     print(f"series per scrape: {bound} (wave of {wave}, {total} processes in all)")
     per_process = 4 + 1 + 1  # memory kinds, measured, cgroup link
-    assert bound <= wave * per_process + 60, bound
+    models = len(EXIT_CAUSES) * (MODEL_SLOTS + 1)  # exit series of 17 more models at most
+    assert bound <= wave * per_process + 60 + models, bound
     m = scrape(server)
-    assert m["vramscope_process_exits_total"][L(cause="stopped")] == total - wave
-    assert len(m["vramscope_process_exits_total"]) == len(EXIT_CAUSES)
+    exits = m["vramscope_process_exits_total"]
+    stopped = {k: v for k, v in exits.items() if dict(k)["cause"] == "stopped"}
+    assert sum(stopped.values()) == total - wave
+    # 500 models: the first 16 keep their series, the rest count as "other"
+    assert len(exits) == len(EXIT_CAUSES) * (MODEL_SLOTS + 2)
+    assert stopped[L(cause="stopped", model="other")] == total - wave - MODEL_SLOTS
+    assert stopped[L(cause="stopped", model="m100000.gguf")] == 1
     collector = server.registry._collector_to_names  # noqa: SLF001 - the one collector
     (snapshot_collector,) = list(collector)
     assert len(snapshot_collector._models) == wave  # noqa: SLF001 - the label cache is pruned
@@ -303,6 +311,15 @@ def _exit_cause(db: Path, pid: int) -> str | None:
     finally:
         conn.close()
     return None if row is None else row[0]
+
+
+def _by_cause(
+    exits: dict[tuple[tuple[str, str], ...], float],
+) -> dict[tuple[tuple[str, str], ...], float]:
+    out = {L(cause=c): 0.0 for c in EXIT_CAUSES}
+    for key, n in exits.items():
+        out[L(cause=dict(key)["cause"])] += n
+    return out
 
 
 def _db_exit_counts(db: Path) -> dict[tuple[tuple[str, str], ...], float]:
@@ -331,8 +348,8 @@ def test_a_real_daemon_counts_a_crash_and_an_engine_oom_line(tmp_path: Path) -> 
         def counters() -> Series:
             return parse(d.metrics())
 
-        first = counters()
-        assert first["vramscope_process_exits_total"] == {L(cause=c): 0 for c in EXIT_CAUSES}
+        first = counters()["vramscope_process_exits_total"]
+        assert set(first) >= {L(cause=c, model=m) for c in EXIT_CAUSES for m in ("", "other")}
         d.poll(
             "the server tracked",
             lambda: any(
@@ -346,10 +363,10 @@ def test_a_real_daemon_counts_a_crash_and_an_engine_oom_line(tmp_path: Path) -> 
         # that ended meanwhile) is counted once, under its class
         d.poll(
             "the counters to match the database",
-            lambda: counters()["vramscope_process_exits_total"] == _db_exit_counts(d.db),
+            lambda: _by_cause(counters()["vramscope_process_exits_total"]) == _db_exit_counts(d.db),
         )
         exits = counters()["vramscope_process_exits_total"]
-        assert exits[L(cause="crashed")] >= 1
+        assert exits[L(cause="crashed", model="crash-me.gguf")] == 1  # the crash names its model
         with log.open("a") as f:
             f.write(OOM_LINE + "\n")
         events = d.poll(
@@ -421,8 +438,8 @@ def test_a_real_daemon_keeps_series_bounded_while_500_real_servers_come_and_go(
                         p.wait()
         m = d.poll("the last wave gone", lambda: _without(d, seen))
         exits = m["vramscope_process_exits_total"]
-        assert len(exits) == len(EXIT_CAUSES)
+        assert len(exits) <= len(EXIT_CAUSES) * (MODEL_SLOTS + 2)
         assert sum(exits.values()) - before >= total
     assert len(seen) == total
     print(f"largest scrape: {largest} series; {total} servers seen")
-    assert largest <= 40 + 8 * max_tracked + 3 * len(EXIT_CAUSES)
+    assert largest <= 40 + 8 * max_tracked + (MODEL_SLOTS + 4) * len(EXIT_CAUSES)

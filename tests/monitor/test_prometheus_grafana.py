@@ -148,6 +148,7 @@ def test_the_scrape_config_and_rules_pass_promtool_check() -> None:
         "VramscopeServerOverEstimate",
         "VramscopeOOMPredictedByEstimates",
         "VramscopeOOMPredictedByTrend",
+        "VramscopeUntrackedProcesses",
         "VramscopeCollectorFailing",
         "VramscopeDaemonDown",
         "VramscopeDaemonAbsent",
@@ -168,6 +169,19 @@ def test_the_rules_unit_tests_pass_and_every_alert_is_tested() -> None:
         if case.get("exp_alerts")
     }
     assert fired == {r["alert"] for r in rules() if "alert" in r}  # each seen firing once
+    quiet = {  # issue 29: and each seen staying quiet on a case it must not page on
+        case["alertname"]
+        for test in tested["tests"]
+        for case in test.get("alert_rule_test", [])
+        if not case.get("exp_alerts")
+    }
+    assert quiet == fired
+    checked = {
+        case["expr"].split("{")[0]
+        for test in tested["tests"]
+        for case in test.get("promql_expr_test", [])
+    }
+    assert checked == recorded()  # every recording rule's output is checked
 
 
 @needs_promtool
@@ -180,6 +194,80 @@ def test_promtool_test_rules_fails_when_a_threshold_moves(tmp_path: Path) -> Non
     done = promtool("test", "rules", "vramscope-rules.test.yml", cwd=tmp_path)
     assert done.returncode != 0
     assert "VramscopeDeviceMemoryPressure" in done.stdout + done.stderr
+
+
+def _promtool_with(tmp_path: Path, old: str, new: str) -> subprocess.CompletedProcess[str]:
+    """The rules' unit tests against the alert file with ``old`` replaced by ``new``."""
+    for path in (*RULE_FILES, PROM / "vramscope-rules.test.yml"):
+        shutil.copy(path, tmp_path / path.name)
+    alerts = tmp_path / "vramscope-alerts.yml"
+    text = alerts.read_text()
+    assert old in text
+    alerts.write_text(text.replace(old, new))
+    return promtool("test", "rules", "vramscope-rules.test.yml", cwd=tmp_path)
+
+
+@needs_promtool
+def test_the_trend_rule_without_its_short_slope_fails_the_step_then_flat_case(
+    tmp_path: Path,
+) -> None:
+    """Issue 29: a single load to 86% then flat kept the 30m trend alert firing."""
+    done = _promtool_with(
+        tmp_path, "and deriv(vramscope:device_memory_headroom_bytes[5m]) < 0\n", ""
+    )
+    assert done.returncode != 0
+    assert "VramscopeOOMPredictedByTrend, time: 22m" in done.stdout + done.stderr
+
+
+@needs_promtool
+def test_alerts_judged_on_growth_ceilings_fail_their_unit_tests(tmp_path: Path) -> None:
+    """Over-estimate against the ceiling stays quiet on a 32 vs 14 server; the estimates
+    alert on ceilings fires on a box of default-flag servers."""
+    done = _promtool_with(
+        tmp_path,
+        "(1.10 * vramscope:process_expected:bytes)",
+        "(1.10 * vramscope:process_estimate_ceiling:bytes)",
+    )
+    assert done.returncode != 0
+    assert "VramscopeServerOverEstimate" in done.stdout + done.stderr
+    done = _promtool_with(
+        tmp_path, "vramscope:device_estimate:bytes\n", "vramscope:device_estimate_ceiling:bytes\n"
+    )
+    assert done.returncode != 0
+    assert "VramscopeOOMPredictedByEstimates, time: 25m" in done.stdout + done.stderr
+
+
+@needs_promtool
+def test_exit_alerts_without_the_model_label_fail_their_unit_tests(tmp_path: Path) -> None:
+    """Keyed {instance, cause} only, a second model's crash is no alert of its own."""
+    done = _promtool_with(
+        tmp_path,
+        'increase(vramscope_process_exits_total{cause="crashed"}[10m]) > 0',
+        "sum by (instance, job, cause) ("
+        'increase(vramscope_process_exits_total{cause="crashed"}[10m])) > 0',
+    )
+    assert done.returncode != 0
+    assert "VramscopeProcessCrashed" in done.stdout + done.stderr
+
+
+def test_the_alertmanager_example_groups_by_model_and_sends_crashes_at_once() -> None:
+    """A crash reaches a receiver in well under a minute: critical group_wait <= 10s, the
+    exit alerts fire with no ``for``, grouped per alert, box and model."""
+    doc = yaml.safe_load((PROM / "alertmanager.yml").read_text())
+    route = doc["route"]
+    assert route["group_by"] == ["alertname", "instance", "model"]
+    critical = [r for r in route["routes"] if r["matchers"] == ['severity="critical"']]
+    assert len(critical) == 1
+    wait = critical[0].get("group_wait", route["group_wait"])
+    assert wait.endswith("s") and int(wait[:-1]) <= 10
+    receivers = {r["name"] for r in doc["receivers"]}
+    assert route["receiver"] in receivers and critical[0]["receiver"] in receivers
+    by_name = {r["alert"]: r for r in rules() if "alert" in r}
+    for name in ("VramscopeProcessOOMKilled", "VramscopeProcessCrashed", "VramscopeKernelOOMKill"):
+        assert "for" not in by_name[name], name
+        assert by_name[name]["labels"]["severity"] == "critical"
+    for name in ("VramscopeProcessOOMKilled", "VramscopeProcessCrashed"):
+        assert "{{ $labels.model }}" in by_name[name]["annotations"]["summary"]
 
 
 def test_the_dashboard_is_provisioning_ready() -> None:

@@ -1,0 +1,25 @@
+"""The model a command serves, as a short label for metrics: the model file's base name
+(``-m``, no directory) or the engine's model id (a llama-swap / router id). The command line
+itself is never a label (it may hold secrets)."""
+
+from __future__ import annotations
+
+import os
+
+MAX_LABEL = 200
+
+
+def model_label(argv: tuple[str, ...] | list[str], limit: int = MAX_LABEL) -> str:
+    """The GGUF file name or the model id of ``argv``, at most ``limit`` characters; ``""``
+    when the command is no server we know or names no model."""
+    from monitor.engines import parse_command
+
+    try:
+        spec = parse_command(list(argv))
+    except Exception:  # a label is never worth failing a scrape or a tick for
+        return ""
+    if spec is None:
+        return ""
+    if spec.model_path:
+        return os.path.basename(spec.model_path.rstrip("/"))[:limit]
+    return (spec.model_name or "")[:limit]
