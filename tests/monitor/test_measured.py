@@ -273,7 +273,6 @@ def test_a_server_in_a_small_cgroup_gets_the_cgroup_named_and_no_mlock() -> None
     the other member) and does not suggest --mlock, which would pass the limit (a locked
     page is never reclaimed: an OOM kill instead of slowness); in a roomy cgroup it may."""
     from collectors.base import CgroupMemory
-
     from monitor.analysis.diagnose import in_cgroup
 
     est = _estimate(512 * MIB, file=int(1.4 * GIB))
