@@ -147,8 +147,8 @@ MAX_CONFIG_BYTES = 1 << 20  # the shipped example is 5 KiB
 def read_text(path: Path) -> str:
     """The config file's text, read through one descriptor: opened ``O_NONBLOCK`` (a FIFO
     never blocks the open), a regular file only (``/dev/zero``, a FIFO, a folder are
-    refused), at most :data:`MAX_CONFIG_BYTES` (issue 28; DESIGN.md, security stance:
-    bounded reads of files others could touch)."""
+    refused; ``/dev/null`` reads as empty), at most :data:`MAX_CONFIG_BYTES` (issue 28;
+    DESIGN.md, security stance: bounded reads of files others could touch)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -156,7 +156,10 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+            return ""  # /dev/null: the usual way to say "no config file"
+        if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"config file {path} is not a regular file")
         try:
             data = handle.read(MAX_CONFIG_BYTES + 1)

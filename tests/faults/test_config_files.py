@@ -32,6 +32,11 @@ def test_dev_zero_is_refused() -> None:
     _one_line(_status("/dev/zero"), "not a regular file")
 
 
+def test_dev_null_is_an_empty_config() -> None:
+    out = _status("/dev/null")
+    assert "config" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "config.toml"
     os.mkfifo(fifo)
