@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,18 +145,47 @@ def _where(path: Path, text: str, section: str, key: str | None = None) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
-def read_file(path: Path) -> dict[str, dict[str, Any]]:
-    """Parse and validate a config file; raise ConfigError naming the key and line."""
+MAX_CONFIG_BYTES = 1 << 20  # the shipped example is 5 KiB
+
+
+def read_text(path: Path) -> str:
+    """The config file's text, read through one descriptor: opened ``O_NONBLOCK`` (a FIFO
+    never blocks the open), a regular file only (``/dev/zero``, a FIFO, a folder are
+    refused; ``/dev/null`` reads as empty), at most :data:`MAX_CONFIG_BYTES` (issue 28;
+    DESIGN.md, security stance: bounded reads of files others could touch)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+            return ""  # /dev/null: the usual way to say "no config file"
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"config file {path} is not a regular file")
+        try:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+def read_file(path: Path) -> dict[str, dict[str, Any]]:
+    """Parse and validate a config file; raise ConfigError naming the key and line."""
+    text = read_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     for section, values in data.items():
         if section not in _SCHEMA:
             known = ", ".join(f"[{s}]" for s in _SCHEMA)

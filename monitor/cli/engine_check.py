@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.engines.llamacpp import OPTIONAL, OPTIONS, SWITCH
+from monitor.engines.environ import allowed as env_allowed
+from monitor.engines.llamacpp import ENV_KEYS, OPTIONAL, OPTIONS, SWITCH
 from monitor.errors import InputError, SetupError
 from monitor.estimate.model import HOST, MemoryEstimate
 from monitor.logs.engine import BreakdownRow, LlamaLogReport, parse_llama_log
@@ -86,7 +87,7 @@ class EngineCheck:
 
 def fit_params_beside(server: str, cwd: str | None = None) -> Path:
     """The llama-fit-params next to ``server`` (argv[0] as given); InputError/SetupError
-    with the reason when there is none or it is not safe to run."""
+    with the reason when there is none or it is not safe to run (:func:`open_checked`)."""
     if "/" in server:
         path = Path(server)
         if not path.is_absolute() and cwd:
@@ -97,23 +98,95 @@ def fit_params_beside(server: str, cwd: str | None = None) -> Path:
             raise InputError(f"--engine-check: {server!r} is not on PATH; give the server's path")
         path = Path(found)
     candidate = path.parent / FIT_PARAMS
-    try:
-        st = candidate.lstat()
-    except OSError:
-        raise SetupError(
-            f"--engine-check: no {FIT_PARAMS} beside {path} (build it with llama.cpp's "
-            f"'cmake --build build --target {FIT_PARAMS}')"
-        ) from None
-    if stat.S_ISLNK(st.st_mode):
-        raise SetupError(f"--engine-check: {candidate} is a symbolic link; not followed")
-    if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IXUSR:
-        raise SetupError(f"--engine-check: {candidate} is not an executable file")
+    os.close(open_checked(candidate))
+    return candidate
+
+
+def _missing(path: Path) -> SetupError:
+    return SetupError(
+        f"--engine-check: no {FIT_PARAMS} beside the server in {path.parent} (build it "
+        f"with llama.cpp's 'cmake --build build --target {FIT_PARAMS}')"
+    )
+
+
+def _refuse_writable(st: os.stat_result, path: Path) -> None:
+    """Owned by root or by us, writable by no one else (DESIGN.md, security stance)."""
     if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise SetupError(
-            f"--engine-check: {candidate} is owned by uid {st.st_uid} or writable by "
-            "others; not run"
+            f"--engine-check: {path} is owned by uid {st.st_uid} or writable by others; not run"
         )
-    return candidate
+
+
+def open_checked(path: Path) -> int:
+    """An ``O_PATH`` descriptor of ``path``, opened without following a link relative to
+    its folder's descriptor, after checking both on the descriptors: a regular executable
+    file, and the file and its folder owned by root or by us and writable by no one else.
+
+    The caller runs the binary through ``/proc/self/fd/N`` (:func:`run_fit_params`), so
+    what was checked is what runs: a path swapped after the check is not followed (issue
+    28; ``estimate --pid`` may run as root)."""
+    try:
+        dfd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise _missing(path) from None
+    try:
+        _refuse_writable(os.fstat(dfd), path.parent)
+        try:
+            fd = os.open(path.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            raise _missing(path) from None
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode):
+            raise SetupError(f"--engine-check: {path} is a symbolic link; not followed")
+        if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IXUSR:
+            raise SetupError(f"--engine-check: {path} is not an executable file")
+        _refuse_writable(st, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class ForeignTargetError(SetupError):
+    """``--engine-check`` on a process of another user: refused. DESIGN.md (security
+    stance): llama-fit-params runs as the target's user or not at all, and a root
+    ``vramscope`` does not switch users for it."""
+
+
+def refuse_foreign(proc_root: Path, pid: int) -> None:
+    """Refuse unless every uid of ``pid`` (real, effective, saved, filesystem: the
+    ``Uid:`` line of ``/proc/PID/status``) is the caller's effective uid."""
+    me = os.geteuid()
+    try:
+        text = (proc_root / str(int(pid)) / "status").read_text(errors="replace")
+        line = next(ln for ln in text.splitlines() if ln.startswith("Uid:"))
+        uids = {int(u) for u in line.split()[1:]}
+    except (OSError, StopIteration, ValueError):
+        raise ForeignTargetError(
+            f"--engine-check: cannot tell which user runs pid {pid}; not run"
+        ) from None
+    if uids != {me}:
+        other = sorted(uids - {me})[0] if uids - {me} else me
+        raise ForeignTargetError(
+            f"--engine-check: pid {pid} runs as uid {other}, not as uid {me}; "
+            f"{FIT_PARAMS} is run only on the caller's own servers (run it as that user)"
+        )
+
+
+BASE_ENV = ("PATH", "LANG", "LC_ALL", "HOME")
+
+
+def child_env(words: Mapping[str, str], caller: Mapping[str, str]) -> dict[str, str]:
+    """The environment llama-fit-params gets: the caller's PATH, LANG, LC_ALL and HOME,
+    plus the ``LLAMA_ARG_*`` keys the estimator reads (``ENV_KEYS``, secrets excluded)
+    from ``words``. Nothing else of the target's environment or its ``env K=V`` words
+    (``LD_PRELOAD``, ``LD_LIBRARY_PATH``, ...) reaches a child (issue 28)."""
+    env = {k: caller[k] for k in BASE_ENV if k in caller}
+    env.update({k: v for k, v in words.items() if k in ENV_KEYS and env_allowed(k)})
+    return env
 
 
 def fit_params_args(command: Sequence[str], n_parallel: int | None) -> tuple[list[str], list[str]]:
@@ -154,10 +227,14 @@ def run_fit_params(
     binary: Path, args: Sequence[str], env: Mapping[str, str], cwd: str | None = None
 ) -> LlamaLogReport:
     """Run it (bounded in time and output) where the server's relative paths resolve, and
-    parse its breakdown table."""
+    parse its breakdown table. It runs through the checked descriptor
+    (:func:`open_checked`), with ``env`` only (see :func:`child_env`)."""
+    fd = open_checked(binary)
     try:
         proc = subprocess.run(
             [str(binary), *args, "-lv", "4"],
+            executable=f"/proc/self/fd/{fd}",
+            pass_fds=(fd,),
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -169,6 +246,8 @@ def run_fit_params(
         raise SetupError(f"--engine-check: {binary} ran past {TIMEOUT_S:.0f} s; stopped") from None
     except OSError as exc:
         raise SetupError(f"--engine-check: cannot run {binary}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     text = (proc.stdout[:MAX_OUTPUT_BYTES] + b"\n" + proc.stderr[:MAX_OUTPUT_BYTES]).decode(
         "utf-8", "replace"
     )

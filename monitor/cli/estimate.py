@@ -95,6 +95,10 @@ def run_estimate(
         cwd = cwd_of(cfg, pid)
     if not command:
         raise EstimateError("nothing to estimate: give a command after -- or --pid N")
+    if pid is not None and engine_check:
+        from monitor.cli.engine_check import refuse_foreign
+
+        refuse_foreign(cfg.roots.proc, pid)
     if pid is None:  # typed by the user: a value the engine refuses is an error here
         refuse_bad_values(command)
     devices = [] if cpu_only else live_devices(cfg)
@@ -167,9 +171,7 @@ def check_with_engine(
     mine = estimate_command(
         ["llama-server", *args], merged, devices, outputs="batch", cwd=cwd, cpu=cpu
     )
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    run_env.update(merged)
-    report = ec.run_fit_params(binary, args, run_env, cwd)
+    report = ec.run_fit_params(binary, args, ec.child_env(merged, os.environ), cwd)
     rows, note = ec.compare(report, mine)
     notes = (
         "llama-fit-params reserves logits for n_batch outputs (llama-server for np x "

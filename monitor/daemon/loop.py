@@ -742,24 +742,29 @@ FINAL_FLUSH_WAIT_S = 2.0
 
 def _queue_backlog(ctx: DaemonContext) -> None:
     """Queue the ticks a previous run saved beside the database, ahead of the first
-    sample; the file is removed once they are all written (see _write_pending)."""
+    sample; the file is removed once they are all written (see _write_pending). A
+    backlog file that is refused (a link, a FIFO, not ours) is named in one line and left
+    alone; the read is bounded (monitor/store/backlog.py)."""
     from monitor.store import backlog
 
     try:
-        snaps, bad, found = backlog.load(ctx.config.db_path)
-    except OSError as exc:
-        log.error("%s; it is left as it is", exc)
+        got = backlog.load(ctx.config.db_path)
+    except OSError as exc:  # the database's folder itself cannot be opened
+        log.error("cannot read the backlog: %s; it is left as it is", exc)
         return
-    if not found:
+    for line in got.refused:
+        log.error("%s; it is left as it is", line)
+    if not got.files:
         return
-    ctx.pending.extend(snaps)  # past PENDING_MAX the oldest go, counted
-    ctx.dropped += max(0, len(snaps) - len(ctx.pending))
-    ctx.replay_files = found
+    ctx.pending.extend(got.snaps)  # past PENDING_MAX the oldest go, counted
+    ctx.dropped += max(0, len(got.snaps) - len(ctx.pending))
+    ctx.replay_files = [] if got.truncated else list(got.files)  # kept when not all read
     log.info(
-        "queued %d tick(s) the previous run could not write, from %s%s",
-        len(snaps),
-        ", ".join(map(str, found)),
-        f" ({bad} unreadable line(s) skipped)" if bad else "",
+        "queued %d tick(s) the previous run could not write, from %s%s%s",
+        len(got.snaps),
+        ", ".join(map(str, got.files)),
+        f" ({got.bad} unreadable or oversized line(s) skipped)" if got.bad else "",
+        f"; stopped after {backlog.MAX_READ_BYTES} bytes" if got.truncated else "",
     )
 
 

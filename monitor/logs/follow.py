@@ -17,10 +17,12 @@ A rotated or truncated file is reopened from its start.
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import logging
 import os
 import socket
+import stat
 import subprocess
 import threading
 from collections import deque
@@ -35,8 +37,16 @@ MAX_BYTES_PER_TICK = 1 << 20
 
 @dataclass
 class FileTail:
+    """A log file followed tick by tick. Anyone may be able to replace the file (a log in
+    a user's folder), so every (re)open is ``O_NOFOLLOW|O_NONBLOCK`` and the descriptor
+    must be a regular file: a link swapped in for the log (to ``/etc/shadow``, a FIFO)
+    is never opened, and the refusal is kept in ``error`` and logged once (issue 28;
+    DESIGN.md, security stance). A reopen also checks that the descriptor is the inode
+    the path named when the rotation was seen."""
+
     path: Path
     parser: KernelLogParser = field(init=False)  # set in __post_init__
+    error: str | None = None  # why the file is not followed now; None while it is
     _fd: int | None = None
     _ino: int | None = None
     _buf: bytes = b""
@@ -44,12 +54,25 @@ class FileTail:
     def __post_init__(self) -> None:
         self.parser = KernelLogParser(source=str(self.path))
 
-    def _open(self, at_end: bool) -> bool:
+    def _refuse(self, why: str) -> bool:
+        if why != self.error:
+            log.warning("not following %s: %s", self.path, why)
+        self.error = why
+        return False
+
+    def _open(self, at_end: bool, expect_ino: int | None = None) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return self._refuse("it is a symbolic link; not followed")
             return False
-        self._fd, self._ino, self._buf = fd, os.fstat(fd).st_ino, b""
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (expect_ino is not None and st.st_ino != expect_ino):
+            os.close(fd)
+            what = "not a regular file" if not stat.S_ISREG(st.st_mode) else "replaced while opened"
+            return self._refuse(f"it is {what}; not read")
+        self._fd, self._ino, self._buf, self.error = fd, st.st_ino, b"", None
         if at_end:
             os.lseek(fd, 0, os.SEEK_END)
         return True
@@ -59,13 +82,13 @@ class FileTail:
             return []
         assert self._fd is not None
         try:
-            st = os.stat(self.path)
-            if st.st_ino != self._ino or st.st_size < os.lseek(self._fd, 0, os.SEEK_CUR):
-                self.close()  # rotated or truncated: the new file is read from its start
-                if not self._open(at_end=False):
-                    return []
+            st = os.lstat(self.path)  # a link in the log's place is a change, never followed
         except FileNotFoundError:
             return []
+        if st.st_ino != self._ino or st.st_size < os.lseek(self._fd, 0, os.SEEK_CUR):
+            self.close()  # rotated or truncated: the new file is read from its start
+            if not self._open(at_end=False, expect_ino=st.st_ino):
+                return []
         assert self._fd is not None
         data = os.read(self._fd, MAX_BYTES_PER_TICK)
         if not data:

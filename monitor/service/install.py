@@ -269,7 +269,9 @@ def install(
             )
     where = paths(user, root)
     dir_mode = 0o700 if user else 0o755
-    unit_text = render_unit(user, exe, where.config)
+    # The unit names the config where it will be on the installed box: ``--root`` is a
+    # staging folder (a package build, an image), not part of the final path (issue 28).
+    unit_text = render_unit(user, exe, paths(user).config)
     example = shipped("config.example.toml")
     try:
         _make_dirs(where.unit.parent, dir_mode)

@@ -18,6 +18,7 @@ is logged, recorded as a ``database_recovered`` event in the new one, and listed
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -92,6 +93,22 @@ class WriterHealth:
     since_ms: int | None
     backlog_ticks: int
     dropped_ticks: int
+
+
+def content_key(
+    ts_ms: int,
+    kind: str,
+    severity: str,
+    subject: str | None,
+    message: str,
+    data: dict[str, Any] | None,
+) -> str:
+    """An event written from a tick, named by its content: the same event written twice
+    (a backlog replayed again after a kill -9 during its replay, issue 28) has the same
+    key, and the events table keeps one (m009)."""
+    doc = [ts_ms, kind, severity, subject, message, data or {}]
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _create_private(path: Path) -> None:
@@ -410,7 +427,14 @@ class Store:
             )
             for ev in snap.events:
                 self._insert_event(
-                    conn, ev.ts_ms, ev.kind, ev.severity, ev.device_id, ev.message, dict(ev.data)
+                    conn,
+                    ev.ts_ms,
+                    ev.kind,
+                    ev.severity,
+                    ev.device_id,
+                    ev.message,
+                    dict(ev.data),
+                    keyed=True,
                 )
             for gone in snap.exited:
                 self._record_exit(conn, snap.ts_ms, gone)
@@ -549,6 +573,7 @@ class Store:
             f"{row[1]}[{pid}]",
             f"{row[1]} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before",
             data,
+            keyed=True,
         )
         if alerts:  # a crash keeps the full-resolution samples around it (see prune)
             self._insert_event(
@@ -559,6 +584,7 @@ class Store:
                 f"{row[1]}[{pid}]",
                 f"{row[1]} (pid {pid}) {how}",
                 data,
+                keyed=True,
             )
 
     def add_event(
@@ -590,11 +616,15 @@ class Store:
         subject: str | None,
         message: str,
         data: dict[str, Any] | None,
+        keyed: bool = False,
     ) -> None:
+        """One event row. ``keyed``: an event of a tick (its own, or an exit it records),
+        stored under its :func:`content_key` and not added again when that key is."""
+        key = content_key(ts_ms, kind, severity, subject, message, data) if keyed else None
         conn.execute(
-            "INSERT INTO events (ts_ms, kind, severity, subject, message, data)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (ts_ms, kind, severity, subject, message, json.dumps(data) if data else None),
+            "INSERT OR IGNORE INTO events (ts_ms, kind, severity, subject, message, data,"
+            " event_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (ts_ms, kind, severity, subject, message, json.dumps(data) if data else None, key),
         )
 
     def add_slot_usage(self, ts_ms: int, model: str, slots: list[Any]) -> None:

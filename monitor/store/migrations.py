@@ -193,6 +193,16 @@ def m008_memory_clock(db: Database) -> None:
     db.table("device_samples").add_column("mem_clock_mhz", float)
 
 
+@migrations()
+def m009_event_keys(db: Database) -> None:
+    """A stable key per event a tick carries (issue 28): the hash of its content
+    (monitor/store/database.py ``event_key``), unique where set, so a tick written twice
+    (a backlog replayed again after a kill -9 in the middle of its replay) adds its events
+    once. NULL for events added on their own (``add_event``) and for older rows."""
+    db.table("events").add_column("event_key", str)
+    _run(db, "CREATE UNIQUE INDEX events_key ON events (event_key) WHERE event_key IS NOT NULL")
+
+
 # Columns added to device_samples after m001, in migration order.
 _ADDED_DEVICE_COLUMNS = ("mem_clock_mhz",)
 DEVICE_SAMPLE_FIELDS = (

@@ -40,6 +40,7 @@ class LiveDaemon:
     port: int
     db: Path
     process: subprocess.Popen[str]
+    stderr: str = ""  # what it wrote, once stopped (at the end of ``running``)
 
     def metrics(self) -> str:
         return get(f"{self.url}/metrics")
@@ -66,9 +67,12 @@ def running(
     extra_config: str = "",
     interval_s: float = 0.2,
     daemon_args: tuple[str, ...] = (),
+    start_timeout_s: float = 60.0,
 ) -> Iterator[LiveDaemon]:
-    """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback).
-    ``daemon_args``: more arguments (``--proc-root``/``--sys-root`` of a recorded box)."""
+    """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback;
+    it is kept on the LiveDaemon). ``daemon_args``: more arguments (``--proc-root``/
+    ``--sys-root`` of a recorded box); ``start_timeout_s``: how long its first tick may
+    take."""
     port = free_port()
     cfg = tmp_path / "vramscope.toml"
     cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n{extra_config}')
@@ -98,6 +102,7 @@ def running(
         live.poll(
             "the first tick on /metrics",
             lambda: "vramscope_last_tick_timestamp_seconds" in live.metrics(),
+            timeout_s=start_timeout_s,
         )
         yield live
     finally:
@@ -106,6 +111,7 @@ def running(
             _, err = process.communicate(timeout=30)
         finally:
             process.kill()
+            live.stderr = err or ""
     assert "Traceback" not in (err or ""), err
 
 

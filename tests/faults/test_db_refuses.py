@@ -243,8 +243,9 @@ def test_a_hard_link_to_the_database_does_not_let_a_second_daemon_in(tmp_path: P
 
 
 def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Path) -> None:
-    """The database's own disk is full: the backlog goes to the runtime directory (here
-    XDG_RUNTIME_DIR in tmp_path), and the next start on the freed disk writes it all."""
+    """The database's own disk is full: the backlog goes to the private runtime folder
+    (here $XDG_RUNTIME_DIR/vramscope in tmp_path), and the next start on the freed disk
+    writes it all."""
     import contextlib
 
     mnt = tmp_path / "mnt"
@@ -303,7 +304,7 @@ def test_sigterm_on_a_full_disk_keeps_every_tick_for_the_next_start(tmp_path: Pa
             err = d.stop()
         assert d.proc.returncode == 0, err
         assert not (mnt / "v.db.backlog.jsonl").exists()
-        saved_files = list(runtime.glob("vramscope-*.backlog.jsonl"))
+        saved_files = list((runtime / "vramscope").glob("backlog-*.jsonl"))  # a 0700 folder
         assert len(saved_files) == 1, err
         assert stat.S_IMODE(saved_files[0].stat().st_mode) == 0o600
         import json

@@ -200,7 +200,7 @@ def test_service_install_writes_unit_and_config_and_uninstall_removes(tmp_path: 
     config = tmp_path / "etc/vramscope/config.toml"
     assert unit.exists() and config.exists()
     exec_line = next(x for x in unit.read_text().splitlines() if x.startswith("ExecStart="))
-    assert exec_line.endswith(f"daemon --config {config}")
+    assert exec_line.endswith("daemon --config /etc/vramscope/config.toml")  # not the staging
     assert "systemctl enable --now vramscope" in result.stdout
     again = vramscope("service", "install", "--root", str(tmp_path))
     assert f"kept {config}" in again.stdout
