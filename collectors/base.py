@@ -300,6 +300,19 @@ class CollectorRun:
 
 
 @dataclass(frozen=True, slots=True)
+class OomForecast:
+    """A memory pool's time to OOM at the rate it is steadily filling
+    (monitor/analysis/time_to_oom.py): ``pool`` is "host", a GPU's device id, or
+    "cgroup /path"; ``seconds`` until ``held_bytes`` reaches ``limit_bytes``."""
+
+    pool: str
+    held_bytes: int
+    limit_bytes: int
+    rate_bytes_per_s: float
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything sampled in one tick, merged across collectors."""
 
@@ -315,6 +328,9 @@ class Snapshot:
     # the CPU features llama.cpp's CPU backend picks buffer types by (collectors/cpuinfo.py
     # LLAMA_CPU_FEATURES); None when unknown (an old state file, a database moment)
     cpu_features: tuple[str, ...] | None = None
+    # pools filling steadily, with their time to OOM (a sampler that keeps ticking; a
+    # one-shot sample has no rate to tell)
+    time_to_oom: tuple[OomForecast, ...] = ()
     # what tracking left out (the /proc collector); None when unknown (a database moment,
     # an old state file)
     untracked: Untracked | None = None

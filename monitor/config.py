@@ -118,6 +118,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "collector_hold_s": (_NUM, (0, 86400)),
         "surprise_pct": (_NUM, (0, 1000)),  # monitor/analysis/judge.py: over by this much AND
         "surprise_min_mib": (_NUM, (0, 1024 * 1024)),  # by this many MiB
+        "oom_lead_s": (_NUM, (0, 86400 * 7)),  # a steady fill alerts this long ahead
     },
 }
 

@@ -50,6 +50,7 @@ RULE_LABELS = {
     "surprise": "memory surprise",
     "collector": "collector failing",
     "unclean_restart": "daemon restarted after an unclean stop",
+    "oom_soon": "OOM ahead at this rate",
 }
 LEVEL_RANK = {"warning": 1, "critical": 2}
 
@@ -65,6 +66,9 @@ class AlertSettings:
     collector_hold_s: float = 60.0
     surprise_pct: float = 20.0
     surprise_min_mib: float = 128.0
+    # a pool filling steadily toward its limit alerts this long before it gets there
+    # (monitor/analysis/time_to_oom.py), critical at a tenth of it
+    oom_lead_s: float = 1800.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +163,7 @@ def evaluate(
     """The alerts after this tick, and what changed (fired, escalated, resolved)."""
     ev = _Eval(settings, state, now_ms)
     _pressure(ev, snap)
+    _oom_soon(ev, snap)
     _collectors(ev, snap)
     _events(ev, snap)
     _expire(ev)
@@ -236,6 +241,46 @@ def _pressure(ev: _Eval, snap: Snapshot) -> None:
         device_id = cond[len("pressure:") :].rsplit("@", 1)[0]
         if device_id not in seen_devices:
             del ev.pending[cond]
+
+
+# -- time to OOM --------------------------------------------------------------------------
+
+
+def _oom_soon(ev: _Eval, snap: Snapshot) -> None:
+    """A pool whose steady fill reaches its limit within ``oom_lead_s``: a warning (critical
+    within a tenth of it), raised on the tick the rate says so; resolved once the pool stops
+    filling steadily or its forecast passes twice the lead."""
+    lead = ev.s.oom_lead_s
+    now = {f"oom_soon:{f.pool}": f for f in snap.time_to_oom}
+    for key in [k for k in ev.active if k.startswith("oom_soon:")]:
+        f = now.get(key)
+        if f is None or f.seconds > 2 * lead:
+            ev.resolve(key)
+    for key, f in now.items():
+        if f.seconds > lead:
+            continue
+        level: Level = "critical" if f.seconds <= lead / 10 else "warning"
+        text = one_line(
+            f"{f.pool} fills at {f.rate_bytes_per_s / 2**20:.1f} MiB/s: at this rate it "
+            f"reaches its limit of {gib(f.limit_bytes)} in ~{f.seconds / 60:.0f} min "
+            f"({gib(f.held_bytes)} held)"
+        )
+        data = {
+            "pool": f.pool,
+            "seconds": round(f.seconds, 1),
+            "rate_bytes_per_s": round(f.rate_bytes_per_s, 1),
+            "held_bytes": f.held_bytes,
+            "limit_bytes": f.limit_bytes,
+        }
+        current = ev.active.get(key)
+        if current is None:
+            ev.fire(Alert(key, "oom_soon", level, f.pool, text, data))
+        elif current.level == "warning" and level == "critical":
+            alert = Alert(key, "oom_soon", level, f.pool, text, data)
+            ev.active[key] = alert
+            ev.changes.append(AlertChange("escalated", alert, ev.now))
+        else:
+            ev.active[key] = dataclasses.replace(current, message=text, data=data)
 
 
 # -- collectors ---------------------------------------------------------------------------
@@ -446,7 +491,7 @@ def _surprise(ev: _Eval, snap: Snapshot, e: DeviceEvent) -> None:
 def _expire(ev: _Eval) -> None:
     """Event alerts resolve themselves ``EVENT_TTL_MS`` after they fired."""
     for key, alert in list(ev.active.items()):
-        if alert.rule in ("pressure", "collector"):
+        if alert.rule in ("pressure", "collector", "oom_soon"):
             continue
         if ev.now - ev.since.get(key, ev.now) >= EVENT_TTL_MS:
             ev.resolve(key)

@@ -32,6 +32,7 @@ from collectors.base import (
     CgroupMemory,
     DeviceSample,
     HiddenProcess,
+    OomForecast,
     ProcessCgroup,
     ProcessInfo,
     ProcessMemory,
@@ -265,6 +266,12 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         if isinstance(features, list) and all(isinstance(f, str) for f in features)
         else None
     )
+    forecast_fields = set(OomForecast.__dataclass_fields__)
+    forecasts = tuple(
+        OomForecast(**{k: v for k, v in f.items() if k in forecast_fields})
+        for f in doc.get("time_to_oom") or ()
+        if isinstance(f, dict) and forecast_fields <= set(f)
+    )
     return Snapshot(
         doc["ts_ms"],
         devices,
@@ -275,6 +282,7 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         (),
         cgroups=cgroups,
         cpu_features=cpu,
+        time_to_oom=forecasts,
         untracked=_untracked_of(doc.get("untracked")),
     )
 

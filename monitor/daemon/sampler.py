@@ -35,6 +35,7 @@ from collectors.base import (
 )
 from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
 from collectors.registry import REGISTRY
+from monitor.analysis.time_to_oom import OomClock
 
 
 class Sampler:
@@ -58,6 +59,7 @@ class Sampler:
         self.guards = [GuardedCollector(c, timeout_s) for c in self.collectors]
         # constant for the box: read once (llama.cpp's weight buffers depend on it)
         self.cpu_features = llama_cpu_features(read_cpu_flags(roots))
+        self.clock = OomClock()  # each pool's recent fill, for its time to OOM
 
     def sample(self, ts_ms: int | None = None) -> Snapshot:
         tick = Tick(self.roots, ts_ms if ts_ms is not None else now_ms())
@@ -86,7 +88,7 @@ class Sampler:
             cgroups.extend(reading.cgroups)
             untracked = reading.untracked or untracked
             tick.gpu_pids.update(m.pid for m in reading.memory if m.device_id != "host")
-        return Snapshot(
+        snap = Snapshot(
             ts_ms=tick.now_ms,
             devices=tuple(devices.values()),
             processes=tuple(processes.values()),
@@ -99,6 +101,7 @@ class Sampler:
             cpu_features=self.cpu_features,
             untracked=untracked,
         )
+        return dataclasses.replace(snap, time_to_oom=self.clock.tick(snap))
 
     def close(self) -> None:
         for guard in self.guards:

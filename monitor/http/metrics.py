@@ -55,6 +55,13 @@ Metrics and labels:
   and ``vramscope_cgroup_memory_current_bytes{cgroup}``: the memory cgroup whose limit
   binds a tracked server (collectors/cgroup.py; ``cgroup`` is its path as in
   ``/proc/PID/cgroup``); an unlimited max/high has no series;
+- ``vramscope_cgroup_memory_reclaimable_bytes{cgroup}``: of its charge, the clean page
+  cache the kernel reclaims before it OOM-kills (memory.stat; absent: unknown);
+- ``vramscope_time_to_oom_seconds{pool}`` and ``vramscope_pool_fill_rate_bytes_per_second{pool}``:
+  for a pool filling steadily (``host``, a GPU's device id, ``cgroup /path``), the seconds
+  until it reaches its limit at that rate (monitor/analysis/time_to_oom.py: the 5-minute
+  slope, confirmed in each third of it, so a single load is no forecast); absent when
+  nothing fills steadily;
 - ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
 - ``vramscope_process_exits_total{cause,model}``: tracked processes that ended since the
   daemon started, by exit class (monitor/analysis/exits.py) and the model the process
@@ -200,6 +207,7 @@ class SnapshotCollector:
         yield from self._processes(snap, infos)
         yield from self._untracked(snap)
         yield from self._cgroups(snap, infos)
+        yield from self._time_to_oom(snap)
         yield from self._collectors(snap)
         tick = GaugeMetricFamily(
             "vramscope_last_tick_timestamp_seconds",
@@ -387,6 +395,25 @@ class SnapshotCollector:
         yield events
 
     @staticmethod
+    def _time_to_oom(snap: Snapshot) -> Iterator[Metric]:
+        seconds = GaugeMetricFamily(
+            "vramscope_time_to_oom_seconds",
+            "Seconds until a steadily filling pool (host, a GPU, a server's cgroup) reaches "
+            "its limit at the current rate (absent: not filling steadily).",
+            labels=["pool"],
+        )
+        rate = GaugeMetricFamily(
+            "vramscope_pool_fill_rate_bytes_per_second",
+            "The steady rate that forecast is made at.",
+            labels=["pool"],
+        )
+        for f in snap.time_to_oom:
+            seconds.add_metric([_label(f.pool)], f.seconds)
+            rate.add_metric([_label(f.pool)], f.rate_bytes_per_s)
+        yield seconds
+        yield rate
+
+    @staticmethod
     def _cgroups(snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
         families = {
             "memory_max_bytes": GaugeMetricFamily(
@@ -402,6 +429,12 @@ class SnapshotCollector:
             "memory_current_bytes": GaugeMetricFamily(
                 "vramscope_cgroup_memory_current_bytes",
                 "memory.current of that cgroup: what it is charged now.",
+                labels=["cgroup"],
+            ),
+            "reclaimable_bytes": GaugeMetricFamily(
+                "vramscope_cgroup_memory_reclaimable_bytes",
+                "Of that charge, the clean page cache the kernel reclaims before an OOM kill "
+                "(memory.stat file LRU less dirty and writeback).",
                 labels=["cgroup"],
             ),
         }

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from collectors.base import ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import ExitedProcess, OomForecast, ProcessInfo, ProcessMemory, Snapshot
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
@@ -117,6 +117,7 @@ def to_json(
         "hidden": [dataclasses.asdict(h) for h in snap.hidden],
         "exited": [_exit_json(x) for x in snap.exited],
         "cpu_features": list(snap.cpu_features) if snap.cpu_features is not None else None,
+        "time_to_oom": [dataclasses.asdict(f) for f in snap.time_to_oom],
         "untracked": dataclasses.asdict(snap.untracked) if snap.untracked is not None else None,
         "collectors": [
             {
@@ -263,6 +264,10 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
             f"{human_bytes(snap.untracked.bytes)} ([collectors] max_tracked is full; "
             "servers and GPU holders are always tracked)"
         )
+    if snap.time_to_oom:
+        out.append("")
+        out.append("Filling steadily (time to OOM at this rate):")
+        out += [f"  {time_to_oom_line(f)}" for f in snap.time_to_oom]
     if snap.exited:
         out.append("")
         out.append("Exited:")
@@ -277,6 +282,16 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         for r in failed:
             out.append(f"collector {r.collector} failed: {terminal_safe(r.error)}")
     return "\n".join(out)
+
+
+def time_to_oom_line(f: OomForecast) -> str:
+    """``cgroup /x: full in ~14 min (+12.0 MiB/s; 2.1 of 3.0 GiB it cannot reclaim)``."""
+    minutes = f.seconds / 60
+    when = f"~{minutes:.0f} min" if minutes < 120 else f"~{minutes / 60:.1f} h"
+    return (
+        f"{terminal_safe(f.pool)}: full in {when} (+{f.rate_bytes_per_s / 2**20:.1f} MiB/s; "
+        f"{human_bytes(f.held_bytes)} of {human_bytes(f.limit_bytes)})"
+    )
 
 
 def _sort_key(pid: int, mem: dict[tuple[int, str], ProcessMemory], gpus: list[str]) -> int:

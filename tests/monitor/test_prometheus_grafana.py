@@ -420,8 +420,8 @@ def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_pat
             assert any(r["metric"]["device"] == "host" for r in used)
             up = poll("the target up", 'up{job="vramscope"} == 1')
             assert up[0]["metric"]["instance"] == f"127.0.0.1:{d.port}"
-            exits = poll("the exit counters", "vramscope_process_exits_total")
-            assert len(exits) == 12
+            exits = poll("the exit counters", 'vramscope_process_exits_total{model=""}')
+            assert len(exits) == 12  # every class from the start (and as many for "other")
             ratio = poll("a recording rule", 'vramscope:device_memory_used:ratio{device="host"}')
             assert 0 < float(ratio[0]["value"][1]) <= 1
             series = poll("the series list", 'count({__name__=~"vramscope_.+"})')

@@ -326,3 +326,26 @@ async def test_breakdown_relayouts_only_when_its_height_changes(models) -> None:
         await pilot.pause()
         assert layouts[:2] == [False, True]  # (then Textual's own, for the new size)
         assert breakdown.size.height == height + 1
+
+
+@sync
+async def test_a_device_filling_steadily_shows_its_time_to_oom(models) -> None:  # noqa: ANN001
+    """A GPU whose snapshot carries a time-to-OOM forecast says so on its panel's head line
+    ("OOM in ~14 min"); the other devices, with no forecast, say nothing of it."""
+    from collectors.base import OomForecast
+    from tui.widgets.device_panel import DevicePanel
+
+    snaps = discrete_three(models)
+    gpu = snaps[0].devices[0].device_id
+    ahead = OomForecast(gpu, 20 * GIB, 24 * GIB, 5 * 2**20, 14 * 60.0)
+    snaps = [dataclasses.replace(s, time_to_oom=(ahead,)) for s in snaps]
+    app = VramscopeApp(FakeSource(snaps, EVENTS), refresh_s=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        heads = {
+            p.data.picture.device_id: p._lines(p.data, p._width())[0].plain
+            for p in app.screen.query(DevicePanel)
+            if p.data is not None
+        }
+    assert "OOM in ~14 min" in heads[gpu]
+    assert not [h for d, h in heads.items() if d != gpu and "OOM in" in h]

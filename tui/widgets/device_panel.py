@@ -107,6 +107,7 @@ class PanelData:
     verdict: str | None = None
     label: str = ""  # "GPU0 RTX 4090" (tui/format.py short_device_name); "": the id
     show_id: bool = False  # the long device id beside the label (key i)
+    oom_in_s: float | None = None  # filling steadily: seconds to its limit at that rate
 
 
 class DevicePanel(Widget):
@@ -246,6 +247,10 @@ class DevicePanel(Widget):
             style = _VERDICT_STYLE.get(data.verdict, "$success")
             verdict = ["  ", piece(data.verdict.upper(), f"bold {style}")]
         verdict_plain = f"  {data.verdict.upper()}" if data.verdict else ""
+        if data.oom_in_s is not None:
+            ahead = f"OOM in ~{max(1, round(data.oom_in_s / 60))} min"
+            verdict += ["  ", piece(ahead, "bold $warning")]
+            verdict_plain += f"  {ahead}"
         bits = sensor_bits(data.sample)
         while bits and cell_len(head_plain) + 3 + cell_len(" ".join(bits) + verdict_plain) > width:
             bits.pop()  # the least telling figure first (the memory clock on 80 columns)
@@ -383,6 +388,7 @@ def panels_from_frame(
     devices by a short name (GPU0 RTX 4090) and, with ``show_ids``, their long id."""
     rows = {r.pid: r for r in frame.models}
     samples = {d.device_id: d for d in frame.snapshot.devices}
+    ahead = {f.pool: f.seconds for f in frame.snapshot.time_to_oom}
     host = samples.get("host")
     host_available = host.available_bytes if host is not None else None
     out = []
@@ -433,6 +439,7 @@ def panels_from_frame(
                 (verdicts or {}).get(pic.device_id),
                 device_label,
                 show_ids,
+                ahead.get(pic.device_id),
             )
         )
     return out
