@@ -527,7 +527,9 @@ class Store:
     def _record_exit(self, conn: sqlite3.Connection, ts_ms: int, gone: ExitedProcess) -> None:
         """Mark the process row exited with its status; a ``process_exit`` event (see
         :func:`exit_is_event` for which exits are not worth one), and a ``crash`` event
-        for an exit that alerts (crash, OOM kill, engine OOM)."""
+        for an exit that alerts (crash, OOM kill, engine OOM). A process that has no row
+        (it died before the tick that would have written it) still gets its events when
+        its exit alerts: every alert has its record."""
         from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
 
         pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
@@ -538,24 +540,43 @@ class Store:
             " AND start_ticks = ? AND exited_ms IS NULL ORDER BY id DESC",
             (pid, start_ticks),
         ).fetchone()
-        if row is None:
-            return
         cause, severity, how = classify_legacy(gone)
+        alerts = cause in ALERT_CAUSES
+        if row is None:
+            if alerts:
+                self._exit_events(conn, ts_ms, gone, (None, gone.comm or "?", None), cause)
+            return
         core = None if gone.core_dumped is None else int(gone.core_dumped)
         conn.execute(
             "UPDATE processes SET exited_ms = ?, exit_code = ?, exit_signal = ?,"
             " core_dumped = ?, exit_cause = ?, exit_source = ? WHERE id = ?",
             (ts_ms, gone.exit_code, gone.exit_signal, core, cause, gone.exit_source, row[0]),
         )
-        alerts = cause in ALERT_CAUSES
         if not alerts and not exit_is_event(row[1], row[2], row[3], row[4], last_seen_ms):
             return
+        self._exit_events(conn, ts_ms, gone, (row[0], row[1], row[2]), cause)
+
+    def _exit_events(
+        self,
+        conn: sqlite3.Connection,
+        ts_ms: int,
+        gone: ExitedProcess,
+        who: tuple[int | None, str, str | None],
+        cause: str,
+    ) -> None:
+        """The ``process_exit`` event of an exit, and its ``crash`` event when it alerts;
+        ``who``: (process row id or None, comm, engine)."""
+        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+
+        _, severity, how = classify_legacy(gone)
+        process_id, comm, engine = who
+        pid, last_seen_ms = gone.pid, gone.last_seen_ms
         data = {
             "pid": pid,
-            "start_ticks": start_ticks,
-            "process_id": row[0],
-            "engine": row[2],
-            "comm": row[1],
+            "start_ticks": gone.start_ticks,
+            "process_id": process_id,
+            "engine": engine,
+            "comm": comm,
             "last_seen_ms": last_seen_ms,
             "how": how,
             "cause": cause,
@@ -570,19 +591,19 @@ class Store:
             ts_ms,
             "process_exit",
             severity,
-            f"{row[1]}[{pid}]",
-            f"{row[1]} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before",
+            f"{comm}[{pid}]",
+            f"{comm} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before",
             data,
             keyed=True,
         )
-        if alerts:  # a crash keeps the full-resolution samples around it (see prune)
+        if cause in ALERT_CAUSES:  # a crash keeps the full-resolution samples around it
             self._insert_event(
                 conn,
                 last_seen_ms,
                 "crash",
                 "critical",
-                f"{row[1]}[{pid}]",
-                f"{row[1]} (pid {pid}) {how}",
+                f"{comm}[{pid}]",
+                f"{comm} (pid {pid}) {how}",
                 data,
                 keyed=True,
             )

@@ -116,3 +116,40 @@ def test_doctor_names_the_exit_status_source() -> None:
         assert check.level == "ok" and check.detail.startswith("source: connector")
     else:
         assert check.level == "warn" and "zombie" in check.detail and "kernel log" in check.detail
+
+
+def test_an_alerting_exit_of_a_process_with_no_row_still_has_its_events(tmp_path: Path) -> None:
+    """A server OOM-killed before the tick that would have written its row (the counter
+    and the alert saw it): its process_exit and crash events are still recorded; a quiet
+    exit of such a process leaves nothing (there is nothing to tell)."""
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    store.write(tick(T0, [6]))
+    end = T0 + 1_000
+    store.write(
+        tick(
+            end,
+            [6],
+            exited=(
+                ExitedProcess(
+                    77,
+                    700,
+                    end - 300,
+                    comm="llama-server",
+                    exit_signal=9,
+                    exit_source="connector",
+                    cause="oom_killed",
+                ),
+                ExitedProcess(78, 800, end - 300, comm="sh", exit_code=0, cause="exited"),
+            ),
+        )  # fmt: skip
+    )
+    store.close()
+    conn = sqlite3.connect(db)
+    kinds = sorted(
+        (kind, json.loads(d)["pid"], json.loads(d)["comm"])
+        for kind, d in conn.execute("SELECT kind, data FROM events")
+        if kind in ("process_exit", "crash")
+    )
+    conn.close()
+    assert kinds == [("crash", 77, "llama-server"), ("process_exit", 77, "llama-server")]
