@@ -22,7 +22,6 @@ no one else (``estimate --pid`` may run as root on another user's server).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from monitor.engines.environ import allowed as env_allowed
 from monitor.engines.llamacpp import ENV_KEYS, OPTIONAL, OPTIONS, SWITCH
+from monitor.engines.server_help import named_path
 from monitor.errors import InputError, SetupError
 from monitor.estimate.model import HOST, MemoryEstimate
 from monitor.logs.engine import BreakdownRow, LlamaLogReport, parse_llama_log
@@ -88,15 +88,9 @@ class EngineCheck:
 def fit_params_beside(server: str, cwd: str | None = None) -> Path:
     """The llama-fit-params next to ``server`` (argv[0] as given); InputError/SetupError
     with the reason when there is none or it is not safe to run (:func:`open_checked`)."""
-    if "/" in server:
-        path = Path(server)
-        if not path.is_absolute() and cwd:
-            path = Path(cwd) / path
-    else:
-        found = shutil.which(server)
-        if found is None:
-            raise InputError(f"--engine-check: {server!r} is not on PATH; give the server's path")
-        path = Path(found)
+    path = named_path(server, cwd)
+    if path is None:
+        raise InputError(f"--engine-check: {server!r} is not on PATH; give the server's path")
     candidate = path.parent / FIT_PARAMS
     os.close(open_checked(candidate))
     return candidate

@@ -78,20 +78,22 @@ def _safe_to_run(path: Path) -> str | None:
     return None
 
 
-def locate(argv0: str, cwd: str | None = None) -> Path | None:
-    """The binary a command's ``argv[0]`` names: a path (relative to ``cwd``), or a name
-    found on this PATH, resolved to its real file; None when there is none."""
+def named_path(argv0: str, cwd: str | None = None) -> Path | None:
+    """The path a command's ``argv[0]`` names, as given: a path (relative to ``cwd``), or a
+    name found on this PATH; None for a name on no PATH."""
     if "/" in argv0:
         path = Path(argv0)
-        if not path.is_absolute() and cwd:
-            path = Path(cwd) / path
-    else:
-        found = shutil.which(argv0)
-        if found is None:
-            return None
-        path = Path(found)
+        return Path(cwd) / path if not path.is_absolute() and cwd else path
+    found = shutil.which(argv0)
+    return None if found is None else Path(found)
+
+
+def locate(argv0: str, cwd: str | None = None) -> Path | None:
+    """The binary ``argv[0]`` names (:func:`named_path`), resolved to its real file; None
+    when there is none."""
+    path = named_path(argv0, cwd)
     try:
-        return path.resolve(strict=True)
+        return None if path is None else path.resolve(strict=True)
     except OSError:
         return None
 
