@@ -706,6 +706,8 @@ class PredictRequest:
     # ask the llama-server binary the command names which flags it takes (its --help):
     # the CLI on the launching box does; the daemon's HTTP API never runs a named binary
     check_engine_flags: bool = False
+    # --cpu-features: the CPU that will run the server; None: the box state's
+    cpu_features: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -872,7 +874,8 @@ def answer(
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
-    cpu = features_from_flags(snap.cpu_features) if snap.cpu_features is not None else None
+    named = req.cpu_features if req.cpu_features is not None else snap.cpu_features
+    cpu = features_from_flags(named) if named is not None else None
     result = predict(
         spec,
         picture,

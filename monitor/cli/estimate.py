@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from collectors.base import CollectorOptions
-from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
+from collectors.cpuinfo import LLAMA_CPU_FEATURES, llama_cpu_features, read_cpu_flags
 from collectors.procfs import parse_cmdline
 from monitor.config import Config
 from monitor.estimate import CpuFeatures, EstimateError, estimate_command, features_of
@@ -73,9 +73,26 @@ def refuse_bad_values(command: list[str]) -> None:
         raise EstimateError(refused[0])
 
 
-def box_cpu(cfg: Config) -> CpuFeatures | None:
-    """The CPU features of the box (or of the --proc-root tree) that llama.cpp repacks for."""
-    return features_of(llama_cpu_features(read_cpu_flags(cfg.roots)))
+def box_cpu(cfg: Config, given: str | None = None) -> CpuFeatures | None:
+    """The CPU features llama.cpp repacks for: ``--cpu-features LIST`` when given, else the
+    box's (or the --proc-root tree's)."""
+    if given is None:
+        return features_of(llama_cpu_features(read_cpu_flags(cfg.roots)))
+    return features_of(parse_cpu_features(given))
+
+
+def parse_cpu_features(given: str) -> tuple[str, ...]:
+    """``--cpu-features amx_int8,avx2`` / ``none``; EstimateError naming the known ones."""
+    words = [w.strip() for w in given.split(",") if w.strip()]
+    if words == ["none"]:
+        return ()
+    unknown = [w for w in words if w not in LLAMA_CPU_FEATURES]
+    if unknown or not words:
+        raise EstimateError(
+            f"--cpu-features {given!r}: expected a comma-separated list of "
+            f"{', '.join(LLAMA_CPU_FEATURES)}, or none"
+        )
+    return tuple(f for f in LLAMA_CPU_FEATURES if f in words)
 
 
 def run_estimate(
@@ -86,6 +103,7 @@ def run_estimate(
     cpu_only: bool,
     log_path: str | None = None,
     engine_check: bool = False,
+    cpu_features: str | None = None,
 ) -> str:
     if pid is not None and command:
         raise EstimateError("give either --pid or a command after --, not both")
@@ -102,7 +120,7 @@ def run_estimate(
     if pid is None:  # typed by the user: a value the engine refuses is an error here
         refuse_bad_values(command)
     devices = [] if cpu_only else live_devices(cfg)
-    cpu = box_cpu(cfg)
+    cpu = box_cpu(cfg, cpu_features)
     est = estimate_command(command, env, devices, cwd=cwd, cpu=cpu)
     if pid is not None:  # a running process: its odd values were skipped; say which
         skipped = tuple(f"skipped the process's {r}" for r in refused_values(command, env))

@@ -299,6 +299,15 @@ def capture(
     "estimated component.",
 )
 @click.option(
+    "--cpu-features",
+    "cpu_features",
+    metavar="LIST",
+    help="The CPU that will run the server, when not this one: its features of "
+    "amx_int8,avx512_vnni,avx512f,avx2 (comma-separated), or none. They decide which weights "
+    "llama.cpp repacks into anonymous AMX / CPU_REPACK buffers (default: this box's "
+    "/proc/cpuinfo).",
+)
+@click.option(
     "--engine-check",
     is_flag=True,
     help="Also run the llama-fit-params beside the llama-server and print llama.cpp's own "
@@ -313,6 +322,7 @@ def estimate(
     cpu_only: bool,
     log_path: str | None,
     engine_check: bool,
+    cpu_features: str | None,
     **kwargs: Any,
 ) -> None:
     """Estimate what a server will cost, per component and device, before it starts.
@@ -328,7 +338,9 @@ def estimate(
 
     cfg = load_config(**kwargs)
     try:
-        text = run_estimate(cfg, list(command), pid, as_json, cpu_only, log_path, engine_check)
+        text = run_estimate(
+            cfg, list(command), pid, as_json, cpu_only, log_path, engine_check, cpu_features
+        )
     except ValueError as exc:  # bad arguments (EstimateError, GgufError: at the edge)
         raise UserError(str(exc)) from None
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
@@ -419,6 +431,14 @@ def _device_figures(
     "(its cgroup system.slice/NAME bounds it: MemoryMax=).",
 )
 @click.option(
+    "--cpu-features",
+    "cpu_features",
+    metavar="LIST",
+    help="The CPU that will run the server, when not the judged box's: amx_int8,avx512_vnni,"
+    "avx512f,avx2 (comma-separated) or none (which weights llama.cpp repacks into anonymous "
+    "memory).",
+)
+@click.option(
     "--growth-horizon",
     "growth_horizon",
     type=click.IntRange(0),
@@ -455,6 +475,7 @@ def predict(
     cgroup_path: str | None,
     unit: str | None,
     growth_horizon: int | None,
+    cpu_features: str | None,
     **kwargs: Any,
 ) -> None:
     """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
@@ -489,6 +510,7 @@ def predict(
       vramscope predict --remote http://box-a:9835 --remote http://box-b:9835 \\
           -- llama-server -m /models/glm-4.5-air.gguf -c 32768
     """
+    from monitor.cli.estimate import parse_cpu_features
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
@@ -503,6 +525,7 @@ def predict(
             "--accept": accept,
             "--cgroup": cgroup_path,
             "--unit": unit,
+            "--cpu-features": cpu_features,
         }
         given = [flag for flag, value in local.items() if value]
         if given:
@@ -538,6 +561,7 @@ def predict(
             growth_horizon if growth_horizon is not None else cfg.growth_horizon_tokens
         ),
         check_engine_flags=True,
+        cpu_features=None if cpu_features is None else parse_cpu_features(cpu_features),
     )
     try:
         result = run_predict(cfg, req)

@@ -124,8 +124,11 @@ def test_estimate_engine_check_end_to_end(tmp_path: Path) -> None:
     tool.write_text(
         f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\ncat {FIXTURES / "qwen3moe-c8192-np2.log"} >&2\n'
     )
+    # the recording's CPU (an AVX2 EPYC: the Q4_K experts repacked, nothing in AMX), not
+    # whatever CPU runs this test: on an AMX box the estimate would pack the Q4_K attention
     cmd = [
         sys.executable, "-m", "monitor", "estimate", "--cpu-only", "--engine-check",
+        "--cpu-features", "avx2",
         "--", str(folder / "llama-server"), "-m", str(model), "-c", "8192", "-np", "2",
         "--port", "8080",
     ]  # fmt: skip

@@ -127,3 +127,51 @@ def test_features_and_the_launch_flags() -> None:
         assert spec is not None and not spec.repack, (argv, env)
     spec = parse_command(["llama-server", "-m", "m.gguf", "--no-host"])
     assert spec is not None and spec.no_host
+
+
+def test_cpu_features_on_the_command_line(tmp_path) -> None:  # noqa: ANN001
+    """``estimate``/``predict --cpu-features`` judge for another box's CPU; a bad list is
+    one line and exit 2."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from arch_models import model_for
+
+    root = Path(__file__).resolve().parents[2]
+    model = str(model_for("qwen3-8b").write(tmp_path))
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "monitor", *args],
+            capture_output=True, text=True, env=env, cwd=root, timeout=120,
+        )  # fmt: skip
+
+    launch = ["--", "llama-server", "-m", model, "-c", "4096", "-np", "1", "--cache-ram", "0"]
+    amx = json.loads(run("estimate", "--json", "--cpu-only", "--cpu-features",
+                         "amx_int8,avx512_vnni,avx512f,avx2", *launch).stdout)  # fmt: skip
+    plain = json.loads(run("estimate", "--json", "--cpu-only", "--cpu-features", "none",
+                           *launch).stdout)  # fmt: skip
+    buffers = {c["buffer"] for c in amx["components"] if c["name"] == "weights"}
+    assert buffers == {"AMX", "CPU"}
+    assert {c["buffer"] for c in plain["components"] if c["name"] == "weights"} == {None}
+    bad = run("estimate", "--cpu-features", "sse9", *launch)
+    assert bad.returncode == 2 and "expected a comma-separated list" in bad.stderr
+    assert bad.stderr.count("\n") == 1
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({
+        "schema": "vramscope.status/1", "ts_ms": 1, "processes": [], "hidden": [],
+        "collectors": [],
+        "devices": [{"device_id": "host", "collector": "procfs", "vendor": "host",
+                     "name": "Host RAM", "memory_kind": "host", "total_bytes": 64 << 30,
+                     "used_bytes": 60 << 30, "available_bytes": 4 << 30}],
+    }))  # fmt: skip
+    # 4 GiB available: Q8_0 mapped thrashes; packed into AMX (anonymous) it cannot fit
+    mapped = run("predict", "--state", str(state), "--cpu-features", "avx2", *launch)
+    packed = run("predict", "--state", str(state), "--cpu-features", "amx_int8,avx512_vnni",
+                 *launch)  # fmt: skip
+    assert mapped.returncode == 4, mapped.stdout + mapped.stderr
+    assert packed.returncode == 1, packed.stdout + packed.stderr
