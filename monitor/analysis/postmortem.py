@@ -134,7 +134,7 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         "killed by the kernel OOM killer" if kernel else crash["message"]
     )
     mine = [p for p in processes if p["pid"] == victim_pid]
-    last = {p["device_id"]: p["points"][-1][1] for p in mine if p["points"]}
+    last = {p["device_id"]: last_seen_bytes(p["points"]) for p in mine if p["points"]}
     at_death = {p["device_id"]: at_death_bytes(p["points"]) for p in mine if p["points"]}
     peak = {
         p["device_id"]: max([q[1] for q in p["points"]] + [p["hwm_bytes"] or 0])
@@ -208,15 +208,41 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         "ceiling": ceiling,
         "cause": cause,
         "fix": fix,
+        **capped_events([e for e in nearby if e["id"] not in main_ids], t),
+    }
+
+
+MAX_EVENTS = 50
+
+
+def capped_events(events: list[dict[str, Any]], t_ms: int) -> dict[str, Any]:
+    """The window's other events, at most ``MAX_EVENTS``: the ones nearest the death, in
+    time order, with how many were left out and of which kinds (a box whose log floods
+    thousands of events in ten minutes still gives a report of a few hundred lines)."""
+    near = sorted(events, key=lambda e: (abs(e["ts_ms"] - t_ms), e["ts_ms"]))[:MAX_EVENTS]
+    kept = {id(e) for e in near}
+    left: dict[str, int] = {}
+    for e in events:
+        if id(e) not in kept:
+            left[e["kind"]] = left.get(e["kind"], 0) + 1
+    return {
         "other_events": [
             {"ts_ms": e["ts_ms"], "kind": e["kind"], "message": e["message"]}
-            for e in nearby
-            if e["id"] not in main_ids
+            for e in sorted(near, key=lambda e: e["ts_ms"])
         ],
+        "other_events_omitted": sum(left.values()),
+        "other_events_omitted_kinds": dict(sorted(left.items(), key=lambda kv: -kv[1])),
     }
 
 
 AT_DEATH_WINDOW_MS = 2000
+
+
+def last_seen_bytes(points: list[list[int]]) -> int:
+    """Its last nonzero sample ("last seen"): the samples taken while it died read 0 (the
+    kernel has unmapped it, exit_mmap), which says nothing about what it held; 0 only
+    when every sample was 0."""
+    return next((v for _, v in reversed(points) if v), 0)
 
 
 def at_death_bytes(points: list[list[int]]) -> int:

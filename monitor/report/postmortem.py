@@ -560,17 +560,81 @@ def render_text(doc: dict, width: int | None = None) -> str:
             out.append(f"    |{spark}|")
             out.extend(_wrap(stats, width, "    "))
 
-    events = [_dict(e) for e in _list(doc.get("other_events"))]
     section("Other events in the window")
-    if not events:
-        out.append("  (none)")
-    for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
+    out.extend(_events_text(doc, death, width))
+
+    return "\n".join(_fit(line.rstrip(), width) for line in out) + "\n"
+
+
+# --------------------------------------------------------------------------- events
+
+MAX_EVENTS_SHOWN = 50  # monitor/analysis/postmortem.py MAX_EVENTS; older documents too
+
+
+def _events(doc: dict) -> tuple[list[dict], str]:
+    """The window's other events to show (at most ``MAX_EVENTS_SHOWN``, nearest the death,
+    in time order) and the "and N more" line for the rest, by kind ("" when none)."""
+    events = [_dict(e) for e in _list(doc.get("other_events"))]
+    death = _death_ms(doc) or 0
+    if len(events) > MAX_EVENTS_SHOWN:
+        events = sorted(events, key=lambda e: abs((_num(e.get("ts_ms")) or 0) - death))
+    shown, rest = events[:MAX_EVENTS_SHOWN], events[MAX_EVENTS_SHOWN:]
+    kinds: dict[str, int] = {}
+    for e in rest:
+        kinds[_str(e.get("kind"))] = kinds.get(_str(e.get("kind")), 0) + 1
+    omitted = _num(doc.get("other_events_omitted"))
+    if omitted:
+        for k, n in _dict(doc.get("other_events_omitted_kinds")).items():
+            if _num(n):
+                kinds[_clean(k)] = kinds.get(_clean(k), 0) + int(n)
+    more = len(rest) + int(omitted or 0)
+    note = ""
+    if more:
+        top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+        note = f"and {more} more" + (
+            " (" + ", ".join(f"{n} {k}" for k, n in top) + (", ..." if len(kinds) > 6 else "") + ")"
+            if top
+            else ""
+        )
+    return sorted(shown, key=lambda e: _num(e.get("ts_ms")) or 0), note
+
+
+def _events_text(doc: dict, death: float | None, width: int) -> list[str]:
+    events, more = _events(doc)
+    out: list[str] = [] if events else ["  (none)"]
+    for e in events:
         ts = _num(e.get("ts_ms"))
         rel = f" ({fmt_dur(ts - death)})" if ts is not None and death is not None else ""
         head = f"  {fmt_hms(ts)}{rel} {_str(e.get('kind'))}: "
-        out.extend(_wrap(_str(e.get("message"), ""), width, head, "      "))
+        out.extend(_wrap(_str(e.get("message"), "")[:600], width, head, "      "))
+    if more:
+        out.extend(_wrap(more + ".", width, "  "))
+    return out
 
-    return "\n".join(_fit(line.rstrip(), width) for line in out) + "\n"
+
+def _events_html(doc: dict, death: float | None) -> str:
+    events, more = _events(doc)
+    out = ["<section><h2>Other events in the window</h2>"]
+    erows = []
+    for e in events:
+        ts = _num(e.get("ts_ms"))
+        rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
+        erows.append(
+            [
+                escape(fmt_hms(ts)),
+                escape(rel),
+                f"<code>{_h(e.get('kind'))}</code>",
+                _h(_str(e.get("message"), "")[:600], ""),
+            ]
+        )
+    if erows:
+        out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
+    else:
+        out.append('<p class="muted">None.</p>')
+    if more:
+        out.append(f'<p class="muted more-events">{escape(more)}.</p>')
+    out.append("</section>")
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- SVG chart
@@ -1174,25 +1238,7 @@ def render_html(doc: dict) -> str:
             + "</section>"
         )
 
-    events = [_dict(e) for e in _list(doc.get("other_events"))]
-    out.append("<section><h2>Other events in the window</h2>")
-    if events:
-        erows = []
-        for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
-            ts = _num(e.get("ts_ms"))
-            rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
-            erows.append(
-                [
-                    escape(fmt_hms(ts)),
-                    escape(rel),
-                    f"<code>{_h(e.get('kind'))}</code>",
-                    _h(e.get("message"), ""),
-                ]
-            )
-        out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
-    else:
-        out.append('<p class="muted">None.</p>')
-    out.append("</section>")
+    out.append(_events_html(doc, death))
     schema = _h(doc.get("schema"))
     out.append(f'<p class="muted">vramscope post-mortem, schema <code>{schema}</code>.</p>')
     out.append("</body></html>")

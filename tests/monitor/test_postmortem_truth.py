@@ -75,7 +75,7 @@ def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(tmp_
     doc = build(db)
     assert doc["title"] == "crash post-mortem"
     assert doc["victim"]["at_death"] == {"host": int(1.01 * GIB)}
-    assert doc["victim"]["last_measured"] == {"host": 0}  # the dying sample, shown as such
+    assert doc["victim"]["last_measured"] == {"host": int(1.01 * GIB)}  # not the dying 0
     text = render_text(doc, 100)
     assert text.startswith("crash post-mortem: llama-server (pid 100) died")
     assert "OOM" not in text.splitlines()[0]
