@@ -189,7 +189,7 @@ def _points(raw: Any) -> list[tuple[float, float]]:
 
 
 class _Series:
-    __slots__ = ("key", "label", "kind", "victim", "points", "total")
+    __slots__ = ("key", "label", "kind", "victim", "points", "total", "pid")
 
     def __init__(
         self,
@@ -202,6 +202,7 @@ class _Series:
     ) -> None:
         self.key, self.label, self.kind, self.victim = key, label, kind, victim
         self.points, self.total = points, total
+        self.pid: int | None = None
 
 
 def _series(doc: dict) -> list[_Series]:
@@ -391,6 +392,29 @@ def sparkline(
     return "".join(out)
 
 
+def _member_lines(doc: dict) -> list[str]:
+    """One line per member of the killed cgroup (monitor/analysis/cgroup_budget.py): its
+    host memory split at the kill (anonymous, file, shmem) and its GPU memory."""
+    out = []
+    for m in _list(_get(doc, "cgroup_budget", "members")):
+        m = _dict(m)
+        pid = _num(m.get("pid"))
+        parts = ", ".join(
+            f"{label} {fmt_bytes(m.get(key))}"
+            for key, label in (
+                ("anon_bytes", "anon"),
+                ("file_bytes", "file"),
+                ("shmem_bytes", "shmem"),
+                ("gpu_bytes", "GPU"),
+            )
+        )
+        who = (
+            f"pid {'?' if pid is None else int(pid)} {_str(m.get('name'))} ({_str(m.get('comm'))})"
+        )
+        out.append(f"{who}: {parts}" + (" (victim)" if m.get("victim") is True else ""))
+    return out
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -476,6 +500,12 @@ def render_text(doc: dict, width: int | None = None) -> str:
             out.extend(_labelled("memcg", _str(kernel.get("memcg")), width))
     else:
         out.append("  (no kernel OOM record)")
+
+    members = _member_lines(doc)
+    if members:
+        section(f"Members of cgroup {_str(_get(doc, 'cgroup_budget', 'cgroup'))} at the kill")
+        for line in members:
+            out.extend(_wrap(line, width, "  ", "    "))
 
     section("Memory at death (estimate vs measured)")
     rows = _memory_rows(doc)
@@ -790,6 +820,14 @@ def _thin(times: list[float], tops: list[float], limit: int = MAX_SVG_POINTS) ->
     return keep
 
 
+def _member_pids(doc: dict) -> set[int] | None:
+    """The pids of the killed cgroup's members; None when the kill was not a cgroup's."""
+    members = _get(doc, "cgroup_budget", "members")
+    if not isinstance(members, list):
+        return None
+    return {int(p) for m in members if (p := _num(_dict(m).get("pid"))) is not None}
+
+
 def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
     chart = _Chart()
     victim_pid = _num(_get(doc, "victim", "pid"))
@@ -805,7 +843,9 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
             " (victim)" if is_victim else ""
         )
         pts = [(t, v) for t, v in _points(p.get("points")) if xr and xr[0] <= t <= xr[1]]
-        procs.append((dev, _Series(f"proc-{i}", label, "process", is_victim, pts)))
+        series = _Series(f"proc-{i}", label, "process", is_victim, pts)
+        series.pid = None if pid is None else int(pid)
+        procs.append((dev, series))
     mine = [(d, s) for d, s in procs if s.victim and s.points]
     if mine:  # the victim's device: where it held the most
         chart.device_id = max(mine, key=lambda ds: _peak(ds[1]))[0]
@@ -813,6 +853,9 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
         chart.device_id = "host"
     elif any(s.points for _, s in procs):
         chart.device_id = max(procs, key=lambda ds: _peak(ds[1]))[0]
+    members = _member_pids(doc)
+    if members is not None and chart.device_id == "host":  # the killed cgroup's budget only
+        procs = [(d, s) for d, s in procs if d != "host" or s.victim or s.pid in members]
     on_dev = [s for d, s in procs if d == chart.device_id]
     chart.not_charted = sorted({_clean(d) for d, s in procs if d != chart.device_id and s.points})
     victims = [s for s in on_dev if s.victim and s.points]
@@ -1193,6 +1236,15 @@ def render_html(doc: dict) -> str:
     else:
         out.append('<p class="muted">No kernel OOM record.</p>')
     out.append("</section>")
+
+    members = _member_lines(doc)
+    if members:
+        cgroup = _h(_get(doc, "cgroup_budget", "cgroup"))
+        out.append(
+            f"<section><h2>Members of cgroup {cgroup} at the kill</h2><ul>"
+            + "".join(f"<li>{escape(line)}</li>" for line in members)
+            + "</ul></section>"
+        )
 
     out.append("<section><h2>Memory at death (estimate vs measured)</h2>")
     rows = _memory_rows(doc)
