@@ -137,6 +137,37 @@ def build(
         db.close()
 
 
+def _kernel_figures(kernel: dict[str, Any]) -> dict[str, Any]:
+    """The kernel OOM record's figures (monitor/logs/kernel.py): the victim's anon / file /
+    shmem RSS at the kill, the constraint, its cgroup and that cgroup's limit."""
+    kdata = kernel["data"]
+    return {
+        "anon_rss_bytes": _kb(kdata.get("anon_rss_kb")),
+        "file_rss_bytes": _kb(kdata.get("file_rss_kb")),
+        "shmem_rss_bytes": _kb(kdata.get("shmem_rss_kb")),
+        "constraint": kdata.get("constraint"),
+        "memcg": kdata.get("task_memcg") or kdata.get("memcg"),
+        "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
+        "ts_ms": kernel["ts_ms"],
+    }
+
+
+def _untracked(pid: Any, records: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """An untracked victim, named by the first record (crash, kernel, exit) that names it."""
+    comm = next(
+        (c for c in (r.get("comm") for r in records) if isinstance(c, str) and c),
+        None,
+    )
+    return {
+        "pid": pid,
+        "comm": comm or "unknown process",
+        "argv": [],
+        "engine": None,
+        "started_at_ms": None,
+        "exited_ms": None,
+    }
+
+
 def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dict[str, Any]:
     victim_pid = crash["data"].get("pid")
     t = crash["ts_ms"]
@@ -172,17 +203,7 @@ def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dic
         if p["points"]
     }
     kdata = (kernel or {}).get("data", {})
-    kernel_fig = None
-    if kernel:
-        kernel_fig = {
-            "anon_rss_bytes": _kb(kdata.get("anon_rss_kb")),
-            "file_rss_bytes": _kb(kdata.get("file_rss_kb")),
-            "shmem_rss_bytes": _kb(kdata.get("shmem_rss_kb")),
-            "constraint": kdata.get("constraint"),
-            "memcg": kdata.get("task_memcg") or kdata.get("memcg"),
-            "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
-            "ts_ms": kernel["ts_ms"],
-        }
+    kernel_fig = _kernel_figures(kernel) if kernel else None
     loading = _loading_at(db, nearby, t)
     estimate_doc = _estimate(db, info, at_death, victim_pid, t)
     ceiling = {d["device_id"]: d["total_bytes"] for d in devices if d["total_bytes"]}
@@ -190,22 +211,7 @@ def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dic
         ceiling[f"memcg {kernel_fig['memcg']}"] = kernel_fig["memcg_limit_bytes"]
     exit_data = (exit_ev or {}).get("data", {})
     if info is None:  # untracked (a memory hog the kernel chose): named by the records
-        comm = next(
-            (
-                c
-                for c in (crash["data"].get("comm"), kdata.get("comm"), exit_data.get("comm"))
-                if isinstance(c, str) and c
-            ),
-            None,
-        )
-        info = {
-            "pid": victim_pid,
-            "comm": comm or "unknown process",
-            "argv": [],
-            "engine": None,
-            "started_at_ms": None,
-            "exited_ms": None,
-        }
+        info = _untracked(victim_pid, (crash["data"], kdata, exit_data))
     budget = None
     if kernel_fig and kernel_fig["constraint"] == "CONSTRAINT_MEMCG":
         budget = _budget(db, kdata, kernel_fig, info, loading, estimate_doc, (start, t), version)

@@ -443,29 +443,18 @@ def _labelled(label: str, value: str, width: int, pad: int = 11) -> list[str]:
     return _wrap(value, width, f"  {label:<{pad}}", " " * (pad + 2))
 
 
-def render_text(doc: dict, width: int | None = None) -> str:
-    """The post-mortem as plain text; no line is longer than ``width`` columns (default: the
-    terminal width clamped to 80..100)."""
-    if width is None:
-        width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 100)
-    width = max(int(width), 40)
-    doc = _dict(doc)
-    victim = _dict(doc.get("victim"))
-    event = _dict(doc.get("event"))
-    death = _death_ms(doc)
-    out: list[str] = []
+def _section(title: str, width: int) -> list[str]:
+    return ["", title, "-" * min(len(title), width)]
 
-    def section(title: str) -> None:
-        out.append("")
-        out.append(title)
-        out.append("-" * min(len(title), width))
 
+def _head_text(doc: dict, width: int) -> list[str]:
+    """The title and who died, when, how, by which event, on what command line."""
+    victim, event = _dict(doc.get("victim")), _dict(doc.get("event"))
     pid = _num(victim.get("pid"))
     comm = _str(victim.get("comm"))
-    title = f"{_title(doc)}: {comm} (pid {'?' if pid is None else int(pid)}) died"
-    out.extend(_wrap(title, width))
+    out = _wrap(f"{_title(doc)}: {comm} (pid {'?' if pid is None else int(pid)}) died", width)
     out.append("=" * min(max(len(x) for x in out), width))
-    out.extend(_labelled("when", fmt_ts(death), width))
+    out.extend(_labelled("when", fmt_ts(_death_ms(doc)), width))
     if victim.get("how"):
         out.extend(_labelled("how", _str(victim.get("how")), width))
     if event:
@@ -488,39 +477,47 @@ def render_text(doc: dict, width: int | None = None) -> str:
     argv = _argv_text(victim.get("argv"))
     if argv:
         out.extend(_labelled("command", argv, width))
+    return out
 
-    kernel = _dict(victim.get("kernel"))
-    section("Kernel's record of the kill")
-    if kernel:
-        for key, label in KERNEL_FIELDS:
-            out.extend(_labelled(label, fmt_bytes(kernel.get(key)), width))
-        if kernel.get("constraint"):
-            out.extend(_labelled("constraint", _str(kernel.get("constraint")), width))
-        if kernel.get("memcg"):
-            out.extend(_labelled("memcg", _str(kernel.get("memcg")), width))
-    else:
-        out.append("  (no kernel OOM record)")
 
+def _kernel_text(doc: dict, width: int) -> list[str]:
+    kernel = _dict(_get(doc, "victim", "kernel"))
+    out = _section("Kernel's record of the kill", width)
+    if not kernel:
+        return out + ["  (no kernel OOM record)"]
+    for key, label in KERNEL_FIELDS:
+        out.extend(_labelled(label, fmt_bytes(kernel.get(key)), width))
+    if kernel.get("constraint"):
+        out.extend(_labelled("constraint", _str(kernel.get("constraint")), width))
+    if kernel.get("memcg"):
+        out.extend(_labelled("memcg", _str(kernel.get("memcg")), width))
+    return out
+
+
+def _members_text(doc: dict, width: int) -> list[str]:
     members = _member_lines(doc)
-    if members:
-        section(f"Members of cgroup {_str(_get(doc, 'cgroup_budget', 'cgroup'))} at the kill")
-        for line in members:
-            out.extend(_wrap(line, width, "  ", "    "))
+    if not members:
+        return []
+    cgroup = _str(_get(doc, "cgroup_budget", "cgroup"))
+    out = _section(f"Members of cgroup {cgroup} at the kill", width)
+    for line in members:
+        out.extend(_wrap(line, width, "  ", "    "))
+    return out
 
-    section("Memory at death (estimate vs measured)")
+
+def _memory_text(doc: dict, width: int) -> list[str]:
+    out = _section("Memory at death (estimate vs measured)", width)
     rows = _memory_rows(doc)
     if rows:
         colw = 11
         devw = max(6, min(max(len(k) for k, _ in rows), width - 2 - colw * len(MEMORY_HEADS)))
-        head = "  " + "device".ljust(devw) + "".join(h.rjust(colw) for h in MEMORY_HEADS)
-        out.append(head)
+        out.append("  " + "device".ljust(devw) + "".join(h.rjust(colw) for h in MEMORY_HEADS))
         for key, cells in rows:
-            name = _fit(key, devw).ljust(devw)
-            out.append("  " + name + "".join(c.rjust(colw) for c in cells))
+            out.append("  " + _fit(key, devw).ljust(devw) + "".join(c.rjust(colw) for c in cells))
         out.extend(
             _wrap(
                 "estimate: what the launch should need; at death: the victim as "
-                "measured at death; last seen / peak: its last and highest samples; "
+                "measured at death; last seen / peak: its last nonzero and highest samples; "
                 "ceiling: the limit it ran under.",
                 width,
                 "  ",
@@ -531,33 +528,35 @@ def render_text(doc: dict, width: int | None = None) -> str:
     measured = _dict(_get(doc, "victim", "measured"))
     if measured:
         out.extend(_wrap(measured_line(measured), width, "  "))
+    return out
 
-    section("Cause")
-    out.extend(_wrap(_str(doc.get("cause"), "(not determined)"), width, "  "))
-    section("Fix")
-    out.extend(_wrap(_str(doc.get("fix"), "(none suggested)"), width, "  "))
 
+def _loading_text(doc: dict, death: float | None, width: int) -> list[str]:
     loading = [_dict(x) for x in _list(doc.get("loading"))]
-    if loading:
-        section("Loading at the time")
-        for item in loading:
-            lpid = _num(item.get("pid"))
-            st = _num(item.get("started_ms"))
-            when = ""
-            if st is not None:
-                when = f" since {fmt_hms(st)}"
-                if death is not None:
-                    when += f" ({fmt_dur(death - st)} before death)"
-            model = f" {_str(item.get('model'))}" if item.get("model") else ""
-            text = (
-                f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
-                f"loading{model}{when}"
-            )
-            out.extend(_wrap(text, width, "  ", "    "))
+    if not loading:
+        return []
+    out = _section("Loading at the time", width)
+    for item in loading:
+        lpid = _num(item.get("pid"))
+        st = _num(item.get("started_ms"))
+        when = ""
+        if st is not None:
+            when = f" since {fmt_hms(st)}"
+            if death is not None:
+                when += f" ({fmt_dur(death - st)} before death)"
+        model = f" {_str(item.get('model'))}" if item.get("model") else ""
+        text = (
+            f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
+            f"loading{model}{when}"
+        )
+        out.extend(_wrap(text, width, "  ", "    "))
+    return out
 
+
+def _timeline_text(doc: dict, death: float | None, width: int) -> list[str]:
     series = _series(doc)
     xr = _x_range(doc, series)
-    section("Timeline")
+    out = _section("Timeline", width)
     if xr is not None:
         out.extend(
             _wrap(
@@ -570,29 +569,44 @@ def render_text(doc: dict, width: int | None = None) -> str:
     if not any(s.points for s in series):
         out.append("  (no samples in the window)")
     for s in series:
-        out.extend(
-            _wrap(
-                s.label + (f", total {fmt_bytes(s.total)}" if s.total else ""), width, "  ", "    "
-            )
-        )
+        total = f", total {fmt_bytes(s.total)}" if s.total else ""
+        out.extend(_wrap(s.label + total, width, "  ", "    "))
         low_high_last = _stats(s.points)
         if low_high_last is None or xr is None:
             out.append("    (no samples)")
             continue
         low, high, last = low_high_last
         stats = f"min {fmt_bytes(low)}  max {fmt_bytes(high)}  last {fmt_bytes(last)}"
-        sw = min(SPARK_WIDTH, width - 6)
-        spark = sparkline(s.points, xr[0], xr[1], sw)
+        spark = sparkline(s.points, xr[0], xr[1], min(SPARK_WIDTH, width - 6))
         line = f"    |{spark}|  {stats}"
         if len(line) <= width:
             out.append(line)
         else:
             out.append(f"    |{spark}|")
             out.extend(_wrap(stats, width, "    "))
+    return out
 
-    section("Other events in the window")
-    out.extend(_events_text(doc, death, width))
 
+def render_text(doc: dict, width: int | None = None) -> str:
+    """The post-mortem as plain text; no line is longer than ``width`` columns (default: the
+    terminal width clamped to 80..100)."""
+    if width is None:
+        width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 100)
+    width = max(int(width), 40)
+    doc = _dict(doc)
+    death = _death_ms(doc)
+    out = _head_text(doc, width)
+    out += _kernel_text(doc, width)
+    out += _members_text(doc, width)
+    out += _memory_text(doc, width)
+    out += _section("Cause", width)
+    out += _wrap(_str(doc.get("cause"), "(not determined)"), width, "  ")
+    out += _section("Fix", width)
+    out += _wrap(_str(doc.get("fix"), "(none suggested)"), width, "  ")
+    out += _loading_text(doc, death, width)
+    out += _timeline_text(doc, death, width)
+    out += _section("Other events in the window", width)
+    out += _events_text(doc, death, width)
     return "\n".join(_fit(line.rstrip(), width) for line in out) + "\n"
 
 
@@ -1159,25 +1173,10 @@ def _table(heads: Iterable[str], rows: Iterable[Iterable[str]], numeric_from: in
     return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(doc: dict) -> str:
-    """The post-mortem as one self-contained HTML page (inline CSS and SVG, no scripts)."""
-    doc = _dict(doc)
-    victim = _dict(doc.get("victim"))
-    event = _dict(doc.get("event"))
-    death = _death_ms(doc)
-    pid = _num(victim.get("pid"))
-    pid_s = "?" if pid is None else str(int(pid))
-    comm = _h(victim.get("comm"))
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>",
-    ]
-
-    meta: list[tuple[str, str]] = [("when", escape(fmt_ts(death)))]
+def _meta_html(doc: dict) -> str:
+    """Who died, when, how, by which event (with its data), on what command line."""
+    victim, event = _dict(doc.get("victim")), _dict(doc.get("event"))
+    meta: list[tuple[str, str]] = [("when", escape(fmt_ts(_death_ms(doc))))]
     if victim.get("how"):
         meta.append(("how", _h(victim.get("how"))))
     if event:
@@ -1194,11 +1193,11 @@ def render_html(doc: dict) -> str:
     argv = _argv_text(victim.get("argv"))
     if argv:
         meta.append(("command", f"<pre>{escape(argv)}</pre>"))
-    out.append(
+    out = [
         '<section><table class="meta"><tbody>'
         + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
         + "</tbody></table>"
-    )
+    ]
     data_rows = _event_data_rows(_dict(event.get("data")))
     if data_rows:
         out.append(
@@ -1207,18 +1206,13 @@ def render_html(doc: dict) -> str:
             + "</tbody></table>"
         )
     out.append("</section>")
+    return "\n".join(out)
 
-    out.append(
-        "<section><h2>Cause</h2>"
-        f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
-        "<h2>Fix</h2>"
-        f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>'
-    )
 
-    out.append("<section><h2>Memory over time</h2>" + render_svg(doc))
-    series = _series(doc)
+def _chart_html(doc: dict) -> str:
+    out = ["<section><h2>Memory over time</h2>" + render_svg(doc)]
     srows = []
-    for s in series:
+    for s in _series(doc):
         st = _stats(s.points)
         cells = [escape(s.label)] + ([escape(fmt_bytes(x)) for x in st] if st else ["-"] * 3)
         cells.append(escape(fmt_bytes(s.total)) if s.total else "-")
@@ -1226,27 +1220,34 @@ def render_html(doc: dict) -> str:
     if srows:
         out.append(_table(("series", "min", "max", "last", "total"), srows))
     out.append("</section>")
+    return "\n".join(out)
 
-    out.append("<section><h2>Kernel's record of the kill</h2>")
-    kernel = _dict(victim.get("kernel"))
-    if kernel:
+
+def _kernel_html(doc: dict) -> str:
+    kernel = _dict(_get(doc, "victim", "kernel"))
+    if not kernel:
+        body = '<p class="muted">No kernel OOM record.</p>'
+    else:
         krows = [(lbl, escape(fmt_bytes(kernel.get(key)))) for key, lbl in KERNEL_FIELDS]
         krows += [(k, _h(kernel.get(k))) for k in ("constraint", "memcg") if kernel.get(k)]
-        out.append(_table(("field", "value"), krows))
-    else:
-        out.append('<p class="muted">No kernel OOM record.</p>')
-    out.append("</section>")
+        body = _table(("field", "value"), krows)
+    return f"<section><h2>Kernel's record of the kill</h2>\n{body}\n</section>"
 
+
+def _members_html(doc: dict) -> str:
     members = _member_lines(doc)
-    if members:
-        cgroup = _h(_get(doc, "cgroup_budget", "cgroup"))
-        out.append(
-            f"<section><h2>Members of cgroup {cgroup} at the kill</h2><ul>"
-            + "".join(f"<li>{escape(line)}</li>" for line in members)
-            + "</ul></section>"
-        )
+    if not members:
+        return ""
+    cgroup = _h(_get(doc, "cgroup_budget", "cgroup"))
+    return (
+        f"<section><h2>Members of cgroup {cgroup} at the kill</h2><ul>"
+        + "".join(f"<li>{escape(line)}</li>" for line in members)
+        + "</ul></section>"
+    )
 
-    out.append("<section><h2>Memory at death (estimate vs measured)</h2>")
+
+def _memory_html(doc: dict) -> str:
+    out = ["<section><h2>Memory at death (estimate vs measured)</h2>"]
     rows = _memory_rows(doc)
     if rows:
         out.append(
@@ -1257,7 +1258,7 @@ def render_html(doc: dict) -> str:
         )
         out.append(
             '<p class="muted">estimate: what the launch should need; at death: the '
-            "victim as measured at death; last seen / peak: its last and highest "
+            "victim as measured at death; last seen / peak: its last nonzero and highest "
             "samples; ceiling: the limit it ran under.</p>"
         )
     else:
@@ -1266,32 +1267,61 @@ def render_html(doc: dict) -> str:
     if measured:
         out.append(f"<p>{escape(measured_line(measured))}</p>")
     out.append("</section>")
+    return "\n".join(out)
 
+
+def _loading_html(doc: dict, death: float | None) -> str:
     loading = [_dict(x) for x in _list(doc.get("loading"))]
-    if loading:
-        lrows = []
-        for item in loading:
-            lp, started = _num(item.get("pid")), _num(item.get("started_ms"))
-            before = fmt_dur(death - started) if started is not None and death is not None else "?"
-            lrows.append(
-                [
-                    "?" if lp is None else str(int(lp)),
-                    _h(item.get("comm")),
-                    _h(item.get("model")) if item.get("model") else "-",
-                    escape(fmt_hms(started)),
-                    escape(before),
-                ]
-            )
-        out.append(
-            "<section><h2>Loading at the time</h2>"
-            + _table(
-                ("pid", "process", "model", "since (UTC)", "before death"), lrows, numeric_from=3
-            )
-            + "</section>"
+    if not loading:
+        return ""
+    lrows = []
+    for item in loading:
+        lp, started = _num(item.get("pid")), _num(item.get("started_ms"))
+        before = fmt_dur(death - started) if started is not None and death is not None else "?"
+        lrows.append(
+            [
+                "?" if lp is None else str(int(lp)),
+                _h(item.get("comm")),
+                _h(item.get("model")) if item.get("model") else "-",
+                escape(fmt_hms(started)),
+                escape(before),
+            ]
         )
+    heads = ("pid", "process", "model", "since (UTC)", "before death")
+    return (
+        "<section><h2>Loading at the time</h2>"
+        + _table(heads, lrows, numeric_from=3)
+        + "</section>"
+    )
 
-    out.append(_events_html(doc, death))
-    schema = _h(doc.get("schema"))
-    out.append(f'<p class="muted">vramscope post-mortem, schema <code>{schema}</code>.</p>')
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+
+def render_html(doc: dict) -> str:
+    """The post-mortem as one self-contained HTML page (inline CSS and SVG, no scripts)."""
+    doc = _dict(doc)
+    victim = _dict(doc.get("victim"))
+    death = _death_ms(doc)
+    pid = _num(victim.get("pid"))
+    pid_s = "?" if pid is None else str(int(pid))
+    comm = _h(victim.get("comm"))
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>",
+        _meta_html(doc),
+        "<section><h2>Cause</h2>"
+        f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
+        "<h2>Fix</h2>"
+        f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>',
+        _chart_html(doc),
+        _kernel_html(doc),
+        _members_html(doc),
+        _memory_html(doc),
+        _loading_html(doc, death),
+        _events_html(doc, death),
+        f'<p class="muted">vramscope post-mortem, schema <code>{_h(doc.get("schema"))}</code>.</p>',
+        "</body></html>",
+    ]
+    return "\n".join(part for part in out if part) + "\n"
