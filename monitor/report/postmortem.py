@@ -921,6 +921,186 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
     return chart
 
 
+class _Frame:
+    """The plot's scales: time ``x0..x1`` and bytes ``0..ymax`` onto the plot area."""
+
+    __slots__ = ("x0", "x1", "ymax")
+
+    def __init__(self, x0: float, x1: float, ymax: float) -> None:
+        self.x0, self.x1, self.ymax = x0, x1, ymax
+
+    def sx(self, t: float) -> float:
+        return PLOT_LEFT + (t - self.x0) / (self.x1 - self.x0) * (PLOT_RIGHT - PLOT_LEFT)
+
+    def sy(self, v: float) -> float:
+        return PLOT_BOTTOM - min(max(v / self.ymax, 0.0), 1.0) * (PLOT_BOTTOM - PLOT_TOP)
+
+
+def _svg_axes(f: _Frame, chart: _Chart, xr: tuple[float, float] | None) -> list[str]:
+    """The y axis in GiB (nice steps from 0) and the x axis in HH:MM:SS UTC."""
+    out: list[str] = []
+    # y axis: GiB, nice steps from 0 up to the top of the axis
+    step = _nice_step(f.ymax / GIB, 5)
+    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    out.append('<g class="y-axis" fill="#333" stroke="none">')
+    k = 0
+    while k * step * GIB <= f.ymax * (1 + 1e-9) and k < 50:
+        y = f.sy(k * step * GIB)
+        out.append(
+            f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
+            'stroke="#e3e3e3" stroke-width="1"/>'
+        )
+        out.append(
+            f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
+            f"{k * step:.{decimals}f}</text>"
+        )
+        k += 1
+    dev = f" on {escape(_clean(chart.device_id))}" if chart.device_id else ""
+    out.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>' if xr else "")
+    out.append("</g>")
+
+    # x axis: HH:MM:SS UTC
+    out.append('<g class="x-axis" fill="#333" stroke="none">')
+    if xr is not None:
+        for t in _time_ticks(f.x0, f.x1):
+            x = f.sx(t)
+            out.append(
+                f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
+                f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>'
+            )
+            out.append(
+                f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">{fmt_hms(t)}</text>'
+            )
+        out.append(
+            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
+            f'text-anchor="middle">time (UTC, {escape(fmt_ts(f.x0)[:10])})</text>'
+        )
+    out.append("</g>")
+
+    return out
+
+
+def _svg_marks(
+    f: _Frame,
+    chart: _Chart,
+    xr: tuple[float, float] | None,
+    band_colors: dict[str, str],
+    limit_drawn: bool,
+    death: float | None,
+) -> list[str]:
+    """The stacked bands, the device total and the victim, the limit, the death marker."""
+    out: list[str] = []
+    # the others, stacked: each band from the one below's top to its own top
+    out.append('<g class="bands" stroke-width="0.8">')
+    keep = _thin(chart.times, chart.bands[-1][1]) if chart.bands else []
+    below = [0.0] * len(chart.times)
+    for rank, (s, top) in enumerate(chart.bands):
+        upper = [f"{_f(f.sx(chart.times[j]))},{_f(f.sy(top[j]))}" for j in keep]
+        lower = [f"{_f(f.sx(chart.times[j]))},{_f(f.sy(below[j]))}" for j in reversed(keep)]
+        out.append(
+            f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
+            f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
+            f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
+            f"<title>{escape(s.label)}</title></polygon>"
+        )
+        below = top
+    out.append("</g>")
+
+    # the device's total in use (dashed), then the victim on top of everything
+    out.append('<g class="series-group" fill="none">')
+    for line in (chart.device, chart.victim):
+        if line is None or not line.points:
+            continue
+        pts = downsample(line.points)
+        if len(pts) == 1:
+            pts = pts * 2
+        coords = " ".join(f"{_f(f.sx(t))},{_f(f.sy(v))}" for t, v in pts)
+        style = (
+            f'stroke="{VICTIM_COLOR}" stroke-width="3"'
+            if line.victim
+            else f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"'
+        )
+        cls = "series process victim" if line.victim else "series device"
+        out.append(
+            f'<polyline class="{cls}" data-series="{line.key}" {style} '
+            f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
+            f"<title>{escape(line.label)}</title></polyline>"
+        )
+    out.append("</g>")
+
+    # the limit: a labelled horizontal line, or a note when it is far above the data
+    if chart.limit_bytes and xr is not None:
+        label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
+        if limit_drawn:
+            limit_y = _f(f.sy(chart.limit_bytes))
+            out.append(
+                f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{limit_y}" x2="{PLOT_RIGHT}" '
+                f'y2="{limit_y}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
+                f'<text x="{PLOT_LEFT + 6}" y="{_f(f.sy(chart.limit_bytes) - 5)}" '
+                f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
+                f'paint-order="stroke">{label}</text></g>'
+            )
+        else:
+            out.append(
+                f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
+                f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
+                "(far above, not to scale)</text></g>"
+            )
+
+    # death marker
+    if death is not None and xr is not None:
+        death_x = _f(f.sx(death))
+        out.append(
+            f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
+            f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
+            'stroke-dasharray="3 3"/>'
+            f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
+            f"died {fmt_hms(death)}</text></g>"
+        )
+
+    return out
+
+
+def _svg_legend(entries: list[tuple[str, str, str, str]], note: str, rows: int) -> list[str]:
+    """Victim, device total, the bands from the bottom up, the limit; then the note."""
+    out: list[str] = []
+    # legend: victim, device total, the bands from the bottom up, the limit
+    out.append('<g class="legend">')
+    colw = (SVG_W - PLOT_LEFT) / LEGEND_COLS
+    for i, (key, label, color, kind) in enumerate(entries):
+        r, c = divmod(i, LEGEND_COLS)
+        lx = PLOT_LEFT // 2 + c * colw
+        ly = LEGEND_TOP + r * LEGEND_ROW
+        if kind == "band":
+            swatch = (
+                f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
+                f'fill-opacity="0.55" stroke="{color}"/>'
+            )
+        else:
+            style = {
+                "victim": 'stroke-width="3"',
+                "device": 'stroke-width="1.5" stroke-dasharray="7 4"',
+                "limit": 'stroke-width="2"',
+            }[kind]
+            swatch = (
+                f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
+                f'stroke="{color}" {style}/>'
+            )
+        weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
+        out.append(
+            f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
+            f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
+            f"{escape(_legend_label(label))}</text></g>"
+        )
+    if note:
+        ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
+        out.append(
+            f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
+            f"{escape(_legend_label(note, 120))}</text>"
+        )
+    return out
+
+
 def render_svg(doc: dict) -> str:
     """The memory chart of the victim's device as one ``<svg>`` element (well-formed XML):
     the other processes there as stacked bands (top five by peak, the rest as "others"),
@@ -983,156 +1163,10 @@ def render_svg(doc: dict) -> str:
         ymax = GIB
     ymax *= 1.04  # headroom so the top line and its label stay inside the plot
     x0, x1 = xr if xr else (0.0, 1.0)
-    pw, ph = PLOT_RIGHT - PLOT_LEFT, PLOT_BOTTOM - PLOT_TOP
-
-    def sx(t: float) -> float:
-        return PLOT_LEFT + (t - x0) / (x1 - x0) * pw
-
-    def sy(v: float) -> float:
-        return PLOT_BOTTOM - min(max(v / ymax, 0.0), 1.0) * ph
-
-    # y axis: GiB, nice steps from 0 up to the top of the axis
-    step = _nice_step(ymax / GIB, 5)
-    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
-    parts.append('<g class="y-axis" fill="#333" stroke="none">')
-    k = 0
-    while k * step * GIB <= ymax * (1 + 1e-9) and k < 50:
-        y = sy(k * step * GIB)
-        parts.append(
-            f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
-            'stroke="#e3e3e3" stroke-width="1"/>'
-        )
-        parts.append(
-            f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
-            f"{k * step:.{decimals}f}</text>"
-        )
-        k += 1
-    dev = f" on {escape(_clean(chart.device_id))}" if chart.device_id else ""
-    parts.append(
-        f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>' if xr else ""
-    )
-    parts.append("</g>")
-
-    # x axis: HH:MM:SS UTC
-    parts.append('<g class="x-axis" fill="#333" stroke="none">')
-    if xr is not None:
-        for t in _time_ticks(x0, x1):
-            x = sx(t)
-            parts.append(
-                f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
-                f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>'
-            )
-            parts.append(
-                f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">{fmt_hms(t)}</text>'
-            )
-        parts.append(
-            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
-            f'text-anchor="middle">time (UTC, {escape(fmt_ts(x0)[:10])})</text>'
-        )
-    parts.append("</g>")
-
-    # the others, stacked: each band from the one below's top to its own top
-    parts.append('<g class="bands" stroke-width="0.8">')
-    keep = _thin(chart.times, chart.bands[-1][1]) if chart.bands else []
-    below = [0.0] * len(chart.times)
-    for rank, (s, top) in enumerate(chart.bands):
-        upper = [f"{_f(sx(chart.times[j]))},{_f(sy(top[j]))}" for j in keep]
-        lower = [f"{_f(sx(chart.times[j]))},{_f(sy(below[j]))}" for j in reversed(keep)]
-        parts.append(
-            f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
-            f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
-            f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
-            f"<title>{escape(s.label)}</title></polygon>"
-        )
-        below = top
-    parts.append("</g>")
-
-    # the device's total in use (dashed), then the victim on top of everything
-    parts.append('<g class="series-group" fill="none">')
-    for line in (chart.device, chart.victim):
-        if line is None or not line.points:
-            continue
-        pts = downsample(line.points)
-        if len(pts) == 1:
-            pts = pts * 2
-        coords = " ".join(f"{_f(sx(t))},{_f(sy(v))}" for t, v in pts)
-        style = (
-            f'stroke="{VICTIM_COLOR}" stroke-width="3"'
-            if line.victim
-            else f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"'
-        )
-        cls = "series process victim" if line.victim else "series device"
-        parts.append(
-            f'<polyline class="{cls}" data-series="{line.key}" {style} '
-            f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
-            f"<title>{escape(line.label)}</title></polyline>"
-        )
-    parts.append("</g>")
-
-    # the limit: a labelled horizontal line, or a note when it is far above the data
-    if chart.limit_bytes and xr is not None:
-        label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
-        if limit_drawn:
-            limit_y = _f(sy(chart.limit_bytes))
-            parts.append(
-                f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{limit_y}" x2="{PLOT_RIGHT}" '
-                f'y2="{limit_y}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
-                f'<text x="{PLOT_LEFT + 6}" y="{_f(sy(chart.limit_bytes) - 5)}" '
-                f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
-                f'paint-order="stroke">{label}</text></g>'
-            )
-        else:
-            parts.append(
-                f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
-                f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
-                "(far above, not to scale)</text></g>"
-            )
-
-    # death marker
-    if death is not None and xr is not None:
-        death_x = _f(sx(death))
-        parts.append(
-            f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
-            f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
-            'stroke-dasharray="3 3"/>'
-            f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
-            f"died {fmt_hms(death)}</text></g>"
-        )
-
-    # legend: victim, device total, the bands from the bottom up, the limit
-    parts.append('<g class="legend">')
-    colw = (SVG_W - PLOT_LEFT) / LEGEND_COLS
-    for i, (key, label, color, kind) in enumerate(entries):
-        r, c = divmod(i, LEGEND_COLS)
-        lx = PLOT_LEFT // 2 + c * colw
-        ly = LEGEND_TOP + r * LEGEND_ROW
-        if kind == "band":
-            swatch = (
-                f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
-                f'fill-opacity="0.55" stroke="{color}"/>'
-            )
-        else:
-            style = {
-                "victim": 'stroke-width="3"',
-                "device": 'stroke-width="1.5" stroke-dasharray="7 4"',
-                "limit": 'stroke-width="2"',
-            }[kind]
-            swatch = (
-                f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
-                f'stroke="{color}" {style}/>'
-            )
-        weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
-        parts.append(
-            f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
-            f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
-            f"{escape(_legend_label(label))}</text></g>"
-        )
-    if note:
-        ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
-        parts.append(
-            f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
-            f"{escape(_legend_label(note, 120))}</text>"
-        )
+    f = _Frame(x0, x1, ymax)
+    parts += _svg_axes(f, chart, xr)
+    parts += _svg_marks(f, chart, xr, band_colors, limit_drawn, death)
+    parts += _svg_legend(entries, note, rows)
     parts.append("</g></svg>")
     return "".join(p for p in parts if p)
 
