@@ -513,10 +513,16 @@ def _budget(
     """The kill in terms of the killed cgroup's budget (monitor/analysis/cgroup_budget.py):
     the cgroup whose limit was hit is the record's ``oom_memcg``, else the victim's."""
     cgroup = kdata.get("memcg") or kdata.get("task_memcg")
-    limit = kernel_fig.get("memcg_limit_bytes")
-    if not isinstance(cgroup, str) or not limit:
-        return None
     victim, (start, t) = info or {}, window
+    if not isinstance(cgroup, str):
+        return None
+    # the record's "memory: usage ..., limit ..." line, else the limit last sampled there
+    limit = kernel_fig.get("memcg_limit_bytes") or next(
+        (c.max_bytes for c in reads.last_cgroups(db, start, t) if c.path == cgroup and c.max_bytes),
+        None,
+    )
+    if not limit:
+        return None
     members = _members(db, cgroup, kernel_fig, victim, start, t)
     loading_now = any(x["pid"] == victim.get("pid") for x in loading)
     growth = None if loading_now else _growth_evidence(db, victim, t)

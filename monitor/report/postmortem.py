@@ -893,9 +893,13 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
             )
             break
     memcg_limit = _num(_get(doc, "victim", "kernel", "memcg_limit_bytes"))
+    memcg = _get(doc, "victim", "kernel", "memcg")
+    if not memcg_limit:  # the record gave none: the limit sampled on the killed cgroup
+        memcg_limit = _num(_get(doc, "cgroup_budget", "limit_bytes"))
+        memcg = _get(doc, "cgroup_budget", "cgroup")
     if chart.device_id == "host" and memcg_limit:
         chart.limit_bytes = memcg_limit
-        chart.limit_label = f"cgroup {_str(_get(doc, 'victim', 'kernel', 'memcg'))} limit"
+        chart.limit_label = f"cgroup {_str(memcg)} limit"
     elif chart.device is not None and chart.device.total:
         chart.limit_bytes = chart.device.total
         chart.limit_label = f"{_clean(chart.device_id)} capacity"

@@ -125,7 +125,7 @@ def big_model(tmp: Path) -> str:
     return str(path)
 
 
-def kernel_kill(ts_ms: int, pid: int, anon_kb: int) -> DeviceEvent:
+def kernel_kill(ts_ms: int, pid: int, anon_kb: int, usage_line: bool = True) -> DeviceEvent:
     """The kernel's own lines of a memcg OOM kill (mm/oom_kill.c, mm/memcontrol.c formats as
     in tests/fixtures/kernlog/oom-memcg-dmesg-5x.txt), parsed as the daemon parses them."""
     from dataclasses import replace
@@ -145,12 +145,20 @@ def kernel_kill(ts_ms: int, pid: int, anon_kb: int) -> DeviceEvent:
         f"total-vm:9000000kB, anon-rss:{anon_kb}kB, file-rss:4096kB, shmem-rss:0kB, UID:0 "
         "pgtables:6000kB oom_score_adj:0",
     ]
+    if not usage_line:  # a record whose "memory: usage" line was lost (a ring overrun)
+        lines = [line for line in lines if "memory: usage" not in line]
     kills = [e for e in to_device_events(parse_lines(lines), ts_ms) if e.kind == "oom_kill"]
     assert len(kills) == 1 and kills[0].data["constraint"] == "CONSTRAINT_MEMCG"
     return replace(kills[0], ts_ms=ts_ms)
 
 
-def cgroup_db(tmp: Path, big_argv: tuple[str, ...], kill_anon_kb: int, cwd: str | None) -> Path:
+def cgroup_db(
+    tmp: Path,
+    big_argv: tuple[str, ...],
+    kill_anon_kb: int,
+    cwd: str | None,
+    usage_line: bool = True,
+) -> Path:
     """Ten 1 s ticks: embd (pid 100, 653 MiB) and big (pid 200, growing to what the kernel
     record says) in /llm (3 GiB), other (pid 300, 4 GiB) in /other; then the kill of 200."""
     from collectors.base import CgroupMemory, ProcessCgroup
@@ -177,7 +185,7 @@ def cgroup_db(tmp: Path, big_argv: tuple[str, ...], kill_anon_kb: int, cwd: str 
         cgroups = (ProcessCgroup(100, llm), ProcessCgroup(200, llm), ProcessCgroup(300, other))
         snap = Snapshot(T0 + i * 1000, (HOST,), procs, memory, (), (), (), (), cgroups)
         store.write(snap)
-    kill = kernel_kill(T0 + 10_000, 200, kill_anon_kb)
+    kill = kernel_kill(T0 + 10_000, 200, kill_anon_kb, usage_line)
     store.write(Snapshot(T0 + 10_000, (HOST,), procs[::2], (), (), (), (), (kill,)))
     store.close()
     return db
@@ -278,3 +286,18 @@ def test_a_growth_kill_bounds_the_cache_that_grew_from_its_log_line(tmp_path: Pa
     budget = doc["cgroup_budget"]
     assert budget["minimum_limit_bytes"] == EMBD + budget["need_bytes"]
     assert "at load + its prompt cache full, 8.0 GiB" in doc["fix"]
+
+
+def test_without_the_records_limit_line_the_sampled_limit_is_the_budget(tmp_path: Path) -> None:
+    """The kernel record without its "memory: usage ..., limit ..." line: the limit the
+    daemon last sampled on the killed cgroup (memory.limit_in_bytes / memory.max) is the
+    budget, in the cause, the fixes and the chart."""
+    model = big_model(tmp_path)
+    argv = ("llama-server", "-m", model, "-c", "98304", "--no-mmap")
+    db = cgroup_db(tmp_path, argv, 2_400 * 1024, None, usage_line=False)
+    doc = build(db, pid=200, cgroup_version=2)
+    assert doc["victim"]["kernel"]["memcg_limit_bytes"] is None
+    assert doc["cgroup_budget"]["limit_bytes"] == LIMIT
+    assert "> 3.0 GiB limit" in doc["cause"]
+    assert "raise MemoryMax= (memory.max) of /llm to at least 3." in doc["fix"]
+    assert "cgroup /llm limit: 3.00 GiB" in render_html(doc)
