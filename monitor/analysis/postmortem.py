@@ -409,24 +409,28 @@ def _members(
     """Every tracked process whose last sampled cgroup (by ``t``) is ``cgroup`` or under
     it, with its last nonzero host split and GPU memory; the victim with the kernel
     record's split (what it held at the kill), added when it was never sampled in it."""
-    inside = {c.pid: c for c in reads.last_cgroups(db, start, t) if in_cgroup(c.path, cgroup)}
+    inside = {  # by the process's life, not its pid (pids are reused)
+        c.process_id: c for c in reads.last_cgroups(db, start, t) if in_cgroup(c.path, cgroup)
+    }
     host: dict[int, tuple[int, int, int]] = {}
     gpu: dict[int, dict[str, int]] = {}
     for pp in reads.process_points(db, t - 60_000, t):
-        if pp.pid not in inside:
+        if pp.process_id not in inside:
             continue
         if pp.device_id == "host":
             split = (pp.rss_anon_bytes or 0, pp.rss_file_bytes or 0, pp.rss_shmem_bytes or 0)
             if any(split):
-                host[pp.pid] = split
-        elif (held := (pp.vram_bytes or 0) + (pp.gtt_bytes or 0)) or pp.device_id not in gpu.get(
-            pp.pid, {}
-        ):
-            gpu.setdefault(pp.pid, {})[pp.device_id] = held
+                host[pp.process_id] = split
+        else:  # the last nonzero figure per GPU
+            held = (pp.vram_bytes or 0) + (pp.gtt_bytes or 0)
+            on = gpu.setdefault(pp.process_id, {})
+            if held or pp.device_id not in on:
+                on[pp.device_id] = held
     victim_pid = victim.get("pid")
     out = []
-    for pid, c in inside.items():
-        anon, file, shmem = host.get(pid, (0, 0, 0))
+    for key, c in inside.items():
+        pid = c.pid
+        anon, file, shmem = host.get(key, (0, 0, 0))
         if pid == victim_pid and kernel_fig.get("anon_rss_bytes") is not None:
             anon, file, shmem = (
                 kernel_fig.get(k) or 0
@@ -443,11 +447,11 @@ def _members(
                 anon,
                 file,
                 shmem,
-                sum(gpu.get(pid, {}).values()),
+                sum(gpu.get(key, {}).values()),
                 pid == victim_pid,
             )
         )
-    if isinstance(victim_pid, int) and victim_pid not in inside:
+    if isinstance(victim_pid, int) and all(c.pid != victim_pid for c in inside.values()):
         argv = tuple(victim.get("argv") or ())
         comm = str(victim.get("comm") or "?")
         out.append(

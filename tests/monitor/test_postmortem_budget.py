@@ -113,6 +113,7 @@ def test_the_events_of_the_window_are_capped(tmp_path: Path) -> None:
 
 LIMIT = 3 * GIB
 EMBD = 653 * MIB
+GPU = DeviceSample("nvml:GPU-0", "nvml", "nvidia", "RTX 4060", "dedicated", 8 * GIB, 2 * GIB)
 
 
 def big_model(tmp: Path) -> str:
@@ -181,9 +182,10 @@ def cgroup_db(
             ProcessMemory(100, "host", rss_anon_bytes=EMBD, rss_file_bytes=12 * MIB),
             ProcessMemory(200, "host", rss_anon_bytes=big, rss_file_bytes=4 * MIB),
             ProcessMemory(300, "host", rss_anon_bytes=4 * GIB),
+            ProcessMemory(100, GPU.device_id, vram_bytes=512 * MIB),  # not charged to /llm
         )
         cgroups = (ProcessCgroup(100, llm), ProcessCgroup(200, llm), ProcessCgroup(300, other))
-        snap = Snapshot(T0 + i * 1000, (HOST,), procs, memory, (), (), (), (), cgroups)
+        snap = Snapshot(T0 + i * 1000, (HOST, GPU), procs, memory, (), (), (), (), cgroups)
         store.write(snap)
     kill = kernel_kill(T0 + 10_000, 200, kill_anon_kb, usage_line)
     store.write(Snapshot(T0 + 10_000, (HOST,), procs[::2], (), (), (), (), (kill,)))
@@ -208,7 +210,7 @@ def test_a_cgroup_kill_names_every_member_and_the_budget(tmp_path: Path) -> None
         "anon_bytes": EMBD,
         "file_bytes": 12 * MIB,
         "shmem_bytes": 0,
-        "gpu_bytes": 0,
+        "gpu_bytes": 512 * MIB,
         "victim": False,
     }
     assert members[200]["anon_bytes"] == 2_400 * MIB and members[200]["victim"]
@@ -219,7 +221,7 @@ def test_a_cgroup_kill_names_every_member_and_the_budget(tmp_path: Path) -> None
     text = render_text(doc, 100)
     assert "Members of cgroup /llm at the kill" in text
     embd_row = next(line for line in text.splitlines() if "embd" in line and "pid 100" in line)
-    assert "anon 653.0 MiB, file 12.0 MiB, shmem 0 B, GPU 0 B" in embd_row, embd_row
+    assert "anon 653.0 MiB, file 12.0 MiB, shmem 0 B, GPU 512.0 MiB" in embd_row, embd_row
     svg = render_html(doc).split("<svg", 1)[1].split("</svg>", 1)[0]
     assert "pid 100 llama-server" in svg and "pid 200 llama-server (victim)" in svg
     assert "pid 300" not in svg
