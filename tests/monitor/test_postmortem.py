@@ -107,7 +107,17 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     assert kernel["constraint"] == "CONSTRAINT_MEMCG"
     killed_rss = kernel["anon_rss_bytes"] + kernel["file_rss_bytes"] + kernel["shmem_rss_bytes"]
     assert abs(v["peak"]["host"] - killed_rss) <= 0.10 * killed_rss  # within 10 %
-    assert "memory cgroup" in doc["cause"] and "MemoryMax" in doc["fix"]
+    from collectors.base import Roots
+    from collectors.cgroup import memory_hierarchy
+
+    hierarchy = memory_hierarchy(Roots())
+    assert hierarchy is not None
+    setting = "memory.limit_in_bytes" if hierarchy.version == 1 else "MemoryMax= (memory.max)"
+    assert "memory cgroup" in doc["cause"] and f"raise {setting} of /{group.name}" in doc["fix"]
+    # the daemon sampled the victim's cgroup: it is the one member of the killed cgroup
+    budget = doc["cgroup_budget"]
+    assert budget["cgroup"] == f"/{group.name}" and budget["cgroup_version"] == hierarchy.version
+    assert [(m["pid"], m["victim"]) for m in budget["members"]] == [(victim.pid, True)]
     series = [p for p in doc["timeline"]["processes"] if p["pid"] == victim.pid]
     assert series and len(series[0]["points"]) >= 5
     # the HTML report: one file, its chart well-formed with a series for the victim
