@@ -12,14 +12,36 @@ monitor/report/postmortem.py turns it into text or one self-contained HTML file.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from monitor.analysis.cgroup_budget import (
+    Budget,
+    Member,
+    budget_fixes,
+    in_cgroup,
+    member_name,
+    minimum_needed,
+)
+from monitor.analysis.picture import DEFAULT_MARGIN_BYTES
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
 
 CRASH_KINDS = ("crash", "oom_kill", "oomd_kill")
+
+
+def _box_cgroup_version() -> int | None:
+    """This box's memory cgroup hierarchy (collectors/cgroup.py): 1, 2 or None."""
+    from collectors.base import Roots
+    from collectors.cgroup import memory_hierarchy
+
+    try:
+        h = memory_hierarchy(Roots())
+    except OSError:
+        return None
+    return h.version if h is not None else None
 
 
 def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None) -> dict[str, Any] | None:
@@ -90,7 +112,15 @@ def _info(p: reads.ProcessPoint | reads.ProcessRecord) -> dict[str, Any]:
     }
 
 
-def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> dict[str, Any]:
+def build(
+    db_path: Path,
+    pid: int | None = None,
+    at_ms: int | None = None,
+    cgroup_version: int | None = None,
+) -> dict[str, Any]:
+    """``cgroup_version``: the memory cgroup hierarchy the kill happened under (1 or 2),
+    which names the limit a fix raises; None: this box's (the daemon's database is local)."""
+    version = cgroup_version if cgroup_version is not None else _box_cgroup_version()
     db = open_readonly(db_path)
     try:
         if at_ms is not None:  # the moment must be one the database knows
@@ -102,12 +132,43 @@ def build(db_path: Path, pid: int | None = None, at_ms: int | None = None) -> di
         if crash is None:
             what = f" for pid {pid}" if pid is not None else ""
             raise ValueError(f"no crash or OOM kill recorded{what} in {db_path}")
-        return _assemble(db, crash)
+        return _assemble(db, crash, version)
     finally:
         db.close()
 
 
-def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
+def _kernel_figures(kernel: dict[str, Any]) -> dict[str, Any]:
+    """The kernel OOM record's figures (monitor/logs/kernel.py): the victim's anon / file /
+    shmem RSS at the kill, the constraint, its cgroup and that cgroup's limit."""
+    kdata = kernel["data"]
+    return {
+        "anon_rss_bytes": _kb(kdata.get("anon_rss_kb")),
+        "file_rss_bytes": _kb(kdata.get("file_rss_kb")),
+        "shmem_rss_bytes": _kb(kdata.get("shmem_rss_kb")),
+        "constraint": kdata.get("constraint"),
+        "memcg": kdata.get("task_memcg") or kdata.get("memcg"),
+        "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
+        "ts_ms": kernel["ts_ms"],
+    }
+
+
+def _untracked(pid: Any, records: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """An untracked victim, named by the first record (crash, kernel, exit) that names it."""
+    comm = next(
+        (c for c in (r.get("comm") for r in records) if isinstance(c, str) and c),
+        None,
+    )
+    return {
+        "pid": pid,
+        "comm": comm or "unknown process",
+        "argv": [],
+        "engine": None,
+        "started_at_ms": None,
+        "exited_ms": None,
+    }
+
+
+def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dict[str, Any]:
     victim_pid = crash["data"].get("pid")
     t = crash["ts_ms"]
     start, end = t - KEEP_BEFORE_MS, t + KEEP_AFTER_MS
@@ -134,7 +195,7 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         "killed by the kernel OOM killer" if kernel else crash["message"]
     )
     mine = [p for p in processes if p["pid"] == victim_pid]
-    last = {p["device_id"]: p["points"][-1][1] for p in mine if p["points"]}
+    last = {p["device_id"]: last_seen_bytes(p["points"]) for p in mine if p["points"]}
     at_death = {p["device_id"]: at_death_bytes(p["points"]) for p in mine if p["points"]}
     peak = {
         p["device_id"]: max([q[1] for q in p["points"]] + [p["hwm_bytes"] or 0])
@@ -142,17 +203,7 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         if p["points"]
     }
     kdata = (kernel or {}).get("data", {})
-    kernel_fig = None
-    if kernel:
-        kernel_fig = {
-            "anon_rss_bytes": _kb(kdata.get("anon_rss_kb")),
-            "file_rss_bytes": _kb(kdata.get("file_rss_kb")),
-            "shmem_rss_bytes": _kb(kdata.get("shmem_rss_kb")),
-            "constraint": kdata.get("constraint"),
-            "memcg": kdata.get("task_memcg") or kdata.get("memcg"),
-            "memcg_limit_bytes": _kb(kdata.get("memcg_limit_kb")),
-            "ts_ms": kernel["ts_ms"],
-        }
+    kernel_fig = _kernel_figures(kernel) if kernel else None
     loading = _loading_at(db, nearby, t)
     estimate_doc = _estimate(db, info, at_death, victim_pid, t)
     ceiling = {d["device_id"]: d["total_bytes"] for d in devices if d["total_bytes"]}
@@ -160,25 +211,15 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         ceiling[f"memcg {kernel_fig['memcg']}"] = kernel_fig["memcg_limit_bytes"]
     exit_data = (exit_ev or {}).get("data", {})
     if info is None:  # untracked (a memory hog the kernel chose): named by the records
-        comm = next(
-            (
-                c
-                for c in (crash["data"].get("comm"), kdata.get("comm"), exit_data.get("comm"))
-                if isinstance(c, str) and c
-            ),
-            None,
-        )
-        info = {
-            "pid": victim_pid,
-            "comm": comm or "unknown process",
-            "argv": [],
-            "engine": None,
-            "started_at_ms": None,
-            "exited_ms": None,
-        }
+        info = _untracked(victim_pid, (crash["data"], kdata, exit_data))
+    budget = None
+    if kernel_fig and kernel_fig["constraint"] == "CONSTRAINT_MEMCG":
+        budget = _budget(db, kdata, kernel_fig, info, loading, estimate_doc, (start, t), version)
     cause, fix = _cause(
         info, how, kernel_fig, peak, devices, processes, loading, estimate_doc, nearby, victim_pid
     )
+    if budget is not None:
+        cause, fix = budget_cause(budget) + " " + cause, budget_fix(budget)
     main_ids = {crash["id"], (kernel or {}).get("id"), (exit_ev or {}).get("id")}
     return {
         "schema": "vramscope.postmortem/1",
@@ -208,15 +249,42 @@ def _assemble(db: Any, crash: dict[str, Any]) -> dict[str, Any]:
         "ceiling": ceiling,
         "cause": cause,
         "fix": fix,
+        "cgroup_budget": budget.as_dict() if budget is not None else None,
+        **capped_events([e for e in nearby if e["id"] not in main_ids], t),
+    }
+
+
+MAX_EVENTS = 50
+
+
+def capped_events(events: list[dict[str, Any]], t_ms: int) -> dict[str, Any]:
+    """The window's other events, at most ``MAX_EVENTS``: the ones nearest the death, in
+    time order, with how many were left out and of which kinds (a box whose log floods
+    thousands of events in ten minutes still gives a report of a few hundred lines)."""
+    near = sorted(events, key=lambda e: (abs(e["ts_ms"] - t_ms), e["ts_ms"]))[:MAX_EVENTS]
+    kept = {id(e) for e in near}
+    left: dict[str, int] = {}
+    for e in events:
+        if id(e) not in kept:
+            left[e["kind"]] = left.get(e["kind"], 0) + 1
+    return {
         "other_events": [
             {"ts_ms": e["ts_ms"], "kind": e["kind"], "message": e["message"]}
-            for e in nearby
-            if e["id"] not in main_ids
+            for e in sorted(near, key=lambda e: e["ts_ms"])
         ],
+        "other_events_omitted": sum(left.values()),
+        "other_events_omitted_kinds": dict(sorted(left.items(), key=lambda kv: -kv[1])),
     }
 
 
 AT_DEATH_WINDOW_MS = 2000
+
+
+def last_seen_bytes(points: list[list[int]]) -> int:
+    """Its last nonzero sample ("last seen"): the samples taken while it died read 0 (the
+    kernel has unmapped it, exit_mmap), which says nothing about what it held; 0 only
+    when every sample was 0."""
+    return next((v for _, v in reversed(points) if v), 0)
 
 
 def at_death_bytes(points: list[list[int]]) -> int:
@@ -335,6 +403,190 @@ def _estimate(
     }
 
 
+def _members(
+    db: Any, cgroup: str, kernel_fig: dict, victim: dict, start: int, t: int
+) -> list[Member]:
+    """Every tracked process whose last sampled cgroup (by ``t``) is ``cgroup`` or under
+    it, with its last nonzero host split and GPU memory; the victim with the kernel
+    record's split (what it held at the kill), added when it was never sampled in it."""
+    inside = {  # by the process's life, not its pid (pids are reused)
+        c.process_id: c for c in reads.last_cgroups(db, start, t) if in_cgroup(c.path, cgroup)
+    }
+    host: dict[int, tuple[int, int, int]] = {}
+    gpu: dict[int, dict[str, int]] = {}
+    for pp in reads.process_points(db, t - 60_000, t):
+        if pp.process_id not in inside:
+            continue
+        if pp.device_id == "host":
+            split = (pp.rss_anon_bytes or 0, pp.rss_file_bytes or 0, pp.rss_shmem_bytes or 0)
+            if any(split):
+                host[pp.process_id] = split
+        else:  # the last nonzero figure per GPU
+            held = (pp.vram_bytes or 0) + (pp.gtt_bytes or 0)
+            on = gpu.setdefault(pp.process_id, {})
+            if held or pp.device_id not in on:
+                on[pp.device_id] = held
+    victim_pid = victim.get("pid")
+    out = []
+    for key, c in inside.items():
+        pid = c.pid
+        anon, file, shmem = host.get(key, (0, 0, 0))
+        if pid == victim_pid and kernel_fig.get("anon_rss_bytes") is not None:
+            anon, file, shmem = (
+                kernel_fig.get(k) or 0
+                for k in ("anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")
+            )
+        name = member_name(c.argv, c.comm)
+        out.append(
+            Member(
+                pid,
+                name,
+                c.comm,
+                c.argv,
+                c.path,
+                anon,
+                file,
+                shmem,
+                sum(gpu.get(key, {}).values()),
+                pid == victim_pid,
+            )
+        )
+    if isinstance(victim_pid, int) and all(c.pid != victim_pid for c in inside.values()):
+        argv = tuple(victim.get("argv") or ())
+        comm = str(victim.get("comm") or "?")
+        out.append(
+            Member(
+                victim_pid,
+                member_name(argv, comm),
+                comm,
+                argv,
+                str(kernel_fig.get("memcg") or cgroup),
+                kernel_fig.get("anon_rss_bytes") or 0,
+                kernel_fig.get("file_rss_bytes") or 0,
+                kernel_fig.get("shmem_rss_bytes") or 0,
+                0,
+                True,
+            )
+        )
+    return sorted(out, key=lambda m: (m.victim, -m.charged_bytes))
+
+
+def _growth_evidence(db: Any, victim: dict, t: int) -> tuple[str, str, str] | None:
+    """(what grew, the log line it comes from, which cache: growth.py's cause) when the
+    victim's own ``--log-file`` (monitor/logs/server_cache.py, read as the daemon reads
+    it: a bounded tail, never through a symlink, only a file the server's user owns) says
+    a run-time cache holds memory (monitor/analysis/growth.py)."""
+    from monitor.analysis.growth import evidence_from_log
+    from monitor.logs.server_cache import ServerLogFollower, log_file_of, log_source
+
+    pid, argv = victim.get("pid"), list(victim.get("argv") or ())
+    if not isinstance(pid, int) or not argv:
+        return None
+    uid, cwd = reads.process_owner(db, pid, t)
+    path = log_file_of(argv, cwd)
+    if path is None:
+        return None
+    follower = ServerLogFollower(path, uid)
+    report = follower.read()
+    follower.close()
+    if report is None:
+        return None
+    found, _checked = evidence_from_log(report, log_source(path))
+    grown = [e for e in found if e.bytes > 0]
+    if not grown:
+        return None
+    top = max(grown, key=lambda e: e.bytes)
+    what = "prompt cache" if top.cause == "prompt_cache" else "context checkpoints"
+    return (
+        f"its {what} had grown to {_gib(top.bytes)}",
+        f"{top.source}: '{top.quote}'",
+        top.cause,
+    )
+
+
+def _budget(
+    db: Any,
+    kdata: dict,
+    kernel_fig: dict,
+    info: dict | None,
+    loading: list[dict],
+    est: dict | None,
+    window: tuple[int, int],
+    version: int | None,
+) -> Budget | None:
+    """The kill in terms of the killed cgroup's budget (monitor/analysis/cgroup_budget.py):
+    the cgroup whose limit was hit is the record's ``oom_memcg``, else the victim's."""
+    cgroup = kdata.get("memcg") or kdata.get("task_memcg")
+    victim, (start, t) = info or {}, window
+    if not isinstance(cgroup, str):
+        return None
+    # the record's "memory: usage ..., limit ..." line, else the limit last sampled there
+    limit = kernel_fig.get("memcg_limit_bytes") or next(
+        (c.max_bytes for c in reads.last_cgroups(db, start, t) if c.path == cgroup and c.max_bytes),
+        None,
+    )
+    if not limit:
+        return None
+    members = _members(db, cgroup, kernel_fig, victim, start, t)
+    loading_now = any(x["pid"] == victim.get("pid") for x in loading)
+    growth = None if loading_now else _growth_evidence(db, victim, t)
+    need, bounds, fixes = budget_fixes(
+        tuple(victim.get("argv") or ()),
+        cgroup,
+        limit,
+        members,
+        DEFAULT_MARGIN_BYTES,
+        growth is not None,
+        t,
+    )
+    if need is None and est is not None:
+        need = est["by_device"].get("host")
+    parts = "its need by its estimate"
+    if need is not None and growth is not None and bounds.get(growth[2]):
+        # what it needs not to be killed again: the load and the cache that grew, full
+        what = "prompt cache" if growth[2] == "prompt_cache" else "context checkpoints"
+        parts = f"{_gib(need)} at load + its {what} full, {_gib(bounds[growth[2]])}"
+        need += bounds[growth[2]]
+    if growth is not None:
+        fixes = [
+            replace(f, evidence=growth[1]) if f.change.startswith(("--cache-ram", "-ctxcp")) else f
+            for f in fixes
+        ]
+    minimum, why = minimum_needed(members, need, parts if growth else "")
+    return Budget(
+        cgroup,
+        limit,
+        version,
+        tuple(members),
+        need,
+        why,
+        minimum,
+        parts,
+        tuple(fixes),
+        growth[0] if growth else None,
+    )
+
+
+def budget_cause(b: Budget) -> str:
+    return b.cause()
+
+
+def budget_fix(b: Budget) -> str:
+    """Each fix that fits the budget, as predict prints it, then raising the limit."""
+    items = []
+    for f in b.fixes:
+        frees = f", frees {_gib(f.frees_bytes)}" if f.frees_bytes else ""
+        where = f" (from {f.evidence})" if f.evidence else ""
+        items.append(f"{f.change}{frees}: {f.verdict.upper()}{where}")
+    items.append(b.limit_fix())
+    head = f"To fit the {_gib(b.limit_bytes)} budget of {b.cgroup}, any one of: "
+    text = head + "; ".join(f"({i}) {x}" for i, x in enumerate(items, 1)) + "."
+    victim = b.victim
+    if victim is not None and victim.argv:
+        text += " " + predict_hint(b.cgroup, list(victim.argv))
+    return text
+
+
 CGROUP_FIX_MARGIN = 1.10  # 10 % above the launch's need: page cache and allocator slack
 
 
@@ -355,11 +607,23 @@ def _held_at_kill(kernel: dict, rss: int) -> str:
     return split + " memory" + (f" ({_gib(rss)} in all)" if len(parts) > 1 else "")
 
 
+def predict_hint(memcg: str, argv: list[str]) -> str:
+    """The ``vramscope predict`` command that judges the launch against its cgroup."""
+    import shlex
+
+    command = shlex.join(argv)
+    if len(command) > 300:
+        command = command[:300] + "..."
+    return (
+        f"`vramscope predict --cgroup {shlex.quote(memcg)} -- {command}` judges the"
+        " launch against that cgroup before it starts."
+    )
+
+
 def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[str]) -> str:
     """The limit a memory cgroup needs for this launch: its host part by the estimate,
     growth included, plus a margin (never less than 1.2 x what it held at the kill), and
     the ``predict`` command that judges the launch against that cgroup first."""
-    import shlex
 
     held = int(rss_bytes * 1.2)
     if est is not None:
@@ -378,13 +642,7 @@ def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[s
     need = int(math.ceil(need / 1024**3 * 10 - 1e-6) / 10 * 1024**3)
     text = f"Raise the cgroup's limit (MemoryMax=) to at least {_gib(need)} ({why})"
     if argv and memcg:
-        command = shlex.join(argv)
-        if len(command) > 300:
-            command = command[:300] + "..."
-        text += (
-            f"; `vramscope predict --cgroup {shlex.quote(memcg)} -- {command}` judges the"
-            " launch against that cgroup before it starts."
-        )
+        text += "; " + predict_hint(memcg, argv)
     else:
         text += ", or run a smaller model or context; `vramscope predict` checks a launch "
         text += "before it starts."

@@ -189,7 +189,7 @@ def _points(raw: Any) -> list[tuple[float, float]]:
 
 
 class _Series:
-    __slots__ = ("key", "label", "kind", "victim", "points", "total")
+    __slots__ = ("key", "label", "kind", "victim", "points", "total", "pid")
 
     def __init__(
         self,
@@ -202,6 +202,7 @@ class _Series:
     ) -> None:
         self.key, self.label, self.kind, self.victim = key, label, kind, victim
         self.points, self.total = points, total
+        self.pid: int | None = None
 
 
 def _series(doc: dict) -> list[_Series]:
@@ -391,6 +392,29 @@ def sparkline(
     return "".join(out)
 
 
+def _member_lines(doc: dict) -> list[str]:
+    """One line per member of the killed cgroup (monitor/analysis/cgroup_budget.py): its
+    host memory split at the kill (anonymous, file, shmem) and its GPU memory."""
+    out = []
+    for m in _list(_get(doc, "cgroup_budget", "members")):
+        m = _dict(m)
+        pid = _num(m.get("pid"))
+        parts = ", ".join(
+            f"{label} {fmt_bytes(m.get(key))}"
+            for key, label in (
+                ("anon_bytes", "anon"),
+                ("file_bytes", "file"),
+                ("shmem_bytes", "shmem"),
+                ("gpu_bytes", "GPU"),
+            )
+        )
+        who = (
+            f"pid {'?' if pid is None else int(pid)} {_str(m.get('name'))} ({_str(m.get('comm'))})"
+        )
+        out.append(f"{who}: {parts}" + (" (victim)" if m.get("victim") is True else ""))
+    return out
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -419,29 +443,18 @@ def _labelled(label: str, value: str, width: int, pad: int = 11) -> list[str]:
     return _wrap(value, width, f"  {label:<{pad}}", " " * (pad + 2))
 
 
-def render_text(doc: dict, width: int | None = None) -> str:
-    """The post-mortem as plain text; no line is longer than ``width`` columns (default: the
-    terminal width clamped to 80..100)."""
-    if width is None:
-        width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 100)
-    width = max(int(width), 40)
-    doc = _dict(doc)
-    victim = _dict(doc.get("victim"))
-    event = _dict(doc.get("event"))
-    death = _death_ms(doc)
-    out: list[str] = []
+def _section(title: str, width: int) -> list[str]:
+    return ["", title, "-" * min(len(title), width)]
 
-    def section(title: str) -> None:
-        out.append("")
-        out.append(title)
-        out.append("-" * min(len(title), width))
 
+def _head_text(doc: dict, width: int) -> list[str]:
+    """The title and who died, when, how, by which event, on what command line."""
+    victim, event = _dict(doc.get("victim")), _dict(doc.get("event"))
     pid = _num(victim.get("pid"))
     comm = _str(victim.get("comm"))
-    title = f"{_title(doc)}: {comm} (pid {'?' if pid is None else int(pid)}) died"
-    out.extend(_wrap(title, width))
+    out = _wrap(f"{_title(doc)}: {comm} (pid {'?' if pid is None else int(pid)}) died", width)
     out.append("=" * min(max(len(x) for x in out), width))
-    out.extend(_labelled("when", fmt_ts(death), width))
+    out.extend(_labelled("when", fmt_ts(_death_ms(doc)), width))
     if victim.get("how"):
         out.extend(_labelled("how", _str(victim.get("how")), width))
     if event:
@@ -464,33 +477,47 @@ def render_text(doc: dict, width: int | None = None) -> str:
     argv = _argv_text(victim.get("argv"))
     if argv:
         out.extend(_labelled("command", argv, width))
+    return out
 
-    kernel = _dict(victim.get("kernel"))
-    section("Kernel's record of the kill")
-    if kernel:
-        for key, label in KERNEL_FIELDS:
-            out.extend(_labelled(label, fmt_bytes(kernel.get(key)), width))
-        if kernel.get("constraint"):
-            out.extend(_labelled("constraint", _str(kernel.get("constraint")), width))
-        if kernel.get("memcg"):
-            out.extend(_labelled("memcg", _str(kernel.get("memcg")), width))
-    else:
-        out.append("  (no kernel OOM record)")
 
-    section("Memory at death (estimate vs measured)")
+def _kernel_text(doc: dict, width: int) -> list[str]:
+    kernel = _dict(_get(doc, "victim", "kernel"))
+    out = _section("Kernel's record of the kill", width)
+    if not kernel:
+        return out + ["  (no kernel OOM record)"]
+    for key, label in KERNEL_FIELDS:
+        out.extend(_labelled(label, fmt_bytes(kernel.get(key)), width))
+    if kernel.get("constraint"):
+        out.extend(_labelled("constraint", _str(kernel.get("constraint")), width))
+    if kernel.get("memcg"):
+        out.extend(_labelled("memcg", _str(kernel.get("memcg")), width))
+    return out
+
+
+def _members_text(doc: dict, width: int) -> list[str]:
+    members = _member_lines(doc)
+    if not members:
+        return []
+    cgroup = _str(_get(doc, "cgroup_budget", "cgroup"))
+    out = _section(f"Members of cgroup {cgroup} at the kill", width)
+    for line in members:
+        out.extend(_wrap(line, width, "  ", "    "))
+    return out
+
+
+def _memory_text(doc: dict, width: int) -> list[str]:
+    out = _section("Memory at death (estimate vs measured)", width)
     rows = _memory_rows(doc)
     if rows:
         colw = 11
         devw = max(6, min(max(len(k) for k, _ in rows), width - 2 - colw * len(MEMORY_HEADS)))
-        head = "  " + "device".ljust(devw) + "".join(h.rjust(colw) for h in MEMORY_HEADS)
-        out.append(head)
+        out.append("  " + "device".ljust(devw) + "".join(h.rjust(colw) for h in MEMORY_HEADS))
         for key, cells in rows:
-            name = _fit(key, devw).ljust(devw)
-            out.append("  " + name + "".join(c.rjust(colw) for c in cells))
+            out.append("  " + _fit(key, devw).ljust(devw) + "".join(c.rjust(colw) for c in cells))
         out.extend(
             _wrap(
                 "estimate: what the launch should need; at death: the victim as "
-                "measured at death; last seen / peak: its last and highest samples; "
+                "measured at death; last seen / peak: its last nonzero and highest samples; "
                 "ceiling: the limit it ran under.",
                 width,
                 "  ",
@@ -501,33 +528,35 @@ def render_text(doc: dict, width: int | None = None) -> str:
     measured = _dict(_get(doc, "victim", "measured"))
     if measured:
         out.extend(_wrap(measured_line(measured), width, "  "))
+    return out
 
-    section("Cause")
-    out.extend(_wrap(_str(doc.get("cause"), "(not determined)"), width, "  "))
-    section("Fix")
-    out.extend(_wrap(_str(doc.get("fix"), "(none suggested)"), width, "  "))
 
+def _loading_text(doc: dict, death: float | None, width: int) -> list[str]:
     loading = [_dict(x) for x in _list(doc.get("loading"))]
-    if loading:
-        section("Loading at the time")
-        for item in loading:
-            lpid = _num(item.get("pid"))
-            st = _num(item.get("started_ms"))
-            when = ""
-            if st is not None:
-                when = f" since {fmt_hms(st)}"
-                if death is not None:
-                    when += f" ({fmt_dur(death - st)} before death)"
-            model = f" {_str(item.get('model'))}" if item.get("model") else ""
-            text = (
-                f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
-                f"loading{model}{when}"
-            )
-            out.extend(_wrap(text, width, "  ", "    "))
+    if not loading:
+        return []
+    out = _section("Loading at the time", width)
+    for item in loading:
+        lpid = _num(item.get("pid"))
+        st = _num(item.get("started_ms"))
+        when = ""
+        if st is not None:
+            when = f" since {fmt_hms(st)}"
+            if death is not None:
+                when += f" ({fmt_dur(death - st)} before death)"
+        model = f" {_str(item.get('model'))}" if item.get("model") else ""
+        text = (
+            f"pid {'?' if lpid is None else int(lpid)} {_str(item.get('comm'))} "
+            f"loading{model}{when}"
+        )
+        out.extend(_wrap(text, width, "  ", "    "))
+    return out
 
+
+def _timeline_text(doc: dict, death: float | None, width: int) -> list[str]:
     series = _series(doc)
     xr = _x_range(doc, series)
-    section("Timeline")
+    out = _section("Timeline", width)
     if xr is not None:
         out.extend(
             _wrap(
@@ -540,37 +569,116 @@ def render_text(doc: dict, width: int | None = None) -> str:
     if not any(s.points for s in series):
         out.append("  (no samples in the window)")
     for s in series:
-        out.extend(
-            _wrap(
-                s.label + (f", total {fmt_bytes(s.total)}" if s.total else ""), width, "  ", "    "
-            )
-        )
+        total = f", total {fmt_bytes(s.total)}" if s.total else ""
+        out.extend(_wrap(s.label + total, width, "  ", "    "))
         low_high_last = _stats(s.points)
         if low_high_last is None or xr is None:
             out.append("    (no samples)")
             continue
         low, high, last = low_high_last
         stats = f"min {fmt_bytes(low)}  max {fmt_bytes(high)}  last {fmt_bytes(last)}"
-        sw = min(SPARK_WIDTH, width - 6)
-        spark = sparkline(s.points, xr[0], xr[1], sw)
+        spark = sparkline(s.points, xr[0], xr[1], min(SPARK_WIDTH, width - 6))
         line = f"    |{spark}|  {stats}"
         if len(line) <= width:
             out.append(line)
         else:
             out.append(f"    |{spark}|")
             out.extend(_wrap(stats, width, "    "))
+    return out
 
+
+def render_text(doc: dict, width: int | None = None) -> str:
+    """The post-mortem as plain text; no line is longer than ``width`` columns (default: the
+    terminal width clamped to 80..100)."""
+    if width is None:
+        width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 100)
+    width = max(int(width), 40)
+    doc = _dict(doc)
+    death = _death_ms(doc)
+    out = _head_text(doc, width)
+    out += _kernel_text(doc, width)
+    out += _members_text(doc, width)
+    out += _memory_text(doc, width)
+    out += _section("Cause", width)
+    out += _wrap(_str(doc.get("cause"), "(not determined)"), width, "  ")
+    out += _section("Fix", width)
+    out += _wrap(_str(doc.get("fix"), "(none suggested)"), width, "  ")
+    out += _loading_text(doc, death, width)
+    out += _timeline_text(doc, death, width)
+    out += _section("Other events in the window", width)
+    out += _events_text(doc, death, width)
+    return "\n".join(_fit(line.rstrip(), width) for line in out) + "\n"
+
+
+# --------------------------------------------------------------------------- events
+
+MAX_EVENTS_SHOWN = 50  # monitor/analysis/postmortem.py MAX_EVENTS; older documents too
+
+
+def _events(doc: dict) -> tuple[list[dict], str]:
+    """The window's other events to show (at most ``MAX_EVENTS_SHOWN``, nearest the death,
+    in time order) and the "and N more" line for the rest, by kind ("" when none)."""
     events = [_dict(e) for e in _list(doc.get("other_events"))]
-    section("Other events in the window")
-    if not events:
-        out.append("  (none)")
-    for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
+    death = _death_ms(doc) or 0
+    if len(events) > MAX_EVENTS_SHOWN:
+        events = sorted(events, key=lambda e: abs((_num(e.get("ts_ms")) or 0) - death))
+    shown, rest = events[:MAX_EVENTS_SHOWN], events[MAX_EVENTS_SHOWN:]
+    kinds: dict[str, int] = {}
+    for e in rest:
+        kinds[_str(e.get("kind"))] = kinds.get(_str(e.get("kind")), 0) + 1
+    omitted = _num(doc.get("other_events_omitted"))
+    if omitted:
+        for k, n in _dict(doc.get("other_events_omitted_kinds")).items():
+            if _num(n):
+                kinds[_clean(k)] = kinds.get(_clean(k), 0) + int(n)
+    more = len(rest) + int(omitted or 0)
+    note = ""
+    if more:
+        top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+        note = f"and {more} more" + (
+            " (" + ", ".join(f"{n} {k}" for k, n in top) + (", ..." if len(kinds) > 6 else "") + ")"
+            if top
+            else ""
+        )
+    return sorted(shown, key=lambda e: _num(e.get("ts_ms")) or 0), note
+
+
+def _events_text(doc: dict, death: float | None, width: int) -> list[str]:
+    events, more = _events(doc)
+    out: list[str] = [] if events else ["  (none)"]
+    for e in events:
         ts = _num(e.get("ts_ms"))
         rel = f" ({fmt_dur(ts - death)})" if ts is not None and death is not None else ""
         head = f"  {fmt_hms(ts)}{rel} {_str(e.get('kind'))}: "
-        out.extend(_wrap(_str(e.get("message"), ""), width, head, "      "))
+        out.extend(_wrap(_str(e.get("message"), "")[:600], width, head, "      "))
+    if more:
+        out.extend(_wrap(more + ".", width, "  "))
+    return out
 
-    return "\n".join(_fit(line.rstrip(), width) for line in out) + "\n"
+
+def _events_html(doc: dict, death: float | None) -> str:
+    events, more = _events(doc)
+    out = ["<section><h2>Other events in the window</h2>"]
+    erows = []
+    for e in events:
+        ts = _num(e.get("ts_ms"))
+        rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
+        erows.append(
+            [
+                escape(fmt_hms(ts)),
+                escape(rel),
+                f"<code>{_h(e.get('kind'))}</code>",
+                _h(_str(e.get("message"), "")[:600], ""),
+            ]
+        )
+    if erows:
+        out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
+    else:
+        out.append('<p class="muted">None.</p>')
+    if more:
+        out.append(f'<p class="muted more-events">{escape(more)}.</p>')
+    out.append("</section>")
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- SVG chart
@@ -726,6 +834,14 @@ def _thin(times: list[float], tops: list[float], limit: int = MAX_SVG_POINTS) ->
     return keep
 
 
+def _member_pids(doc: dict) -> set[int] | None:
+    """The pids of the killed cgroup's members; None when the kill was not a cgroup's."""
+    members = _get(doc, "cgroup_budget", "members")
+    if not isinstance(members, list):
+        return None
+    return {int(p) for m in members if (p := _num(_dict(m).get("pid"))) is not None}
+
+
 def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
     chart = _Chart()
     victim_pid = _num(_get(doc, "victim", "pid"))
@@ -741,7 +857,9 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
             " (victim)" if is_victim else ""
         )
         pts = [(t, v) for t, v in _points(p.get("points")) if xr and xr[0] <= t <= xr[1]]
-        procs.append((dev, _Series(f"proc-{i}", label, "process", is_victim, pts)))
+        series = _Series(f"proc-{i}", label, "process", is_victim, pts)
+        series.pid = None if pid is None else int(pid)
+        procs.append((dev, series))
     mine = [(d, s) for d, s in procs if s.victim and s.points]
     if mine:  # the victim's device: where it held the most
         chart.device_id = max(mine, key=lambda ds: _peak(ds[1]))[0]
@@ -749,6 +867,9 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
         chart.device_id = "host"
     elif any(s.points for _, s in procs):
         chart.device_id = max(procs, key=lambda ds: _peak(ds[1]))[0]
+    members = _member_pids(doc)
+    if members is not None and chart.device_id == "host":  # the killed cgroup's budget only
+        procs = [(d, s) for d, s in procs if d != "host" or s.victim or s.pid in members]
     on_dev = [s for d, s in procs if d == chart.device_id]
     chart.not_charted = sorted({_clean(d) for d, s in procs if d != chart.device_id and s.points})
     victims = [s for s in on_dev if s.victim and s.points]
@@ -772,9 +893,13 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
             )
             break
     memcg_limit = _num(_get(doc, "victim", "kernel", "memcg_limit_bytes"))
+    memcg = _get(doc, "victim", "kernel", "memcg")
+    if not memcg_limit:  # the record gave none: the limit sampled on the killed cgroup
+        memcg_limit = _num(_get(doc, "cgroup_budget", "limit_bytes"))
+        memcg = _get(doc, "cgroup_budget", "cgroup")
     if chart.device_id == "host" and memcg_limit:
         chart.limit_bytes = memcg_limit
-        chart.limit_label = f"cgroup {_str(_get(doc, 'victim', 'kernel', 'memcg'))} limit"
+        chart.limit_label = f"cgroup {_str(memcg)} limit"
     elif chart.device is not None and chart.device.total:
         chart.limit_bytes = chart.device.total
         chart.limit_label = f"{_clean(chart.device_id)} capacity"
@@ -798,6 +923,186 @@ def _chart(doc: dict, xr: tuple[float, float] | None) -> _Chart:
         cum = [c + v for c, v in zip(cum, vals, strict=True)]
         chart.bands.append((s, cum))
     return chart
+
+
+class _Frame:
+    """The plot's scales: time ``x0..x1`` and bytes ``0..ymax`` onto the plot area."""
+
+    __slots__ = ("x0", "x1", "ymax")
+
+    def __init__(self, x0: float, x1: float, ymax: float) -> None:
+        self.x0, self.x1, self.ymax = x0, x1, ymax
+
+    def sx(self, t: float) -> float:
+        return PLOT_LEFT + (t - self.x0) / (self.x1 - self.x0) * (PLOT_RIGHT - PLOT_LEFT)
+
+    def sy(self, v: float) -> float:
+        return PLOT_BOTTOM - min(max(v / self.ymax, 0.0), 1.0) * (PLOT_BOTTOM - PLOT_TOP)
+
+
+def _svg_axes(f: _Frame, chart: _Chart, xr: tuple[float, float] | None) -> list[str]:
+    """The y axis in GiB (nice steps from 0) and the x axis in HH:MM:SS UTC."""
+    out: list[str] = []
+    # y axis: GiB, nice steps from 0 up to the top of the axis
+    step = _nice_step(f.ymax / GIB, 5)
+    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    out.append('<g class="y-axis" fill="#333" stroke="none">')
+    k = 0
+    while k * step * GIB <= f.ymax * (1 + 1e-9) and k < 50:
+        y = f.sy(k * step * GIB)
+        out.append(
+            f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
+            'stroke="#e3e3e3" stroke-width="1"/>'
+        )
+        out.append(
+            f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
+            f"{k * step:.{decimals}f}</text>"
+        )
+        k += 1
+    dev = f" on {escape(_clean(chart.device_id))}" if chart.device_id else ""
+    out.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>' if xr else "")
+    out.append("</g>")
+
+    # x axis: HH:MM:SS UTC
+    out.append('<g class="x-axis" fill="#333" stroke="none">')
+    if xr is not None:
+        for t in _time_ticks(f.x0, f.x1):
+            x = f.sx(t)
+            out.append(
+                f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
+                f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>'
+            )
+            out.append(
+                f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">{fmt_hms(t)}</text>'
+            )
+        out.append(
+            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
+            f'text-anchor="middle">time (UTC, {escape(fmt_ts(f.x0)[:10])})</text>'
+        )
+    out.append("</g>")
+
+    return out
+
+
+def _svg_marks(
+    f: _Frame,
+    chart: _Chart,
+    xr: tuple[float, float] | None,
+    band_colors: dict[str, str],
+    limit_drawn: bool,
+    death: float | None,
+) -> list[str]:
+    """The stacked bands, the device total and the victim, the limit, the death marker."""
+    out: list[str] = []
+    # the others, stacked: each band from the one below's top to its own top
+    out.append('<g class="bands" stroke-width="0.8">')
+    keep = _thin(chart.times, chart.bands[-1][1]) if chart.bands else []
+    below = [0.0] * len(chart.times)
+    for rank, (s, top) in enumerate(chart.bands):
+        upper = [f"{_f(f.sx(chart.times[j]))},{_f(f.sy(top[j]))}" for j in keep]
+        lower = [f"{_f(f.sx(chart.times[j]))},{_f(f.sy(below[j]))}" for j in reversed(keep)]
+        out.append(
+            f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
+            f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
+            f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
+            f"<title>{escape(s.label)}</title></polygon>"
+        )
+        below = top
+    out.append("</g>")
+
+    # the device's total in use (dashed), then the victim on top of everything
+    out.append('<g class="series-group" fill="none">')
+    for line in (chart.device, chart.victim):
+        if line is None or not line.points:
+            continue
+        pts = downsample(line.points)
+        if len(pts) == 1:
+            pts = pts * 2
+        coords = " ".join(f"{_f(f.sx(t))},{_f(f.sy(v))}" for t, v in pts)
+        style = (
+            f'stroke="{VICTIM_COLOR}" stroke-width="3"'
+            if line.victim
+            else f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"'
+        )
+        cls = "series process victim" if line.victim else "series device"
+        out.append(
+            f'<polyline class="{cls}" data-series="{line.key}" {style} '
+            f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
+            f"<title>{escape(line.label)}</title></polyline>"
+        )
+    out.append("</g>")
+
+    # the limit: a labelled horizontal line, or a note when it is far above the data
+    if chart.limit_bytes and xr is not None:
+        label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
+        if limit_drawn:
+            limit_y = _f(f.sy(chart.limit_bytes))
+            out.append(
+                f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{limit_y}" x2="{PLOT_RIGHT}" '
+                f'y2="{limit_y}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
+                f'<text x="{PLOT_LEFT + 6}" y="{_f(f.sy(chart.limit_bytes) - 5)}" '
+                f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
+                f'paint-order="stroke">{label}</text></g>'
+            )
+        else:
+            out.append(
+                f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
+                f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
+                "(far above, not to scale)</text></g>"
+            )
+
+    # death marker
+    if death is not None and xr is not None:
+        death_x = _f(f.sx(death))
+        out.append(
+            f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
+            f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
+            'stroke-dasharray="3 3"/>'
+            f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
+            f"died {fmt_hms(death)}</text></g>"
+        )
+
+    return out
+
+
+def _svg_legend(entries: list[tuple[str, str, str, str]], note: str, rows: int) -> list[str]:
+    """Victim, device total, the bands from the bottom up, the limit; then the note."""
+    out: list[str] = []
+    # legend: victim, device total, the bands from the bottom up, the limit
+    out.append('<g class="legend">')
+    colw = (SVG_W - PLOT_LEFT) / LEGEND_COLS
+    for i, (key, label, color, kind) in enumerate(entries):
+        r, c = divmod(i, LEGEND_COLS)
+        lx = PLOT_LEFT // 2 + c * colw
+        ly = LEGEND_TOP + r * LEGEND_ROW
+        if kind == "band":
+            swatch = (
+                f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
+                f'fill-opacity="0.55" stroke="{color}"/>'
+            )
+        else:
+            style = {
+                "victim": 'stroke-width="3"',
+                "device": 'stroke-width="1.5" stroke-dasharray="7 4"',
+                "limit": 'stroke-width="2"',
+            }[kind]
+            swatch = (
+                f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
+                f'stroke="{color}" {style}/>'
+            )
+        weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
+        out.append(
+            f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
+            f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
+            f"{escape(_legend_label(label))}</text></g>"
+        )
+    if note:
+        ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
+        out.append(
+            f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
+            f"{escape(_legend_label(note, 120))}</text>"
+        )
+    return out
 
 
 def render_svg(doc: dict) -> str:
@@ -862,156 +1167,10 @@ def render_svg(doc: dict) -> str:
         ymax = GIB
     ymax *= 1.04  # headroom so the top line and its label stay inside the plot
     x0, x1 = xr if xr else (0.0, 1.0)
-    pw, ph = PLOT_RIGHT - PLOT_LEFT, PLOT_BOTTOM - PLOT_TOP
-
-    def sx(t: float) -> float:
-        return PLOT_LEFT + (t - x0) / (x1 - x0) * pw
-
-    def sy(v: float) -> float:
-        return PLOT_BOTTOM - min(max(v / ymax, 0.0), 1.0) * ph
-
-    # y axis: GiB, nice steps from 0 up to the top of the axis
-    step = _nice_step(ymax / GIB, 5)
-    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
-    parts.append('<g class="y-axis" fill="#333" stroke="none">')
-    k = 0
-    while k * step * GIB <= ymax * (1 + 1e-9) and k < 50:
-        y = sy(k * step * GIB)
-        parts.append(
-            f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
-            'stroke="#e3e3e3" stroke-width="1"/>'
-        )
-        parts.append(
-            f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
-            f"{k * step:.{decimals}f}</text>"
-        )
-        k += 1
-    dev = f" on {escape(_clean(chart.device_id))}" if chart.device_id else ""
-    parts.append(
-        f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>' if xr else ""
-    )
-    parts.append("</g>")
-
-    # x axis: HH:MM:SS UTC
-    parts.append('<g class="x-axis" fill="#333" stroke="none">')
-    if xr is not None:
-        for t in _time_ticks(x0, x1):
-            x = sx(t)
-            parts.append(
-                f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
-                f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>'
-            )
-            parts.append(
-                f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">{fmt_hms(t)}</text>'
-            )
-        parts.append(
-            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
-            f'text-anchor="middle">time (UTC, {escape(fmt_ts(x0)[:10])})</text>'
-        )
-    parts.append("</g>")
-
-    # the others, stacked: each band from the one below's top to its own top
-    parts.append('<g class="bands" stroke-width="0.8">')
-    keep = _thin(chart.times, chart.bands[-1][1]) if chart.bands else []
-    below = [0.0] * len(chart.times)
-    for rank, (s, top) in enumerate(chart.bands):
-        upper = [f"{_f(sx(chart.times[j]))},{_f(sy(top[j]))}" for j in keep]
-        lower = [f"{_f(sx(chart.times[j]))},{_f(sy(below[j]))}" for j in reversed(keep)]
-        parts.append(
-            f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
-            f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
-            f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
-            f"<title>{escape(s.label)}</title></polygon>"
-        )
-        below = top
-    parts.append("</g>")
-
-    # the device's total in use (dashed), then the victim on top of everything
-    parts.append('<g class="series-group" fill="none">')
-    for line in (chart.device, chart.victim):
-        if line is None or not line.points:
-            continue
-        pts = downsample(line.points)
-        if len(pts) == 1:
-            pts = pts * 2
-        coords = " ".join(f"{_f(sx(t))},{_f(sy(v))}" for t, v in pts)
-        style = (
-            f'stroke="{VICTIM_COLOR}" stroke-width="3"'
-            if line.victim
-            else f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"'
-        )
-        cls = "series process victim" if line.victim else "series device"
-        parts.append(
-            f'<polyline class="{cls}" data-series="{line.key}" {style} '
-            f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
-            f"<title>{escape(line.label)}</title></polyline>"
-        )
-    parts.append("</g>")
-
-    # the limit: a labelled horizontal line, or a note when it is far above the data
-    if chart.limit_bytes and xr is not None:
-        label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
-        if limit_drawn:
-            limit_y = _f(sy(chart.limit_bytes))
-            parts.append(
-                f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{limit_y}" x2="{PLOT_RIGHT}" '
-                f'y2="{limit_y}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
-                f'<text x="{PLOT_LEFT + 6}" y="{_f(sy(chart.limit_bytes) - 5)}" '
-                f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
-                f'paint-order="stroke">{label}</text></g>'
-            )
-        else:
-            parts.append(
-                f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
-                f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
-                "(far above, not to scale)</text></g>"
-            )
-
-    # death marker
-    if death is not None and xr is not None:
-        death_x = _f(sx(death))
-        parts.append(
-            f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
-            f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
-            'stroke-dasharray="3 3"/>'
-            f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
-            f"died {fmt_hms(death)}</text></g>"
-        )
-
-    # legend: victim, device total, the bands from the bottom up, the limit
-    parts.append('<g class="legend">')
-    colw = (SVG_W - PLOT_LEFT) / LEGEND_COLS
-    for i, (key, label, color, kind) in enumerate(entries):
-        r, c = divmod(i, LEGEND_COLS)
-        lx = PLOT_LEFT // 2 + c * colw
-        ly = LEGEND_TOP + r * LEGEND_ROW
-        if kind == "band":
-            swatch = (
-                f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
-                f'fill-opacity="0.55" stroke="{color}"/>'
-            )
-        else:
-            style = {
-                "victim": 'stroke-width="3"',
-                "device": 'stroke-width="1.5" stroke-dasharray="7 4"',
-                "limit": 'stroke-width="2"',
-            }[kind]
-            swatch = (
-                f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
-                f'stroke="{color}" {style}/>'
-            )
-        weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
-        parts.append(
-            f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
-            f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
-            f"{escape(_legend_label(label))}</text></g>"
-        )
-    if note:
-        ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
-        parts.append(
-            f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
-            f"{escape(_legend_label(note, 120))}</text>"
-        )
+    f = _Frame(x0, x1, ymax)
+    parts += _svg_axes(f, chart, xr)
+    parts += _svg_marks(f, chart, xr, band_colors, limit_drawn, death)
+    parts += _svg_legend(entries, note, rows)
     parts.append("</g></svg>")
     return "".join(p for p in parts if p)
 
@@ -1052,25 +1211,10 @@ def _table(heads: Iterable[str], rows: Iterable[Iterable[str]], numeric_from: in
     return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(doc: dict) -> str:
-    """The post-mortem as one self-contained HTML page (inline CSS and SVG, no scripts)."""
-    doc = _dict(doc)
-    victim = _dict(doc.get("victim"))
-    event = _dict(doc.get("event"))
-    death = _death_ms(doc)
-    pid = _num(victim.get("pid"))
-    pid_s = "?" if pid is None else str(int(pid))
-    comm = _h(victim.get("comm"))
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>",
-    ]
-
-    meta: list[tuple[str, str]] = [("when", escape(fmt_ts(death)))]
+def _meta_html(doc: dict) -> str:
+    """Who died, when, how, by which event (with its data), on what command line."""
+    victim, event = _dict(doc.get("victim")), _dict(doc.get("event"))
+    meta: list[tuple[str, str]] = [("when", escape(fmt_ts(_death_ms(doc))))]
     if victim.get("how"):
         meta.append(("how", _h(victim.get("how"))))
     if event:
@@ -1087,11 +1231,11 @@ def render_html(doc: dict) -> str:
     argv = _argv_text(victim.get("argv"))
     if argv:
         meta.append(("command", f"<pre>{escape(argv)}</pre>"))
-    out.append(
+    out = [
         '<section><table class="meta"><tbody>'
         + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
         + "</tbody></table>"
-    )
+    ]
     data_rows = _event_data_rows(_dict(event.get("data")))
     if data_rows:
         out.append(
@@ -1100,18 +1244,13 @@ def render_html(doc: dict) -> str:
             + "</tbody></table>"
         )
     out.append("</section>")
+    return "\n".join(out)
 
-    out.append(
-        "<section><h2>Cause</h2>"
-        f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
-        "<h2>Fix</h2>"
-        f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>'
-    )
 
-    out.append("<section><h2>Memory over time</h2>" + render_svg(doc))
-    series = _series(doc)
+def _chart_html(doc: dict) -> str:
+    out = ["<section><h2>Memory over time</h2>" + render_svg(doc)]
     srows = []
-    for s in series:
+    for s in _series(doc):
         st = _stats(s.points)
         cells = [escape(s.label)] + ([escape(fmt_bytes(x)) for x in st] if st else ["-"] * 3)
         cells.append(escape(fmt_bytes(s.total)) if s.total else "-")
@@ -1119,18 +1258,34 @@ def render_html(doc: dict) -> str:
     if srows:
         out.append(_table(("series", "min", "max", "last", "total"), srows))
     out.append("</section>")
+    return "\n".join(out)
 
-    out.append("<section><h2>Kernel's record of the kill</h2>")
-    kernel = _dict(victim.get("kernel"))
-    if kernel:
+
+def _kernel_html(doc: dict) -> str:
+    kernel = _dict(_get(doc, "victim", "kernel"))
+    if not kernel:
+        body = '<p class="muted">No kernel OOM record.</p>'
+    else:
         krows = [(lbl, escape(fmt_bytes(kernel.get(key)))) for key, lbl in KERNEL_FIELDS]
         krows += [(k, _h(kernel.get(k))) for k in ("constraint", "memcg") if kernel.get(k)]
-        out.append(_table(("field", "value"), krows))
-    else:
-        out.append('<p class="muted">No kernel OOM record.</p>')
-    out.append("</section>")
+        body = _table(("field", "value"), krows)
+    return f"<section><h2>Kernel's record of the kill</h2>\n{body}\n</section>"
 
-    out.append("<section><h2>Memory at death (estimate vs measured)</h2>")
+
+def _members_html(doc: dict) -> str:
+    members = _member_lines(doc)
+    if not members:
+        return ""
+    cgroup = _h(_get(doc, "cgroup_budget", "cgroup"))
+    return (
+        f"<section><h2>Members of cgroup {cgroup} at the kill</h2><ul>"
+        + "".join(f"<li>{escape(line)}</li>" for line in members)
+        + "</ul></section>"
+    )
+
+
+def _memory_html(doc: dict) -> str:
+    out = ["<section><h2>Memory at death (estimate vs measured)</h2>"]
     rows = _memory_rows(doc)
     if rows:
         out.append(
@@ -1141,7 +1296,7 @@ def render_html(doc: dict) -> str:
         )
         out.append(
             '<p class="muted">estimate: what the launch should need; at death: the '
-            "victim as measured at death; last seen / peak: its last and highest "
+            "victim as measured at death; last seen / peak: its last nonzero and highest "
             "samples; ceiling: the limit it ran under.</p>"
         )
     else:
@@ -1150,50 +1305,61 @@ def render_html(doc: dict) -> str:
     if measured:
         out.append(f"<p>{escape(measured_line(measured))}</p>")
     out.append("</section>")
+    return "\n".join(out)
 
+
+def _loading_html(doc: dict, death: float | None) -> str:
     loading = [_dict(x) for x in _list(doc.get("loading"))]
-    if loading:
-        lrows = []
-        for item in loading:
-            lp, started = _num(item.get("pid")), _num(item.get("started_ms"))
-            before = fmt_dur(death - started) if started is not None and death is not None else "?"
-            lrows.append(
-                [
-                    "?" if lp is None else str(int(lp)),
-                    _h(item.get("comm")),
-                    _h(item.get("model")) if item.get("model") else "-",
-                    escape(fmt_hms(started)),
-                    escape(before),
-                ]
-            )
-        out.append(
-            "<section><h2>Loading at the time</h2>"
-            + _table(
-                ("pid", "process", "model", "since (UTC)", "before death"), lrows, numeric_from=3
-            )
-            + "</section>"
+    if not loading:
+        return ""
+    lrows = []
+    for item in loading:
+        lp, started = _num(item.get("pid")), _num(item.get("started_ms"))
+        before = fmt_dur(death - started) if started is not None and death is not None else "?"
+        lrows.append(
+            [
+                "?" if lp is None else str(int(lp)),
+                _h(item.get("comm")),
+                _h(item.get("model")) if item.get("model") else "-",
+                escape(fmt_hms(started)),
+                escape(before),
+            ]
         )
+    heads = ("pid", "process", "model", "since (UTC)", "before death")
+    return (
+        "<section><h2>Loading at the time</h2>"
+        + _table(heads, lrows, numeric_from=3)
+        + "</section>"
+    )
 
-    events = [_dict(e) for e in _list(doc.get("other_events"))]
-    out.append("<section><h2>Other events in the window</h2>")
-    if events:
-        erows = []
-        for e in sorted(events, key=lambda e: _num(e.get("ts_ms")) or 0):
-            ts = _num(e.get("ts_ms"))
-            rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
-            erows.append(
-                [
-                    escape(fmt_hms(ts)),
-                    escape(rel),
-                    f"<code>{_h(e.get('kind'))}</code>",
-                    _h(e.get("message"), ""),
-                ]
-            )
-        out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
-    else:
-        out.append('<p class="muted">None.</p>')
-    out.append("</section>")
-    schema = _h(doc.get("schema"))
-    out.append(f'<p class="muted">vramscope post-mortem, schema <code>{schema}</code>.</p>')
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+
+def render_html(doc: dict) -> str:
+    """The post-mortem as one self-contained HTML page (inline CSS and SVG, no scripts)."""
+    doc = _dict(doc)
+    victim = _dict(doc.get("victim"))
+    death = _death_ms(doc)
+    pid = _num(victim.get("pid"))
+    pid_s = "?" if pid is None else str(int(pid))
+    comm = _h(victim.get("comm"))
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_h(_title(doc))}: {comm} (pid {pid_s})</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{_h(_title(doc))}: {comm} (pid {pid_s}) died</h1>",
+        _meta_html(doc),
+        "<section><h2>Cause</h2>"
+        f'<p class="cause">{_h(doc.get("cause"), "(not determined)")}</p>'
+        "<h2>Fix</h2>"
+        f'<p class="fix">{_h(doc.get("fix"), "(none suggested)")}</p></section>',
+        _chart_html(doc),
+        _kernel_html(doc),
+        _members_html(doc),
+        _memory_html(doc),
+        _loading_html(doc, death),
+        _events_html(doc, death),
+        f'<p class="muted">vramscope post-mortem, schema <code>{_h(doc.get("schema"))}</code>.</p>',
+        "</body></html>",
+    ]
+    return "\n".join(part for part in out if part) + "\n"

@@ -418,6 +418,21 @@ class Store:
                 )
             conn.executemany(_PROCESS_SAMPLE_SQL, rows)
             conn.executemany(
+                "INSERT OR REPLACE INTO process_cgroups VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        snap.ts_ms,
+                        ids[c.pid],
+                        c.cgroup.path,
+                        _sql_value(c.cgroup.memory_max_bytes),
+                        _sql_value(c.cgroup.memory_current_bytes),
+                        _sql_value(c.cgroup.reclaimable_bytes),
+                    )
+                    for c in snap.cgroups
+                    if c.pid in ids
+                ],
+            )
+            conn.executemany(
                 "INSERT OR REPLACE INTO hidden_samples VALUES (?, ?, ?, ?, ?)",
                 [
                     (snap.ts_ms, h.pid, h.device_id, _sql_value(h.used_bytes), h.reason)
@@ -715,6 +730,7 @@ class Store:
                 ("device_samples", raw_cut),
                 ("process_samples", raw_cut),
                 ("hidden_samples", raw_cut),
+                ("process_cgroups", raw_cut),
                 ("device_minutes", minute_cut),
                 ("process_minutes", minute_cut),
                 ("collector_runs", runs_cut),
@@ -722,7 +738,7 @@ class Store:
             ):
                 keep = (
                     _KEEP_AROUND_CRASHES.format(table=table)
-                    if table in ("device_samples", "process_samples")
+                    if table in ("device_samples", "process_samples", "process_cgroups")
                     else ""
                 )
                 counts[f"deleted_{table}"] = conn.execute(

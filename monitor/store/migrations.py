@@ -203,6 +203,24 @@ def m009_event_keys(db: Database) -> None:
     _run(db, "CREATE UNIQUE INDEX events_key ON events (event_key) WHERE event_key IS NOT NULL")
 
 
+@migrations()
+def m010_process_cgroups(db: Database) -> None:
+    """Each tracked server's binding memory cgroup per tick (issue 29.4): the path (as in
+    /proc/PID/cgroup, collectors/cgroup.py: the one whose limit leaves the least room) with
+    its limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``; NULL: none) and charge, so
+    a post-mortem of a cgroup OOM kill names every member of the killed cgroup."""
+    _run(
+        db,
+        """
+        CREATE TABLE process_cgroups (
+            ts_ms INTEGER NOT NULL, process_id INTEGER NOT NULL, path TEXT NOT NULL,
+            max_bytes INTEGER, current_bytes INTEGER, reclaimable_bytes INTEGER,
+            PRIMARY KEY (ts_ms, process_id)
+        ) WITHOUT ROWID
+    """,
+    )
+
+
 # Columns added to device_samples after m001, in migration order.
 _ADDED_DEVICE_COLUMNS = ("mem_clock_mhz",)
 DEVICE_SAMPLE_FIELDS = (

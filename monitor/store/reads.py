@@ -408,3 +408,42 @@ def slot_usage(db: Any, model_path: str, window_ms: int) -> list[SlotUse]:
         (model_path, window_ms),
     ).fetchall()
     return [SlotUse(ts, slot, tokens, bool(busy), n_ctx) for ts, slot, tokens, busy, n_ctx in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupSample:
+    """A tracked process's binding memory cgroup as last sampled (migration m010)."""
+
+    ts_ms: int
+    process_id: int
+    pid: int
+    comm: str
+    argv: tuple[str, ...]
+    path: str
+    max_bytes: int | None
+    current_bytes: int | None
+
+
+def last_cgroups(db: Any, start_ms: int, at_ms: int) -> list[CgroupSample]:
+    """Per process sampled from ``start_ms`` to ``at_ms``, its last sampled cgroup; empty
+    for a database from before m010."""
+    if "process_cgroups" not in db.table_names():
+        return []
+    rows = db.execute(
+        "SELECT c.ts_ms, c.process_id, p.pid, p.comm, p.argv, c.path, c.max_bytes,"
+        " c.current_bytes FROM process_cgroups c JOIN processes p ON p.id = c.process_id"
+        " WHERE c.ts_ms BETWEEN ? AND ? AND c.ts_ms = (SELECT max(ts_ms) FROM"
+        " process_cgroups l WHERE l.process_id = c.process_id AND l.ts_ms BETWEEN ? AND ?)"
+        " ORDER BY c.process_id",
+        (start_ms, at_ms, start_ms, at_ms),
+    )
+    return [CgroupSample(r[0], r[1], r[2], r[3], _argv(r[4]), *r[5:]) for r in rows]
+
+
+def process_owner(db: Any, pid: int, ts_ms: int) -> tuple[int | None, str | None]:
+    """(uid, cwd) of the latest life of ``pid`` first seen by ``ts_ms``."""
+    row = db.execute(
+        "SELECT uid, cwd FROM processes WHERE pid = ? AND first_seen_ms <= ? ORDER BY id DESC",
+        (pid, ts_ms),
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
