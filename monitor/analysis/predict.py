@@ -916,6 +916,7 @@ def answer(
     if req.bandwidth_gbs or req.flops_tflops or req.accept is not None or spec.draft_model:
         names = {d.device_id: d.name for d in snap.devices}
         speed = _throughput(spec, estimator, devices, picture, result, req, names, read_header)
+    notes += thrash_notes(result, req.bandwidth_gbs.get("disk"))
     horizon = req.growth_horizon_tokens
     if result.overflow_tokens is not None and result.overflow_tokens > horizon:
         notes.append(
@@ -932,6 +933,31 @@ def answer(
         speed,
         req.growth_horizon_tokens,
     )
+
+
+def thrash_notes(result: Prediction, disk_gbs: float | None) -> list[str]:
+    """What a THRASH verdict costs per token: the weights that do not stay resident are
+    read from disk again for every token, so decoding is bound by the disk's bandwidth
+    (the roofline at ``--bw disk=GB/s``: at most bandwidth / bytes re-read per token)."""
+    out = []
+    for d in result.devices:
+        if d.verdict != "thrash" or d.not_resident_bytes <= 0:
+            continue
+        reread = d.not_resident_bytes
+        if disk_gbs:
+            out.append(
+                f"{d.device_id}: each token re-reads ~{reread / GIB:.2f} GiB of weights from "
+                f"disk: at {disk_gbs:g} GB/s that is at most ~{disk_gbs * 1e9 / reread:.2f} "
+                "tokens/s; the fix: more room, fewer layers on this memory (-ngl), or a "
+                "smaller quant"
+            )
+        else:
+            out.append(
+                f"{d.device_id}: each token re-reads ~{reread / GIB:.2f} GiB of weights from "
+                "disk (give --bw disk=GB/s for the tokens/s that leaves); the fix: more room, "
+                "fewer layers on this memory (-ngl), or a smaller quant"
+            )
+    return out
 
 
 def refuse_unknown_flags(command: list[str], model_id: str | None = None) -> None:
@@ -1074,7 +1100,7 @@ def _throughput(
 
     peaks = _peaks(req, devices, names)
     sources = tuple(p.source for p in peaks.values())
-    stray = sorted((set(req.bandwidth_gbs) | set(req.flops_tflops)) - set(peaks) - {"gpu"})
+    stray = sorted((set(req.bandwidth_gbs) | set(req.flops_tflops)) - set(peaks) - {"gpu", "disk"})
     strays = tuple(f"--bw/--flops {k}: no such device here ({', '.join(peaks)})" for k in stray)
     try:
         if not any(c.name == "weights" for c in result.estimate.components):

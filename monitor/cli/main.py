@@ -400,7 +400,8 @@ def _device_figures(
     multiple=True,
     metavar="DEVICE=GB/s",
     help="Memory bandwidth for the tokens/s roofline, e.g. --bw gpu=272 --bw "
-    "host=76.8 (gpu = every GPU; default: a table of GPUs by name, none for host).",
+    "host=76.8 (gpu = every GPU; default: a table of GPUs by name, none for host); "
+    "--bw disk=2 bounds a THRASH verdict's tokens/s by what it re-reads from disk.",
 )
 @click.option(
     "--flops",

@@ -821,6 +821,13 @@ def test_a_load_that_does_not_fit_at_all_exits_1_not_3(tmp_path: Path) -> None:
     assert host_["must_fit_bytes"] < host_["room_bytes"] < host_["need_bytes"]
     text = vramscope("predict", *launch, "--cache-ram", "0").stdout
     assert "will not stay resident" in text and "re-reads them from disk" in text
+    assert "give --bw disk=GB/s" in text
+    # at 2 GB/s from disk, the ~1.2 GiB it re-reads per token bounds it to ~1.5 tokens/s
+    code, doc = run_predict_json("--bw", "disk=2", *launch, "--cache-ram", "0")
+    reread = doc["devices"][0]["not_resident_bytes"]
+    note = next(n for n in doc["notes"] if "re-reads" in n)
+    assert f"at most ~{2e9 / reread:.2f} tokens/s" in note, note
+    assert not any("no such device" in n for n in doc["notes"])
 
 
 def fit_box(tmp_path: Path, gpu_gib: int) -> tuple[str, str]:
