@@ -257,17 +257,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                 f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
                 + (f" - {terminal_safe(h.hint)}" if h.hint else "")
             )
-    if snap.untracked is not None and snap.untracked.processes:
-        out.append("")
-        out.append(
-            f"Untracked: {snap.untracked.processes} processes of the top-memory list hold "
-            f"{human_bytes(snap.untracked.bytes)} ([collectors] max_tracked is full; "
-            "servers and GPU holders are always tracked)"
-        )
-    if snap.time_to_oom:
-        out.append("")
-        out.append("Filling steadily (time to OOM at this rate):")
-        out += [f"  {time_to_oom_line(f)}" for f in snap.time_to_oom]
+    out += _left_out_and_filling(snap)
     if snap.exited:
         out.append("")
         out.append("Exited:")
@@ -282,6 +272,23 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         for r in failed:
             out.append(f"collector {r.collector} failed: {terminal_safe(r.error)}")
     return "\n".join(out)
+
+
+def _left_out_and_filling(snap: Snapshot) -> list[str]:
+    """The untracked processes' count and bytes, and the pools filling steadily."""
+    out = []
+    if snap.untracked is not None and snap.untracked.processes:
+        out.append("")
+        out.append(
+            f"Untracked: {snap.untracked.processes} processes of the top-memory list hold "
+            f"{human_bytes(snap.untracked.bytes)} ([collectors] max_tracked is full; "
+            "servers and GPU holders are always tracked)"
+        )
+    if snap.time_to_oom:
+        out.append("")
+        out.append("Filling steadily (time to OOM at this rate):")
+        out += [f"  {time_to_oom_line(f)}" for f in snap.time_to_oom]
+    return out
 
 
 def time_to_oom_line(f: OomForecast) -> str:

@@ -95,3 +95,19 @@ def test_a_steady_fill_alerts_long_before_the_limit_and_a_load_never_does() -> N
     # the fill stops: resolved
     stops = _ramp_alerts(lambda t: GIB // 2 + 2 * MIB * min(t, 200))
     assert [c.kind for _, _, c in stops] == ["fired", "resolved"]
+
+
+def test_status_says_it_and_a_state_file_keeps_it() -> None:
+    """status text names the pool and the minutes; --json carries the forecasts and a
+    recorded state (--state, a remote daemon's snapshot) reads them back."""
+    from collectors.base import OomForecast
+    from monitor.analysis.picture import snapshot_from_status_json
+    from monitor.report.status import render_text, to_json
+
+    ahead = OomForecast("cgroup /llm.slice", 2 * GIB, 3 * GIB, 2 * MIB, 512.0)
+    snap = Snapshot(1_800_000_000_000, (), (), (), (), (), (), time_to_oom=(ahead,))
+    text = render_text(snap)
+    assert "Filling steadily" in text and "cgroup /llm.slice: full in ~9 min (+2.0 MiB/s" in text
+    back = snapshot_from_status_json(to_json(snap))
+    assert back.time_to_oom == (ahead,)
+    assert "Filling steadily" not in render_text(replace(snap, time_to_oom=()))
