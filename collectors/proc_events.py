@@ -28,6 +28,9 @@ CN_IDX_PROC = 1
 CN_VAL_PROC = 1
 PROC_CN_MCAST_LISTEN = 1
 PROC_EVENT_EXIT = 0x80000000
+PROC_EVENT_EXEC = 0x00000002
+EXEC_EVENT = struct.Struct("=ii")  # pid, tgid
+MAX_YOUNG = 256  # servers exec'd and not yet seen exiting, remembered at most
 NLMSG_DONE = 3
 NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 CN_MSG = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
@@ -55,9 +58,32 @@ def decode_wait_status(status: int) -> tuple[int | None, int | None, bool]:
     return (status >> 8) & 0xFF, None, False
 
 
+@dataclass(frozen=True, slots=True)
+class YoungServer:
+    """An inference server seen at its exec (``/proc/PID/comm`` read then), so that its exit
+    is known even when it dies before any sample tracked it (a refused flag: half a second)."""
+
+    pid: int
+    start_ticks: int
+    comm: str
+    exec_ms: int
+
+
+def is_server_comm(comm: str) -> bool:
+    """llama.cpp's programs (comm is cut at 15 characters: llama-server, llama-cli, ...) and
+    ollama's runner."""
+    return comm.startswith("llama-") or comm in ("llama", "ollama", "ollama_llama_se")
+
+
 def parse_datagram(data: bytes, ts_ms: int = 0) -> list[ExitStatus]:
     """The process exits in one netlink datagram (other events and garbage are skipped;
     never raises; at most ``MAX_MESSAGES`` messages are looked at)."""
+    return parse_events(data, ts_ms)[1]
+
+
+def parse_events(data: bytes, ts_ms: int = 0) -> tuple[list[int], list[ExitStatus]]:
+    """(pids that exec'd, process exits) in one netlink datagram; never raises."""
+    execs: list[int] = []
     out: list[ExitStatus] = []
     offset = 0
     for _ in range(MAX_MESSAGES):
@@ -68,13 +94,18 @@ def parse_datagram(data: bytes, ts_ms: int = 0) -> list[ExitStatus]:
             break
         body = data[offset + NLMSG_HDR.size : offset + length]
         offset += (length + 3) & ~3  # NLMSG_ALIGN
-        if len(body) < CN_MSG.size + EVENT_HEAD.size + EXIT_EVENT.size:
+        if len(body) < CN_MSG.size + EVENT_HEAD.size + EXEC_EVENT.size:
             continue
         idx, val = CN_MSG.unpack_from(body, 0)[:2]
         if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC):
             continue
         what = EVENT_HEAD.unpack_from(body, CN_MSG.size)[0]
-        if what != PROC_EVENT_EXIT:
+        if what == PROC_EVENT_EXEC:
+            pid, tgid = EXEC_EVENT.unpack_from(body, CN_MSG.size + EVENT_HEAD.size)
+            if pid == tgid and pid > 0:
+                execs.append(pid)
+            continue
+        if what != PROC_EVENT_EXIT or len(body) < CN_MSG.size + EVENT_HEAD.size + EXIT_EVENT.size:
             continue
         pid, tgid, status, _sig, _ppid, _ptgid = EXIT_EVENT.unpack_from(
             body, CN_MSG.size + EVENT_HEAD.size
@@ -83,7 +114,22 @@ def parse_datagram(data: bytes, ts_ms: int = 0) -> list[ExitStatus]:
             continue  # a thread of a process, not the process
         code, signal, core = decode_wait_status(status)
         out.append(ExitStatus(pid, code, signal, core, ts_ms))
-    return out
+    return execs, out
+
+
+def young_server(pid: int, ts_ms: int, proc: str = "/proc") -> YoungServer | None:
+    """The server that ``pid`` just exec'd, or None (another program, or gone already)."""
+    try:
+        with open(f"{proc}/{pid}/comm", "rb") as f:
+            comm = f.read(64).decode("utf-8", "replace").strip()
+        if not is_server_comm(comm):
+            return None
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        return YoungServer(pid, int(fields[19]), comm, ts_ms)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def listen_request() -> bytes:
@@ -102,6 +148,8 @@ class ProcEventListener:
         self.max_kept = max_kept
         self.error: str | None = None
         self._exits: OrderedDict[int, ExitStatus] = OrderedDict()
+        self._young: OrderedDict[int, YoungServer] = OrderedDict()
+        self._early: list[tuple[YoungServer, ExitStatus]] = []
         self._lock = threading.Condition()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -174,15 +222,33 @@ class ProcEventListener:
                 if not self._closed:
                     self.error = f"process events connector failed: {exc}"
                 break
-            found = parse_datagram(data, int(time.time() * 1000))
-            if found:
-                with self._lock:
-                    for status in found:
-                        self._exits.pop(status.pid, None)
-                        self._exits[status.pid] = status
-                    while len(self._exits) > self.max_kept:
-                        self._exits.popitem(last=False)
-                    self._lock.notify_all()
+            now_ms = int(time.time() * 1000)
+            execs, found = parse_events(data, now_ms)
+            young = [y for pid in execs if (y := young_server(pid, now_ms)) is not None]
+            if found or young:
+                self._keep(young, found)
+
+    def _keep(self, young: list[YoungServer], found: list[ExitStatus]) -> None:
+        with self._lock:
+            for y in young:
+                self._young[y.pid] = y
+                while len(self._young) > MAX_YOUNG:
+                    self._young.popitem(last=False)
+            for status in found:
+                self._exits.pop(status.pid, None)
+                self._exits[status.pid] = status
+                server = self._young.pop(status.pid, None)
+                if server is not None and len(self._early) < MAX_YOUNG:
+                    self._early.append((server, status))
+            while len(self._exits) > self.max_kept:
+                self._exits.popitem(last=False)
+            self._lock.notify_all()
+
+    def take_early_exits(self) -> list[tuple[YoungServer, ExitStatus]]:
+        """The servers that exited since the last call, each with its exec and its exit."""
+        with self._lock:
+            out, self._early = self._early, []
+            return out
 
     def exit_of(
         self, pid: int, wait_s: float = 0.0, since_ms: int | None = None

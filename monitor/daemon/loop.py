@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
+from collectors.base import CollectorRun, DeviceEvent, ExitedProcess, Snapshot, now_ms
 from monitor.config import Config
 from monitor.daemon.counters import EventCounts
 from monitor.daemon.growth_logs import GrowthLogs
@@ -323,10 +323,36 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
             ctx.last_app_oom_ms = ev.ts_ms
     ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items() if snap.ts_ms - k[0] < 120_000}
     wait_until = time.monotonic() + 0.2  # for exit datagrams not read yet, per tick
-    exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in snap.exited]
+    gone_all = (*snap.exited, *_early_exits(ctx, snap))
+    exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in gone_all]
     if not found and not exited:
         return snap
     return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
+
+
+def _early_exits(ctx: DaemonContext, snap: Snapshot) -> list[ExitedProcess]:
+    """Servers the connector saw exec and exit that no sample ever tracked (a launch
+    llama-server refused dies in half a second): exits of their own, so they leave a record."""
+    if ctx.proc_events is None:
+        return []
+    seen = {(p.pid, p.start_ticks) for p in snap.processes}
+    seen |= {(g.pid, g.start_ticks) for g in snap.exited}
+    if ctx.last_snapshot is not None:
+        seen |= {(p.pid, p.start_ticks) for p in ctx.last_snapshot.processes}
+    return [
+        ExitedProcess(
+            young.pid,
+            young.start_ticks,
+            young.exec_ms,
+            comm=young.comm,
+            exit_code=status.exit_code,
+            exit_signal=status.exit_signal,
+            core_dumped=status.core_dumped,
+            exit_source="connector",
+        )
+        for young, status in ctx.proc_events.take_early_exits()
+        if (young.pid, young.start_ticks) not in seen
+    ]
 
 
 def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: float) -> Any:

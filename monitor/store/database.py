@@ -32,6 +32,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
+from collectors.proc_events import is_server_comm
 from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
@@ -558,7 +559,9 @@ class Store:
         cause, severity, how = classify_legacy(gone)
         alerts = cause in ALERT_CAUSES
         if row is None:
-            if alerts:
+            # a server the connector saw exec and die before any sample: always told
+            server = gone.exit_source == "connector" and is_server_comm(gone.comm or "")
+            if alerts or server:
                 self._exit_events(conn, ts_ms, gone, (None, gone.comm or "?", None), cause)
             return
         core = None if gone.core_dumped is None else int(gone.core_dumped)

@@ -128,3 +128,45 @@ def test_the_listener_keeps_a_bounded_number_of_exits() -> None:
         assert listener.exit_of(pids[-1]) is not None
     finally:
         listener.close()
+
+
+def test_a_server_that_dies_in_half_a_second_is_seen_from_its_exec(tmp_path) -> None:  # noqa: ANN001
+    """A llama-server that refuses its flags exits before any sample could track it: the
+    connector's exec event names it (``/proc/PID/comm`` read then) and its exit is kept
+    as an early exit; a program of another name is not."""
+    import time as _time
+
+    from collectors.proc_events import is_server_comm, parse_events
+
+    listener = ProcEventListener()
+    if not listener.open():
+        pytest.skip(f"no process-event connector here: {listener.error}")
+    try:
+        if not listener.verify():
+            pytest.skip(f"the connector sends nothing here: {listener.error}")
+        listener.take_early_exits()
+        server = tmp_path / "llama-server"
+        server.write_text('#!/bin/sh\nsleep 0.3\necho "error: invalid argument: $1" >&2\nexit 1\n')
+        server.chmod(0o755)
+        other = tmp_path / "not-a-server"
+        other.write_text("#!/bin/sh\nsleep 0.3\nexit 1\n")
+        other.chmod(0o755)
+        started = [subprocess.Popen([str(p), "--no-mmap"], stderr=subprocess.DEVNULL)
+                   for p in (server, other)]  # fmt: skip
+        for p in started:
+            p.wait(timeout=30)
+        early = []
+        deadline = _time.monotonic() + 10
+        while _time.monotonic() < deadline and not early:
+            early = [e for e in listener.take_early_exits() if e[0].pid == started[0].pid]
+            _time.sleep(0.05)
+        assert early, "the early exit was not seen"
+        (young, status), *_ = early
+        assert young.comm == "llama-server" and young.start_ticks > 0
+        assert (status.exit_code, status.exit_signal) == (1, None)
+        assert not [e for e in listener.take_early_exits() if e[0].pid == started[1].pid]
+    finally:
+        listener.close()
+    assert is_server_comm("llama-server") and is_server_comm("ollama")
+    assert not is_server_comm("sh") and not is_server_comm("python3")
+    assert parse_events(b"garbage")[0] == []

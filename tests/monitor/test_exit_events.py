@@ -8,6 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.store.database import Store
 
@@ -120,8 +122,9 @@ def test_doctor_names_the_exit_status_source() -> None:
 
 def test_an_alerting_exit_of_a_process_with_no_row_still_has_its_events(tmp_path: Path) -> None:
     """A server OOM-killed before the tick that would have written its row (the counter
-    and the alert saw it): its process_exit and crash events are still recorded; a quiet
-    exit of such a process leaves nothing (there is nothing to tell)."""
+    and the alert saw it): its process_exit and crash events are still recorded; so is a
+    server the connector saw exec and exit at once (a refused flag); a quiet exit of any
+    other such process leaves nothing (there is nothing to tell)."""
     db = tmp_path / "v.db"
     store = Store.open(db)
     store.write(tick(T0, [6]))
@@ -141,6 +144,16 @@ def test_an_alerting_exit_of_a_process_with_no_row_still_has_its_events(tmp_path
                     cause="oom_killed",
                 ),
                 ExitedProcess(78, 800, end - 300, comm="sh", exit_code=0, cause="exited"),
+                # a server the connector saw exec and die at once (a refused flag): told
+                ExitedProcess(
+                    79,
+                    900,
+                    end - 500,
+                    comm="llama-server",
+                    exit_code=1,
+                    exit_source="connector",
+                    cause="exited_error",
+                ),
             ),
         )  # fmt: skip
     )
@@ -152,4 +165,46 @@ def test_an_alerting_exit_of_a_process_with_no_row_still_has_its_events(tmp_path
         if kind in ("process_exit", "crash")
     )
     conn.close()
-    assert kinds == [("crash", 77, "llama-server"), ("process_exit", 77, "llama-server")]
+    assert kinds == [
+        ("crash", 77, "llama-server"),
+        ("process_exit", 77, "llama-server"),
+        ("process_exit", 79, "llama-server"),
+    ]
+
+
+def test_a_real_daemon_records_a_server_that_died_before_its_first_tick(tmp_path: Path) -> None:
+    """A real daemon ticking every 2 s; a 'llama-server' that refuses its flag and exits
+    with code 1 after 0.3 s, between two ticks: never sampled, yet its exit is an event
+    (seen by the kernel's process-event connector from its exec)."""
+    import subprocess as sp
+    import time
+
+    import daemon_harness
+
+    from collectors.proc_events import ProcEventListener
+
+    probe = ProcEventListener()
+    works = probe.open() and probe.verify()
+    probe.close()
+    if not works:
+        pytest.skip(f"no process-event connector here: {probe.error}")
+    server = tmp_path / "bin" / "llama-server"
+    server.parent.mkdir()
+    server.write_text('#!/bin/sh\nsleep 0.3\necho "error: invalid argument: $1" >&2\nexit 1\n')
+    server.chmod(0o755)
+    with daemon_harness.running(tmp_path, interval_s=2.0) as d:
+        time.sleep(0.5)  # just after a tick: the server lives and dies between two
+        proc = sp.Popen([str(server), "--no-mmap"], stderr=sp.DEVNULL)
+        proc.wait(timeout=30)
+
+        def recorded() -> list[dict]:
+            conn = sqlite3.connect(d.db)
+            try:
+                rows = conn.execute("SELECT data FROM events WHERE kind = 'process_exit'")
+                return [e for (x,) in rows if (e := json.loads(x))["pid"] == proc.pid]
+            finally:
+                conn.close()
+
+        (event,) = d.poll("the early exit's event", recorded, timeout_s=30)
+    assert event["comm"] == "llama-server" and event["exit_code"] == 1
+    assert event["exit_source"] == "connector"
