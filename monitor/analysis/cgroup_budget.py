@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collectors.base import DeviceSample
+from monitor.analysis.picture import DevicePicture
+from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.units import GIB, MIB
 from monitor.units import gib_or_mib as _gib
 
@@ -198,6 +201,31 @@ def minimum_needed(
     return total, why
 
 
+def _gpu_pictures(
+    gpus: Sequence[DeviceSample], victim_bytes: int, margin: int
+) -> dict[str, DevicePicture]:
+    """The GPUs at the kill as predict sees a device: free memory, plus what the victim
+    held there (its own allocations were freed by its death)."""
+    out = {}
+    for d in gpus:
+        if d.total_bytes is None or d.used_bytes is None:
+            continue
+        free = d.total_bytes - d.used_bytes - (d.reserved_bytes or 0)
+        out[d.device_id] = DevicePicture(
+            d.device_id,
+            d.name,
+            d.memory_kind,
+            d.total_bytes,
+            d.used_bytes,
+            d.reserved_bytes,
+            d.free_bytes,
+            available_bytes=max(0, free) + (victim_bytes if len(gpus) == 1 else 0),
+            margin_bytes=margin,
+            binding="VRAM",
+        )
+    return out
+
+
 def budget_fixes(
     argv: Sequence[str],
     cgroup: str,
@@ -206,12 +234,15 @@ def budget_fixes(
     margin: int,
     grew: bool,
     ts_ms: int,
+    gpus: Sequence[DeviceSample] = (),
 ) -> tuple[int | None, dict[str, int], list[BudgetFix]]:
     """(the victim's host need at load by a fresh estimate; what each run-time cache holds
     at its bound (``prompt_cache``: --cache-ram, ``checkpoints``: -ctxcp); the fixes
     ``predict`` would print for its launch in this cgroup with the other members in it).
     Nothing when the launch cannot be estimated here (not a llama.cpp command, the model
-    file gone)."""
+    file gone). ``gpus``: the box's GPUs at the kill: the launch's layers go where its
+    -ngl put them (not all to the host), and a GPU's room is what it had free plus what
+    the victim held there."""
     from monitor.analysis.picture import DevicePicture, Picture, ProcessUse
     from monitor.analysis.predict import bound_growth, need_by_device, suggest
     from monitor.engines import parse_command
@@ -222,8 +253,10 @@ def budget_fixes(
     if spec is None or not spec.model_path or not Path(spec.model_path).exists():
         return None, {}, []
 
+    devices = devices_from_samples(gpus, DeviceInfo("x").overhead_bytes)
+
     def estimator(s: Any) -> MemoryEstimate:
-        return estimate(s, ())
+        return estimate(s, devices)
 
     try:
         base = estimator(spec)
@@ -248,7 +281,8 @@ def budget_fixes(
         processes=tuple(running),
         binding=f"cgroup {cgroup}",
     )
-    picture = Picture(ts_ms, {HOST: host})
+    victim_gpu = sum(m.gpu_bytes for m in members if m.victim)
+    picture = Picture(ts_ms, {HOST: host, **_gpu_pictures(gpus, victim_gpu, margin)})
     need = need_by_device(base, picture).get(HOST, 0)
     found = (bound_growth if grew else suggest)(spec, base, estimator, picture, {}, running)
     if grew and not found:  # nothing bounds the growth alone: what makes it load

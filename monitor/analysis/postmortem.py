@@ -504,6 +504,16 @@ def _growth_evidence(db: Any, victim: dict, t: int) -> tuple[str, str, str] | No
     )
 
 
+def _gpus_at(db: Any, t: int) -> list[Any]:
+    """The box's GPUs at the last tick at or before ``t`` (none on a CPU-only box)."""
+    from monitor.store.history import snapshot_in
+
+    tick = reads.tick_at_or_before(db, t)
+    if tick is None:
+        return []
+    return [d for d in snapshot_in(db, tick).devices if d.memory_kind not in ("host",)]
+
+
 def _budget(
     db: Any,
     kdata: dict,
@@ -538,6 +548,7 @@ def _budget(
         DEFAULT_MARGIN_BYTES,
         growth is not None,
         t,
+        _gpus_at(db, t),
     )
     if need is None and est is not None:
         need = est["by_device"].get("host")

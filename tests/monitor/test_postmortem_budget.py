@@ -159,6 +159,7 @@ def cgroup_db(
     kill_anon_kb: int,
     cwd: str | None,
     usage_line: bool = True,
+    gpu_at_kill: bool = False,
 ) -> Path:
     """Ten 1 s ticks: embd (pid 100, 653 MiB) and big (pid 200, growing to what the kernel
     record says) in /llm (3 GiB), other (pid 300, 4 GiB) in /other; then the kill of 200."""
@@ -188,7 +189,8 @@ def cgroup_db(
         snap = Snapshot(T0 + i * 1000, (HOST, GPU), procs, memory, (), (), (), (), cgroups)
         store.write(snap)
     kill = kernel_kill(T0 + 10_000, 200, kill_anon_kb, usage_line)
-    store.write(Snapshot(T0 + 10_000, (HOST,), procs[::2], (), (), (), (), (kill,)))
+    at_kill = (HOST, GPU) if gpu_at_kill else (HOST,)
+    store.write(Snapshot(T0 + 10_000, at_kill, procs[::2], (), (), (), (), (kill,)))
     store.close()
     return db
 
@@ -303,3 +305,19 @@ def test_without_the_records_limit_line_the_sampled_limit_is_the_budget(tmp_path
     assert "> 3.0 GiB limit" in doc["cause"]
     assert "raise MemoryMax= (memory.max) of /llm to at least 3." in doc["fix"]
     assert "cgroup /llm limit: 3.00 GiB" in render_html(doc)
+
+
+def test_the_victims_layers_go_where_its_ngl_put_them(tmp_path: Path) -> None:
+    """The launch is estimated with the box's GPUs at the kill: with -ngl 0 all of it is
+    host memory charged to the cgroup; with its layers on the 8 GiB GPU only what stays on
+    the CPU is, so the budget's need (and the limit to raise to) is far smaller."""
+    model = big_model(tmp_path)
+    needs = {}
+    for ngl in ("0", "99"):
+        argv = ("llama-server", "-m", model, "-c", "98304", "--no-mmap", "-ngl", ngl)
+        folder = tmp_path / ngl
+        folder.mkdir()
+        db = cgroup_db(folder, argv, 2_400 * 1024, None, gpu_at_kill=True)
+        needs[ngl] = build(db, pid=200, cgroup_version=2)["cgroup_budget"]["need_bytes"]
+    assert needs["0"] > 2 * GIB
+    assert needs["99"] < needs["0"] / 4, needs
