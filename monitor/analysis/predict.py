@@ -247,6 +247,37 @@ def fit_ctx(
     return low * step
 
 
+def _offload_ngl(
+    spec: LaunchSpec,
+    base: MemoryEstimate,
+    estimator: Estimator,
+    picture: Picture,
+    freed: dict[str, int],
+) -> int | None:
+    """When host memory (or its cgroup) is what is short and a dedicated GPU is there: the
+    fewest GPU layers above the launch's -ngl with which everything fits (the host keeps
+    less as -ngl rises, the GPU more), or None. Unset/auto/all -ngl: nothing to add."""
+    host = next((v for v in judge(base, picture, freed) if v.device_id == HOST), None)
+    gpus = [p for p in picture.devices.values() if p.memory_kind == "dedicated"]
+    now = spec.n_gpu_layers
+    if host is None or host.verdict == "fits" or not gpus:
+        return None
+    if not isinstance(now, int) or now < 0:
+        return None
+
+    def fits(ngl: int) -> bool:
+        try:
+            changed = estimator(replace(spec, n_gpu_layers=ngl))
+        except EstimateError:
+            return False
+        return _worst(judge(changed, picture, freed)) == "fits"
+
+    for ngl in (*range(now + 1, now + 8), *range(now + 8, now + 258, 4)):
+        if fits(ngl):
+            return ngl
+    return None
+
+
 def _largest_ngl(
     spec: LaunchSpec, estimator: Estimator, picture: Picture, freed: dict[str, int]
 ) -> int | None:
@@ -398,6 +429,12 @@ def suggest(
                 f"-ngl {ngl} (the most layers that fit; the rest run from host RAM)",
                 replace(spec, n_gpu_layers=ngl),
             )
+    more = _offload_ngl(spec, base, estimator, picture, freed)
+    if more is not None:
+        attempt(
+            f"-ngl {more} (more layers on the GPU: the host keeps less)",
+            replace(spec, n_gpu_layers=more),
+        )
     if spec.draft_model:
         for candidate in smaller_drafts(spec, read_header):
             attempt(

@@ -310,14 +310,19 @@ def test_without_the_records_limit_line_the_sampled_limit_is_the_budget(tmp_path
 def test_the_victims_layers_go_where_its_ngl_put_them(tmp_path: Path) -> None:
     """The launch is estimated with the box's GPUs at the kill: with -ngl 0 all of it is
     host memory charged to the cgroup; with its layers on the 8 GiB GPU only what stays on
-    the CPU is, so the budget's need (and the limit to raise to) is far smaller."""
+    the CPU is, so the budget's need (and the limit to raise to) is far smaller; and for
+    -ngl 0 the fixes include predict's "-ngl N" (more layers on the GPU)."""
     model = big_model(tmp_path)
-    needs = {}
+    needs, fixes = {}, {}
     for ngl in ("0", "99"):
         argv = ("llama-server", "-m", model, "-c", "98304", "--no-mmap", "-ngl", ngl)
         folder = tmp_path / ngl
         folder.mkdir()
         db = cgroup_db(folder, argv, 2_400 * 1024, None, gpu_at_kill=True)
-        needs[ngl] = build(db, pid=200, cgroup_version=2)["cgroup_budget"]["need_bytes"]
+        budget = build(db, pid=200, cgroup_version=2)["cgroup_budget"]
+        needs[ngl], fixes[ngl] = budget["need_bytes"], budget["fixes"]
     assert needs["0"] > 2 * GIB
     assert needs["99"] < needs["0"] / 4, needs
+    # and predict's fix for a host that is short beside a GPU with room: more layers there
+    more = [f for f in fixes["0"] if "more layers on the GPU" in f["change"]]
+    assert more and more[0]["verdict"] == "fits", fixes["0"]

@@ -1081,3 +1081,25 @@ def test_a_prompt_cache_that_overflows_only_past_the_horizon_is_a_note(tmp_path:
     config.write_text("[predict]\ngrowth_horizon_tokens = -5\n")
     bad = vramscope("predict", "--config", str(config), *launch)
     assert bad.returncode == 2 and "growth_horizon_tokens" in bad.stderr
+
+
+def test_a_host_that_is_short_gets_more_layers_on_the_gpu_as_a_fix(tmp_path: Path) -> None:
+    """-ngl 0 with the weights read into host memory (-lm none) on a box with 3 GiB of host
+    RAM available and an empty 16 GiB GPU: OOM on the host; the fix is the fewest GPU
+    layers that make it fit, priced in what the host gets back."""
+    model = qwen(tmp_path / "m.gguf", 36, 4096, 32, 8, 12288, g.Q4_K)
+    gpu = DeviceSample(
+        "nvml:GPU-big", "nvml", "nvidia", "RTX", "dedicated", 16 * GIB, 0, free_bytes=16 * GIB
+    )
+    state = write_state(tmp_path / "state.json", [gpu, host(3 * GIB)], [])
+    launch = ["--state", str(state), "--", "llama-server", "-m", model, "-c", "4096", "-np", "1"]
+    code, doc = run_predict_json(*launch, "-ngl", "0", "-lm", "none", "--cache-ram", "0")
+    assert code == 1 and doc["verdict"] == "oom"
+    fix = next(f for f in doc["fixes"] if "more layers on the GPU" in f["change"])
+    n = int(fix["change"].split()[1])
+    assert 0 < n <= 37 and fix["verdict"] == "fits" and fix["frees"]["host"] > GIB
+    code, doc = run_predict_json(*launch, "-ngl", str(n), "-lm", "none", "--cache-ram", "0")
+    assert code == 0 and doc["verdict"] in ("fits", "tight")
+    # all layers already on the GPU (the default): nothing to add
+    code, doc = run_predict_json(*launch, "-lm", "none", "--cache-ram", "0")
+    assert not any("more layers" in f["change"] for f in doc["fixes"])
