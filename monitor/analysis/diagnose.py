@@ -244,22 +244,30 @@ def launch_findings(
                 frees,
             )
         )
+    findings += _host_buffers(spec, est, estimator)
+    return tuple(findings)
+
+
+def _host_buffers(
+    spec: LaunchSpec, est: MemoryEstimate, estimator: Callable[[LaunchSpec], MemoryEstimate]
+) -> list[Finding]:
+    """The host buffers that fill with use, and the bounds worth naming, priced."""
     grows = est.total_bytes("cache_ram", include_growth=True) + est.total_bytes(
         "checkpoints", include_growth=True
     )
-    if grows:
-        fix = _growth_fix(spec, est)
-        findings.append(
-            Finding(
-                "host_buffers",
-                grows,
-                f"host buffers that fill with use: prompt cache and context "
-                f"checkpoints up to {gib(grows)}",
-                fix,
-                _price(spec, est, _growth_change(fix), estimator, True) if fix else 0,
-            )
+    if not grows:
+        return []
+    fix = _growth_fix(spec, est)
+    return [
+        Finding(
+            "host_buffers",
+            grows,
+            f"host buffers that fill with use: prompt cache and context "
+            f"checkpoints up to {gib(grows)}",
+            fix,
+            _price(spec, est, _growth_change(fix), estimator, True) if fix else 0,
         )
-    return tuple(findings)
+    ]
 
 
 SMALL_CACHE_RAM_MIB, FEW_CHECKPOINTS = 1024, 4

@@ -68,6 +68,10 @@ def forecast(pool: str, points: Sequence[PoolPoint]) -> OomForecast | None:
     window = [p for p in points if last.ts_ms - p.ts_ms <= WINDOW_S * 1000]
     if len(window) < MIN_POINTS or last.ts_ms - window[0].ts_ms < MIN_SPAN_S * 1000:
         return None
+    # the cheap test first: on the sampling tick most pools are flat, and this one is
+    # all most of them cost
+    if last.held_bytes - min(p.held_bytes for p in window) < MIN_GROWTH_BYTES:
+        return None
     rate = slope(window)
     if rate is None or rate <= 0:
         return None
@@ -75,8 +79,6 @@ def forecast(pool: str, points: Sequence[PoolPoint]) -> OomForecast | None:
         pace = slope(part)
         if pace is None or pace < AGREE * rate:
             return None
-    if last.held_bytes - min(p.held_bytes for p in window) < MIN_GROWTH_BYTES:
-        return None
     room = max(0, last.limit_bytes - last.held_bytes)
     return OomForecast(pool, last.held_bytes, last.limit_bytes, rate, room / rate)
 

@@ -346,6 +346,17 @@ def estimate(
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
 
+def _refuse_local_options(local: dict[str, Any]) -> None:
+    """With --remote each box's daemon judges against its own state: an option that names
+    this box's state is a one-line error."""
+    given = [flag for flag, value in local.items() if value]
+    if given:
+        raise UserError(
+            f"{given[0]} judges on this box; with --remote each box's daemon judges "
+            "against its own state (leave it out)"
+        )
+
+
 def _device_figures(
     flag: str, items: tuple[str, ...], unit: str, example: str, what: str
 ) -> dict[str, float]:
@@ -362,7 +373,41 @@ def _device_figures(
     return out
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+PREDICT_HELP = """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
+load (what the kernel cannot evict - anonymous memory, VRAM, GTT, locked or repacked
+weights - passes the room); 3: fits at load, OOM once the prompt cache / checkpoints
+fill (bound them with the --cache-ram N / -ctxcp N it names); 4: it loads, but its
+mmap'd weights cannot all stay resident: the kernel evicts their page cache instead of
+killing, and every token re-reads them from disk (slow, not dead); 2: error (a bad
+launch value, or no device with a known free figure to judge against).
+
+The room is the smallest of device free memory, host MemAvailable and the memory
+cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
+-c, the load is judged at the context llama.cpp's fit will choose.
+
+With -md (or --bw/--flops/--accept) it also gives the expected tokens/s, a roofline
+per device (bytes / bandwidth vs FLOPs / peak), and says whether the draft wins
+against the model alone at the most layers that fit without it.
+
+\b
+  vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
+  vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
+  vramscope predict qwen3-122b     ([llama_swap] config in the config file)
+  vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
+Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
+
+With --remote (repeated), each box's daemon judges the launch against its own latest
+tick and model files, and the boxes are listed best first: the verdict, the headroom
+left on the tightest device, what llama-swap would unload there. Exit 0: it fits on
+a box; 3: only at load; 1: on no box; 2: no box answered.
+
+\b
+  vramscope predict --remote http://box-a:9835 --remote http://box-b:9835 \\
+      -- llama-server -m /models/glm-4.5-air.gguf -c 32768
+"""
+
+
+@cli.command(context_settings={"ignore_unknown_options": True}, help=PREDICT_HELP)
 @common_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema vramscope.predict/1).")
 @click.option(
@@ -479,61 +524,26 @@ def predict(
     cpu_features: str | None,
     **kwargs: Any,
 ) -> None:
-    """Will this load fit? Exit 0: fits at load and once its caches fill; 1: OOM at
-    load (what the kernel cannot evict - anonymous memory, VRAM, GTT, locked or repacked
-    weights - passes the room); 3: fits at load, OOM once the prompt cache / checkpoints
-    fill (bound them with the --cache-ram N / -ctxcp N it names); 4: it loads, but its
-    mmap'd weights cannot all stay resident: the kernel evicts their page cache instead of
-    killing, and every token re-reads them from disk (slow, not dead); 2: error (a bad
-    launch value, or no device with a known free figure to judge against).
-
-    The room is the smallest of device free memory, host MemAvailable and the memory
-    cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
-    -c, the load is judged at the context llama.cpp's fit will choose.
-
-    With -md (or --bw/--flops/--accept) it also gives the expected tokens/s, a roofline
-    per device (bytes / bandwidth vs FLOPs / peak), and says whether the draft wins
-    against the model alone at the most layers that fit without it.
-
-    \b
-      vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
-      vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
-      vramscope predict qwen3-122b     ([llama_swap] config in the config file)
-      vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
-    Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
-
-    With --remote (repeated), each box's daemon judges the launch against its own latest
-    tick and model files, and the boxes are listed best first: the verdict, the headroom
-    left on the tightest device, what llama-swap would unload there. Exit 0: it fits on
-    a box; 3: only at load; 1: on no box; 2: no box answered.
-
-    \b
-      vramscope predict --remote http://box-a:9835 --remote http://box-b:9835 \\
-          -- llama-server -m /models/glm-4.5-air.gguf -c 32768
-    """
+    """Will this load fit? (help: PREDICT_HELP)"""
     from monitor.cli.estimate import parse_cpu_features
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
     if remotes:
-        local = {
-            "--state": state,
-            "--at": at_time,
-            "--swap-config": swap_config,
-            "--fit-ctx": want_fit_ctx,
-            "--bw": bandwidths,
-            "--flops": flops,
-            "--accept": accept,
-            "--cgroup": cgroup_path,
-            "--unit": unit,
-            "--cpu-features": cpu_features,
-        }
-        given = [flag for flag, value in local.items() if value]
-        if given:
-            raise UserError(
-                f"{given[0]} judges on this box; with --remote each box's daemon judges "
-                "against its own state (leave it out)"
-            )
+        _refuse_local_options(
+            {
+                "--state": state,
+                "--at": at_time,
+                "--swap-config": swap_config,
+                "--fit-ctx": want_fit_ctx,
+                "--bw": bandwidths,
+                "--flops": flops,
+                "--accept": accept,
+                "--cgroup": cgroup_path,
+                "--unit": unit,
+                "--cpu-features": cpu_features,
+            }
+        )
         _predict_on_fleet(list(remotes), token, target, margin_gib, as_json)
         return
     cfg = load_config(**kwargs)

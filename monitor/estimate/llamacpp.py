@@ -360,6 +360,47 @@ def estimate_llamacpp(
                 "anon" if main == HOST else "device",
             )
         )
+    parts += _compute_and_outputs(spec, shape, ctx, flash, main, n_rs_seq, outputs)
+    if mtp and shape.n_nextn:
+        parts += _mtp_components(spec, shape, ctx, flash, main, n_rs_seq, notes)
+    if spec.draft_model:
+        parts += _draft(spec, devices, read_header, ctx, flash, notes, cpu)
+    parts += _host_growth(spec, shape, ctx, flash)
+    parts += _overheads(devices, parts)
+    if placement.moved_to_host:
+        notes.append(
+            f"-ot/-cmoe/-ncmoe move {_mib(placement.moved_to_host)} of expert "
+            "weights to the CPU; their layers' KV stays on the GPU"
+        )
+    return MemoryEstimate(
+        engine=spec.engine,
+        model_path=spec.model_path,
+        components=tuple(parts),
+        notes=tuple(notes),
+        n_ctx=ctx.n_ctx,
+        n_ctx_seq=ctx.n_ctx_seq,
+        n_seq_max=ctx.n_seq_max,
+        n_stream=ctx.n_stream,
+        kv_unified=ctx.kv_unified,
+        flash_attn=flash,
+        devices=tuple(d.device_id for d in devices),
+        host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0,
+        weights_locked=spec.load_mode == "mmap+mlock",
+    )
+
+
+def _compute_and_outputs(
+    spec: LaunchSpec,
+    shape: ModelShape,
+    ctx: kv.Context,
+    flash: bool,
+    main: str,
+    n_rs_seq: int,
+    outputs: str,
+) -> list[Component]:
+    """The compute buffer (with the run-time work memory beside it on the CPU) and the
+    output buffer, with what it grows to [llama_context::output_reserve]."""
+    parts: list[Component] = []
     n_out = server_outputs(spec, ctx) if outputs == "server" else ctx.n_batch
     n_kv_swa = kv.swa_cells_per_stream(shape, ctx, spec.swa_full) if shape.swa else 0
     rotated = _kv_rotated(shape, spec.cache_type_k)
@@ -447,63 +488,77 @@ def estimate_llamacpp(
                 "grows",
             )
         )
-    if mtp and shape.n_nextn:
-        if shape.recurrent and n_rs_seq and shape.delta_net is None:
-            notes.append(
-                f"MTP on the hybrid {shape.arch}: the target graph's recurrent layers write "
-                f"1 + {n_rs_seq} state snapshots per sequence; their compute peak is modelled "
-                "for gated-delta-net models (qwen3next, qwen35) only, not in the compute "
-                "figure above"
-            )
-        mtp_layers = kv.kv_layers(shape, mtp=True)
-        size = kv.kv_size(
-            shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False, mtp_layers
+    return parts
+
+
+def _mtp_components(
+    spec: LaunchSpec,
+    shape: ModelShape,
+    ctx: kv.Context,
+    flash: bool,
+    main: str,
+    n_rs_seq: int,
+    notes: list[str],
+) -> list[Component]:
+    """The MTP context of ``--spec-type draft-mtp``: its KV, compute and output buffers."""
+    parts: list[Component] = []
+    if shape.recurrent and n_rs_seq and shape.delta_net is None:
+        notes.append(
+            f"MTP on the hybrid {shape.arch}: the target graph's recurrent layers write "
+            f"1 + {n_rs_seq} state snapshots per sequence; their compute peak is modelled "
+            "for gated-delta-net models (qwen3next, qwen35) only, not in the compute "
+            "figure above"
         )
-        parts.append(
-            Component(
-                "mtp_kv",
-                main,
-                size.full_bytes + size.swa_bytes,
-                f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
-                "[common/speculative.cpp, ctx_type MTP]",
-                "anon" if main == HOST else "device",
-            )
+    mtp_layers = kv.kv_layers(shape, mtp=True)
+    size = kv.kv_size(shape, ctx, spec.cache_type_k, spec.cache_type_v, flash, False, mtp_layers)
+    parts.append(
+        Component(
+            "mtp_kv",
+            main,
+            size.full_bytes + size.swa_bytes,
+            f"{len(mtp_layers)} nextn layers x {size.full_cells} cells "
+            "[common/speculative.cpp, ctx_type MTP]",
+            "anon" if main == HOST else "device",
         )
-        # The MTP context (common_speculative_init_result, ctx_type MTP) reserves one
-        # output per sequence (n_outputs_max = n_parallel) and its own graph: the nextn
-        # block after eh_proj, then the output head.
-        parts.append(
-            Component(
-                "mtp_compute",
-                main,
-                compute.compute_bytes(
-                    shape,
-                    ctx,
-                    flash,
-                    ctx.n_seq_max,
-                    mtp=True,
-                    kv_rotated=_kv_rotated(shape, spec.cache_type_k),
-                ),
-                "the MTP context's compute buffer: the nextn block's FFN, 4 ub (3 n_ff + 2 "
-                "n_embd) (MoE: build_moe_ffn) + mask, or its logits [llama-graph.cpp]",
-                "anon" if main == HOST else "device",
-            )
+    )
+    # The MTP context (common_speculative_init_result, ctx_type MTP) reserves one
+    # output per sequence (n_outputs_max = n_parallel) and its own graph: the nextn
+    # block after eh_proj, then the output head.
+    parts.append(
+        Component(
+            "mtp_compute",
+            main,
+            compute.compute_bytes(
+                shape,
+                ctx,
+                flash,
+                ctx.n_seq_max,
+                mtp=True,
+                kv_rotated=_kv_rotated(shape, spec.cache_type_k),
+            ),
+            "the MTP context's compute buffer: the nextn block's FFN, 4 ub (3 n_ff + 2 "
+            "n_embd) (MoE: build_moe_ffn) + mask, or its logits [llama-graph.cpp]",
+            "anon" if main == HOST else "device",
         )
-        parts.append(
-            Component(
-                "mtp_output",
-                HOST,
-                compute.output_bytes(shape, ctx, False),
-                f"n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
-                "anon",
-            )
+    )
+    parts.append(
+        Component(
+            "mtp_output",
+            HOST,
+            compute.output_bytes(shape, ctx, False),
+            f"n_vocab x {ctx.n_seq_max} seqs x 4 B [llama_context::output_reserve]",
+            "anon",
         )
-    if spec.draft_model:
-        parts += _draft(spec, devices, read_header, ctx, flash, notes, cpu)
-    parts += _host_growth(spec, shape, ctx, flash)
+    )
+    return parts
+
+
+def _overheads(devices: Sequence[DeviceInfo], parts: list[Component]) -> list[Component]:
+    """The per-process driver context on each GPU the estimate places anything on."""
+    out = []
     for dev in devices:
         if any(c.device == dev.device_id for c in parts) and dev.overhead_bytes:
-            parts.append(
+            out.append(
                 Component(
                     "overhead",
                     dev.device_id,
@@ -513,26 +568,7 @@ def estimate_llamacpp(
                     "device",
                 )
             )
-    if placement.moved_to_host:
-        notes.append(
-            f"-ot/-cmoe/-ncmoe move {_mib(placement.moved_to_host)} of expert "
-            "weights to the CPU; their layers' KV stays on the GPU"
-        )
-    return MemoryEstimate(
-        engine=spec.engine,
-        model_path=spec.model_path,
-        components=tuple(parts),
-        notes=tuple(notes),
-        n_ctx=ctx.n_ctx,
-        n_ctx_seq=ctx.n_ctx_seq,
-        n_seq_max=ctx.n_seq_max,
-        n_stream=ctx.n_stream,
-        kv_unified=ctx.kv_unified,
-        flash_attn=flash,
-        devices=tuple(d.device_id for d in devices),
-        host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0,
-        weights_locked=spec.load_mode == "mmap+mlock",
-    )
+    return out
 
 
 def _kv_rotated(shape: ModelShape, type_k: str) -> bool:

@@ -390,15 +390,20 @@ def shape_from_header(header: Any) -> ModelShape:
         other_bytes=other,
         tensor_bytes=header.tensor_bytes,
         layer_tensors={k: tuple(v) for k, v in layer_tensors.items()},
-        weight_tensors=tuple(
-            WeightTensor(
-                t.name,
-                _type_name(getattr(t, "ggml_type", None)),
-                tuple(getattr(t, "shape", ())),
-                t.n_bytes,
-            )
-            for t in header.tensors
-        ),
+        weight_tensors=_weight_tensors(header.tensors),
+    )
+
+
+def _weight_tensors(tensors: Sequence[Any]) -> tuple[WeightTensor, ...]:
+    """Each tensor of the file with its type and dims (which buffer type it goes to)."""
+    return tuple(
+        WeightTensor(
+            t.name,
+            _type_name(getattr(t, "ggml_type", None)),
+            tuple(getattr(t, "shape", ())),
+            t.n_bytes,
+        )
+        for t in tensors
     )
 
 

@@ -12,7 +12,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from collectors.base import ExitedProcess, OomForecast, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import (
+    DeviceSample,
+    ExitedProcess,
+    OomForecast,
+    ProcessInfo,
+    ProcessMemory,
+    Snapshot,
+)
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
@@ -146,6 +153,36 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
     return [fmt(headers), *(fmt(r) for r in rows)]
 
 
+def _device_details(d: DeviceSample) -> list[str]:
+    """The DETAIL column of a device: pools, swap, GPU processes, sensors."""
+    parts: list[str] = []
+    if d.memory_kind == "unified" and d.gtt_total_bytes is not None:
+        parts.append(f"VRAM {human_bytes(d.vram_used_bytes)}/{human_bytes(d.vram_total_bytes)}")
+        parts.append(f"GTT {human_bytes(d.gtt_used_bytes)}/{human_bytes(d.gtt_total_bytes)}")
+    if d.memory_kind == "host":
+        parts.append(f"available {human_bytes(d.available_bytes)}")
+        if d.swap_total_bytes:
+            used_swap = d.swap_total_bytes - (d.swap_free_bytes or 0)
+            parts.append(f"swap {human_bytes(used_swap)}/{human_bytes(d.swap_total_bytes)}")
+    if d.shares_pool_with:
+        parts.append(f"shares the {d.shares_pool_with} pool")
+    if d.processes_used_bytes is not None:
+        over = d.total_bytes is not None and d.processes_used_bytes > d.total_bytes
+        parts.append(
+            f"GPU processes {human_bytes(d.processes_used_bytes)}"
+            + (" (more than the pool!)" if over else "")
+        )
+    if d.util_pct is not None:
+        parts.append(f"busy {d.util_pct:.0f}%")
+    if d.temp_c is not None:
+        parts.append(f"{d.temp_c:.0f}°C")
+    if d.power_w is not None:
+        parts.append(f"{d.power_w:.0f} W")
+    if d.mem_clock_mhz is not None:
+        parts.append(f"mem {d.mem_clock_mhz:.0f} MHz")
+    return parts
+
+
 def render_text(snap: Snapshot, width: int | None = None) -> str:
     """Devices, then tracked processes with their memory per device, then what is hidden."""
     out: list[str] = []
@@ -153,31 +190,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     for d in snap.devices:
         used, total = d.used_bytes, d.total_bytes
         pct = f"{100 * used / total:.0f}%" if used is not None and total else "-"
-        parts = []
-        if d.memory_kind == "unified" and d.gtt_total_bytes is not None:
-            parts.append(f"VRAM {human_bytes(d.vram_used_bytes)}/{human_bytes(d.vram_total_bytes)}")
-            parts.append(f"GTT {human_bytes(d.gtt_used_bytes)}/{human_bytes(d.gtt_total_bytes)}")
-        if d.memory_kind == "host":
-            parts.append(f"available {human_bytes(d.available_bytes)}")
-            if d.swap_total_bytes:
-                used_swap = d.swap_total_bytes - (d.swap_free_bytes or 0)
-                parts.append(f"swap {human_bytes(used_swap)}/{human_bytes(d.swap_total_bytes)}")
-        if d.shares_pool_with:
-            parts.append(f"shares the {d.shares_pool_with} pool")
-        if d.processes_used_bytes is not None:
-            over = d.total_bytes is not None and d.processes_used_bytes > d.total_bytes
-            parts.append(
-                f"GPU processes {human_bytes(d.processes_used_bytes)}"
-                + (" (more than the pool!)" if over else "")
-            )
-        if d.util_pct is not None:
-            parts.append(f"busy {d.util_pct:.0f}%")
-        if d.temp_c is not None:
-            parts.append(f"{d.temp_c:.0f}°C")
-        if d.power_w is not None:
-            parts.append(f"{d.power_w:.0f} W")
-        if d.mem_clock_mhz is not None:
-            parts.append(f"mem {d.mem_clock_mhz:.0f} MHz")
+        parts = _device_details(d)
         dev_rows.append(
             [
                 terminal_safe(d.device_id),
@@ -248,19 +261,31 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
         {2, 3, 4, 5},
     )
     out += [line[:width] for line in lines] if width else lines
-    if snap.hidden:
-        out.append("")
-        out.append("Hidden from this view (their /proc entry cannot be read here):")
-        for h in snap.hidden:
-            name = f"{terminal_safe(h.comm)} " if h.comm else ""
-            out.append(
-                f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
-                + (f" - {terminal_safe(h.hint)}" if h.hint else "")
-            )
+    out += _hidden_lines(snap)
     out += _left_out_and_filling(snap)
+    out += _exited_and_failed(snap)
+    return "\n".join(out)
+
+
+def _hidden_lines(snap: Snapshot) -> list[str]:
+    """The processes whose /proc entry this view cannot read, with why."""
+    if not snap.hidden:
+        return []
+    out = ["", "Hidden from this view (their /proc entry cannot be read here):"]
+    for h in snap.hidden:
+        name = f"{terminal_safe(h.comm)} " if h.comm else ""
+        out.append(
+            f"  {name}pid {h.pid}: {terminal_safe(h.reason)}"
+            + (f" - {terminal_safe(h.hint)}" if h.hint else "")
+        )
+    return out
+
+
+def _exited_and_failed(snap: Snapshot) -> list[str]:
+    """How the processes that ended this tick ended, and the collectors that failed."""
+    out = []
     if snap.exited:
-        out.append("")
-        out.append("Exited:")
+        out += ["", "Exited:"]
         out += [
             f"  {terminal_safe(x.comm) + ' ' if x.comm else ''}pid {x.pid}: "
             + terminal_safe(classify_legacy(x)[2])
@@ -269,9 +294,8 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     failed = [r for r in snap.runs if r.status == "error"]
     if failed:
         out.append("")
-        for r in failed:
-            out.append(f"collector {r.collector} failed: {terminal_safe(r.error)}")
-    return "\n".join(out)
+        out += [f"collector {r.collector} failed: {terminal_safe(r.error)}" for r in failed]
+    return out
 
 
 def _left_out_and_filling(snap: Snapshot) -> list[str]:
