@@ -345,6 +345,8 @@ class FrameBuilder:
             flags.append("no -c: fit will grow the context")
         if est is None and launch.engine in LLAMACPP_ESTIMATED:
             flags.append("unknown model")
+        if est is not None and est.approximate:
+            flags.append("≈ estimate approximate")
         slots = launch.n_parallel or (est.n_seq_max if est else None)
         ctx = est.n_ctx if est and est.n_ctx else launch.ctx_size or launch.max_model_len
         ctx_slots = f"{ctx or '?'}×{slots or '?'}"

@@ -357,8 +357,9 @@ def estimate_from_json(doc: Any) -> MemoryEstimate:
         )
     notes = _list(e, "notes", w, MAX_ITEMS)
     devices = _list(e, "devices", w, MAX_ITEMS)
-    if not all(isinstance(n, str) and len(n) <= MAX_TEXT for n in notes + devices):
-        raise _Bad("estimate.notes and estimate.devices must be strings")
+    unsure = _list(e, "approximate", w, MAX_ITEMS)
+    if not all(isinstance(n, str) and len(n) <= MAX_TEXT for n in notes + devices + unsure):
+        raise _Bad("estimate.notes, .devices and .approximate must be strings")
     return MemoryEstimate(
         engine=_str(e, "engine", w),
         model_path=_ostr(e, "model_path", w),
@@ -373,6 +374,7 @@ def estimate_from_json(doc: Any) -> MemoryEstimate:
         version=_int(e, "version", w),
         devices=tuple(devices),
         host_sparse_bytes=_oint(e, "host_sparse_bytes", w) or 0,
+        approximate=tuple(unsure),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import compute, kv
+from monitor.estimate.certainty import approximations
 from monitor.estimate.model import HOST, Component, DeviceInfo, MemoryEstimate, Residency
 from monitor.estimate.placement import Placement, place
 from monitor.estimate.repack import CpuFeatures, WeightTensor, extra_buffer
@@ -386,6 +387,7 @@ def estimate_llamacpp(
         devices=tuple(d.device_id for d in devices),
         host_sparse_bytes=shape.token_embd_bytes if _host_residency(spec) == "file" else 0,
         weights_locked=spec.load_mode == "mmap+mlock",
+        approximate=approximations(shape, flash, spec.cache_type_k, main != HOST),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 from collectors.base import DeviceSample
 
 HOST = "host"
-ESTIMATOR_VERSION = 4  # bump when a formula changes; stored with every estimate (2-4: issue 17)
+ESTIMATOR_VERSION = 5  # bump when a formula changes; stored with every estimate (2-4: issue 17)
 
 Residency = Literal["device", "anon", "file"]
 When = Literal["load", "grows"]
@@ -58,6 +58,9 @@ class MemoryEstimate:
     host_sparse_bytes: int = 0
     # --mlock with mmap: the mapped weights are locked in memory, so they must fit
     weights_locked: bool = False
+    # what is not derived for this launch, or rests on a default for a key the file lacks
+    # (monitor/estimate/certainty.py); empty: every component follows a checked rule
+    approximate: tuple[str, ...] = ()
 
     @property
     def cells(self) -> int | None:

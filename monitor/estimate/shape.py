@@ -58,6 +58,19 @@ HYBRID = frozenset(
 # SWA period when the GGUF has no sliding_window_pattern (src/models/*.cpp).
 DEFAULT_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2, "llama4": 4, "cohere2": 4}
 DEFAULT_N_SWA = {"gemma2": 4096}
+# Chunked attention (LLAMA_SWA_TYPE_CHUNKED): llama4.cpp load_arch_hparams sets n_swa = 8192
+# on the chunked layers unless the GGUF says ``sliding_window = 0``; published Llama 4
+# GGUFs carry no such key, so it applies. Its cache is sized like an SWA cache.
+CHUNKED_N_SWA = {"llama4": 8192}
+# MoE archs with one shared expert as wide as a routed one and no key for it
+# (llama4.cpp load_arch_tensors: ``n_ff_shexp = n_ff_exp``).
+SHEXP_AS_WIDE_AS_EXPERT = frozenset({"llama4"})
+# Hybrids whose layers are recurrent only with no KV heads AND no FFN (nemotron-h.cpp:
+# ``is_recr = n_head_kv(i) == 0 && n_ff(i) == 0``; the MLP-only layers are neither).
+RECURRENT_NEEDS_NO_FFN = frozenset({"nemotron_h", "nemotron_h_moe"})
+# Hybrids whose every layer has both attention and a Mamba mixer (falcon-h1.cpp fills
+# is_recr with true; llama-model.cpp create_memory keeps K/V for every layer too).
+PARALLEL_HYBRID = frozenset({"falcon-h1"})
 # Archs whose nextn/MTP layers llama.cpp loads only for ``--spec-type draft-mtp``
 # (``mtp_flags |= TENSOR_SKIP`` unless ``ml.load_mtp``, src/models/<arch>.cpp
 # load_arch_tensors; load_mtp from common/common.cpp common_model_params_to_llama).
@@ -186,6 +199,8 @@ class ModelShape:
     layer_tensors: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     # every tensor with its type and dims: which buffer type llama.cpp's CPU backend gives it
     weight_tensors: tuple[WeightTensor, ...] = ()
+    # the ``{arch}.*`` key suffixes the file has (which sizes llama.cpp had to default)
+    arch_keys: frozenset[str] = frozenset()
 
     @property
     def tied_output(self) -> bool:
@@ -200,7 +215,7 @@ class ModelShape:
         """llama.cpp allocates K/V for this layer of the target context."""
         if self.encoder_only or il >= self.n_layer - self.n_nextn:
             return False
-        if self.recurrent and self.recurrent[il]:
+        if self.recurrent and self.recurrent[il] and self.arch not in PARALLEL_HYBRID:
             return False
         if self.n_layer_kv_from_start is not None and il >= self.n_layer_kv_from_start:
             return False
@@ -241,6 +256,14 @@ def _first_int(value: Any) -> int:
         return 0
 
 
+def _n_swa(arch: str, key: Any) -> int:
+    """The window (or chunk) of the SWA layers: the GGUF's ``sliding_window``, the arch's
+    default without one; chunked attention keeps its fixed chunk unless the key is 0."""
+    if arch in CHUNKED_N_SWA:
+        return 0 if key is not None and int(key) == 0 else CHUNKED_N_SWA[arch]
+    return int(key if key is not None else DEFAULT_N_SWA.get(arch, 0)) if key != 0 else 0
+
+
 def swa_layers(arch: str, n_layer: int, pattern: Any, n_swa: int) -> tuple[bool, ...]:
     """``is_swa(il) = il % P < P - 1`` for a period P, or a per-layer bool array
     (llama_hparams::set_swa_pattern); gemma3 only when sliding_window > 0."""
@@ -276,7 +299,7 @@ def recurrent_layers(
 ) -> tuple[bool, ...]:
     """Per layer: recurrent or not. The nextn/MTP layers are attention layers
     (``is_recr(i) = i < n_layer() && (i + 1) % interval != 0``, src/models/qwen35.cpp)."""
-    if arch in RECURRENT:
+    if arch in RECURRENT or arch in PARALLEL_HYBRID:
         return (True,) * n_layer
     if arch not in HYBRID:
         return ()
@@ -290,7 +313,10 @@ def recurrent_layers(
         return tuple(
             (il + 1) % int(interval) != 0 and il < n_layer - n_nextn for il in range(n_layer)
         )
-    return tuple(h == 0 for h in n_head_kv)  # lfm2 / jamba / nemotron-h: 0 KV heads
+    if arch in RECURRENT_NEEDS_NO_FFN:
+        n_ff = _per_layer(get("feed_forward_length"), n_layer, 0)
+        return tuple(h == 0 and f == 0 for h, f in zip(n_head_kv, n_ff, strict=True))
+    return tuple(h == 0 for h in n_head_kv)  # lfm2 / jamba / granitehybrid: 0 KV heads
 
 
 def shape_from_header(header: Any) -> ModelShape:
@@ -308,7 +334,7 @@ def shape_from_header(header: Any) -> ModelShape:
     head0 = max(n_head) if n_head else 1
     head_k = int(get("attention.key_length", n_embd // head0 if head0 else 0))
     head_v = int(get("attention.value_length", head_k))
-    n_swa = int(get("attention.sliding_window", DEFAULT_N_SWA.get(arch, 0)) or 0)
+    n_swa = _n_swa(arch, get("attention.sliding_window"))
     swa = swa_layers(arch, n_layer, get("attention.sliding_window_pattern"), n_swa)
     recurrent = recurrent_layers(
         arch, get, n_layer, n_head_kv, int(get("nextn_predict_layers", 0) or 0)
@@ -323,28 +349,9 @@ def shape_from_header(header: Any) -> ModelShape:
         n_ff_exp = n_ff // max(1, _first_int(get("expert_used_count")) or 1)
     n_ff_shexp = _first_int(get("expert_shared_feed_forward_length"))
     if n_expert and not n_ff_shexp:
-        n_ff_shexp = n_ff_exp * _first_int(get("expert_shared_count"))
-    layer_bytes = [0] * n_layer
-    expert_bytes = [0] * n_layer
-    layer_tensors: dict[int, list[tuple[str, int]]] = {}
-    token_embd = output = other = 0
-    expert_bias = False
-    for t in header.tensors:
-        if "_exps.bias" in t.name:
-            expert_bias = True
-        m = _LAYER.match(t.name)
-        if m and int(m.group(1)) < n_layer:
-            il = int(m.group(1))
-            layer_bytes[il] += t.n_bytes
-            if "_exps" in t.name:
-                expert_bytes[il] += t.n_bytes
-            layer_tensors.setdefault(il, []).append((t.name, t.n_bytes))
-        elif t.name.startswith("token_embd"):
-            token_embd += t.n_bytes
-        elif t.name.startswith("output"):
-            output += t.n_bytes
-        else:
-            other += t.n_bytes
+        n_shexp = 1 if arch in SHEXP_AS_WIDE_AS_EXPERT else _first_int(get("expert_shared_count"))
+        n_ff_shexp = n_ff_exp * n_shexp
+    tally = _tally(header.tensors, n_layer)
     return ModelShape(
         arch=arch,
         n_layer=n_layer,
@@ -378,20 +385,60 @@ def shape_from_header(header: Any) -> ModelShape:
         n_ff_exp=n_ff_exp,
         n_ff_shexp=n_ff_shexp,
         n_layer_dense_lead=_first_int(get("leading_dense_block_count")),
-        expert_bias=expert_bias,
+        expert_bias=tally.expert_bias,
         n_lora_kv=_first_int(get("attention.kv_lora_rank")),
         head_k_mla=_first_int(get("attention.key_length_mla")),
         head_v_mla=_first_int(get("attention.value_length_mla")),
         n_rot=_first_int(get("rope.dimension_count")),
-        layer_bytes=tuple(layer_bytes),
-        expert_bytes=tuple(expert_bytes),
-        token_embd_bytes=token_embd,
-        output_bytes=output,
-        other_bytes=other,
+        layer_bytes=tuple(tally.layer_bytes),
+        expert_bytes=tuple(tally.expert_bytes),
+        token_embd_bytes=tally.token_embd,
+        output_bytes=tally.output,
+        other_bytes=tally.other,
         tensor_bytes=header.tensor_bytes,
-        layer_tensors={k: tuple(v) for k, v in layer_tensors.items()},
+        layer_tensors={k: tuple(v) for k, v in tally.layer_tensors.items()},
         weight_tensors=_weight_tensors(header.tensors),
+        arch_keys=_arch_keys(arch, getattr(header, "metadata", {})),
     )
+
+
+@dataclass
+class _Tally:
+    """The file's tensor bytes by where llama.cpp puts them (per layer, experts, head)."""
+
+    layer_bytes: list[int]
+    expert_bytes: list[int]
+    layer_tensors: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    token_embd: int = 0
+    output: int = 0
+    other: int = 0
+    expert_bias: bool = False
+
+
+def _tally(tensors: Sequence[Any], n_layer: int) -> _Tally:
+    out = _Tally([0] * n_layer, [0] * n_layer)
+    for t in tensors:
+        if "_exps.bias" in t.name:
+            out.expert_bias = True
+        m = _LAYER.match(t.name)
+        if m and int(m.group(1)) < n_layer:
+            il = int(m.group(1))
+            out.layer_bytes[il] += t.n_bytes
+            if "_exps" in t.name:
+                out.expert_bytes[il] += t.n_bytes
+            out.layer_tensors.setdefault(il, []).append((t.name, t.n_bytes))
+        elif t.name.startswith("token_embd"):
+            out.token_embd += t.n_bytes
+        elif t.name.startswith("output"):
+            out.output += t.n_bytes
+        else:
+            out.other += t.n_bytes
+    return out
+
+
+def _arch_keys(arch: str, metadata: Any) -> frozenset[str]:
+    prefix = arch + "."
+    return frozenset(k[len(prefix) :] for k in metadata if k.startswith(prefix))
 
 
 def _weight_tensors(tensors: Sequence[Any]) -> tuple[WeightTensor, ...]:

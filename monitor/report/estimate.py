@@ -28,6 +28,7 @@ def to_json(est: MemoryEstimate) -> dict[str, Any]:
         "totals_at_load": est.by_device(),
         "totals_with_growth": est.by_device(include_growth=True),
         "notes": list(est.notes),
+        "approximate": list(est.approximate),
     }
 
 
@@ -65,6 +66,8 @@ def render_text(est: MemoryEstimate, width: int | None = None) -> str:
         lines.append(f"total on {device}: {load.get(device, 0) / MIB:.2f} MiB at load{tail}")
     for note in est.notes:
         lines.append(f"note: {note}")
+    for line in est.approximate:
+        lines.append(f"approximate: {line}")
     return "\n".join(lines)
 
 

@@ -96,6 +96,7 @@ def to_dict(result: PredictResult) -> dict[str, Any]:
         "throughput": None if result.throughput is None else _throughput(result.throughput),
         "estimate_by_device": est.by_device(),
         "notes": list(result.all_notes),
+        "approximate": list(est.approximate),
     }
 
 
@@ -168,6 +169,8 @@ def render_text(result: PredictResult) -> str:
         lines += _throughput_lines(result.throughput)
     for note in result.all_notes:
         lines.append(f"note: {note}")
+    for line in est.approximate:
+        lines.append(f"approximate: {line}")
     verdict = p.verdict.upper()
     if grown == "oom" and p.verdict != "oom":
         verdict += ", OOM once the caches fill"

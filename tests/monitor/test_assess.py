@@ -459,3 +459,23 @@ def test_retention_drops_the_estimates_of_processes_it_forgets(tmp_path: Path, m
     assert conn.execute("SELECT count(*) FROM estimates").fetchone()[0] == 0
     conn.close()
     store.close()
+
+
+def test_what_an_estimate_left_approximate_survives_the_store() -> None:
+    """``approximate`` goes through the stored JSON (the TUI's database source shows it)."""
+    import dataclasses
+
+    from monitor.analysis.assess import estimate_from_json, estimate_to_json
+    from monitor.estimate import Component, MemoryEstimate
+
+    est = MemoryEstimate(
+        "llama.cpp",
+        "/m.gguf",
+        (Component("compute", "host", 1, "x"),),
+        approximate=("compute buffer: nemotron_h's graph is not derived here",),
+    )
+    back = estimate_from_json(json.loads(json.dumps(estimate_to_json(est))))
+    assert back.approximate == est.approximate
+    old = estimate_to_json(dataclasses.replace(est, approximate=()))
+    del old["approximate"]  # a row an older daemon wrote
+    assert estimate_from_json(json.loads(json.dumps(old))).approximate == ()

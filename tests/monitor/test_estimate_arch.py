@@ -30,6 +30,11 @@ PATHS = fixture_paths()
 # first delta-net layer with its rollback snapshots was the last, compute.py
 # delta_net_peak_bytes).
 KNOWN_GAPS: dict[str, str] = {}
+# Architectures whose compute peak is not derived (monitor/estimate/certainty.py): their
+# compute rows are not held to 5 %, but the estimate must say it is approximate, and must
+# stop saying so (COMPUTE_CHECKED) only once the rows match. Nemotron-H's Mamba2 layer:
+# logged 154-655 MiB, estimated 21-28 % low.
+COMPUTE_NOT_DERIVED = frozenset({"nemotron_h"})
 
 
 def _param(path):
@@ -68,7 +73,12 @@ def test_estimate_matches_the_logged_buffers(path, models_dir) -> None:
     got = rows(doc, est, report)
     assert got, "no buffer on either side"
     bad = []
+    unsure = est.approximate
+    arch = _arch(doc)
     for r in got:
+        if r.kind == "compute" and arch in COMPUTE_NOT_DERIVED:
+            assert any(line.startswith("compute buffer") for line in unsure), unsure
+            continue
         tol = TOLERANCE[r.kind]
         off = abs(r.estimate_mib - r.logged_mib)
         if off > max(EXACT_MIB, tol * r.logged_mib):
@@ -79,6 +89,41 @@ def test_estimate_matches_the_logged_buffers(path, models_dir) -> None:
     logged = {(r.context, r.kind) for r in got if r.logged_mib}
     assert ("target", "compute") in logged and ("target", "weights") in logged
     assert not bad, f"{doc['id']}:\n" + "\n".join(bad)
+
+
+def _arch(doc: dict) -> str:
+    from arch_models import model_for
+
+    return model_for(doc["model"]).arch
+
+
+def test_what_is_called_checked_is_checked_by_a_fixture() -> None:
+    """Every architecture the estimator calls derived has fixtures here, none of them on
+    the not-derived list; and a launch of one is not marked approximate (no noise)."""
+    from monitor.estimate.certainty import COMPUTE_CHECKED
+
+    archs = {_arch(load(p)) for p in PATHS}
+    assert archs >= COMPUTE_CHECKED
+    assert not COMPUTE_CHECKED & COMPUTE_NOT_DERIVED
+    assert archs >= COMPUTE_NOT_DERIVED
+
+
+@pytest.mark.parametrize(
+    ("fixture", "wanted"),
+    [
+        ("qwen3-8b-c4096-np1", ()),
+        ("llama4-c32768-np1", ("no sliding_window key", "no shared-expert size key")),
+        ("nemotron-h-c4096-np1", ("nemotron_h's graph is not derived",)),
+    ],
+)
+def test_estimates_say_what_they_assumed(fixture: str, wanted: tuple, models_dir) -> None:
+    from arch_compare import FIXTURES
+
+    doc = load(FIXTURES / f"{fixture}.json")
+    est = estimate_command(argv_for(doc, models_dir), env={}, devices=())
+    assert len(est.approximate) == len(wanted), est.approximate
+    for text, line in zip(wanted, est.approximate, strict=True):
+        assert text in line
 
 
 def test_log_comparison_names_the_mtp_and_draft_buffers(models_dir) -> None:

@@ -305,3 +305,22 @@ def test_log_without_memory_lines_says_so(model: Path, tmp_path: Path) -> None:
             "size = N MiB' and 'llama_kv_cache: size = ...' lines llama-server prints as it "
             "loads); nothing to compare"
         )
+
+
+def test_estimate_and_predict_say_what_is_approximate(tmp_path: Path) -> None:
+    """A Nemotron-H launch (its Mamba2 compute peak not derived) is marked approximate in
+    ``estimate`` and ``predict``, text and JSON; a Qwen3 launch on the CPU is not."""
+    from arch_models import model_for
+
+    nemotron = str(model_for("nemotron-nano-9b-v2").write(tmp_path))
+    qwen = str(model_for("qwen3-0.6b").write(tmp_path))
+    for path, marked in ((nemotron, True), (qwen, False)):
+        launch = ["--", "llama-server", "-m", path, "-c", "4096", "-np", "1"]
+        text = vramscope("estimate", *launch)
+        doc = json.loads(vramscope("estimate", "--json", *launch).stdout)
+        pred = vramscope("predict", "--json", *launch)
+        assert text.returncode == 0, text.stderr
+        assert ("approximate: compute buffer: nemotron_h" in text.stdout) is marked
+        assert bool(doc["approximate"]) is marked
+        assert pred.returncode in (0, 3, 4), pred.stderr
+        assert bool(json.loads(pred.stdout)["approximate"]) is marked

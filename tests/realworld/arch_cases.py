@@ -28,6 +28,8 @@ def _c(id: str, model: str, *args: str, draft: str | None = None) -> ArchCase:
     return ArchCase(id, model, tuple(args), draft)
 
 
+Q8KV = ("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on")
+
 CASES: tuple[ArchCase, ...] = (
     # Qwen3-8B dense
     _c("qwen3-8b-c4096-np1", "qwen3-8b", "-c", "4096", "-np", "1"),
@@ -289,4 +291,17 @@ CASES: tuple[ArchCase, ...] = (
         "on",
     ),
     _c("glm4moe-mtp", "glm4moe-air", "-c", "4096", "-np", "1", "--spec-type", "draft-mtp"),
+    # Llama 4 Scout (chunked attention on 3 of 4 layers, a shared expert, no SWA key)
+    _c("llama4-c32768-np1", "llama4-scout", "-c", "32768", "-np", "1"),
+    _c("llama4-c32768-np4", "llama4-scout", "-c", "32768", "-np", "4"),
+    _c("llama4-q8kv", "llama4-scout", *Q8KV, "-c", "8192", "-np", "1"),
+    _c("llama4-fa-off", "llama4-scout", "-c", "8192", "-np", "1", "-fa", "off"),
+    _c("llama4-ub2048", "llama4-scout", "-c", "8192", "-np", "1", "-ub", "2048"),
+    _c("llama4-swa-full", "llama4-scout", "-c", "16384", "-np", "1", "--swa-full"),
+    # Nemotron Nano 9B v2 (Mamba2, attention and MLP layers)
+    _c("nemotron-h-c4096-np1", "nemotron-nano-9b-v2", "-c", "4096", "-np", "1"),
+    _c("nemotron-h-c32768-np4", "nemotron-nano-9b-v2", "-c", "32768", "-np", "4"),
+    _c("nemotron-h-q8kv", "nemotron-nano-9b-v2", *Q8KV, "-c", "4096", "-np", "1"),
+    _c("nemotron-h-fa-off", "nemotron-nano-9b-v2", "-c", "4096", "-np", "1", "-fa", "off"),
+    _c("nemotron-h-ub2048", "nemotron-nano-9b-v2", "-c", "4096", "-np", "1", "-ub", "2048"),
 )

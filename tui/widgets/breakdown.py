@@ -85,6 +85,8 @@ class Breakdown(Static):
                     f"measured {size(row.measured_bytes)}"
                 )
             )
+            for assumed in est.approximate:
+                lines.append(plain(f"  ≈ approximate: {assumed}", "$warning"))
             if grows:
                 lines.append(plain("  grows with use, up to (ceilings, not held now):", "bold"))
                 for c in sorted(grows, key=lambda c: (c.device, -c.bytes)):

@@ -1,0 +1,91 @@
+"""What an estimate has not derived, or assumed: said beside the number, never hidden in it.
+
+KV cache, recurrent state, weights and output buffers follow llama.cpp's own sizing rules
+on every architecture. The compute buffer is the peak of ggml-alloc over the graph, which
+each architecture builds its own way (``src/models/<arch>.cpp``); it is derived and checked
+(within 5 % of the logged buffer, tests/monitor/test_estimate_arch.py) only for the
+architectures in :data:`COMPUTE_CHECKED`, on the CPU backend. Anywhere else the generic
+dense/MoE body is a guess, seen 20-50 % off on architectures it was not derived for
+(nemotron_h -21 to -28 %, deepseek2 at 128 heads -22 %, llama4 before its own rule -47 %).
+"""
+
+from __future__ import annotations
+
+from monitor.estimate.shape import CHUNKED_N_SWA, SHEXP_AS_WIDE_AS_EXPERT, ModelShape
+
+# The architectures whose compute peak the real-architecture tier checks within 5 %
+# (tests/fixtures/llamalog/arch: CPU llama-server 0c1e57098), each at the launch variants
+# listed there (default, -np 4, -fa off, -ub 2048, q8_0 KV where recorded).
+COMPUTE_CHECKED = frozenset(
+    {
+        "qwen3",
+        "qwen3moe",
+        "gemma3",
+        "gpt-oss",
+        "deepseek2",
+        "qwen35",
+        "qwen35moe",
+        "glm4moe",
+        "llama4",
+    }
+)
+# ... and those of them checked with a quantized K cache (the rotated-K rule,
+# compute.ffn_body_floats: one residual-wide tensor fewer, fitted on Qwen3-8B).
+QUANTIZED_KV_CHECKED = frozenset({"qwen3", "glm4moe", "llama4"})
+# deepseek2's MLA attention with flash attention is checked at 16 heads (V2-Lite); at 128
+# heads (V3) the absorbed attention is the peak and is not modelled.
+MLA_FLASH_HEADS_CHECKED = 16
+QUANTIZED = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
+
+
+def approximations(
+    shape: ModelShape, flash: bool, cache_type_k: str, compute_on_gpu: bool
+) -> tuple[str, ...]:
+    """One line per part of the estimate that is not derived for this launch, or that rests
+    on a default llama.cpp applies because the GGUF lacks a key."""
+    out: list[str] = []
+    arch = shape.arch
+    if arch not in COMPUTE_CHECKED:
+        out.append(
+            f"compute buffer: {arch}'s graph is not derived here; the generic dense/MoE "
+            "peak is used and may be 20-50 % off"
+        )
+    elif cache_type_k.lower() in QUANTIZED and arch not in QUANTIZED_KV_CHECKED:
+        out.append(
+            f"compute buffer with a {cache_type_k} K cache: checked on "
+            f"{', '.join(sorted(QUANTIZED_KV_CHECKED))} only; may be 5-11 % low on {arch}"
+        )
+    n_head = max(shape.n_head, default=0)
+    if shape.is_mla and flash and n_head > MLA_FLASH_HEADS_CHECKED:
+        out.append(
+            f"compute buffer: MLA attention with flash attention at {n_head} heads is not "
+            f"modelled (checked at {MLA_FLASH_HEADS_CHECKED}); may be ~20 % low"
+        )
+    if compute_on_gpu:
+        out.append(
+            "compute buffer on a GPU: the CPU backend's graph peak is used; CUDA's own "
+            "buffers differ (tests/fixtures/llamalog/hardware)"
+        )
+    out += _defaulted_keys(shape)
+    return tuple(out)
+
+
+def _defaulted_keys(shape: ModelShape) -> list[str]:
+    """Sizes llama.cpp takes from its own defaults when the GGUF says nothing."""
+    out = []
+    arch = shape.arch
+    if arch in CHUNKED_N_SWA and shape.swa and "attention.sliding_window" not in shape.arch_keys:
+        out.append(
+            f"{arch}: no sliding_window key; llama.cpp's chunked attention of "
+            f"{CHUNKED_N_SWA[arch]} tokens on {sum(shape.swa)} of {shape.n_layer} layers assumed"
+        )
+    if (
+        arch in SHEXP_AS_WIDE_AS_EXPERT
+        and shape.n_ff_shexp
+        and "expert_shared_feed_forward_length" not in shape.arch_keys
+    ):
+        out.append(
+            f"{arch}: no shared-expert size key; llama.cpp's rule (as wide as a routed "
+            f"expert, {shape.n_ff_shexp}) assumed"
+        )
+    return out
