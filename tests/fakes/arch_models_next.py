@@ -128,7 +128,85 @@ def nemotron_nano_9b_v2() -> ArchModel:
     )
 
 
+def _mla_v3_block(b: str, n_embd: int, n_head: int) -> list[Tensor]:
+    """DeepSeek-V3's attention (deepseek2.cpp, not lite): a low-rank query (q_lora 1536),
+    the latent KV (kv_lora 512 + rope 64), per-head k_b / v_b for the absorbed path."""
+    q_lora, kv_lora, nope, rope, v_head = 1536, 512, 128, 64, 128
+    return [
+        (b + "attn_norm.weight", (n_embd,), F32),
+        (b + "attn_q_a_norm.weight", (q_lora,), F32),
+        (b + "attn_kv_a_norm.weight", (kv_lora,), F32),
+        (b + "attn_q_a.weight", (n_embd, q_lora), Q8_0),
+        (b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), Q8_0),
+        (b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), Q8_0),
+        (b + "attn_k_b.weight", (nope, kv_lora, n_head), Q8_0),
+        (b + "attn_v_b.weight", (kv_lora, v_head, n_head), Q8_0),
+        (b + "attn_output.weight", (n_head * v_head, n_embd), Q8_0),
+        (b + "ffn_norm.weight", (n_embd,), F32),
+    ]
+
+
+def deepseek_v3() -> ArchModel:
+    """DeepSeek-V3 (arch deepseek2, MLA with 128 heads): 3 dense layers, then 58 MoE
+    layers of 256 experts (8 used, sigmoid router with a correction bias) + 1 shared. The
+    nextn (MTP) layer is left out: llama.cpp skips it unless asked."""
+    arch = "deepseek2"
+    n_layer, n_embd, n_head, n_vocab = 61, 7168, 128, 129280
+    n_expert, n_ff_exp, n_ff, n_dense = 256, 2048, 18432, 3
+    meta = common_meta(arch, "DeepSeek V3", n_layer, 163840, n_embd, n_head, 1, None, n_ff)
+    meta.update(
+        {
+            f"{arch}.rope.freq_base": 10000.0,
+            f"{arch}.attention.key_length": 512 + 64,
+            f"{arch}.attention.value_length": 512,
+            f"{arch}.attention.key_length_mla": 128 + 64,
+            f"{arch}.attention.value_length_mla": 128,
+            f"{arch}.attention.q_lora_rank": 1536,
+            f"{arch}.attention.kv_lora_rank": 512,
+            f"{arch}.rope.dimension_count": 64,
+            f"{arch}.leading_dense_block_count": n_dense,
+            f"{arch}.expert_count": n_expert,
+            f"{arch}.expert_used_count": 8,
+            f"{arch}.expert_shared_count": 1,
+            f"{arch}.expert_feed_forward_length": n_ff_exp,
+            f"{arch}.expert_weights_scale": 2.5,
+            f"{arch}.expert_weights_norm": True,
+            f"{arch}.expert_gating_func": 2,
+            f"{arch}.expert_group_count": 8,
+            f"{arch}.expert_group_used_count": 4,
+            f"{arch}.vocab_size": n_vocab,
+            f"{arch}.rope.scaling.type": "yarn",
+            f"{arch}.rope.scaling.factor": 40.0,
+            f"{arch}.rope.scaling.original_context_length": 4096,
+            f"{arch}.rope.scaling.yarn_log_multiplier": 0.1,
+        }
+    )
+    meta.update(bpe_vocab(n_vocab, "deepseek-v3", eos=1, bos=0))
+    first, last = head(n_embd, n_vocab, Q8_0, False, Q6_K)
+    tensors = list(first)
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        tensors += _mla_v3_block(b, n_embd, n_head)
+        if il < n_dense:
+            tensors += ffn(b, n_embd, n_ff, Q8_0)
+            continue
+        tensors += experts(b, n_embd, n_ff_exp, n_expert, Q4_K, down_type=Q6_K)
+        tensors += [(b + "exp_probs_b.bias", (n_expert,), F32)]
+        tensors += ffn(b, n_embd, n_ff_exp, Q8_0, suffix="_shexp")
+    return ArchModel(
+        "deepseek-v3",
+        arch,
+        "deepseek-ai/DeepSeek-V3 config.json: 61 layers (first 3 dense, 18432), hidden "
+        "7168, 128 heads, MLA q_lora 1536, kv_lora 512, qk_nope 128 + rope 64, v_head 128, "
+        "256 experts (8 used, 8 groups, top 4) of 2048 + 1 shared, vocab 129280, "
+        "max_position 163840 (yarn x40 of 4096)",
+        meta,
+        tensors + last,
+    )
+
+
 NEXT_MODELS: dict[str, Callable[[], ArchModel]] = {
     "llama4-scout": llama4_scout,
     "nemotron-nano-9b-v2": nemotron_nano_9b_v2,
+    "deepseek-v3": deepseek_v3,
 }

@@ -343,6 +343,11 @@ def test_the_database_source_shows_stored_estimates_and_reads_no_model(
         frame = source.latest()
         rows = {r.pid: r for r in frame.models}
         assert rows[server.pid].estimate_bytes == expected.estimate.total_bytes()
+        # what the estimate could not derive is kept with it and flagged on its row
+        got = rows[server.pid]
+        assert got.estimate is not None
+        assert got.estimate.approximate == expected.estimate.approximate
+        assert ("≈ estimate approximate" in got.flags) is bool(expected.estimate.approximate)
         assert rows[server.pid].estimate == expected.estimate
         assert rows[server.pid].measured_bytes == 3 * GIB
         diag = rows[server.pid].diagnosis
