@@ -146,12 +146,15 @@ def _mla_v3_block(b: str, n_embd: int, n_head: int) -> list[Tensor]:
     ]
 
 
-def deepseek_v3() -> ArchModel:
+def deepseek_v3(n_layer: int = 61, n_head: int = 128) -> ArchModel:
     """DeepSeek-V3 (arch deepseek2, MLA with 128 heads): 3 dense layers, then 58 MoE
     layers of 256 experts (8 used, sigmoid router with a correction bias) + 1 shared. The
-    nextn (MTP) layer is left out: llama.cpp skips it unless asked."""
+    nextn (MTP) layer is left out: llama.cpp skips it unless asked. ``n_layer`` < 61 gives
+    a slice with every per-layer size as published (the 380 GB sparse file takes over ten
+    minutes to map on 2 cores; the compute, KV-per-layer and output buffers do not depend
+    on the layer count)."""
     arch = "deepseek2"
-    n_layer, n_embd, n_head, n_vocab = 61, 7168, 128, 129280
+    n_embd, n_vocab = 7168, 129280
     n_expert, n_ff_exp, n_ff, n_dense = 256, 2048, 18432, 3
     meta = common_meta(arch, "DeepSeek V3", n_layer, 163840, n_embd, n_head, 1, None, n_ff)
     meta.update(
@@ -194,9 +197,11 @@ def deepseek_v3() -> ArchModel:
         tensors += [(b + "exp_probs_b.bias", (n_expert,), F32)]
         tensors += ffn(b, n_embd, n_ff_exp, Q8_0, suffix="_shexp")
     return ArchModel(
-        "deepseek-v3",
+        ("deepseek-v3" if n_layer == 61 else f"deepseek-v3-{n_layer}l")
+        + ("" if n_head == 128 else f"-{n_head}h"),
         arch,
-        "deepseek-ai/DeepSeek-V3 config.json: 61 layers (first 3 dense, 18432), hidden "
+        f"deepseek-ai/DeepSeek-V3 config.json ({n_layer} of its 61 layers): first 3 dense "
+        "(18432), hidden "
         "7168, 128 heads, MLA q_lora 1536, kv_lora 512, qk_nope 128 + rope 64, v_head 128, "
         "256 experts (8 used, 8 groups, top 4) of 2048 + 1 shared, vocab 129280, "
         "max_position 163840 (yarn x40 of 4096)",
@@ -209,4 +214,5 @@ NEXT_MODELS: dict[str, Callable[[], ArchModel]] = {
     "llama4-scout": llama4_scout,
     "nemotron-nano-9b-v2": nemotron_nano_9b_v2,
     "deepseek-v3": deepseek_v3,
+    "deepseek-v3-5l": lambda: deepseek_v3(5),
 }

@@ -35,6 +35,12 @@ KNOWN_GAPS: dict[str, str] = {}
 # stop saying so (COMPUTE_CHECKED) only once the rows match. Nemotron-H's Mamba2 layer:
 # logged 154-655 MiB, estimated 21-28 % low.
 COMPUTE_NOT_DERIVED = frozenset({"nemotron_h"})
+# Cases of a checked architecture whose compute is not derived for that launch: DeepSeek-V3's
+# MLA attention with flash attention at 128 heads (logged 412.01 MiB at -ub 512, estimated
+# 320.01: -22 %; certainty.MLA_FLASH_HEADS_CHECKED).
+COMPUTE_NOT_DERIVED_CASES = frozenset(
+    {"deepseek-v3-c4096-np1", "deepseek-v3-c16384-np4", "deepseek-v3-ub2048"}
+)
 
 
 def _param(path):
@@ -76,7 +82,9 @@ def test_estimate_matches_the_logged_buffers(path, models_dir) -> None:
     unsure = est.approximate
     arch = _arch(doc)
     for r in got:
-        if r.kind == "compute" and arch in COMPUTE_NOT_DERIVED:
+        if r.kind == "compute" and (
+            arch in COMPUTE_NOT_DERIVED or doc["id"] in COMPUTE_NOT_DERIVED_CASES
+        ):
             assert any(line.startswith("compute buffer") for line in unsure), unsure
             continue
         tol = TOLERANCE[r.kind]
@@ -114,6 +122,8 @@ def test_what_is_called_checked_is_checked_by_a_fixture() -> None:
         ("qwen3-8b-c4096-np1", ()),
         ("llama4-c32768-np1", ("no sliding_window key", "no shared-expert size key")),
         ("nemotron-h-c4096-np1", ("nemotron_h's graph is not derived",)),
+        ("deepseek-v3-c4096-np1", ("MLA attention with flash attention at 128 heads",)),
+        ("deepseek-v3-fa-off", ()),
     ],
 )
 def test_estimates_say_what_they_assumed(fixture: str, wanted: tuple, models_dir) -> None:

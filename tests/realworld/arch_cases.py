@@ -304,9 +304,10 @@ CASES: tuple[ArchCase, ...] = (
     _c("nemotron-h-q8kv", "nemotron-nano-9b-v2", *Q8KV, "-c", "4096", "-np", "1"),
     _c("nemotron-h-fa-off", "nemotron-nano-9b-v2", "-c", "4096", "-np", "1", "-fa", "off"),
     _c("nemotron-h-ub2048", "nemotron-nano-9b-v2", "-c", "4096", "-np", "1", "-ub", "2048"),
-    # DeepSeek-V3 (MLA at 128 heads, q_lora, 256 experts): the MLA peak with flash attention
-    _c("deepseek-v3-c4096-np1", "deepseek-v3", "-c", "4096", "-np", "1"),
-    _c("deepseek-v3-c16384-np4", "deepseek-v3", "-c", "16384", "-np", "4"),
-    _c("deepseek-v3-fa-off", "deepseek-v3", "-c", "4096", "-np", "1", "-fa", "off"),
-    _c("deepseek-v3-ub2048", "deepseek-v3", "-c", "4096", "-np", "1", "-ub", "2048"),
+    # DeepSeek-V3 (MLA at 128 heads, q_lora, 256 experts): the MLA peak with flash attention;
+    # 5 of its 61 layers (3 dense, 2 MoE), every size per layer as published
+    _c("deepseek-v3-c4096-np1", "deepseek-v3-5l", "-c", "4096", "-np", "1"),
+    _c("deepseek-v3-c16384-np4", "deepseek-v3-5l", "-c", "16384", "-np", "4"),
+    _c("deepseek-v3-fa-off", "deepseek-v3-5l", "-c", "4096", "-np", "1", "-fa", "off"),
+    _c("deepseek-v3-ub2048", "deepseek-v3-5l", "-c", "4096", "-np", "1", "-ub", "2048"),
 )
