@@ -4,10 +4,12 @@ Configured in ``[logs]``: ``files`` (a llama-server ``--log-file``, llama-swap's
 ``journal_units`` (``llama-server@x.service``, ``ollama.service``, ``systemd-oomd.service``);
 and, when ``[llama_swap] url`` is set, llama-swap's upstream log stream (the output of every
 model it runs, which goes nowhere else by default: :class:`SwapLogTail`).
-Each tick drains what arrived, without blocking: lines go through the kernel-log parser in
-its engine-log mode (``KernelLogParser(source=...)``), which recognises engine
-out-of-memory lines (``cudaMalloc failed: out of memory``, ``failed to allocate ... buffer``,
-PyTorch's ``CUDA out of memory. Tried to allocate``) as ``engine_oom`` events naming the
+Each round (one per tick, in monitor/logs/reader.py's thread) reads what arrived, at most
+``MAX_LINES_PER_TICK`` lines and ``MAX_BYTES_PER_TICK`` bytes a log, without blocking:
+lines go through the kernel-log parser in its engine-log mode
+(``KernelLogParser(source=...)``), which recognises engine out-of-memory lines
+(``cudaMalloc failed: out of memory``, ``failed to allocate ... buffer``, PyTorch's
+``CUDA out of memory. Tried to allocate``) as ``engine_oom`` events naming the
 log. Anyone can write to an engine's log, so kernel OOM kills, Xids and systemd-oomd kills
 are taken from a journal only where journald vouches for the writer (``_TRANSPORT=kernel``,
 ``_COMM=systemd-oomd``, ``_PID=1``), never from a file or llama-swap's stream.
