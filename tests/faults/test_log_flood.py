@@ -152,3 +152,28 @@ def test_prune_makes_room_from_log_events_first(tmp_path: Path) -> None:
     kinds = [k for (k,) in store.db.execute("SELECT kind FROM events ORDER BY id")]
     assert kinds == ["process_exit", "alert_firing"]
     store.close()
+
+
+def test_a_tail_reads_within_its_budget_and_skips_a_huge_backlog(tmp_path: Path) -> None:
+    """Past the line budget the next call goes on where this one stopped (no line lost
+    or read twice); a file more than MAX_BACKLOG_BYTES ahead is skipped, counted."""
+    from monitor.logs.follow import MAX_BACKLOG_BYTES, FileTail
+
+    log = tmp_path / "llama-server.log"
+    log.write_text("started\n")
+    tail = FileTail(log)
+    assert tail.read() == []  # positioned at the end
+    with log.open("a") as f:
+        f.write("".join(f"{OOM} ({i})\n" for i in range(12)) + f"{OOM} (unfinished")
+    got = [tail.read(max_lines=5) for _ in range(4)]
+    assert [len(x) for x in got] == [5, 5, 2, 0]
+    numbers = [e.message.rsplit("(", 1)[1] for x in got for e in x]
+    assert numbers == [f"{i})" for i in range(12)]
+    with log.open("a") as f:
+        f.write(") done\n" + "x" * (MAX_BACKLOG_BYTES + 1) + f"\n{OOM} (after)\n")
+    assert tail.read() == [] and tail.skipped_bytes > MAX_BACKLOG_BYTES
+    with log.open("a") as f:
+        f.write(f"{OOM} (next)\n")
+    (event,) = tail.read()
+    assert event.message.endswith("(next)")
+    tail.close()
