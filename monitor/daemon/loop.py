@@ -42,7 +42,11 @@ POISON_TRIES = 3
 LOG_WAIT_S = 0.1
 """The most a tick waits for the engine-log round it starts (at most a quarter of the
 interval): a round within budget ends in a few ms, so an engine's out-of-memory line is
-on the tick that sees its exit; a flood's round goes on, taken by the next tick."""
+on the tick after it was written; a flood's round goes on, taken by the next tick."""
+EXIT_LOG_WAIT_S = 1.0
+"""A tick that sees a process exit waits for its log round up to this: the engine's
+out-of-memory line written just before it died explains the exit (a round is bounded by
+its budget; this only matters on a box too busy to run it in ``LOG_WAIT_S``)."""
 
 
 @dataclass
@@ -309,7 +313,8 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     classified by monitor/analysis/exits.py from its exit status (the process-event connector,
     else the zombie's /proc/PID/stat), a kernel OOM kill record naming its pid, an
     engine's out-of-memory line and the load watch."""
-    found = _log_events(ctx, snap)
+    gone_all = (*snap.exited, *_early_exits(ctx, snap))
+    found = _log_events(ctx, snap, EXIT_LOG_WAIT_S if gone_all else LOG_WAIT_S)
     for ev in found:
         pid = ev.data.get("pid")
         if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
@@ -323,14 +328,13 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
             ctx.last_app_oom_ms = ev.ts_ms
     ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items() if snap.ts_ms - k[0] < 120_000}
     wait_until = time.monotonic() + 0.2  # for exit datagrams not read yet, per tick
-    gone_all = (*snap.exited, *_early_exits(ctx, snap))
     exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in gone_all]
     if not found and not exited:
         return snap
     return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
 
 
-def _log_events(ctx: DaemonContext, snap: Snapshot) -> list[DeviceEvent]:
+def _log_events(ctx: DaemonContext, snap: Snapshot, wait_s: float) -> list[DeviceEvent]:
     """This tick's kernel records, converted and kept before any engine log is read (a
     log that fails can never cost them: issue 28 item 5), then the engine logs' events."""
     from monitor.logs.kmsg import to_device_events
@@ -342,22 +346,24 @@ def _log_events(ctx: DaemonContext, snap: Snapshot) -> list[DeviceEvent]:
         except Exception as exc:  # the logs must never cost a sample
             log.error("kernel log: %r", exc)
     try:
-        found += to_device_events(_engine_log_events(ctx), snap.ts_ms, snap.devices)
+        found += to_device_events(_engine_log_events(ctx, wait_s), snap.ts_ms, snap.devices)
     except Exception as exc:  # the logs must never cost a sample
         log.error("engine logs: %r", exc)
     return found
 
 
-def _engine_log_events(ctx: DaemonContext) -> list[Any]:
+def _engine_log_events(ctx: DaemonContext, wait_s: float) -> list[Any]:
     """What the log reader thread found, in the round this starts (waited for at most
-    ``LOG_WAIT_S``) and earlier ones; without one (a test's context), one round read
-    here. Either way each tail is read on its own, within its budget, and floods are
-    merged (monitor/logs/reader.py)."""
+    ``wait_s``, and a quarter of the interval but for an exit) and earlier ones; without
+    one (a test's context), one round read here. Either way each tail is read on its own,
+    within its budget, and floods are merged (monitor/logs/reader.py)."""
     from monitor.logs.reader import LogMerger, read_round
 
     if ctx.log_reader is not None:  # kicked after the sample: a line an exit left is read
         ctx.log_reader.kick()
-        got: list[Any] = ctx.log_reader.take(min(LOG_WAIT_S, ctx.config.interval_s / 4))
+        if wait_s < EXIT_LOG_WAIT_S:
+            wait_s = min(wait_s, ctx.config.interval_s / 4)
+        got: list[Any] = ctx.log_reader.take(wait_s)
         return got
     if not ctx.tails:
         return []
