@@ -24,7 +24,8 @@ from monitor.store.retention import Retention
 OOM = "ggml_backend_cuda_buffer_type_alloc_buffer: cudaMalloc failed: out of memory"
 FLOOD_LINES, CHUNKS = 200_000, 20
 EVENTS_MAX = 1000  # the smallest the config accepts
-INTERVAL_S = 0.15
+INTERVAL_S = 0.25
+CONTROL_TICKS = 12
 KEPT = ("oom_kill", "process_exit", "alert_firing")
 
 
@@ -39,6 +40,12 @@ def _rows(db: Path, sql: str, args: tuple[object, ...] = ()) -> list[tuple[objec
 def _ticks(db: Path) -> list[int]:
     rows = _rows(db, "SELECT DISTINCT ts_ms FROM collector_runs ORDER BY ts_ms")
     return [int(r[0]) for r in rows]  # type: ignore[call-overload]
+
+
+def _pace(db: Path, start_ms: int, end_ms: int) -> float:
+    """Ticks recorded per interval between two ticks (rows counted, from their times)."""
+    ticks = [t for t in _ticks(db) if start_ms <= t <= end_ms]
+    return (len(ticks) - 1) / max(1.0, (end_ms - start_ms) / (INTERVAL_S * 1000))
 
 
 def _seed(db: Path, now_ms: int) -> None:
@@ -76,7 +83,9 @@ def test_a_flooded_engine_log_is_merged_and_evicts_no_kernel_record(tmp_path: Pa
         interval_s=INTERVAL_S,
         python_args=daemon_harness.kmsg_daemon_args(kmsg),
     ) as d:
-        d.poll("the log opened", lambda: len(_ticks(d.db)) >= 3)
+        d.poll("the log opened", lambda: len(_ticks(d.db)) >= 2)
+        quiet = _ticks(d.db)[-1]
+        d.poll("ticks with a quiet log", lambda: len(_ticks(d.db)) >= CONTROL_TICKS + 2)
         first_tick = _ticks(d.db)[-1]
         for _ in range(CHUNKS):  # one chunk a tick: 200,000 lines in 20 ticks
             seen = len(_ticks(d.db))
@@ -85,9 +94,10 @@ def test_a_flooded_engine_log_is_merged_and_evicts_no_kernel_record(tmp_path: Pa
             d.poll("the next tick", lambda seen=seen: len(_ticks(d.db)) > seen)
         last_tick = _ticks(d.db)[-1]
         seen = len(_ticks(d.db))
-        d.poll("the backlog read", lambda: len(_ticks(d.db)) >= seen + 25)
-    during = [t for t in _ticks(d.db) if first_tick <= t <= last_tick]
-    intervals = (last_tick - first_tick) / (INTERVAL_S * 1000)
+        d.poll("a few more ticks", lambda: len(_ticks(d.db)) >= seen + 3)
+    # Ticks per interval while the log floods, beside the same before it (same daemon,
+    # same box, the same load from whatever else runs): a stalled tick shows as a drop.
+    during, before = _pace(db, first_tick, last_tick), _pace(db, quiet, first_tick)
     events = _rows(
         db,
         "SELECT message, data FROM events WHERE kind = 'engine_oom' AND data IS NOT NULL",
@@ -97,17 +107,16 @@ def test_a_flooded_engine_log_is_merged_and_evicts_no_kernel_record(tmp_path: Pa
     inserted = int(str(_rows(db, "SELECT max(id) FROM events")[0][0])) - len(KEPT) - EVENTS_MAX
     print(  # the figures of the report
         f"events inserted during the run: {inserted}; engine_oom events of the flood left:"
-        f" {len(ours)}; ticks during it: {len(during)} of {intervals:.0f} intervals;"
+        f" {len(ours)}; ticks per interval during it: {during:.2f} (before it: {before:.2f});"
         f" seeded kept events left: {sorted(survived)}"
     )
-    assert 1 <= len(ours) <= 3 and inserted < 20, (inserted, [m for m, _ in ours][:5])
+    assert 1 <= len(ours) <= 3 and inserted < EVENTS_MAX, (inserted, [m for m, _ in ours][:5])
     merged = [(m, x) for m, x in ours if "lines" in x]
     assert merged and "more such lines" in str(merged[-1][0])
     counted = 1 + sum(int(x["lines"]) for _, x in merged)
-    assert counted == FLOOD_LINES or "skipped to its end unread" in d.stderr, counted
-    assert counted >= FLOOD_LINES // CHUNKS  # at least a chunk's lines in the count
+    assert FLOOD_LINES // CHUNKS <= counted <= FLOOD_LINES, counted  # read at its pace
     assert survived == set(KEPT), survived
-    assert len(during) >= intervals / 2, (len(during), intervals)
+    assert during >= before / 2, (during, before)
 
 
 def test_merger_passes_the_first_line_on_and_counts_the_rest() -> None:
