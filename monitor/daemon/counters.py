@@ -103,8 +103,9 @@ class EventCounts:
                 model = self._slot(self._models.pop((gone.pid, gone.start_ticks), ""), now_ms)
                 self.exits[(cause, model)] = self.exits.get((cause, model), 0) + 1
             for ev in events:
-                if ev.kind in self.log_events:
-                    self.log_events[ev.kind] += 1
+                if ev.kind in self.log_events:  # a merged event counts the lines it stands for
+                    lines = ev.data.get("lines")
+                    self.log_events[ev.kind] += 1 + (lines if isinstance(lines, int) else 0)
             live: dict[tuple[int, int], str] = {}
             for p in processes:
                 key = (p.pid, p.start_ticks)

@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 # in order when it accepts them again. One hour at 1 s; the oldest go first past that.
 PENDING_MAX = 3600
 POISON_TRIES = 3
+LOG_WAIT_S = 0.1
+"""The most a tick waits for the engine-log round it starts (at most a quarter of the
+interval): a round within budget ends in a few ms, so an engine's out-of-memory line is
+on the tick after it was written; a flood's round goes on, taken by the next tick."""
+EXIT_LOG_WAIT_S = 1.0
+"""A tick that sees a process exit waits for its log round up to this: the engine's
+out-of-memory line written just before it died explains the exit (a round is bounded by
+its budget; this only matters on a box too busy to run it in ``LOG_WAIT_S``)."""
 
 
 @dataclass
@@ -58,6 +66,8 @@ class DaemonContext:
     reload_requested: bool = False  # set by SIGHUP, acted on by the next tick
     scheduler: Any = None
     tails: list[Any] = field(default_factory=list)  # monitor.logs.follow: engine logs
+    log_reader: Any = None  # monitor.logs.reader.LogReader: reads the tails off the tick
+    log_merger: Any = None  # monitor.logs.reader.LogMerger, for tails read on the tick
     recent_kills: dict[int, tuple[int, str, str | None]] = field(
         default_factory=dict
     )  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
@@ -280,9 +290,13 @@ def reload_config(ctx: DaemonContext) -> bool:
     if logs != (old.log_files, old.journal_units, old.swap_url):
         from monitor.logs.follow import open_tails
 
-        for tail in ctx.tails:
-            tail.close()
-        ctx.tails = open_tails(list(new.log_files), list(new.journal_units), new.swap_url)
+        tails = open_tails(list(new.log_files), list(new.journal_units), new.swap_url)
+        if ctx.log_reader is not None:
+            ctx.log_reader.replace(tails)  # closes the old ones between two rounds
+        else:
+            for tail in ctx.tails:
+                tail.close()
+        ctx.tails = tails
     if ctx.watch is not None:
         ctx.watch.swap_url, ctx.watch.swap_config = new.swap_url, new.swap_config
     ctx.config = new
@@ -299,17 +313,8 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     classified by monitor/analysis/exits.py from its exit status (the process-event connector,
     else the zombie's /proc/PID/stat), a kernel OOM kill record naming its pid, an
     engine's out-of-memory line and the load watch."""
-    found = []
-    if ctx.kmsg is not None or ctx.tails:
-        from monitor.logs.kmsg import to_device_events
-
-        try:
-            raw = ctx.kmsg.read() if ctx.kmsg is not None else []
-            for tail in ctx.tails:
-                raw += tail.read()
-            found = to_device_events(raw, snap.ts_ms, snap.devices)
-        except Exception as exc:  # the logs must never cost a sample
-            log.error("kernel or engine log: %r", exc)
+    gone_all = (*snap.exited, *_early_exits(ctx, snap))
+    found = _log_events(ctx, snap, EXIT_LOG_WAIT_S if gone_all else LOG_WAIT_S)
     for ev in found:
         pid = ev.data.get("pid")
         if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
@@ -323,11 +328,48 @@ def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
             ctx.last_app_oom_ms = ev.ts_ms
     ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items() if snap.ts_ms - k[0] < 120_000}
     wait_until = time.monotonic() + 0.2  # for exit datagrams not read yet, per tick
-    gone_all = (*snap.exited, *_early_exits(ctx, snap))
     exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in gone_all]
     if not found and not exited:
         return snap
     return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
+
+
+def _log_events(ctx: DaemonContext, snap: Snapshot, wait_s: float) -> list[DeviceEvent]:
+    """This tick's kernel records, converted and kept before any engine log is read (a
+    log that fails can never cost them: issue 28 item 5), then the engine logs' events."""
+    from monitor.logs.kmsg import to_device_events
+
+    found: list[DeviceEvent] = []
+    if ctx.kmsg is not None:
+        try:
+            found = to_device_events(ctx.kmsg.read(), snap.ts_ms, snap.devices)
+        except Exception as exc:  # the logs must never cost a sample
+            log.error("kernel log: %r", exc)
+    try:
+        found += to_device_events(_engine_log_events(ctx, wait_s), snap.ts_ms, snap.devices)
+    except Exception as exc:  # the logs must never cost a sample
+        log.error("engine logs: %r", exc)
+    return found
+
+
+def _engine_log_events(ctx: DaemonContext, wait_s: float) -> list[Any]:
+    """What the log reader thread found, in the round this starts (waited for at most
+    ``wait_s``, and a quarter of the interval but for an exit) and earlier ones; without
+    one (a test's context), one round read here. Either way each tail is read on its own,
+    within its budget, and floods are merged (monitor/logs/reader.py)."""
+    from monitor.logs.reader import LogMerger, read_round
+
+    if ctx.log_reader is not None:  # kicked after the sample: a line an exit left is read
+        ctx.log_reader.kick()
+        if wait_s < EXIT_LOG_WAIT_S:
+            wait_s = min(wait_s, ctx.config.interval_s / 4)
+        got: list[Any] = ctx.log_reader.take(wait_s)
+        return got
+    if not ctx.tails:
+        return []
+    if ctx.log_merger is None:
+        ctx.log_merger = LogMerger()
+    return read_round(ctx.tails, ctx.log_merger, now_ms())
 
 
 def _early_exits(ctx: DaemonContext, snap: Snapshot) -> list[ExitedProcess]:
@@ -616,8 +658,11 @@ def run(config: Config) -> int:
         )
         ctx.kmsg = None
     from monitor.logs.follow import open_tails
+    from monitor.logs.reader import LogReader
 
     ctx.tails = open_tails(list(config.log_files), list(config.journal_units), config.swap_url)
+    ctx.log_reader = LogReader(ctx.tails)
+    ctx.log_reader.start()
     ctx.watch = LoadWatch(
         config.roots.proc,
         gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
@@ -756,8 +801,7 @@ def run(config: Config) -> int:
             ctx.kmsg.close()
         if ctx.proc_events is not None:
             ctx.proc_events.close()
-        for tail in ctx.tails:
-            tail.close()
+        ctx.log_reader.close()  # and its tails
         file_lock.close()
         lock.close()
     return 0
@@ -794,6 +838,21 @@ def _queue_backlog(ctx: DaemonContext) -> None:
     )
 
 
+def _last_log_events(ctx: DaemonContext, ts_ms: int) -> list[DeviceEvent]:
+    """On stop: what the log reader found since the last tick, and the lines it merged
+    in windows not ended yet (their count is recorded, not lost)."""
+    if ctx.log_reader is None:
+        return []
+    from monitor.logs.kmsg import to_device_events
+
+    try:
+        ctx.log_reader.close()
+        return to_device_events(ctx.log_reader.take(), ts_ms)
+    except Exception as exc:  # stopping must never fail on a log
+        log.error("engine logs at stop: %r", exc)
+        return []
+
+
 def _final_flush(ctx: DaemonContext) -> None:
     """On stop: record daemon_stopped and try once more to write everything queued; what
     the database still refuses goes to the backlog file for the next start."""
@@ -807,7 +866,8 @@ def _final_flush(ctx: DaemonContext) -> None:
         f"vramscope daemon stopped after {ctx.ticks} ticks",
         {"ticks": ctx.ticks, "unwritten_ticks": len(ctx.pending), "dropped_ticks": ctx.dropped},
     )
-    ctx.pending.append(Snapshot(stopped.ts_ms, (), (), (), (), (), (), (stopped,)))
+    last = _last_log_events(ctx, stopped.ts_ms)
+    ctx.pending.append(Snapshot(stopped.ts_ms, (), (), (), (), (), (), (*last, stopped)))
     try:
         ctx.store.set_busy_timeout(FINAL_FLUSH_WAIT_S)
         _write_pending(ctx)

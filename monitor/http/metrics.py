@@ -72,7 +72,8 @@ Metrics and labels:
   frees);
 - ``vramscope_log_events_total{kind}``: kernel and engine log records since the daemon
   started (``oom_kill``, ``oomd_kill``, ``oom_invoked``, ``xid``, ``amdgpu_error``,
-  ``app_oom``, ``engine_oom``);
+  ``app_oom``, ``engine_oom``); an engine log's merged event (monitor/logs/reader.py)
+  counts every line it stands for;
 - ``vramscope_collector_up{collector}``: 1 when the collector's last run succeeded, 0 when
   it failed; a collector whose hardware is absent here (status ``nodata``) has no series;
 - ``vramscope_collector_duration_seconds{collector}``: wall time of its last run;

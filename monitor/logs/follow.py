@@ -4,10 +4,12 @@ Configured in ``[logs]``: ``files`` (a llama-server ``--log-file``, llama-swap's
 ``journal_units`` (``llama-server@x.service``, ``ollama.service``, ``systemd-oomd.service``);
 and, when ``[llama_swap] url`` is set, llama-swap's upstream log stream (the output of every
 model it runs, which goes nowhere else by default: :class:`SwapLogTail`).
-Each tick drains what arrived, without blocking: lines go through the kernel-log parser in
-its engine-log mode (``KernelLogParser(source=...)``), which recognises engine
-out-of-memory lines (``cudaMalloc failed: out of memory``, ``failed to allocate ... buffer``,
-PyTorch's ``CUDA out of memory. Tried to allocate``) as ``engine_oom`` events naming the
+Each round (one per tick, in monitor/logs/reader.py's thread) reads what arrived, at most
+``MAX_LINES_PER_TICK`` lines and ``MAX_BYTES_PER_TICK`` bytes a log, without blocking:
+lines go through the kernel-log parser in its engine-log mode
+(``KernelLogParser(source=...)``), which recognises engine out-of-memory lines
+(``cudaMalloc failed: out of memory``, ``failed to allocate ... buffer``, PyTorch's
+``CUDA out of memory. Tried to allocate``) as ``engine_oom`` events naming the
 log. Anyone can write to an engine's log, so kernel OOM kills, Xids and systemd-oomd kills
 are taken from a journal only where journald vouches for the writer (``_TRANSPORT=kernel``,
 ``_COMM=systemd-oomd``, ``_PID=1``), never from a file or llama-swap's stream.
@@ -33,6 +35,25 @@ from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_journal_json
 
 log = logging.getLogger(__name__)
 MAX_BYTES_PER_TICK = 1 << 20
+"""Bytes read from one tail per round (one round per tick): a flood costs at most this."""
+MAX_LINES_PER_TICK = 5_000
+"""Lines parsed from one tail per round; what is past it stays in the file (or the
+journal pipe, or llama-swap's queue) for the next rounds. Parsing one line is a few µs, so
+a round of every tail stays a few tens of ms (issue 28 item 4: 200,000 lines used to be
+parsed and stored on the tick itself)."""
+MAX_BACKLOG_BYTES = 8 << 20
+"""A followed file more than this ahead of us (a flood faster than the budget) is skipped
+to its end: the skipped bytes are counted (``FileTail.skipped_bytes``) and said in one
+warning, never parsed. Eight rounds' worth of reading: a burst is still read whole."""
+MAX_PARTIAL_LINE_BYTES = 65536  # an unfinished line longer than this keeps its tail only
+
+
+def take_lines(chunk: bytes, max_lines: int) -> tuple[list[bytes], bytes]:
+    """At most ``max_lines`` complete lines of ``chunk``, and what follows them (the next
+    lines, or an unfinished line)."""
+    parts = chunk.split(b"\n", max_lines)
+    rest = parts.pop()
+    return parts, rest
 
 
 @dataclass
@@ -47,6 +68,7 @@ class FileTail:
     path: Path
     parser: KernelLogParser = field(init=False)  # set in __post_init__
     error: str | None = None  # why the file is not followed now; None while it is
+    skipped_bytes: int = 0  # skipped unread past MAX_BACKLOG_BYTES (a flood)
     _fd: int | None = None
     _ino: int | None = None
     _buf: bytes = b""
@@ -77,7 +99,9 @@ class FileTail:
             os.lseek(fd, 0, os.SEEK_END)
         return True
 
-    def read(self) -> list[KernelEvent]:
+    def read(self, max_lines: int = MAX_LINES_PER_TICK) -> list[KernelEvent]:
+        """The complete lines written since the last call, at most ``max_lines`` and
+        ``MAX_BYTES_PER_TICK``; the rest is read by the next calls."""
         if self._fd is None and not self._open(at_end=self._ino is None):
             return []
         assert self._fd is not None
@@ -90,15 +114,36 @@ class FileTail:
             if not self._open(at_end=False, expect_ino=st.st_ino):
                 return []
         assert self._fd is not None
+        self._skip_backlog(st.st_size)
         data = os.read(self._fd, MAX_BYTES_PER_TICK)
         if not data:
             return []
-        lines = (self._buf + data).split(b"\n")
-        self._buf = lines.pop()[-65536:]  # an unfinished line waits for the next tick
+        lines, rest = take_lines(self._buf + data, max_lines)
+        if len(lines) == max_lines and rest:  # past the budget: read again next time
+            os.lseek(self._fd, -len(rest), os.SEEK_CUR)
+            rest = b""
+        self._buf = rest[-MAX_PARTIAL_LINE_BYTES:]  # an unfinished line waits for the next tick
         events: list[KernelEvent] = []
         for line in lines:
             events += self.parser.feed(line.decode("utf-8", "replace"))
         return events
+
+    def _skip_backlog(self, size_bytes: int) -> None:
+        """Jump to the end of a file more than ``MAX_BACKLOG_BYTES`` ahead of us."""
+        assert self._fd is not None
+        behind = size_bytes - os.lseek(self._fd, 0, os.SEEK_CUR)
+        if behind <= MAX_BACKLOG_BYTES:
+            return
+        os.lseek(self._fd, 0, os.SEEK_END)
+        if not self.skipped_bytes:
+            log.warning(
+                "%s: %d bytes behind (a flood); skipped to its end unread "
+                "(later skips are counted, not logged)",
+                self.path,
+                behind,
+            )
+        self.skipped_bytes += behind
+        self._buf = b""
 
     def close(self) -> None:
         if self._fd is not None:
@@ -135,15 +180,17 @@ class JournalTail:
         os.set_blocking(self._proc.stdout.fileno(), False)
         return True
 
-    def read(self) -> list[KernelEvent]:
+    def read(self, max_lines: int = MAX_LINES_PER_TICK) -> list[KernelEvent]:
+        """At most ``max_lines`` records; the rest wait in our buffer (at most
+        ``MAX_BYTES_PER_TICK``: past that the pipe, then journalctl, wait for us)."""
         if self._proc is None or self._proc.stdout is None:
             return []
-        try:
-            data = os.read(self._proc.stdout.fileno(), MAX_BYTES_PER_TICK)
-        except BlockingIOError:
-            return []
-        lines = (self._buf + data).split(b"\n")
-        self._buf = lines.pop()[-65536:]
+        data = b""
+        if len(self._buf) < MAX_BYTES_PER_TICK:
+            with contextlib.suppress(BlockingIOError):
+                data = os.read(self._proc.stdout.fileno(), MAX_BYTES_PER_TICK - len(self._buf))
+        lines, rest = take_lines(self._buf + data, max_lines)
+        self._buf = rest if b"\n" in rest else rest[-MAX_PARTIAL_LINE_BYTES:]
         events: list[KernelEvent] = []
         for line in lines:
             found = parse_journal_json(line.decode("utf-8", "replace"), self.parser)
@@ -250,10 +297,9 @@ class SwapLogTail:
                     self._conn.close()
             self._stop.wait(self.retry_s)
 
-    def read(self) -> list[KernelEvent]:
+    def read(self, max_lines: int = MAX_LINES_PER_TICK) -> list[KernelEvent]:
         with self._lock:
-            lines = list(self._lines)
-            self._lines.clear()
+            lines = [self._lines.popleft() for _ in range(min(max_lines, len(self._lines)))]
         events: list[KernelEvent] = []
         for line in lines:
             events += self.parser.feed(line)

@@ -36,7 +36,7 @@ from collectors.proc_events import is_server_comm
 from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
-from monitor.store.retention import Retention
+from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
 
 log = logging.getLogger(__name__)
 
@@ -764,14 +764,29 @@ class Store:
 
     @staticmethod
     def _prune_events(conn: sqlite3.Connection, now_ms: int, retention: Retention) -> int:
-        """Events older than ``events_days``, then all but the newest ``events_max``."""
+        """Events older than ``events_days``; then, while more than ``events_max`` are
+        left, the oldest log-derived ones (a flooded engine log), then the oldest of the
+        rest that are not kept (``retention.is_kept``: kernel records, exits, crashes,
+        alerts), and only when those alone are too many, the oldest of them (issue 28
+        item 4: a log flood evicted every kernel OOM kill)."""
         cut = now_ms - int(retention.events_days * 86400_000)
         deleted = conn.execute("DELETE FROM events WHERE ts_ms < ?", (cut,)).rowcount
-        deleted += conn.execute(
-            "DELETE FROM events WHERE id <= (SELECT id FROM events ORDER BY id DESC"
-            " LIMIT 1 OFFSET ?)",
-            (retention.events_max,),
-        ).rowcount
+        kept = ", ".join(f"'{k}'" for k in sorted(KEPT_KINDS))
+        logged = ", ".join(f"'{k}'" for k in sorted(LOG_DERIVED_KINDS))
+        for where in (
+            f"kind IN ({logged})",
+            f"kind NOT IN ({kept}) AND kind != 'process_exit' AND kind NOT LIKE 'alert^_%'"
+            " ESCAPE '^'",
+            "1",
+        ):
+            (count,) = conn.execute("SELECT count(*) FROM events").fetchone()
+            if count <= retention.events_max:
+                break
+            deleted += conn.execute(
+                f"DELETE FROM events WHERE id IN (SELECT id FROM events WHERE {where}"
+                " ORDER BY id LIMIT ?)",
+                (count - retention.events_max,),
+            ).rowcount
         return deleted
 
 

@@ -68,11 +68,13 @@ def running(
     interval_s: float = 0.2,
     daemon_args: tuple[str, ...] = (),
     start_timeout_s: float = 60.0,
+    python_args: tuple[str, ...] = ("-m", "monitor"),
 ) -> Iterator[LiveDaemon]:
     """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback;
     it is kept on the LiveDaemon). ``daemon_args``: more arguments (``--proc-root``/
     ``--sys-root`` of a recorded box); ``start_timeout_s``: how long its first tick may
-    take."""
+    take; ``python_args``: how Python starts the ``vramscope`` command (a ``-c`` that
+    swaps a kernel source, :data:`KMSG_FROM_FILE`)."""
     port = free_port()
     cfg = tmp_path / "vramscope.toml"
     cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n{extra_config}')
@@ -80,8 +82,7 @@ def running(
     process = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "monitor",
+            *python_args,
             "daemon",
             "--db",
             str(db),
@@ -113,6 +114,23 @@ def running(
             process.kill()
             live.stderr = err or ""
     assert "Traceback" not in (err or ""), err
+
+
+KMSG_FROM_FILE = (
+    "import functools, pathlib, runpy, sys\n"
+    "import monitor.logs.kmsg as kmsg\n"
+    "kmsg.KmsgFollower = functools.partial(kmsg.KmsgFollower, path=pathlib.Path(sys.argv.pop(1)))\n"
+    "runpy.run_module('monitor', run_name='__main__', alter_sys=True)\n"
+)
+"""``python -c KMSG_FROM_FILE PATH daemon ...``: the real daemon, its kernel log read from
+the regular file PATH instead of ``/dev/kmsg`` (from its end, as ``/dev/kmsg``). A test
+appends one ``prio,seq,usec,-;text`` record at a time: ``/dev/kmsg`` gives one record per
+read, a file gives what was appended."""
+
+
+def kmsg_daemon_args(kmsg: Path) -> tuple[str, ...]:
+    """``python_args`` of a daemon whose kernel log is the file ``kmsg``."""
+    return ("-c", KMSG_FROM_FILE, str(kmsg))
 
 
 def promtool() -> str | None:
