@@ -116,7 +116,7 @@ def test_a_flooded_engine_log_is_merged_and_evicts_no_kernel_record(tmp_path: Pa
     counted = 1 + sum(int(x["lines"]) for _, x in merged)
     assert FLOOD_LINES // CHUNKS <= counted <= FLOOD_LINES, counted  # read at its pace
     assert survived == set(KEPT), survived
-    assert during >= before / 2, (during, before)
+    assert during >= before / 3, (during, before)  # old code: 0.13 vs 0.91
 
 
 def test_merger_passes_the_first_line_on_and_counts_the_rest() -> None:
