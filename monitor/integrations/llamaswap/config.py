@@ -39,7 +39,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -413,6 +413,47 @@ def _flow_depth(text: str) -> int:
 def load_config(path: str | os.PathLike[str]) -> SwapConfig:
     """Read a llama-swap config.yaml; raises SwapConfigError (one line, file:line)."""
     doc = _Doc(str(path))
+    root = _compose(doc, path)
+    top = {key: (key_node, value) for key, key_node, value in _items(doc, root, "config")}
+
+    def get(key: str) -> yaml.Node | None:
+        return top[key][1] if key in top else None
+
+    start_port = _int(doc, get("startPort") or _NULL, "startPort", DEFAULT_START_PORT)
+    if start_port < 1:
+        raise doc.error(get("startPort"), "startPort must be greater than 1")
+    global_ttl = _int(doc, get("globalTTL") or _NULL, "globalTTL", 0)
+    if global_ttl < 0:
+        raise doc.error(get("globalTTL"), "globalTTL must be >= 0")
+    global_macros = _macro_list(doc, get("macros") or _NULL, "")
+
+    model_items = _items(doc, get("models") or _NULL, "models")
+    if not model_items:
+        raise doc.error(get("models"), "no models defined")
+    raw_models, alias_owner = _first_pass(doc, model_items)
+    model_ids = {mid for mid, _, _ in model_items}
+    models: dict[str, SwapModel] = {}
+    next_port = start_port
+    for mid in sorted(raw_models):  # ports go out in sorted model-ID order
+        models[mid], next_port = _model(
+            doc, mid, raw_models[mid], (global_ttl, global_macros, next_port)
+        )
+        extra = _param_aliases(doc, mid, raw_models[mid]["fields"], model_ids, alias_owner)
+        if extra:
+            models[mid] = replace(models[mid], aliases=models[mid].aliases + tuple(extra))
+    models = {mid: models[mid] for mid, _, _ in model_items}  # file order
+
+    groups_node, matrix_node = _routing(doc, top)
+    if matrix_node is not None:
+        matrix = _load_matrix(doc, matrix_node, models)
+        return SwapConfig(models=models, groups=(), router="matrix", matrix=matrix)
+    groups = _load_groups(doc, groups_node, models, alias_owner)
+    router = "groups" if any(g.name != DEFAULT_GROUP_ID for g in groups) else "default"
+    return SwapConfig(models=models, groups=groups, router=router, matrix=None)
+
+
+def _compose(doc: _Doc, path: str | os.PathLike[str]) -> yaml.Node:
+    """The file's YAML node tree, ``${env.X}`` substituted first (as llama-swap does)."""
     try:
         raw = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -433,25 +474,13 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
         raise doc.error(None, "invalid YAML: nested too deeply") from None
     if root is None:
         raise doc.error(None, "empty config: no models defined")
-    top = {key: (key_node, value) for key, key_node, value in _items(doc, root, "config")}
+    return root
 
-    def get(key: str) -> yaml.Node | None:
-        return top[key][1] if key in top else None
 
-    start_port = _int(doc, get("startPort") or _NULL, "startPort", DEFAULT_START_PORT)
-    if start_port < 1:
-        raise doc.error(get("startPort"), "startPort must be greater than 1")
-    global_ttl = _int(doc, get("globalTTL") or _NULL, "globalTTL", 0)
-    if global_ttl < 0:
-        raise doc.error(get("globalTTL"), "globalTTL must be >= 0")
-    global_macros = _macro_list(doc, get("macros") or _NULL, "")
-
-    model_items = _items(doc, get("models") or _NULL, "models")
-    if not model_items:
-        raise doc.error(get("models"), "no models defined")
-    model_ids = {mid for mid, _, _ in model_items}
-
-    # first pass: raw fields and aliases
+def _first_pass(
+    doc: _Doc, model_items: list[tuple[str, yaml.Node, yaml.Node]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each model's raw fields, cmd and aliases; which model owns each alias."""
     raw_models: dict[str, dict[str, Any]] = {}
     alias_owner: dict[str, str] = {}
     for mid, key_node, value_node in model_items:
@@ -466,117 +495,136 @@ def load_config(path: str | os.PathLike[str]) -> SwapConfig:
                 raise doc.error(fields["aliases"], f"duplicate alias {alias} found in model: {mid}")
             alias_owner[alias] = mid
         raw_models[mid] = {"key": key_node, "fields": fields, "cmd": cmd, "aliases": aliases}
+    return raw_models, alias_owner
 
-    models: dict[str, SwapModel] = {}
-    next_port = start_port
-    for mid in sorted(raw_models):  # ports go out in sorted model-ID order
-        info = raw_models[mid]
-        fields, key_node = info["fields"], info["key"]
-        where = f"models.{mid}"
-        env = _str_list(doc, fields.get("env", _NULL), f"{where}.env")
-        ttl = _int(doc, fields.get("ttl", _NULL), f"{where}.ttl", -1)
-        if ttl == -1:
-            ttl = global_ttl
-        if ttl < 0:
-            raise doc.error(fields.get("ttl"), f"model {mid}: invalid TTL value {ttl}")
-        proxy = _str(doc, fields.get("proxy", _NULL), f"{where}.proxy", DEFAULT_PROXY)
-        own_macros = _macro_list(doc, fields.get("macros", _NULL), f"model {mid}: ")
 
-        merged: list[tuple[str, Any]] = [("MODEL_ID", mid)]
-        merged += [(name, value) for name, value, _ in global_macros]
-        for name, value, _ in own_macros:
-            for i, (existing, _old) in enumerate(merged):
-                if existing == name:
-                    merged[i] = (name, value)
-                    break
-            else:
-                merged.append((name, value))
+def _model(
+    doc: _Doc, mid: str, info: dict[str, Any], context: tuple[int, list[Any], int]
+) -> tuple[SwapModel, int]:
+    """One model with its macros and ``${PORT}`` expanded; the next free port after it.
+    ``context``: (globalTTL, the global macros, the next port)."""
+    global_ttl, global_macros, next_port = context
+    fields, key_node = info["fields"], info["key"]
+    where = f"models.{mid}"
+    env = _str_list(doc, fields.get("env", _NULL), f"{where}.env")
+    ttl = _int(doc, fields.get("ttl", _NULL), f"{where}.ttl", -1)
+    if ttl == -1:
+        ttl = global_ttl
+    if ttl < 0:
+        raise doc.error(fields.get("ttl"), f"model {mid}: invalid TTL value {ttl}")
+    proxy = _str(doc, fields.get("proxy", _NULL), f"{where}.proxy", DEFAULT_PROXY)
+    own_macros = _macro_list(doc, fields.get("macros", _NULL), f"model {mid}: ")
+    cmd = _strip_comment_lines(info["cmd"])
+    if not cmd.strip():
+        raise doc.error(key_node, f"model '{mid}' has no cmd")
+    merged = _merged_macros(mid, global_macros, own_macros)
+    cmd, proxy = _expand_macros(doc, key_node, mid, (cmd, proxy), merged)
+    if "${PORT}" in cmd:
+        cmd = cmd.replace("${PORT}", str(next_port))
+        proxy = proxy.replace("${PORT}", str(next_port))
+        next_port += 1
+    elif "${PORT}" in proxy:
+        raise doc.error(
+            key_node,
+            f"model {mid}: proxy uses ${{PORT}} but cmd does not; set proxy "
+            "(${PORT} is only available when used in cmd)",
+        )
+    for field_name, value in (("cmd", cmd), ("proxy", proxy)):
+        match = _MACRO_REF.search(value)
+        if match:
+            raise doc.error(
+                key_node, f"unknown macro '${{{match.group(1)}}}' found in {mid}.{field_name}"
+            )
+    try:
+        argv = _split_cmd(cmd)
+    except ValueError as exc:
+        raise doc.error(key_node, f"model {mid}: cannot split cmd: {exc}") from None
+    if not argv:
+        raise doc.error(key_node, f"model '{mid}' has no cmd")
+    aliases = tuple(info["aliases"])
+    return SwapModel(mid, tuple(argv), tuple(env), aliases, ttl or None), next_port
 
-        cmd = _strip_comment_lines(info["cmd"])
-        if not cmd.strip():
-            raise doc.error(key_node, f"model '{mid}' has no cmd")
-        for name, value in reversed(merged):
-            slug = f"${{{name}}}"
-            if slug not in cmd and slug not in proxy:
-                continue
-            rendered = _macro_text(value)
-            if rendered is None:
-                raise doc.error(
-                    key_node, f"model {mid}: mapping macro '{name}' cannot be used in cmd or proxy"
-                )
-            grow = len(rendered) - len(slug)
-            if (
-                max(len(cmd) + cmd.count(slug) * grow, len(proxy) + proxy.count(slug) * grow)
-                > _MAX_CMD_CHARS
-            ):
-                raise doc.error(
-                    key_node,
-                    f"model {mid}: cmd grows past {_MAX_CMD_CHARS} "
-                    f"characters when macro '{name}' is expanded",
-                )
-            cmd = cmd.replace(slug, rendered)
-            proxy = proxy.replace(slug, rendered)
 
-        if "${PORT}" in cmd:
-            cmd = cmd.replace("${PORT}", str(next_port))
-            proxy = proxy.replace("${PORT}", str(next_port))
-            next_port += 1
-        elif "${PORT}" in proxy:
+def _merged_macros(
+    mid: str, global_macros: list[Any], own_macros: list[Any]
+) -> list[tuple[str, Any]]:
+    """MODEL_ID, the global macros, then the model's own (which replace a global one of
+    the same name in place)."""
+    merged: list[tuple[str, Any]] = [("MODEL_ID", mid)]
+    merged += [(name, value) for name, value, _ in global_macros]
+    for name, value, _ in own_macros:
+        for i, (existing, _old) in enumerate(merged):
+            if existing == name:
+                merged[i] = (name, value)
+                break
+        else:
+            merged.append((name, value))
+    return merged
+
+
+def _expand_macros(
+    doc: _Doc,
+    key_node: yaml.Node,
+    mid: str,
+    texts: tuple[str, str],
+    merged: list[tuple[str, Any]],
+) -> tuple[str, str]:
+    """``${NAME}`` in cmd and proxy replaced, the last defined first (llama-swap's order),
+    bounded: a cmd that would grow past _MAX_CMD_CHARS is an error, not a memory bomb."""
+    cmd, proxy = texts
+    for name, value in reversed(merged):
+        slug = f"${{{name}}}"
+        if slug not in cmd and slug not in proxy:
+            continue
+        rendered = _macro_text(value)
+        if rendered is None:
+            raise doc.error(
+                key_node, f"model {mid}: mapping macro '{name}' cannot be used in cmd or proxy"
+            )
+        grow = len(rendered) - len(slug)
+        if (
+            max(len(cmd) + cmd.count(slug) * grow, len(proxy) + proxy.count(slug) * grow)
+            > _MAX_CMD_CHARS
+        ):
             raise doc.error(
                 key_node,
-                f"model {mid}: proxy uses ${{PORT}} but cmd does not; set proxy "
-                "(${PORT} is only available when used in cmd)",
+                f"model {mid}: cmd grows past {_MAX_CMD_CHARS} "
+                f"characters when macro '{name}' is expanded",
             )
-        for field_name, value in (("cmd", cmd), ("proxy", proxy)):
-            match = _MACRO_REF.search(value)
-            if match:
-                raise doc.error(
-                    key_node, f"unknown macro '${{{match.group(1)}}}' found in {mid}.{field_name}"
-                )
-        try:
-            argv = _split_cmd(cmd)
-        except ValueError as exc:
-            raise doc.error(key_node, f"model {mid}: cannot split cmd: {exc}") from None
-        if not argv:
-            raise doc.error(key_node, f"model '{mid}' has no cmd")
+        cmd = cmd.replace(slug, rendered)
+        proxy = proxy.replace(slug, rendered)
+    return cmd, proxy
 
-        aliases = list(info["aliases"])
-        filters = {
-            k: v for k, _, v in _items(doc, fields.get("filters", _NULL), f"{where}.filters")
-        }
-        by_id = _items(doc, filters.get("setParamsByID", _NULL), f"{where}.filters.setParamsByID")
-        for key, key_node2, _value in by_id:
-            if key == mid:
-                continue
-            if key in model_ids:
-                raise doc.error(
-                    key_node2,
-                    f"model {mid} filters.setParamsByID: key '{key}' conflicts with a model ID",
-                )
-            owner = alias_owner.get(key)
-            if owner is not None and owner != mid:
-                raise doc.error(
-                    key_node2, f"duplicate alias '{key}' in model {mid}, already used by {owner}"
-                )
-            if owner is None:
-                alias_owner[key] = mid
-                aliases.append(key)
-        models[mid] = SwapModel(
-            model_id=mid,
-            cmd=tuple(argv),
-            env=tuple(env),
-            aliases=tuple(aliases),
-            ttl=ttl or None,
-        )
-    models = {mid: models[mid] for mid, _, _ in model_items}  # file order
 
-    groups_node, matrix_node = _routing(doc, top)
-    if matrix_node is not None:
-        matrix = _load_matrix(doc, matrix_node, models)
-        return SwapConfig(models=models, groups=(), router="matrix", matrix=matrix)
-    groups = _load_groups(doc, groups_node, models, alias_owner)
-    router = "groups" if any(g.name != DEFAULT_GROUP_ID for g in groups) else "default"
-    return SwapConfig(models=models, groups=groups, router=router, matrix=None)
+def _param_aliases(
+    doc: _Doc,
+    mid: str,
+    fields: dict[str, yaml.Node],
+    model_ids: set[str],
+    alias_owner: dict[str, str],
+) -> list[str]:
+    """The ``filters.setParamsByID`` keys that act as extra aliases of this model."""
+    where = f"models.{mid}"
+    filters = {k: v for k, _, v in _items(doc, fields.get("filters", _NULL), f"{where}.filters")}
+    by_id = _items(doc, filters.get("setParamsByID", _NULL), f"{where}.filters.setParamsByID")
+    extra = []
+    for key, key_node2, _value in by_id:
+        if key == mid:
+            continue
+        if key in model_ids:
+            raise doc.error(
+                key_node2,
+                f"model {mid} filters.setParamsByID: key '{key}' conflicts with a model ID",
+            )
+        owner = alias_owner.get(key)
+        if owner is not None and owner != mid:
+            raise doc.error(
+                key_node2, f"duplicate alias '{key}' in model {mid}, already used by {owner}"
+            )
+        if owner is None:
+            alias_owner[key] = mid
+            extra.append(key)
+    return extra
 
 
 _NULL = yaml.ScalarNode("tag:yaml.org,2002:null", "")
