@@ -240,6 +240,10 @@ def _open_split(
     descriptor, not the name, is what gets judged and read."""
     real = os.path.realpath(path)
     try:
+        # not a judgement (fstat below is): no device node is ever opened (opening one
+        # can act, e.g. arm /dev/watchdog); a swap after this meets O_NOFOLLOW and fstat
+        if not stat.S_ISREG(os.lstat(real).st_mode):
+            raise GgufError(path, "not a regular file")
         fd = os.open(real, _OPEN_FLAGS)
     except FileNotFoundError:
         what = f"split {index + 1} of {count} is missing" if count > 1 else "no such file"
