@@ -80,7 +80,10 @@ def allowed(caller: Caller, st: os.stat_result, want: int) -> bool:
 
 def _has_acl(target: int | str) -> bool:
     try:
-        os.getxattr(target, _ACL_XATTR, follow_symlinks=False)
+        if isinstance(target, int):
+            os.getxattr(target, _ACL_XATTR)
+        else:
+            os.getxattr(target, _ACL_XATTR, follow_symlinks=False)
     except OSError:
         return False
     return True
