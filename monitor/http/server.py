@@ -21,7 +21,9 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
 - ``POST /api/v1/predict`` (``Content-Type: application/json``, body at most 64 KiB):
   ``{"command": ["llama-server", "-m", "/models/x.gguf", ...], "margin_gib": 0.5}`` ->
   the ``vramscope.predict/1`` document judged against the latest snapshot, status 200
-  whatever the verdict; 400 for a bad request or a command that cannot be estimated.
+  whatever the verdict; 400 for a bad request or a command that cannot be estimated;
+  403 for a model file outside ``[http] model_dirs`` or one the caller could not read
+  itself (monitor/http/access.py); 504 past ``PREDICT_DEADLINE_S`` (monitor/http/deadline.py).
 
 Security: no files are served. With a token, every request needs
 ``Authorization: Bearer TOKEN`` (compared in constant time) or gets 401, on loopback too,
@@ -87,7 +89,8 @@ MAX_BODY_BYTES = 64 * 1024
 MAX_DRAIN_BYTES = 1024 * 1024  # an oversized body up to this is read and dropped
 MAX_COMMAND_ARGS = 512
 MAX_ARG_CHARS = 4096
-MAX_PREDICTS = 2  # predictions running at once (and abandoned ones still ending); more get 503
+MAX_PREDICTS = 2  # predictions running at once; more get 503
+MAX_ABANDONED_PREDICTS = 4  # workers past their deadline still ending; while so many, 503
 EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
 EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT = 1000, 10000
 REQUEST_TIMEOUT_S = 10.0  # each read or write of a body or an answer
@@ -262,7 +265,7 @@ class HttpServer:
                 estimates = estimates_from_assessments(latest, assessments)
         self.registry = build_registry(latest, estimates, health, ceilings, counts, growth)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
-        self.predicts = DeadlineRunner(MAX_PREDICTS, PREDICT_DEADLINE_S, MAX_PREDICTS)
+        self.predicts = DeadlineRunner(MAX_PREDICTS, PREDICT_DEADLINE_S, MAX_ABANDONED_PREDICTS)
         self.quiet = QuietLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

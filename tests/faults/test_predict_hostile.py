@@ -327,3 +327,14 @@ def test_a_worker_error_reaches_the_request() -> None:
     with pytest.raises(ValueError, match="bad"):
         runner.run(lambda: (_ for _ in ()).throw(ValueError("bad")))
     assert runner.run(lambda: 7) == 7  # the slot came back after the error
+
+
+def test_model_dirs_must_be_absolute_folders(tmp_path: Path) -> None:
+    from monitor.config import ConfigError, load
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[http]\nmodel_dirs = ["models"]\n')
+    with pytest.raises(ConfigError, match="model_dirs must list absolute folders"):
+        load(cfg, db=tmp_path / "v.db")
+    cfg.write_text('[http]\nmodel_dirs = ["/models", "/srv/gguf"]\n')
+    assert load(cfg, db=tmp_path / "v.db").http_model_dirs == ("/models", "/srv/gguf")
