@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -338,3 +339,56 @@ def test_model_dirs_must_be_absolute_folders(tmp_path: Path) -> None:
         load(cfg, db=tmp_path / "v.db")
     cfg.write_text('[http]\nmodel_dirs = ["/models", "/srv/gguf"]\n')
     assert load(cfg, db=tmp_path / "v.db").http_model_dirs == ("/models", "/srv/gguf")
+
+
+HOLD = """
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+s.connect((sys.argv[1], int(sys.argv[2])))
+s.recv(1)
+"""
+
+
+@needs_tools
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_peer_uid_names_the_user_on_the_other_end(host: str) -> None:
+    from monitor.http.peer import peer_uid
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as server:
+        server.bind((host, 0))
+        server.listen()
+        port = server.getsockname()[1]
+        cmd = [SYSTEM_PYTHON, "-I", "-c", HOLD, host, str(port)]
+        for prefix, uid in (
+            (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], 65534),
+            ([], 0),
+        ):
+            client = subprocess.Popen([*prefix, *cmd], cwd="/")
+            try:
+                server.settimeout(GUARD_S)
+                conn, addr = server.accept()
+                with conn:
+                    assert peer_uid(addr[:2], conn.getsockname()[:2]) == uid
+                    conn.sendall(b"x")
+            finally:
+                client.wait(timeout=GUARD_S)
+        assert peer_uid((host, 1), (host, port)) is None  # no such connection: unknown
+
+
+def test_a_remote_caller_reads_only_what_others_may(models: Path) -> None:
+    from monitor.http.access import Caller, DeadlinePassed, ModelAccess, ModelAccessError
+
+    remote = ModelAccess((str(models),), Caller(None))
+    assert remote.reader(str(models / "public.gguf")).tensors  # 0644 in a 0755 folder
+    group_only = write_qwen3(models / "group.gguf")
+    group_only.chmod(0o640)
+    with pytest.raises(ModelAccessError, match=r"not readable by the caller \(an unknown"):
+        remote.reader(str(group_only))
+    models.chmod(0o750)  # the folder: not searchable by others
+    with pytest.raises(ModelAccessError, match="not readable by the caller"):
+        remote.reader(str(models / "public.gguf"))
+    models.chmod(0o755)
+    late = ModelAccess((str(models),), Caller(0), deadline=time.monotonic() - 1)
+    with pytest.raises(DeadlinePassed):  # an abandoned worker opens no further file
+        late.reader(str(models / "public.gguf"))
