@@ -69,6 +69,9 @@ class Config:
     alert_settings: dict[str, float] = field(default_factory=dict)  # thresholds, holds
     http_listen: str | None = "127.0.0.1:9835"  # [http]; None: no HTTP server
     http_token: str | None = None
+    # [http] model_dirs: the folders whose GGUF files HTTP predicts may read (resolved,
+    # absolute); empty: HTTP predicts naming a model file get 403 (monitor/http/access.py)
+    http_model_dirs: tuple[str, ...] = ()
     log_files: tuple[str, ...] = ()  # [logs] files: engine logs to tail for OOM lines
     journal_units: tuple[str, ...] = ()  # [logs] journal_units
     # [predict] growth_horizon_tokens: distinct prompt tokens within which a prompt cache
@@ -106,7 +109,12 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "budgets": {},  # model name, file name or path -> expected GiB (any key, a number)
     "llama_swap": {"url": (str, None), "config": (str, None)},
     "logs": {"files": (list, None), "journal_units": (list, None)},
-    "http": {"enabled": (bool, None), "listen": (str, None), "token": (str, None)},
+    "http": {
+        "enabled": (bool, None),
+        "listen": (str, None),
+        "token": (str, None),
+        "model_dirs": (list, None),
+    },
     "alerts": {
         "urls": (list, None),  # apprise URLs: ntfy://, slack://, discord://, mailto://, json://
         "command": (str, None),  # run with the alert as JSON on stdin
@@ -221,6 +229,12 @@ def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
             raise ConfigError(f"{where}: [{section}] {key} = {value} is outside {low}..{high}")
     elif isinstance(rule, tuple) and value not in rule:
         raise ConfigError(f"{where}: [{section}] {key} must be one of {', '.join(rule)}")
+    if section == "http" and key == "model_dirs":
+        for item in value:
+            if not isinstance(item, str) or not os.path.isabs(item) or "\0" in item:
+                raise ConfigError(
+                    f"{where}: [http] model_dirs must list absolute folders, not {item!r}"
+                )
     if section == "collectors" and key == "enabled":
         names = {spec.name for spec in REGISTRY}
         for item in value:
@@ -290,6 +304,7 @@ def load(
         if data.get("http", {}).get("enabled") is False
         else data.get("http", {}).get("listen", "127.0.0.1:9835"),
         http_token=data.get("http", {}).get("token"),
+        http_model_dirs=tuple(data.get("http", {}).get("model_dirs", ())),
         log_files=tuple(str(x) for x in data.get("logs", {}).get("files", ())),
         journal_units=tuple(str(x) for x in data.get("logs", {}).get("journal_units", ())),
         growth_horizon_tokens=int(

@@ -4,6 +4,7 @@ workflow itself is :func:`monitor.analysis.predict.answer`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from collectors.base import CgroupMemory, Snapshot
@@ -90,13 +91,19 @@ def gpu_devices(snap: Snapshot, cfg: Config) -> list[DeviceInfo]:
 
 
 def run_predict(
-    cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None
+    cfg: Config,
+    req: PredictRequest,
+    snapshot: Snapshot | None = None,
+    read_header: Callable[[str], Any] | None = None,
 ) -> PredictResult:
     """The whole question: the box state (``snapshot`` when given: the daemon's latest,
-    for the HTTP API), the launch's cgroup, then :func:`answer`."""
+    for the HTTP API), the launch's cgroup, then :func:`answer`. ``read_header``: how
+    model files are read (the HTTP API's: only inside [http] model_dirs, only what the
+    caller could read, monitor/http/access.py); None: the plain reader (the CLI, as its
+    user; the header bounds and O_NONBLOCK|O_NOFOLLOW opens apply there too)."""
     snap = take_snapshot(cfg, req, snapshot)
     launch = launch_cgroup(cfg, req, snap, live=snapshot is None)
-    return answer(req, snap, gpu_devices(snap, cfg), launch)
+    return answer(req, snap, gpu_devices(snap, cfg), launch, read_header=read_header)
 
 
 def predict_on_fleet(

@@ -11,8 +11,17 @@ Why not ``gguf.GGUFReader``: it builds numpy views for every array element, 6.7 
 523 MiB for a 152k-token vocabulary (../shared/research/estimation.md section 7). Here an
 array longer than ``max_array_items`` is skipped by length (string arrays by walking the
 u64 lengths only) and kept as :class:`SkippedArray`. Every count and length is checked
-against the bytes left in the file before it is used, so a hostile or truncated file ends
-in :class:`GgufError` without large allocations or long loops.
+against the bytes left in the file before it is used, and a header (all splits together)
+may read at most :data:`MAX_HEADER_BYTES` and walk at most :data:`MAX_HEADER_ITEMS`
+whatever the file's size (a sparse 100 GB file passes any size check), so a hostile or
+truncated file ends in :class:`GgufError` without large allocations or long loops.
+
+Every split is opened once, ``O_NONBLOCK|O_NOFOLLOW`` after ``os.path.realpath`` (a model
+symlinked into place, as the Hugging Face cache does, is followed on purpose; a link
+swapped in after that is refused), and judged by ``fstat`` on the descriptor: a FIFO or
+device node is refused without blocking, and there is no stat-then-open window. A
+``guard`` may refuse the opened descriptor (the HTTP API's model_dirs and caller checks,
+monitor/http/access.py) before a byte is read, on cache hits too.
 
 Splits (``%s-%05d-of-%05d.gguf``, 1-based, ``src/llama.cpp``): the metadata comes from
 split 1, the tensor infos from every split (estimation.md section 7). Results are cached by
@@ -21,12 +30,15 @@ split 1, the tensor infos from every split (estimation.md section 7). Results ar
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import stat
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -43,6 +55,22 @@ _INT64_MAX = 2**63 - 1
 _MIN_KV_BYTES = 8 + 4 + 1  # key length, value type, one-byte value
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
 _MIN_NESTED_ARRAY_BYTES = 4 + 8  # item type, length
+MAX_HEADER_BYTES = 64 * 2**20
+"""Bytes read per header, all splits together. The largest real headers (a 256k-token
+vocabulary with its merges, estimation.md section 7) take about 15 MiB; reading stops here
+however large the (possibly sparse) file is."""
+MAX_HEADER_ITEMS = 10_000_000
+"""Items walked per header, all splits together: metadata keys, tensor infos, strings and
+elements of arrays that are read (a fixed-size array skipped by one seek counts 1). Real
+headers hold ~1M (vocabulary, merges, token types); 10M Python steps take seconds, not the
+hours a header claiming 12e9 empty strings would."""
+MAX_SPLITS = 256
+"""Splits of one model opened at once; published models have fewer than 100, and this keeps
+the descriptors held far below the default limit of 1024."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+Guard = Callable[[int, str], None]
+"""Called with (descriptor, the resolved path opened) for every split before it is read;
+raises (a :class:`GgufError`) to refuse it."""
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -136,19 +164,31 @@ class GgufHeader:
         return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
-def read_header(path: str | os.PathLike[str], *, max_array_items: int = 4096) -> GgufHeader:
-    """Read a GGUF header (all splits), or return the cached one if no split changed."""
+def read_header(
+    path: str | os.PathLike[str], *, max_array_items: int = 4096, guard: Guard | None = None
+) -> GgufHeader:
+    """Read a GGUF header (all splits), or return the cached one if no split changed.
+    ``guard`` judges every opened split first (cache hits included)."""
     if max_array_items < 0:
         raise ValueError("max_array_items must be >= 0")
     paths = _split_paths(os.path.abspath(os.fsdecode(path)))
-    stats = [_stat(p, i, len(paths)) for i, p in enumerate(paths)]
-    key = (max_array_items, *((s.st_size, s.st_mtime_ns, s.st_ino) for s in stats), *paths)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            return hit
-    header = _read_splits(paths, stats, max_array_items)
+    with contextlib.ExitStack() as stack:
+        files = [_open_split(p, i, len(paths), stack) for i, p in enumerate(paths)]
+        if guard is not None:
+            for f, _ in files:
+                guard(f.fileno(), f.name)
+        stats = [st for _, st in files]
+        key = (
+            max_array_items,
+            *((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats),
+            *paths,
+        )
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+        header = _read_splits(paths, files, max_array_items)
     with _CACHE_LOCK:
         _CACHE[key] = header
         while len(_CACHE) > _CACHE_MAX:
@@ -177,25 +217,60 @@ def _split_paths(path: str) -> list[str]:
     no, count = int(m["no"]), int(m["count"])
     if not 1 <= no <= count:
         return [path]
+    if count > MAX_SPLITS:
+        raise GgufError(path, f"named as one of {count} splits; at most {MAX_SPLITS} are read")
     return [f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
-def _stat(path: str, index: int, count: int) -> os.stat_result:
+class _NamedFile:
+    """A read-only file on an opened descriptor; ``name`` is the resolved path opened."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self.raw = os.fdopen(fd, "rb", buffering=0)
+        self.name = name
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+
+def _open_split(
+    path: str, index: int, count: int, stack: contextlib.ExitStack
+) -> tuple[_NamedFile, os.stat_result]:
+    """Open one split without blocking or following a final symlink, then fstat it: the
+    descriptor, not the name, is what gets judged and read."""
+    real = os.path.realpath(path)
     try:
-        st = os.stat(path)
+        # not a judgement (fstat below is): no device node is ever opened (opening one
+        # can act, e.g. arm /dev/watchdog); a swap after this meets O_NOFOLLOW and fstat
+        if not stat.S_ISREG(os.lstat(real).st_mode):
+            raise GgufError(path, "not a regular file")
+        fd = os.open(real, _OPEN_FLAGS)
     except FileNotFoundError:
         what = f"split {index + 1} of {count} is missing" if count > 1 else "no such file"
         raise GgufError(path, what) from None
     except OSError as e:
-        raise GgufError(path, f"cannot stat: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise GgufError(path, "not a regular file")
-    return st
+        if e.errno == errno.ELOOP:
+            raise GgufError(path, "is a symbolic link (swapped in while it was opened)") from None
+        raise GgufError(path, f"cannot open: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise GgufError(path, "not a regular file")
+        f = _NamedFile(fd, real)
+    except BaseException:
+        os.close(fd)
+        raise
+    stack.callback(f.raw.close)
+    return f, st
 
 
-def _read_splits(paths: list[str], stats: list[os.stat_result], max_items: int) -> GgufHeader:
+def _read_splits(
+    paths: list[str], files: list[tuple[_NamedFile, os.stat_result]], max_items: int
+) -> GgufHeader:
     count = len(paths)
-    version, metadata, tensors, data_end = _read_one(paths[0], max_items)
+    stats = [st for _, st in files]
+    budget = _Budget()
+    version, metadata, tensors, data_end = _read_one(paths[0], files[0], max_items, budget)
     named_count = _SPLIT_NAME.match(paths[0]) is not None
     meta_count = _int_or_none(metadata.get(Keys.Split.LLM_KV_SPLIT_COUNT))
     if named_count and meta_count is None and count > 1:
@@ -210,7 +285,7 @@ def _read_splits(paths: list[str], stats: list[os.stat_result], max_items: int) 
     all_tensors = list(tensors)
     ends = [data_end]
     for i, p in enumerate(paths[1:], start=1):
-        _, split_meta, split_tensors, split_end = _read_one(p, max_items)
+        _, split_meta, split_tensors, split_end = _read_one(p, files[i], max_items, budget)
         _check_split_no(p, split_meta, i)
         all_tensors.extend(split_tensors)
         ends.append(split_end)
@@ -265,11 +340,28 @@ def _int_or_none(v: object) -> int | None:
 # --- one file ---------------------------------------------------------------------------
 
 
-def _read_one(path: str, max_items: int) -> tuple[int, dict[str, object], list[TensorInfo], int]:
+@dataclass(slots=True)
+class _Budget:
+    """What is left of :data:`MAX_HEADER_BYTES` and :data:`MAX_HEADER_ITEMS` for one header."""
+
+    bytes_left: int = MAX_HEADER_BYTES
+    items_left: int = MAX_HEADER_ITEMS
+
+
+def _past_budget(path: str, what: str) -> GgufError:
+    return GgufError(
+        path,
+        f"header metadata past {MAX_HEADER_BYTES >> 20} MiB/"
+        f"{MAX_HEADER_ITEMS // 1_000_000}M items (at {what})",
+    )
+
+
+def _read_one(
+    path: str, opened: tuple[_NamedFile, os.stat_result], max_items: int, budget: _Budget
+) -> tuple[int, dict[str, object], list[TensorInfo], int]:
+    f, st = opened
     try:
-        with open(path, "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
-            return _Parser(f, path, size, max_items).parse()
+        return _Parser(f.raw, path, st.st_size, max_items, budget).parse()
     except OSError as e:
         raise GgufError(path, f"cannot read: {e.strerror or e}") from None
 
@@ -277,13 +369,14 @@ def _read_one(path: str, max_items: int) -> tuple[int, dict[str, object], list[T
 class _Parser:
     """A cursor over a window of the file (read in 1 MiB chunks, seeking past skips)."""
 
-    __slots__ = ("f", "path", "size", "buf", "base", "pos", "max_items")
+    __slots__ = ("f", "path", "size", "buf", "base", "pos", "max_items", "budget")
 
-    def __init__(self, f: BinaryIO, path: str, size: int, max_items: int) -> None:
+    def __init__(self, f: BinaryIO, path: str, size: int, max_items: int, budget: _Budget) -> None:
         self.f = f
         self.path = path
         self.size = size
         self.max_items = max_items
+        self.budget = budget
         self.buf = b""  # file bytes [base, base + len(buf))
         self.base = 0
         self.pos = 0  # index into buf; may point past it after a skip
@@ -298,9 +391,13 @@ class _Parser:
             return
         if n > self.left():
             raise GgufError(self.path, f"truncated at byte {self.size} while reading {what}")
+        budget = self.budget
+        if n > budget.bytes_left:
+            raise _past_budget(self.path, what)
         start = self.base + self.pos
         self.f.seek(start)
-        data = self.f.read(max(n, _CHUNK))
+        data = self.f.read(min(max(n, _CHUNK), budget.bytes_left))
+        budget.bytes_left -= len(data)
         self.buf, self.base, self.pos = data, start, 0
         if len(data) < n:  # the file shrank under us
             end = start + len(data)
@@ -315,6 +412,13 @@ class _Parser:
                 f"{what} claims {n:,} items of at least {unit_bytes} bytes"
                 f" but the file has only {left:,} bytes left",
             )
+
+    def take(self, n: int, what: str) -> None:
+        """Charge ``n`` items walked to the header's budget (before walking them)."""
+        budget = self.budget
+        if n > budget.items_left:
+            raise _past_budget(self.path, what)
+        budget.items_left -= n
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -362,6 +466,7 @@ class _Parser:
         n_kv = self.u64("the metadata count")
         self.claim(n_tensors, _MIN_TENSOR_INFO_BYTES, "the tensor count")
         self.claim(n_kv, _MIN_KV_BYTES, "the metadata count")
+        self.take(n_tensors + n_kv, "the metadata and tensor counts")
         metadata: dict[str, object] = {}
         for i in range(n_kv):
             key = self.string(f"metadata key {i}")
@@ -409,9 +514,11 @@ class _Parser:
         if scalar is not None:
             self.claim(n, scalar.size, what)
             nbytes = n * scalar.size
-            if n > self.max_items:
+            if n > self.max_items:  # one seek: claim checked that it stays in the file
+                self.take(1, what)
                 self.pos += nbytes
                 return SkippedArray(item_type, n)
+            self.take(n, what)
             self.need(nbytes, what)
             fmt = f"<{n}{_SCALAR_FORMATS[item_type]}"
             values = struct.unpack_from(fmt, self.buf, self.pos)
@@ -419,6 +526,7 @@ class _Parser:
             return values
         if item_type == GGUFValueType.STRING:
             self.claim(n, 8, what)
+            self.take(n, what)  # each string has its own length: walked, so bounded here
             if n > self.max_items:
                 self.skip_strings(n, what)
                 return SkippedArray(item_type, n)
@@ -427,6 +535,7 @@ class _Parser:
             self.claim(n, _MIN_NESTED_ARRAY_BYTES, what)
             if depth >= _MAX_NESTING:
                 raise GgufError(self.path, f"{what}: arrays nested deeper than {_MAX_NESTING}")
+            self.take(n, what)
             items = []
             keep = n <= self.max_items
             for _ in range(n):

@@ -21,7 +21,9 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
 - ``POST /api/v1/predict`` (``Content-Type: application/json``, body at most 64 KiB):
   ``{"command": ["llama-server", "-m", "/models/x.gguf", ...], "margin_gib": 0.5}`` ->
   the ``vramscope.predict/1`` document judged against the latest snapshot, status 200
-  whatever the verdict; 400 for a bad request or a command that cannot be estimated.
+  whatever the verdict; 400 for a bad request or a command that cannot be estimated;
+  403 for a model file outside ``[http] model_dirs`` or one the caller could not read
+  itself (monitor/http/access.py); 504 past ``PREDICT_DEADLINE_S`` (monitor/http/deadline.py).
 
 Security: no files are served. With a token, every request needs
 ``Authorization: Bearer TOKEN`` (compared in constant time) or gets 401, on loopback too,
@@ -60,6 +62,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from collectors.base import Snapshot
 from monitor.errors import SetupError, VramscopeError
+from monitor.http.access import Caller, ModelAccess, ModelAccessError
+from monitor.http.deadline import PREDICT_DEADLINE_S, Busy, DeadlineExceeded, DeadlineRunner
 from monitor.http.metrics import (
     CONTENT_TYPE_LATEST,
     Assessments,
@@ -71,6 +75,7 @@ from monitor.http.metrics import (
     estimates_from_assessments,
     render,
 )
+from monitor.http.peer import peer_uid
 from monitor.integrations.loopback import is_loopback_host as is_loopback
 
 if TYPE_CHECKING:
@@ -85,6 +90,7 @@ MAX_DRAIN_BYTES = 1024 * 1024  # an oversized body up to this is read and droppe
 MAX_COMMAND_ARGS = 512
 MAX_ARG_CHARS = 4096
 MAX_PREDICTS = 2  # predictions running at once; more get 503
+MAX_ABANDONED_PREDICTS = 4  # workers past their deadline still ending; while so many, 503
 EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
 EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT = 1000, 10000
 REQUEST_TIMEOUT_S = 10.0  # each read or write of a body or an answer
@@ -259,7 +265,7 @@ class HttpServer:
                 estimates = estimates_from_assessments(latest, assessments)
         self.registry = build_registry(latest, estimates, health, ceilings, counts, growth)
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
-        self.predict_slots = threading.BoundedSemaphore(MAX_PREDICTS)
+        self.predicts = DeadlineRunner(MAX_PREDICTS, PREDICT_DEADLINE_S, MAX_ABANDONED_PREDICTS)
         self.quiet = QuietLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -408,35 +414,50 @@ class HttpServer:
             ),
         )
 
-    def predict(self, body: bytes) -> tuple[int, str, bytes]:
+    def predict(self, body: bytes, caller: Caller | None = None) -> tuple[int, str, bytes]:
+        """Judge the command in a worker under PREDICT_DEADLINE_S (monitor/http/deadline.py),
+        reading only model files inside [http] model_dirs that ``caller`` could read
+        (monitor/http/access.py; None: an unknown caller, "others")."""
         request = _predict_request(body)
         state = self._need_state()
-        if not self.predict_slots.acquire(blocking=False):
-            raise _RequestError(
-                503, f"busy: {MAX_PREDICTS} predictions are running", {"Retry-After": "1"}
-            )
+        access = ModelAccess(
+            self.config.http_model_dirs,
+            caller if caller is not None else Caller(None),
+            deadline=time.monotonic() + self.predicts.deadline_s,
+        )
         try:
-            from monitor.cli.predict import PredictRequest, run_predict
-            from monitor.gguf.reader import GgufError
-            from monitor.report.predict import to_json
-
-            req = PredictRequest(
-                request["command"],
-                margin_gib=request["margin_gib"],
-                growth_horizon_tokens=self.config.growth_horizon_tokens,
-            )
-            try:
-                doc = to_json(run_predict(self.config, req, snapshot=state.snapshot))
-            except GgufError as exc:
-                raise _RequestError(400, _gguf_message(exc)) from None
-            except OSError as exc:  # any other file the command names: the same answer
-                name = exc.filename if isinstance(exc.filename, str) else "a file"
-                raise _RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
-            except ValueError as exc:  # a value no VramscopeError describes yet
-                raise _RequestError(400, _one_line(str(exc))) from None
-        finally:
-            self.predict_slots.release()
+            doc = self.predicts.run(lambda: self._judge(request, state, access))
+        except Busy as exc:
+            raise _RequestError(503, f"busy: {exc}", {"Retry-After": "1"}) from None
+        except DeadlineExceeded as exc:
+            raise _RequestError(504, str(exc)) from None
         return 200, _JSON, doc.encode() + b"\n"
+
+    def _judge(self, request: dict[str, Any], state: BoxState, access: ModelAccess) -> str:
+        """The predict document (runs in the worker thread)."""
+        from monitor.cli.predict import PredictRequest, run_predict
+        from monitor.gguf.reader import GgufError
+        from monitor.report.predict import to_json
+
+        req = PredictRequest(
+            request["command"],
+            margin_gib=request["margin_gib"],
+            growth_horizon_tokens=self.config.growth_horizon_tokens,
+        )
+        try:
+            result = run_predict(
+                self.config, req, snapshot=state.snapshot, read_header=access.reader
+            )
+        except ModelAccessError as exc:  # says nothing of the file's bytes or existence
+            raise _RequestError(403, _one_line(str(exc))) from None
+        except GgufError as exc:
+            raise _RequestError(400, _gguf_message(exc)) from None
+        except OSError as exc:  # any other file the command names: the same answer
+            name = exc.filename if isinstance(exc.filename, str) else "a file"
+            raise _RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
+        except ValueError as exc:  # a value no VramscopeError describes yet
+            raise _RequestError(400, _one_line(str(exc))) from None
+        return to_json(result)
 
     def _need_state(self) -> BoxState:
         """The box as the daemon's latest tick shows it (monitor/analysis/state.py)."""
@@ -783,7 +804,15 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if content_type != _JSON:
             raise _RequestError(415, "send the body as Content-Type: application/json")
-        return self.server.app.predict(self._read_body())
+        return self.server.app.predict(self._read_body(), self._caller())
+
+    def _caller(self) -> Caller:
+        """Who sent this request: a loopback client's uid from its socket, else unknown."""
+        host, port = self.client_address[:2]
+        if not is_loopback(str(host)):
+            return Caller(None)
+        uid = peer_uid((str(host), int(port)), self.connection.getsockname()[:2])
+        return Caller.of_uid(uid)
 
 
 def _drain(stream: Any, length: int) -> None:

@@ -48,7 +48,8 @@ def test_a_launch_is_placed_across_three_daemons(tmp_path: Path) -> None:
         for name, args in (("strix", tree("strix-halo")), ("xtx", tree("rx7900xtx")), ("here", ())):
             d = tmp_path / name
             d.mkdir()
-            boxes[name] = stack.enter_context(running(d, daemon_args=args)).url
+            serve = f'model_dirs = ["{tmp_path}"]\n'  # the model's folder: [http] model_dirs
+            boxes[name] = stack.enter_context(running(d, serve, daemon_args=args)).url
         urls = [*boxes.values(), nobody]
         remote = [a for url in urls for a in ("--remote", url)]
         as_json = vramscope("predict", "--json", *remote, "--", *launch)

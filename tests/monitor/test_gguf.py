@@ -239,7 +239,9 @@ def test_split_model_sums_tensors_and_takes_metadata_from_split_1(split3: list[P
     # a later split resolves to split 1 (and hits the same cache entry)
     assert read_header(split3[2]) is h
     # each later split on its own holds only the split keys
-    later = mg._read_one(str(split3[1]), 4096)[1]
+    with contextlib.ExitStack() as stack:
+        opened = mg._open_split(str(split3[1]), 1, 3, stack)
+        later = mg._read_one(str(split3[1]), opened, 4096, mg._Budget())[1]
     assert set(later) == {"split.no", "split.count", "split.tensors.count"}
 
 

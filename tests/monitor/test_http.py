@@ -133,7 +133,8 @@ def make_server(
         token,
         box.latest,
         db,
-        Config(db_path=db, interval_s=1.0),
+        # the test's folders (tmp_path and the module's models folder share a parent)
+        Config(db_path=db, interval_s=1.0, http_model_dirs=(str(tmp_path.parent),)),
         estimates=lambda: box.estimates,
     )
 
@@ -476,13 +477,18 @@ def test_predict_bad_input_is_a_400_with_one_line(server: HttpServer, tmp_path: 
     secret = tmp_path / "secret.gguf"
     secret.write_bytes(b"not a model at all")
     answers = set()
-    for path in (tmp_path / "absent.gguf", tmp_path, secret, Path("/proc/1/mem")):
+    for path in (tmp_path / "absent.gguf", tmp_path, secret):
         error = one_line_error(
             *post_json(server, "/api/v1/predict", {"command": ["llama-server", "-m", str(path)]}),
             400,
         )
         answers.add(error.replace(str(path), "PATH"))
     assert answers == {"PATH: not a readable GGUF model file"}
+    # outside [http] model_dirs: refused by its resolved path alone, before any open
+    outside = post_json(
+        server, "/api/v1/predict", {"command": ["llama-server", "-m", "/proc/1/mem"]}
+    )
+    assert "outside the folders in [http] model_dirs" in one_line_error(*outside, 403)
 
 
 def test_predict_never_quotes_the_bytes_of_a_non_gguf_file(
