@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from monitor.gguf import reader as mg
 from monitor.gguf.reader import GgufError, GgufHeader, read_header
 
-TIME_BOUND_S = 0.5
+# a hang guard, not a speed claim: CPU seconds of this process (a busy box's waits do not
+# count); the reader's own bound is its item and byte budget (reader.MAX_HEADER_ITEMS)
+CPU_GUARD_S = 5.0
 PEAK_BOUND_BYTES = 32 * 1024 * 1024  # the seed header itself reads in well under 2 MiB
 CASES = 10_500
 
@@ -102,17 +104,17 @@ def test_gguf_reader_10k_cases_only_gguf_error_bounded(
     mg.clear_cache()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         got = read_header(path)
     except GgufError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(str(path)), str(exc)
     else:
         assert isinstance(got, GgufHeader)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     peak = tracemalloc.get_traced_memory()[1] - base
     mg.clear_cache()
-    assert elapsed < TIME_BOUND_S, elapsed
+    assert elapsed < CPU_GUARD_S, elapsed
     assert peak < PEAK_BOUND_BYTES, peak
 
 
