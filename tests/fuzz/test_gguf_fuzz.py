@@ -87,7 +87,7 @@ def traced() -> Iterator[None]:
 @pytest.mark.slow
 @settings(
     max_examples=CASES,
-    deadline=TIME_BOUND_S * 1000,
+    deadline=None,  # wall-clock varies with the box; CPU_GUARD_S bounds each case
     database=None,
     suppress_health_check=[
         HealthCheck.too_slow,
