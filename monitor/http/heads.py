@@ -120,6 +120,10 @@ class HeadReader:
         self._wake()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def add(self, sock: socket.socket, address: Any) -> None:
         """A new connection (from the accepting thread)."""
