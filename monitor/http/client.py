@@ -6,9 +6,13 @@ as a bearer token."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
-import urllib.error
-import urllib.request
+import socket
+import ssl
+import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,6 +22,10 @@ REMOTE_MAX_BYTES = 16 << 20
 """The most a daemon's answer may be: a snapshot of a box with 10,000 tracked processes is
 about 10 MiB; anything larger is not a vramscope daemon (and is not read into memory)."""
 REMOTE_MAX_EVENTS = 1000  # the daemon's own page size (monitor/http/server.py)
+CONNECT_TIMEOUT_S = 3.0
+"""To connect to a daemon (a LAN or loopback: a connect takes milliseconds; a box that is
+down or firewalled should not cost the whole request deadline)."""
+READ_CHUNK_BYTES = 65536
 
 
 class RemoteError(VramscopeError):
@@ -25,17 +33,36 @@ class RemoteError(VramscopeError):
 
 
 class DaemonClient:
-    """``GET`` JSON from the daemon at ``url`` (http or https only)."""
+    """``GET`` JSON from the daemon at ``url`` (http or https only).
 
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0) -> None:
+    Every request has two deadlines: ``connect_timeout_s`` to connect, and ``timeout_s``
+    for the whole exchange (connect, request, head and body). Socket timeouts alone are
+    per operation, so a server sending 1 byte every 4 s would keep a 5 s read going
+    forever: the answer is read in chunks against a monotonic deadline, and a watchdog
+    cuts the socket at the deadline whatever the read is waiting on (issue 28 item 10)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout_s: float = 5.0,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
             raise RemoteError(
                 f"--remote {url}: expected http://HOST:PORT, e.g. http://gpu-box:9835"
             )
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
+        self.connect_timeout_s = min(connect_timeout_s, timeout_s)
+        self._scheme, self._host, self._port = parts.scheme, parts.hostname, port
+        self._prefix = parts.path.rstrip("/")
 
     def get(self, path: str) -> Any:
         """The JSON answer to ``GET path``, at most ``REMOTE_MAX_BYTES``; RemoteError says
@@ -50,42 +77,15 @@ class DaemonClient:
     def _request(
         self, path: str, body: bytes | None = None, accept_codes: tuple[int, ...] = ()
     ) -> Any:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "Connection": "close"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        # http(s) only: no proxies, no file:// or ftp:// handlers
-        opener = urllib.request.OpenerDirector()
-        for handler in (
-            urllib.request.ProxyHandler({}),
-            urllib.request.HTTPHandler(),
-            urllib.request.HTTPSHandler(),
-            urllib.request.HTTPDefaultErrorHandler(),
-            urllib.request.HTTPErrorProcessor(),
-        ):
-            opener.add_handler(handler)
-        status = 200
-        request = urllib.request.Request(self.url + path, data=body, headers=headers)
-        try:
-            with opener.open(request, timeout=self.timeout_s) as response:
-                answer = response.read(REMOTE_MAX_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            if exc.code not in accept_codes:
-                hint = " (give --token)" if exc.code == 401 else ""
-                raise RemoteError(f"{self.url}{path}: HTTP {exc.code}{hint}") from None
-            status = exc.code
-            try:
-                answer = exc.read(REMOTE_MAX_BYTES + 1)
-            except OSError as read_exc:
-                raise RemoteError(f"{self.url}{path}: {read_exc}") from None
-        except (OSError, ValueError) as exc:
-            raise RemoteError(f"cannot reach the vramscope daemon at {self.url}: {exc}") from None
-        if len(answer) > REMOTE_MAX_BYTES:
-            raise RemoteError(
-                f"{self.url}{path}: the answer is larger than "
-                f"{REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?"
-            )
+        status, answer = self._exchange("GET" if body is None else "POST", path, body, headers)
+        if not 200 <= status < 300 and status not in accept_codes:
+            hint = " (give --token)" if status == 401 else ""
+            raise RemoteError(f"{self.url}{path}: HTTP {status}{hint}")
         try:
             doc = json.loads(answer)
         except (ValueError, RecursionError) as exc:
@@ -93,6 +93,93 @@ class DaemonClient:
                 f"{self.url}{path}: not JSON ({str(exc)[:80]}); not a vramscope daemon?"
             ) from None
         return (status, doc) if body is not None else doc
+
+    def _connection(self) -> http.client.HTTPConnection:
+        """A connection to the daemon (no proxies; https verifies the certificate)."""
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(
+                self._host,
+                self._port,
+                timeout=self.connect_timeout_s,
+                context=ssl.create_default_context(),
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout_s)
+
+    def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        """(HTTP status, body of at most REMOTE_MAX_BYTES), all within ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        conn = self._connection()
+        watchdog = threading.Timer(self.timeout_s, _cut, (conn,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            conn.request(method, self._prefix + path, body, headers)
+            _settimeout(conn, deadline)
+            response = conn.getresponse()
+            return response.status, _read_bounded(response, conn, deadline, self.url + path)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if time.monotonic() >= deadline - 0.05 or isinstance(exc, TimeoutError):
+                raise RemoteError(
+                    f"{self.url}{path}: timed out: no complete answer within "
+                    f"{self.timeout_s:g} s (connect: {self.connect_timeout_s:g} s)"
+                ) from None
+            raise RemoteError(f"cannot reach the vramscope daemon at {self.url}: {exc}") from None
+        finally:
+            watchdog.cancel()
+            conn.close()
+
+
+def _settimeout(conn: http.client.HTTPConnection, deadline: float) -> None:
+    """Each read may wait at most what is left of the deadline (and the watchdog cuts
+    a read that trickles past it)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("deadline")
+    if conn.sock is not None:
+        conn.sock.settimeout(remaining)
+
+
+def _cut(conn: http.client.HTTPConnection) -> None:
+    """The deadline passed: shut the socket down, so that a blocked read returns now (the
+    plain socket's shutdown: an SSL socket's would drop its state under the reader)."""
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _read_bounded(
+    response: http.client.HTTPResponse,
+    conn: http.client.HTTPConnection,
+    deadline: float,
+    where: str,
+) -> bytes:
+    """The body in chunks, each read against the deadline; more than REMOTE_MAX_BYTES
+    is refused without reading it all."""
+    length = response.getheader("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > REMOTE_MAX_BYTES:
+        raise RemoteError(_too_large(where))
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        _settimeout(conn, deadline)
+        chunk = response.read1(READ_CHUNK_BYTES)
+        if not chunk:
+            if time.monotonic() >= deadline:
+                raise TimeoutError("deadline")
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > REMOTE_MAX_BYTES:
+            raise RemoteError(_too_large(where))
+        chunks.append(chunk)
+
+
+def _too_large(where: str) -> str:
+    return (
+        f"{where}: the answer is larger than {REMOTE_MAX_BYTES >> 20} MiB; not a vramscope daemon?"
+    )
 
 
 def _value_problem(value: Any, kind: str) -> str | None:

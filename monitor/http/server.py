@@ -29,13 +29,17 @@ Security: no files are served. With a token, every request needs
 ``Authorization: Bearer TOKEN`` (compared in constant time) or gets 401, on loopback too,
 before anything else of the request is parsed or routed;
 listening anywhere but loopback without a token is refused (:class:`HttpConfigError`).
-Hostile clients are bounded: at most ``MAX_CONNECTIONS`` connections are served at once
-(more are answered 503 and closed at once, without a thread), the request line and
-headers may take ``MAX_HEAD_BYTES`` and ``MAX_HEADER_LINES`` (else 431) and must arrive
-within ``HEAD_TIMEOUT_S`` in all (a slow client is dropped). A path in a predict
-request gets the same error whether it is missing, unreadable or not a GGUF file, so the
-endpoint says nothing about which paths exist. Clients that go away mid-answer are
-counted and logged once, not one traceback each.
+Hostile clients are bounded: a connection holds no thread until its request line and
+headers have arrived; they are read on one thread (monitor/http/heads.py), may take
+``MAX_HEAD_BYTES`` and ``MAX_HEADER_LINES`` (else 431) and must arrive within
+``HEAD_TIMEOUT_S`` in all (a slow client is cut); at most ``MAX_PENDING_HEADS`` are
+pending (past that the oldest is answered 503). At most ``MAX_CONNECTIONS`` requests are
+then served at once, each on a thread, plus ``RESERVED_CONNECTIONS`` more kept for
+``/healthz`` and requests with the valid token; the rest are answered 503 (issue 28
+item 12: stalled or busy clients cannot starve health checks and authorized clients).
+A path in a predict request gets the same error whether it is missing, unreadable or not
+a GGUF file, so the endpoint says nothing about which paths exist. Clients that go away
+mid-answer are counted and logged once, not one traceback each.
 Without a token (loopback only) a request whose ``Host`` is a name other than
 ``localhost`` is refused (DNS rebinding), and the predict POST needs a JSON content type
 (a browser cannot send one cross-site without a preflight, which gets 501).
@@ -64,6 +68,12 @@ from collectors.base import Snapshot
 from monitor.errors import SetupError, VramscopeError
 from monitor.http.access import Caller, ModelAccess, ModelAccessError
 from monitor.http.deadline import PREDICT_DEADLINE_S, Busy, DeadlineExceeded, DeadlineRunner
+from monitor.http.heads import (
+    MAX_HEAD_BYTES,
+    Head,
+    HeadReader,
+    turn_away,
+)
 from monitor.http.metrics import (
     CONTENT_TYPE_LATEST,
     Assessments,
@@ -94,24 +104,18 @@ MAX_ABANDONED_PREDICTS = 4  # workers past their deadline still ending; while so
 EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
 EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT = 1000, 10000
 REQUEST_TIMEOUT_S = 10.0  # each read or write of a body or an answer
-HEAD_TIMEOUT_S = 5.0  # the request line and headers, in all (slowloris)
-MAX_HEAD_BYTES = 8192  # request line + headers
 MAX_HEADER_LINES = 48
-MAX_CONNECTIONS = 32  # served at once; each holds a thread
+MAX_CONNECTIONS = 32  # requests served at once; each holds a thread
+RESERVED_CONNECTIONS = 4
+"""More requests served at once when the ``MAX_CONNECTIONS`` are busy, only for
+``/healthz`` and requests with the valid token (a health check or the owner's client
+gets in while anyone else holds every general thread)."""
 DEFAULT_PORT = 9835
 
 _JSON = "application/json"
 # GGUF problems that say nothing about the bytes of the file (the rest may quote them:
 # "not a GGUF file (magic b'root')" would read 4 bytes of any file the daemon can read).
 _MODEL_UNREADABLE = "not a readable GGUF model file"  # missing, unreadable or not GGUF
-_BUSY_BODY = b'{"error":"busy: too many connections at once; try again"}\n'
-_BUSY = (
-    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
-    + str(len(_BUSY_BODY)).encode()
-    + b"\r\n\r\n"
-    + _BUSY_BODY
-)
 
 
 class HttpConfigError(SetupError):
@@ -172,35 +176,62 @@ class _Server(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.app = app
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(address, _Handler)
+        self.reserved = threading.BoundedSemaphore(RESERVED_CONNECTIONS)
+        self.heads = HeadReader(self._dispatch, app.quiet.note)
+        # each handler is made by _serve, with its head: the class is not called with 3
+        super().__init__(address, _Handler)  # type: ignore[arg-type]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread per connection while a slot is free; past that, 503 from here."""
-        if not self.slots.acquire(blocking=False):
+        """No thread yet: the head is read first, with every other pending head."""
+        self.heads.add(request, client_address)
+
+    def _dispatch(self, request: socket.socket, client_address: Any, head: Head) -> None:
+        """A complete head (on the head reader's thread): a thread from the general pool,
+        else from the reserved one when the head may use it, else 503 at once."""
+        pool = self._pool_for(head)
+        if pool is None:
             self.app.quiet.note(
                 "busy",
-                f"more than {MAX_CONNECTIONS} HTTP connections at once; the excess is answered 503",
+                f"more than {MAX_CONNECTIONS} HTTP requests at once; the excess is answered 503",
             )
-            with contextlib.suppress(OSError):
-                request.settimeout(0.5)
-                request.sendall(_BUSY)
-                request.setblocking(False)  # (with a timeout, recv would wait for data)
-                for _ in range(4):  # what it sent already: read, so that closing sends a
-                    if not request.recv(65536):  # FIN, not a reset that could cost the
-                        break  # client the 503
-            self.shutdown_request(request)
+            turn_away(request)
             return
         try:
-            super().process_request(request, client_address)
+            threading.Thread(
+                target=self._serve,
+                args=(request, client_address, head, pool),
+                name="vramscope-http-request",
+                daemon=True,
+            ).start()
         except BaseException:
-            self.slots.release()
+            pool.release()
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _pool_for(self, head: Head) -> threading.BoundedSemaphore | None:
+        if self.slots.acquire(blocking=False):
+            return self.slots
+        if _may_use_reserved(self.app, head) and self.reserved.acquire(blocking=False):
+            return self.reserved
+        return None
+
+    def _serve(
+        self,
+        request: socket.socket,
+        client_address: Any,
+        head: Head,
+        pool: threading.BoundedSemaphore,
+    ) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            _Handler(request, client_address, self, head)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self.slots.release()
+            self.shutdown_request(request)
+            pool.release()
+
+    def server_close(self) -> None:
+        self.heads.stop()
+        super().server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One line, never socketserver's traceback on stderr."""
@@ -294,6 +325,7 @@ class HttpServer:
                 f"cannot listen on {_host_port(self._host, self._port)}: {exc.strerror or exc}"
             ) from None
         self._server = server
+        server.heads.start()
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.2},
@@ -503,10 +535,6 @@ class QuietLog:
             log.debug("%s (%d so far)", message, n)
 
 
-class _HeadTooLarge(Exception):
-    pass
-
-
 class _BodyReader(io.BufferedIOBase):
     """The bytes that came after the head, then the connection's own reader."""
 
@@ -533,21 +561,25 @@ class _BodyReader(io.BufferedIOBase):
         super().close()
 
 
-def _head_end(buf: bytearray, start: int) -> int | None:
-    """The index just past the blank line that ends a request head, if it arrived."""
-    for mark in (b"\r\n\r\n", b"\n\n"):
-        at = buf.find(mark, max(0, start - len(mark)))
-        if at >= 0:
-            return at + len(mark)
-    return None
-
-
 def _header(lines: list[bytes], name: bytes) -> str | None:
     for line in lines:
         key, sep, value = line.partition(b":")
         if sep and key.strip().lower() == name:
             return value.strip().decode("latin-1")
     return None
+
+
+def _may_use_reserved(app: HttpServer, head: Head) -> bool:
+    """A request the reserved threads are kept for: ``/healthz`` (whoever asks: without
+    the token it is answered 401 at once), or any request with the valid token when one
+    is set (without a token every local client is alike: only health checks)."""
+    lines = head.lines()
+    if head.too_large or not lines:
+        return False
+    parts = lines[0].split()
+    if len(parts) >= 2 and urlsplit(parts[1].decode("latin-1")).path == "/healthz":
+        return True
+    return app.token_required and app.authorized(_header(lines[1:], b"authorization"))
 
 
 def _int_param(
@@ -626,31 +658,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -------------------------------------------------------------
 
+    def __init__(
+        self, request: socket.socket, client_address: Any, server: _Server, head: Head
+    ) -> None:
+        self.head = head  # read already, by monitor/http/heads.py
+        super().__init__(request, client_address, server)
+
     def handle_one_request(self) -> None:
-        """The base class, with the head read under limits and the token checked first."""
+        """The base class, on the head read already under limits, the token checked first."""
         self.close_connection = True  # HTTP/1.0: one request per connection
         self.request_version, self.command, self.requestline = "HTTP/1.0", "", ""
-        try:
-            got = self._read_head()
-        except _HeadTooLarge:
+        if self.head.too_large:
             self.send_error(
                 431,
                 f"the request line and headers may take {MAX_HEAD_BYTES} "
                 f"bytes and {MAX_HEADER_LINES} lines",
             )
             return
-        except TimeoutError:
-            self.server.app.quiet.note(
-                "slow",
-                f"an HTTP client did not finish its request within {HEAD_TIMEOUT_S:.0f} s; dropped",
-            )
-            return
-        if got is None:
-            return
-        head, extra = got
-        lines = [line.rstrip(b"\r") for line in head.split(b"\n")]
-        while lines and not lines[-1]:
-            lines.pop()
+        extra = self.head.extra
+        lines = self.head.lines()
         if len(lines) > MAX_HEADER_LINES + 1:
             self.send_error(431, f"at most {MAX_HEADER_LINES} header lines")
             return
@@ -678,30 +704,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(501, f"unsupported method ({self.command[:20]!r})")
             return
         method()
-
-    def _read_head(self) -> tuple[bytes, bytes] | None:
-        """(head, bytes after it) read straight from the socket, at most MAX_HEAD_BYTES,
-        all within HEAD_TIMEOUT_S however slowly it trickles; None if the client closed."""
-        sock = self.connection
-        deadline = time.monotonic() + HEAD_TIMEOUT_S
-        buf = bytearray()
-        scanned = 0
-        while (end := _head_end(buf, scanned)) is None:
-            scanned = len(buf)
-            if len(buf) > MAX_HEAD_BYTES:
-                raise _HeadTooLarge
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("request head")
-            sock.settimeout(remaining)
-            chunk = sock.recv(4096)
-            if not chunk:
-                return None
-            buf += chunk
-        if end > MAX_HEAD_BYTES:
-            raise _HeadTooLarge
-        sock.settimeout(REQUEST_TIMEOUT_S)
-        return bytes(buf[:end]), bytes(buf[end:])
 
     def version_string(self) -> str:
         return self.server_version  # no Python version in the Server header

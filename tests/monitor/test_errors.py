@@ -50,7 +50,6 @@ PRIVATE = {
     "monitor.engines.llamacpp._Bad",
     "monitor.analysis.assess._Bad",
     "monitor.http.server._RequestError",
-    "monitor.http.server._HeadTooLarge",
     "monitor.integrations.slots._HttpError",
     "monitor.cli.main._OneLine",
 }

@@ -3,22 +3,23 @@ its devices, models, the headroom left on its tightest device and its active ale
 unreachable box says so. Enter opens that box's main screen (Esc comes back).
 
 Each box is a :class:`tui.source.RemoteSource` (the daemon's HTTP API, answers checked as
-untrusted); all boxes are read in one worker thread per refresh, a few at a time.
+untrusted) read on a daemon thread of its own, with its own deadline (monitor/http/
+client.py): each row is drawn as its box answers, so one slow or dead box shows its own
+"timed out" row while the others show their data, and a box still being read is not
+read again (issue 28 item 10). Quitting never waits for a read.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
-from textual.worker import get_current_worker
 
 from monitor.analysis.fleet import BoxRow, active_alerts
 from monitor.errors import describe
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from tui.app import VramscopeApp
 
 COLUMNS = ("box", "devices (used/total)", "models", "headroom", "alerts")
-MAX_AT_ONCE = 8
 
 
 def box_row(url: str, frame: Frame) -> BoxRow:
@@ -56,8 +56,11 @@ def box_row(url: str, frame: Frame) -> BoxRow:
 
 
 @dataclass
-class FleetReady(Message, bubble=False):
-    rows: list[BoxRow]
+class BoxReady(Message, bubble=False):
+    """One box answered (or failed): its row, at its index in the fleet."""
+
+    index: int
+    row: BoxRow
 
 
 class FleetScreen(Screen):
@@ -77,7 +80,9 @@ class FleetScreen(Screen):
         super().__init__()
         self.sources = sources
         self.refresh_s = refresh_s
-        self.rows: list[BoxRow] = []
+        self.rows: list[BoxRow | None] = [None] * len(sources)
+        """Each box's latest row, in fleet order; None until it first answers."""
+        self._reading: set[int] = set()  # boxes whose read is still running
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -91,6 +96,8 @@ class FleetScreen(Screen):
         table = self.query_one("#fleet", DataTable)
         for name in COLUMNS:
             table.add_column(name, key=name)
+        for i, source in enumerate(self.sources):
+            table.add_row(cell(source.url), cell("connecting…"), "-", "-", "-", key=str(i))
         self.fetch()
         if self.refresh_s:
             self.set_interval(self.refresh_s, self.fetch, name="fleet-poll")
@@ -98,30 +105,29 @@ class FleetScreen(Screen):
     def action_refresh(self) -> None:
         self.fetch()
 
-    @work(thread=True, exclusive=True, group="fleet")
     def fetch(self) -> None:
-        worker = get_current_worker()
+        """Read every box not being read already, each on its own daemon thread."""
+        for i, source in enumerate(self.sources):
+            if i in self._reading:
+                continue
+            self._reading.add(i)
+            threading.Thread(
+                target=self._read, args=(i, source), name="vramscope-fleet", daemon=True
+            ).start()
 
-        def read(source: RemoteSource) -> BoxRow:
-            try:
-                return box_row(source.url, source.latest())
-            except Exception as exc:  # one box down is a row that says so
-                return BoxRow(source.url, error=describe(exc))
+    def _read(self, index: int, source: RemoteSource) -> None:
+        try:
+            row = box_row(source.url, source.latest())
+        except Exception as exc:  # one box down is a row that says so
+            row = BoxRow(source.url, error=describe(exc))
+        self.post_message(BoxReady(index, row))
 
-        with ThreadPoolExecutor(max_workers=min(MAX_AT_ONCE, len(self.sources))) as pool:
-            rows = list(pool.map(read, self.sources))
-        if not worker.is_cancelled:
-            self.post_message(FleetReady(rows))
-
-    def on_fleet_ready(self, message: FleetReady) -> None:
-        self.rows = message.rows
+    def on_box_ready(self, message: BoxReady) -> None:
+        self._reading.discard(message.index)
+        self.rows[message.index] = message.row
         table = self.query_one("#fleet", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        for i, row in enumerate(message.rows):
-            table.add_row(*self.cells(row), key=str(i))
-        if message.rows:
-            table.move_cursor(row=min(cursor, len(message.rows) - 1))
+        for name, value in zip(COLUMNS, self.cells(message.row), strict=True):
+            table.update_cell(str(message.index), name, value, update_width=True)
 
     @staticmethod
     def cells(row: BoxRow) -> tuple[object, ...]:

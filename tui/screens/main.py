@@ -11,7 +11,7 @@ import gc
 import threading
 from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -41,6 +41,37 @@ if TYPE_CHECKING:
 
 
 REPLAY_WINDOW_MS = 3600_000
+T = TypeVar("T")
+DETACHED_POLL_S = 0.05  # how often a worker waiting on a detached read checks for cancel
+
+
+class Abandoned(Exception):
+    """The worker was cancelled while its detached read was still running."""
+
+
+def call_detached(call: Callable[[], T], cancelled: Callable[[], bool]) -> T:
+    """``call()`` on a daemon thread; its result (or its exception), or Abandoned as soon
+    as ``cancelled()`` says so while it still runs (the thread is left to finish alone:
+    a remote read ends at its own deadline, monitor/http/client.py)."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the waiting worker
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="vramscope-read", daemon=True).start()
+    while not done.wait(DETACHED_POLL_S):
+        if cancelled():
+            raise Abandoned
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
 
 
 class StatusLine(Widget):
@@ -165,12 +196,21 @@ class MainScreen(Screen):
     @work(thread=True, exclusive=True, group="poll")
     def fetch_latest(self) -> None:
         worker = get_current_worker()
-        self._fetch(lambda: worker.is_cancelled)
-
-    def _fetch(self, cancelled: Callable[[], bool]) -> None:
-        """One frame from the source, posted to the screen (off the event loop)."""
         try:
-            frame = self.app.source.latest()
+            self._fetch(lambda: worker.is_cancelled, detached=True)
+        except Abandoned:  # the app quits (or a newer fetch replaced this one)
+            return
+
+    def _fetch(self, cancelled: Callable[[], bool], detached: bool = False) -> None:
+        """One frame from the source, posted to the screen (off the event loop).
+        ``detached``: the source is read on a daemon thread of its own, which a cancelled
+        worker leaves behind, so that quitting never waits for a slow source (the
+        executor of Textual's thread workers is joined when the app's loop closes)."""
+        latest = self.app.source.latest
+        try:
+            frame = call_detached(latest, cancelled) if detached else latest()
+        except Abandoned:
+            raise
         except Exception as exc:  # any failure is a message on screen
             self.post_message(SourceFailed(describe(exc)))
             return
@@ -308,7 +348,9 @@ class MainScreen(Screen):
             return
         frame = self.frame
         if frame is None:
-            status.content = Content.styled("waiting for the first sample…", "$text-muted")
+            url = getattr(self.app.source, "url", None)
+            waiting = f"connecting to {url}…" if url else "waiting for the first sample…"
+            status.content = plain(waiting, "$text-muted")
             return
         mode = "replay" if self.replay_ts is not None else ("live" if frame.live else "database")
         gpus = sum(1 for d in frame.picture.devices if d != "host")
