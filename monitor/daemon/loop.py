@@ -363,11 +363,13 @@ def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: fl
         source = "zombie"
     if ctx.proc_events is not None:
         # the exit datagram comes before the process is reaped; the reader thread may
-        # not have read it yet: wait for it a little
+        # not have read it yet: wait for it a little. The pid may have been reused since:
+        # the exit picked is the one after this process's start (and fork)
         status = ctx.proc_events.exit_of(
             gone.pid,
             wait_s=max(0.0, wait_until - time.monotonic()),
             since_ms=gone.last_seen_ms - 1000,
+            start_ticks=gone.start_ticks,
         )
         if status is not None:
             code, sig, core = status.exit_code, status.exit_signal, status.core_dumped
