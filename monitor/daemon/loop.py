@@ -73,16 +73,28 @@ class DaemonContext:
     replay_files: list[Path] = field(default_factory=list)  # backlog files queued, unwritten
     counts: EventCounts = field(default_factory=EventCounts)  # exits and log records, /metrics
     growth: GrowthLogs = field(default_factory=GrowthLogs)  # servers' own growth, /metrics
+    integrity: Any = None  # monitor.store.integrity.IntegrityWatch: quick_check, hourly
 
     def health(self) -> WriterHealth:
         """Safe from any thread: reads a few fields the worker thread swaps."""
+        checked = self.integrity.result() if self.integrity is not None else None
         return WriterHealth(
             self.db_error is None,
             self.db_error,
             self.db_error_since_ms,
             len(self.pending),
             self.dropped,
+            None if checked is None else checked.ok,
+            None if checked is None else checked.problem,
+            None if checked is None else checked.checked_ms,
         )
+
+    def note_error(self, exc: BaseException) -> None:
+        """SQLITE_CORRUPT from a write or a prune: check the whole file now."""
+        from monitor.store.integrity import is_corrupt_error
+
+        if self.integrity is not None and is_corrupt_error(exc):
+            self.integrity.request()
 
 
 def tick(ctx: DaemonContext) -> Snapshot:
@@ -201,6 +213,7 @@ def _write_pending(ctx: DaemonContext) -> None:
                 )
             break
         except Exception as exc:
+            ctx.note_error(exc)
             failures = ctx.failures.get(head.ts_ms, 0) + 1
             ctx.failures[head.ts_ms] = failures
             if failures < POISON_TRIES:
@@ -487,6 +500,7 @@ def prune(ctx: DaemonContext) -> None:
         counts = ctx.store.prune(now_ms(), ctx.config.retention)
         log.debug("prune: %s", counts)
     except sqlite3.Error as exc:
+        ctx.note_error(exc)
         log.error("prune failed: %s", exc)
 
 
@@ -599,6 +613,10 @@ def run(config: Config) -> int:
     from monitor.logs.kmsg import KmsgFollower
 
     ctx = DaemonContext(config, store, sampler)
+    from monitor.store.integrity import IntegrityWatch
+
+    ctx.integrity = IntegrityWatch(config.db_path, config.integrity_check_s)
+    ctx.integrity.start()
     _queue_backlog(ctx)
     ctx.kmsg = KmsgFollower()
     from collectors.proc_events import ProcEventListener
@@ -758,6 +776,7 @@ def run(config: Config) -> int:
             ctx.kmsg.close()
         if ctx.proc_events is not None:
             ctx.proc_events.close()
+        ctx.integrity.close()
         for tail in ctx.tails:
             tail.close()
         file_lock.close()
