@@ -586,6 +586,23 @@ def _http_server(
         raise StoreError(str(exc)) from None
 
 
+def _start_watchers(ctx: DaemonContext) -> None:
+    """The database's periodic integrity check and the process-event connector (exit
+    statuses), each in a thread of its own."""
+    from collectors.proc_events import ProcEventListener
+    from monitor.store.integrity import IntegrityWatch
+
+    ctx.integrity = IntegrityWatch(ctx.config.db_path, ctx.config.integrity_check_s)
+    ctx.integrity.start()
+    ctx.proc_events = ProcEventListener()
+    if not ctx.proc_events.open() or not ctx.proc_events.verify():
+        ctx.proc_events.close()
+        log.warning(
+            "exit statuses from zombies and kernel records only (%s)", ctx.proc_events.error
+        )
+        ctx.proc_events = None
+
+
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT; return the exit code."""
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
@@ -613,21 +630,9 @@ def run(config: Config) -> int:
     from monitor.logs.kmsg import KmsgFollower
 
     ctx = DaemonContext(config, store, sampler)
-    from monitor.store.integrity import IntegrityWatch
-
-    ctx.integrity = IntegrityWatch(config.db_path, config.integrity_check_s)
-    ctx.integrity.start()
+    _start_watchers(ctx)
     _queue_backlog(ctx)
     ctx.kmsg = KmsgFollower()
-    from collectors.proc_events import ProcEventListener
-
-    ctx.proc_events = ProcEventListener()
-    if not ctx.proc_events.open() or not ctx.proc_events.verify():
-        ctx.proc_events.close()
-        log.warning(
-            "exit statuses from zombies and kernel records only (%s)", ctx.proc_events.error
-        )
-        ctx.proc_events = None
     if not ctx.kmsg.open():
         log.warning(
             "kernel log not followed (%s): OOM kills will not be recorded; run as "
