@@ -10,11 +10,20 @@ code is ``(status >> 8) & 0xff``, the terminating signal ``status & 0x7f``, a co
 ``status & 0x80``. Only the thread-group leader's exit (``pid == tgid``) is kept: that is
 the process. Needs CAP_NET_ADMIN in the initial network namespace; without it
 :meth:`ProcEventListener.open` returns False and says why in ``error``.
+
+A pid is reused: at thousands of processes a minute a server's pid can belong to a new
+process (which may exit 0) before the daemon asks how the server ended. So every event of
+a pid is kept (``PROC_EVENT_FORK`` of a child with that pid, its ``EXEC``, its ``EXIT``),
+with the kernel's ``timestamp_ns`` (``ktime_get_ns()``: CLOCK_MONOTONIC), and
+:func:`pick_exit` chooses the exit of the process that was sampled, from its start time
+and its fork. Only the kernel's messages count: a datagram whose sender port id
+(``nl_pid``) is not 0 was sent by a user-space process and is dropped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import struct
@@ -23,20 +32,25 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+log = logging.getLogger(__name__)
+
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
 CN_VAL_PROC = 1
 PROC_CN_MCAST_LISTEN = 1
 PROC_EVENT_EXIT = 0x80000000
 PROC_EVENT_EXEC = 0x00000002
+PROC_EVENT_FORK = 0x00000001
 EXEC_EVENT = struct.Struct("=ii")  # pid, tgid
+FORK_EVENT = struct.Struct("=iiii")  # parent pid, parent tgid, child pid, child tgid
 MAX_YOUNG = 256  # servers exec'd and not yet seen exiting, remembered at most
 NLMSG_DONE = 3
 NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 CN_MSG = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
 EVENT_HEAD = struct.Struct("=IIQ")  # what, cpu, timestamp_ns
 EXIT_EVENT = struct.Struct("=iiIIii")  # pid, tgid, exit_code, exit_signal, ppid, ptgid
-MAX_KEPT = 8192  # exits remembered (oldest dropped first): minutes on a busy host
+MAX_KEPT = 8192  # pids whose events are remembered (oldest dropped first): minutes
+MAX_PER_PID = 8  # events kept per pid (fork, exec, exit of the last few holders)
 MAX_MESSAGES = 64  # per datagram parsed at most
 
 
@@ -49,6 +63,45 @@ class ExitStatus:
     exit_signal: int | None  # for a death by signal
     core_dumped: bool
     ts_ms: int  # when it was received (epoch ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcEvent:
+    """One kernel event about a process: ``kind`` "fork" (a process with this pid was
+    created), "exec" or "exit" (then ``status``), at ``ts_ns`` (CLOCK_MONOTONIC)."""
+
+    kind: str
+    pid: int
+    ts_ns: int
+    status: ExitStatus | None = None
+
+
+def pick_exit(
+    events: tuple[ProcEvent, ...] | list[ProcEvent],
+    start_ns: int | None,
+    tick_ns: int,
+    alive_ns: int | None = None,
+) -> ExitStatus | None:
+    """The exit of the process that started at ``start_ns`` (its /proc start time, floored
+    to a clock tick of ``tick_ns``, on CLOCK_MONOTONIC) and was seen alive at ``alive_ns``,
+    among the events of its pid in the order the kernel sent them.
+
+    An exit before the process started, or before the fork that created it (the last fork
+    of this pid up to two ticks after ``start_ns``), belongs to an older holder of the pid;
+    the first exit after both is this process's: a later holder can only exit after it.
+    """
+    lower = 0
+    if start_ns is not None:
+        lower = start_ns
+        forks = [e.ts_ns for e in events if e.kind == "fork" and e.ts_ns < start_ns + 2 * tick_ns]
+        if forks:
+            lower = max(lower, forks[-1])
+    if alive_ns is not None:
+        lower = max(lower, alive_ns)
+    for event in events:
+        if event.kind == "exit" and event.ts_ns >= lower and event.status is not None:
+            return event.status
+    return None
 
 
 def decode_wait_status(status: int) -> tuple[int | None, int | None, bool]:
@@ -83,8 +136,15 @@ def parse_datagram(data: bytes, ts_ms: int = 0) -> list[ExitStatus]:
 
 def parse_events(data: bytes, ts_ms: int = 0) -> tuple[list[int], list[ExitStatus]]:
     """(pids that exec'd, process exits) in one netlink datagram; never raises."""
-    execs: list[int] = []
-    out: list[ExitStatus] = []
+    events = parse_proc_events(data, ts_ms)
+    execs = [e.pid for e in events if e.kind == "exec"]
+    return execs, [e.status for e in events if e.status is not None]
+
+
+def parse_proc_events(data: bytes, ts_ms: int = 0) -> list[ProcEvent]:
+    """The fork, exec and exit events of processes (not threads) in one netlink datagram,
+    in order; other events and garbage are skipped; never raises."""
+    out: list[ProcEvent] = []
     offset = 0
     for _ in range(MAX_MESSAGES):
         if len(data) - offset < NLMSG_HDR.size:
@@ -94,27 +154,34 @@ def parse_events(data: bytes, ts_ms: int = 0) -> tuple[list[int], list[ExitStatu
             break
         body = data[offset + NLMSG_HDR.size : offset + length]
         offset += (length + 3) & ~3  # NLMSG_ALIGN
-        if len(body) < CN_MSG.size + EVENT_HEAD.size + EXEC_EVENT.size:
-            continue
-        idx, val = CN_MSG.unpack_from(body, 0)[:2]
-        if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC):
-            continue
-        what = EVENT_HEAD.unpack_from(body, CN_MSG.size)[0]
-        if what == PROC_EVENT_EXEC:
-            pid, tgid = EXEC_EVENT.unpack_from(body, CN_MSG.size + EVENT_HEAD.size)
-            if pid == tgid and pid > 0:
-                execs.append(pid)
-            continue
-        if what != PROC_EVENT_EXIT or len(body) < CN_MSG.size + EVENT_HEAD.size + EXIT_EVENT.size:
-            continue
-        pid, tgid, status, _sig, _ppid, _ptgid = EXIT_EVENT.unpack_from(
-            body, CN_MSG.size + EVENT_HEAD.size
-        )
-        if pid != tgid or pid <= 0:
-            continue  # a thread of a process, not the process
-        code, signal, core = decode_wait_status(status)
-        out.append(ExitStatus(pid, code, signal, core, ts_ms))
-    return execs, out
+        event = _one_event(body, ts_ms)
+        if event is not None:
+            out.append(event)
+    return out
+
+
+def _one_event(body: bytes, ts_ms: int) -> ProcEvent | None:
+    """The event in one message body (cn_msg + proc_event), or None."""
+    head = CN_MSG.size + EVENT_HEAD.size
+    if len(body) < head + EXEC_EVENT.size:
+        return None
+    idx, val = CN_MSG.unpack_from(body, 0)[:2]
+    if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC):
+        return None
+    what, _cpu, ts_ns = EVENT_HEAD.unpack_from(body, CN_MSG.size)
+    if what == PROC_EVENT_EXEC:
+        pid, tgid = EXEC_EVENT.unpack_from(body, head)
+        return ProcEvent("exec", pid, ts_ns) if pid == tgid and pid > 0 else None
+    if what == PROC_EVENT_FORK and len(body) >= head + FORK_EVENT.size:
+        child, child_tgid = FORK_EVENT.unpack_from(body, head)[2:]
+        return ProcEvent("fork", child, ts_ns) if child == child_tgid and child > 0 else None
+    if what != PROC_EVENT_EXIT or len(body) < head + EXIT_EVENT.size:
+        return None
+    pid, tgid, status, _sig, _ppid, _ptgid = EXIT_EVENT.unpack_from(body, head)
+    if pid != tgid or pid <= 0:
+        return None  # a thread of a process, not the process
+    code, signal, core = decode_wait_status(status)
+    return ProcEvent("exit", pid, ts_ns, ExitStatus(pid, code, signal, core, ts_ms))
 
 
 def young_server(pid: int, ts_ms: int, proc: str = "/proc") -> YoungServer | None:
@@ -132,6 +199,26 @@ def young_server(pid: int, ts_ms: int, proc: str = "/proc") -> YoungServer | Non
         return None
 
 
+TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's time unit
+
+
+def boot_ticks_to_monotonic_ns(start_ticks: int) -> int:
+    """A /proc/PID/stat start time (clock ticks since boot, CLOCK_BOOTTIME since Linux
+    5.3) on the connector's clock (CLOCK_MONOTONIC: the same, less time suspended)."""
+    suspended_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+    return start_ticks * TICK_NS - suspended_ns
+
+
+def epoch_ms_to_monotonic_ns(epoch_ms: int) -> int:
+    """A wall-clock time (epoch ms) on CLOCK_MONOTONIC, with the offset of now."""
+    return epoch_ms * 1_000_000 - (time.time_ns() - time.monotonic_ns())
+
+
+def _from_kernel(sender: object) -> bool:
+    """Whether a datagram's sender address is the kernel's (netlink port id 0)."""
+    return isinstance(sender, tuple) and len(sender) >= 1 and sender[0] == 0
+
+
 def listen_request() -> bytes:
     """The PROC_CN_MCAST_LISTEN message that starts the stream."""
     op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
@@ -142,12 +229,14 @@ def listen_request() -> bytes:
 
 
 class ProcEventListener:
-    """A background thread reading exits into a bounded ``pid -> ExitStatus`` map."""
+    """A background thread reading events into a bounded ``pid -> events`` map (at most
+    ``max_kept`` pids, ``MAX_PER_PID`` events each)."""
 
     def __init__(self, max_kept: int = MAX_KEPT) -> None:
         self.max_kept = max_kept
         self.error: str | None = None
-        self._exits: OrderedDict[int, ExitStatus] = OrderedDict()
+        self.forged_dropped = 0  # datagrams from a user-space sender (nl_pid != 0)
+        self._events: OrderedDict[int, tuple[ProcEvent, ...]] = OrderedDict()
         self._young: OrderedDict[int, YoungServer] = OrderedDict()
         self._early: list[tuple[YoungServer, ExitStatus]] = []
         self._lock = threading.Condition()
@@ -193,6 +282,7 @@ class ProcEventListener:
         argv = [shutil.which("true") or sys.executable] + (
             [] if shutil.which("true") else ["-c", "pass"]
         )
+        since_ms = int(time.time() * 1000) - 1000
         try:
             child = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -201,7 +291,7 @@ class ProcEventListener:
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.error = f"cannot check the process events connector: {exc}"
             return False
-        if self.exit_of(child.pid, wait_s=timeout_s) is not None:
+        if self.exit_of(child.pid, wait_s=timeout_s, since_ms=since_ms) is not None:
             return True
         self.error = (
             "subscribed to the process events connector but no exit arrived "
@@ -213,7 +303,7 @@ class ProcEventListener:
         sock = self._sock
         while not self._closed and sock is not None:
             try:
-                data = sock.recv(65536)
+                data, sender = sock.recvfrom(65536)
             except TimeoutError:
                 continue
             except OSError as exc:
@@ -222,26 +312,39 @@ class ProcEventListener:
                 if not self._closed:
                     self.error = f"process events connector failed: {exc}"
                 break
+            if not _from_kernel(sender):
+                self._forged(sender)
+                continue
             now_ms = int(time.time() * 1000)
-            execs, found = parse_events(data, now_ms)
+            events = parse_proc_events(data, now_ms)
+            execs = [e.pid for e in events if e.kind == "exec"]
             young = [y for pid in execs if (y := young_server(pid, now_ms)) is not None]
-            if found or young:
-                self._keep(young, found)
+            if events:
+                self._keep(young, events)
 
-    def _keep(self, young: list[YoungServer], found: list[ExitStatus]) -> None:
+    def _forged(self, sender: object) -> None:
+        """A datagram another process sent to our socket: not the kernel's word; counted,
+        said once at debug level."""
+        self.forged_dropped += 1
+        if self.forged_dropped == 1:
+            log.debug("dropped a process-event datagram from user space (sender %r)", sender)
+
+    def _keep(self, young: list[YoungServer], events: list[ProcEvent]) -> None:
         with self._lock:
             for y in young:
                 self._young[y.pid] = y
                 while len(self._young) > MAX_YOUNG:
                     self._young.popitem(last=False)
-            for status in found:
-                self._exits.pop(status.pid, None)
-                self._exits[status.pid] = status
-                server = self._young.pop(status.pid, None)
+            for event in events:
+                kept = self._events.pop(event.pid, ())
+                self._events[event.pid] = (*kept, event)[-MAX_PER_PID:]
+                if event.status is None:
+                    continue
+                server = self._young.pop(event.pid, None)
                 if server is not None and len(self._early) < MAX_YOUNG:
-                    self._early.append((server, status))
-            while len(self._exits) > self.max_kept:
-                self._exits.popitem(last=False)
+                    self._early.append((server, event.status))
+            while len(self._events) > self.max_kept:
+                self._events.popitem(last=False)
             self._lock.notify_all()
 
     def take_early_exits(self) -> list[tuple[YoungServer, ExitStatus]]:
@@ -251,15 +354,23 @@ class ProcEventListener:
             return out
 
     def exit_of(
-        self, pid: int, wait_s: float = 0.0, since_ms: int | None = None
+        self,
+        pid: int,
+        wait_s: float = 0.0,
+        since_ms: int | None = None,
+        start_ticks: int | None = None,
     ) -> ExitStatus | None:
-        """The exit recorded for ``pid`` (received at or after ``since_ms``), waiting up to
-        ``wait_s`` for a datagram the thread has not read yet."""
+        """The exit of the process ``pid`` that started at ``start_ticks`` (/proc/PID/stat
+        field 22) and was alive at ``since_ms`` (epoch ms), chosen by :func:`pick_exit`
+        among every exit of that pid kept; waits up to ``wait_s`` for a datagram the thread
+        has not read yet. Without either bound: the first exit kept."""
         deadline = time.monotonic() + wait_s
+        start_ns = None if start_ticks is None else boot_ticks_to_monotonic_ns(start_ticks)
+        alive_ns = None if since_ms is None else epoch_ms_to_monotonic_ns(since_ms)
         with self._lock:
             while True:
-                found = self._exits.get(pid)
-                if found is not None and (since_ms is None or found.ts_ms >= since_ms):
+                found = pick_exit(self._events.get(pid, ()), start_ns, TICK_NS, alive_ns)
+                if found is not None:
                     return found
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.active:

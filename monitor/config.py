@@ -54,6 +54,7 @@ class Config:
     db_path: Path = field(default_factory=lambda: default_state_dir() / DB_NAME)
     interval_s: float = 1.0
     prune_interval_s: float = 3600.0
+    integrity_check_s: float = 3600.0  # SQLite quick_check of the database while running
     log_level: str = "info"
     roots: Roots = field(default_factory=Roots)
     collectors: tuple[str, ...] | None = None  # None: each collector's default
@@ -86,6 +87,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
     "daemon": {
         "interval_s": (_NUM, (0.05, 3600)),
         "prune_interval_s": (_NUM, (1, 86400)),
+        "integrity_check_s": (_NUM, (1, 86400 * 7)),
         "db": (str, None),
         "log_level": (str, ("debug", "info", "warning", "error")),
     },
@@ -281,6 +283,7 @@ def load(
         db_path=db_path.resolve(),  # one lock per real file, whatever the spelling
         interval_s=float(interval_s if interval_s is not None else daemon.get("interval_s", 1.0)),
         prune_interval_s=float(daemon.get("prune_interval_s", base.prune_interval_s)),
+        integrity_check_s=float(daemon.get("integrity_check_s", base.integrity_check_s)),
         log_level=log_level or daemon.get("log_level", base.log_level),
         roots=roots,
         collectors=tuple(enabled) if enabled is not None else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -282,6 +283,17 @@ def database_file_checks(path: Path) -> list[Check]:
                 "keep them as evidence or delete them; the daemon started a new database",
             )
         )
+    from monitor.store.integrity import read_marker
+
+    if lock_holder(path) is None and (corrupt := read_marker(path)) is not None:
+        checks.append(
+            Check(
+                "database",
+                "warn",
+                f"the daemon found {path} corrupt while it ran: {corrupt}",
+                "start `vramscope daemon`: it moves the file aside and starts a new one",
+            )
+        )
     for side in backlog.paths(path):
         if side.exists():
             checks.append(
@@ -329,19 +341,7 @@ def _database_state(config: Config) -> list[Check]:
     path = config.db_path
     holder = lock_holder(path)
     if holder is not None:
-        health = daemon_health(config)
-        if health is not None and health[0] != 200 and health[1].startswith("database:"):
-            return [
-                Check(
-                    "database",
-                    "fail",
-                    f"the daemon (pid {holder}) cannot write {path}: {health[1]}",
-                    "free disk space, stop the other writer, or fix the file's "
-                    "permissions; the daemon keeps sampling and writes the backlog "
-                    "when it can",
-                )
-            ]
-        return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
+        return _daemon_database(config, holder)
     if path.exists():
         from monitor.store.database import classify
 
@@ -374,6 +374,71 @@ def _database_state(config: Config) -> list[Check]:
             )
         ]
     return [Check("database", "info", f"{path} will be created by `vramscope daemon`")]
+
+
+STALE_TICKS = 5  # as /healthz: a tick older than 5 intervals (at least STALE_MIN_S)
+STALE_MIN_S = 10.0
+
+
+def _daemon_database(config: Config, holder: int) -> list[Check]:
+    """The database a running daemon holds: corrupt (its /healthz, or the mark it left
+    beside the file), refusing writes (its /healthz; without an answer from it, its last
+    tick in the file older than 5 intervals), else ok."""
+    from monitor.store.integrity import read_marker
+
+    path = config.db_path
+    health = daemon_health(config)
+    corrupt = read_marker(path)
+    if corrupt is None and health is not None and health[1].startswith("database corrupt:"):
+        corrupt = health[1]
+    if corrupt is not None:
+        return [
+            Check(
+                "database",
+                "fail",
+                f"the daemon (pid {holder}) found {path} corrupt: {corrupt}",
+                "restart the daemon: it moves the file aside and starts a new database",
+            )
+        ]
+    why = None
+    if health is not None and health[0] != 200 and health[1].startswith("database:"):
+        why = health[1]
+    elif health is None and (stale := _stale_for_s(path)) is not None:
+        why = f"no tick written for {stale:.0f} s (its /healthz did not answer)"
+    if why is not None:
+        return [
+            Check(
+                "database",
+                "fail",
+                f"the daemon (pid {holder}) cannot write {path}: {why}",
+                "free disk space, stop the other writer, or fix the file's "
+                "permissions; the daemon keeps sampling and writes the backlog "
+                "when it can",
+            )
+        ]
+    return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
+
+
+def _stale_for_s(path: Path) -> float | None:
+    """Seconds since the daemon last wrote a tick (or started), when that is longer than
+    ``STALE_TICKS`` of its intervals (from its daemon_started event); else None."""
+    import sqlite3
+
+    from monitor.store.database import StoreError, open_readonly
+    from monitor.store.reads import daemon_last_write
+
+    try:
+        db = open_readonly(path)
+        try:
+            last_ms, interval_s = daemon_last_write(db)
+        finally:
+            db.close()
+    except (StoreError, sqlite3.Error):
+        return None
+    if last_ms is None:
+        return None
+    age_s = time.time() - last_ms / 1000
+    return age_s if age_s > max(STALE_TICKS * (interval_s or 1.0), STALE_MIN_S) else None
 
 
 def exit_status_check(kernel_log_readable: bool) -> list[Check]:

@@ -83,16 +83,28 @@ class DaemonContext:
     replay_files: list[Path] = field(default_factory=list)  # backlog files queued, unwritten
     counts: EventCounts = field(default_factory=EventCounts)  # exits and log records, /metrics
     growth: GrowthLogs = field(default_factory=GrowthLogs)  # servers' own growth, /metrics
+    integrity: Any = None  # monitor.store.integrity.IntegrityWatch: quick_check, hourly
 
     def health(self) -> WriterHealth:
         """Safe from any thread: reads a few fields the worker thread swaps."""
+        checked = self.integrity.result() if self.integrity is not None else None
         return WriterHealth(
             self.db_error is None,
             self.db_error,
             self.db_error_since_ms,
             len(self.pending),
             self.dropped,
+            None if checked is None else checked.ok,
+            None if checked is None else checked.problem,
+            None if checked is None else checked.checked_ms,
         )
+
+    def note_error(self, exc: BaseException) -> None:
+        """SQLITE_CORRUPT from a write or a prune: check the whole file now."""
+        from monitor.store.integrity import is_corrupt_error
+
+        if self.integrity is not None and is_corrupt_error(exc):
+            self.integrity.request()
 
 
 def tick(ctx: DaemonContext) -> Snapshot:
@@ -211,6 +223,7 @@ def _write_pending(ctx: DaemonContext) -> None:
                 )
             break
         except Exception as exc:
+            ctx.note_error(exc)
             failures = ctx.failures.get(head.ts_ms, 0) + 1
             ctx.failures[head.ts_ms] = failures
             if failures < POISON_TRIES:
@@ -405,11 +418,13 @@ def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: fl
         source = "zombie"
     if ctx.proc_events is not None:
         # the exit datagram comes before the process is reaped; the reader thread may
-        # not have read it yet: wait for it a little
+        # not have read it yet: wait for it a little. The pid may have been reused since:
+        # the exit picked is the one after this process's start (and fork)
         status = ctx.proc_events.exit_of(
             gone.pid,
             wait_s=max(0.0, wait_until - time.monotonic()),
             since_ms=gone.last_seen_ms - 1000,
+            start_ticks=gone.start_ticks,
         )
         if status is not None:
             code, sig, core = status.exit_code, status.exit_signal, status.core_dumped
@@ -527,6 +542,7 @@ def prune(ctx: DaemonContext) -> None:
         counts = ctx.store.prune(now_ms(), ctx.config.retention)
         log.debug("prune: %s", counts)
     except sqlite3.Error as exc:
+        ctx.note_error(exc)
         log.error("prune failed: %s", exc)
 
 
@@ -612,6 +628,23 @@ def _http_server(
         raise StoreError(str(exc)) from None
 
 
+def _start_watchers(ctx: DaemonContext) -> None:
+    """The database's periodic integrity check and the process-event connector (exit
+    statuses), each in a thread of its own."""
+    from collectors.proc_events import ProcEventListener
+    from monitor.store.integrity import IntegrityWatch
+
+    ctx.integrity = IntegrityWatch(ctx.config.db_path, ctx.config.integrity_check_s)
+    ctx.integrity.start()
+    ctx.proc_events = ProcEventListener()
+    if not ctx.proc_events.open() or not ctx.proc_events.verify():
+        ctx.proc_events.close()
+        log.warning(
+            "exit statuses from zombies and kernel records only (%s)", ctx.proc_events.error
+        )
+        ctx.proc_events = None
+
+
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT; return the exit code."""
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
@@ -639,17 +672,9 @@ def run(config: Config) -> int:
     from monitor.logs.kmsg import KmsgFollower
 
     ctx = DaemonContext(config, store, sampler)
+    _start_watchers(ctx)
     _queue_backlog(ctx)
     ctx.kmsg = KmsgFollower()
-    from collectors.proc_events import ProcEventListener
-
-    ctx.proc_events = ProcEventListener()
-    if not ctx.proc_events.open() or not ctx.proc_events.verify():
-        ctx.proc_events.close()
-        log.warning(
-            "exit statuses from zombies and kernel records only (%s)", ctx.proc_events.error
-        )
-        ctx.proc_events = None
     if not ctx.kmsg.open():
         log.warning(
             "kernel log not followed (%s): OOM kills will not be recorded; run as "
@@ -801,6 +826,7 @@ def run(config: Config) -> int:
             ctx.kmsg.close()
         if ctx.proc_events is not None:
             ctx.proc_events.close()
+        ctx.integrity.close()
         ctx.log_reader.close()  # and its tails
         file_lock.close()
         lock.close()

@@ -82,7 +82,11 @@ Metrics and labels:
   refuses them (locked by another writer, disk full, read-only);
 - ``vramscope_db_backlog_ticks``: ticks kept in memory waiting for the database;
 - ``vramscope_db_dropped_ticks``: ticks dropped since the start because the backlog was
-  full (a count that only grows while the daemon runs).
+  full (a count that only grows while the daemon runs);
+- ``vramscope_db_integrity_ok``: 1 when the last ``SQLite quick_check`` of the database
+  passed (at the start, then every ``[daemon] integrity_check_s`` and after any
+  SQLITE_CORRUPT), 0 when it failed: the next start moves the file aside;
+- ``vramscope_db_integrity_checked_timestamp_seconds``: when that check ran.
 """
 
 from __future__ import annotations
@@ -190,7 +194,21 @@ class SnapshotCollector:
                     health.dropped_ticks,
                     "Ticks dropped since the start because the backlog was full.",
                 ),
+                (
+                    "vramscope_db_integrity_ok",
+                    None if health.integrity_ok is None else int(health.integrity_ok),
+                    "1 when the last SQLite quick_check of the database passed, 0 when it failed.",
+                ),
+                (
+                    "vramscope_db_integrity_checked_timestamp_seconds",
+                    None
+                    if health.integrity_checked_ms is None
+                    else health.integrity_checked_ms / 1000,
+                    "When the database's integrity was last checked.",
+                ),
             ):
+                if value is None:
+                    continue
                 family = GaugeMetricFamily(name, text)
                 family.add_metric([], value)
                 yield family

@@ -5,7 +5,9 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
 
 - ``GET /healthz``: ``200 ok: last tick N s ago`` (text), ``503`` before the first tick,
   when the latest tick is older than ``max(5 x interval_s, 30 s)``, or while the database
-  refuses writes (``database: cannot write ...``: the reason, since when, the backlog);
+  refuses writes (``database: cannot write ...``: the reason, since when, the backlog),
+  or while its last ``SQLite quick_check`` failed (``database corrupt: ...``, the first
+  problem; monitor/store/integrity.py);
 - ``GET /metrics``: Prometheus text format (monitor/http/metrics.py lists the metrics);
 - ``GET /api/v1/snapshot``: the latest snapshot as ``vramscope.status/1``
   (monitor/report/status.py), 503 before the first tick;
@@ -372,6 +374,16 @@ class HttpServer:
                 (f"stale: last tick {age:.1f} s ago (limit {self.stale_after_s:.0f} s)\n").encode(),
             )
         health = self.health() if self.health is not None else None
+        if health is not None and health.integrity_ok is False:
+            return (
+                503,
+                "text/plain; charset=utf-8",
+                _one_line(
+                    f"database corrupt: {health.integrity_problem} (SQLite quick_check of "
+                    f"{self.db_path}); the next start moves it aside and starts a new one"
+                ).encode()
+                + b"\n",
+            )
         if health is not None and not health.write_ok:
             since = (time.time() - health.since_ms / 1000) if health.since_ms else 0.0
             return (

@@ -12,7 +12,9 @@ another application's SQLite file, not SQLite at all). The daemon creates a miss
 Only a vramscope database that fails ``PRAGMA quick_check`` is moved aside as
 ``<name>.corrupt-<UTC time>`` (with its -wal/-shm) and a new database is started; the move
 is logged, recorded as a ``database_recovered`` event in the new one, and listed by
-``vramscope doctor``.
+``vramscope doctor``. So is a file the running daemon found corrupt (its periodic check,
+monitor/store/integrity.py, left ``<name>.corrupt-found`` naming that very file), even when
+its header or schema is gone.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
 from collectors.proc_events import is_server_comm
 from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
+from monitor.store import integrity
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
 
@@ -94,6 +97,9 @@ class WriterHealth:
     since_ms: int | None
     backlog_ticks: int
     dropped_ticks: int
+    integrity_ok: bool | None = None  # the last PRAGMA quick_check (monitor/store/integrity.py)
+    integrity_problem: str | None = None
+    integrity_checked_ms: int | None = None
 
 
 def content_key(
@@ -167,6 +173,28 @@ def move_aside(path: Path) -> Path:
         if src.exists():
             src.rename(Path(f"{target}{suffix}"))
     return target
+
+
+def _move_flagged(path: Path) -> tuple[Path, str] | None:
+    """The file a running daemon found corrupt (``<db>.corrupt-found`` names its device
+    and inode) moved aside before anything reads it: (where to, why). Its header or
+    schema may be gone, so it is not classified first; a marker naming another file is
+    stale and removed."""
+    if not integrity.marker_path(path).exists():
+        return None
+    problem = integrity.read_marker(path)
+    integrity.clear_marker(path)
+    if problem is None:
+        return None
+    moved = move_aside(path)
+    log.error(
+        "database %s was found corrupt while the daemon ran (%s); moved it to %s and "
+        "started a new one",
+        path,
+        problem,
+        moved,
+    )
+    return moved, problem
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -275,6 +303,7 @@ class Store:
 
     @classmethod
     def open(cls, path: Path) -> Store:
+        flagged = _move_flagged(path)
         kind, detail = classify(path)
         if kind == "directory":
             raise StoreError(f"the database path {path} is a directory")
@@ -302,18 +331,17 @@ class Store:
             reason = exc.strerror if isinstance(exc, OSError) else exc
             raise StoreError(f"cannot create the database {path}: {reason}") from exc
         recovered_from = None
-        moved: Path | None = None
+        moved, problem = flagged if flagged is not None else (None, None)
+        if moved is not None:
+            recovered_from = f"{moved} ({problem})"
         try:
-            problem = _healthy(conn, path)
+            problem = problem if moved is not None else _healthy(conn, path)
         except StoreError:
             conn.close()
             raise
-        if problem is not None:
+        if moved is None and problem is not None:
             conn.close()
-            # quick_check lists every damaged page, one per line: one log line, bounded
-            problem = " ".join(problem.split())
-            if len(problem) > 200:
-                problem = problem[:200] + "..."
+            problem = integrity.one_line(problem)
             moved = move_aside(path)
             log.error(
                 "database %s is corrupt (%s); moved it to %s and started a new one",

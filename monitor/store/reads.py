@@ -111,6 +111,21 @@ def last_daemon_mark(db: Any) -> str | None:
     return rows[0][0] if rows else None
 
 
+def daemon_last_write(db: Any) -> tuple[int | None, float | None]:
+    """(the latest tick written or daemon start, epoch ms; the daemon's interval_s from its
+    last ``daemon_started`` event), None where unknown: ``doctor`` tells a daemon that
+    writes nothing from one that is only between ticks."""
+    (tick_ms,) = db.execute("SELECT MAX(ts_ms) FROM collector_runs").fetchone()
+    row = db.execute(
+        "SELECT ts_ms, json_extract(data, '$.interval_s') FROM events"
+        " WHERE kind = 'daemon_started' AND subject = 'daemon' ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    start_ms, interval_s = (row[0], row[1]) if row else (None, None)
+    known = [t for t in (tick_ms, start_ms) if isinstance(t, int)]
+    interval = float(interval_s) if isinstance(interval_s, int | float) else None
+    return (max(known) if known else None), interval
+
+
 # --------------------------------------------------------------------------- ticks
 
 

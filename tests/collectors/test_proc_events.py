@@ -121,8 +121,8 @@ def test_the_listener_keeps_a_bounded_number_of_exits() -> None:
             # read before the next starts (the reader thread is asynchronous; other exits
             # on the box count too, but 8 of them would have to come in this instant)
             assert listener.exit_of(p.pid, wait_s=30) is not None
-            assert len(listener._exits) <= 8
-        assert len(listener._exits) == 8
+            assert len(listener._events) <= 8
+        assert len(listener._events) == 8
         # the oldest went first: 11 exits of ours were read after the first one
         assert listener.exit_of(pids[0]) is None
         assert listener.exit_of(pids[-1]) is not None
