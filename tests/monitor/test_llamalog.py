@@ -769,8 +769,8 @@ def test_100k_noise_lines_parse_fast() -> None:
     ]
     memory = fixture_lines("draft-model.log")
     lines = noise[:50_000] + memory + noise[50_000:]
-    start = time.perf_counter()
+    start = time.process_time()
     r = parse_llama_log(lines)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     check_target_and_draft(r)
-    assert elapsed < 1.0, elapsed
+    assert elapsed < 5.0, elapsed  # CPU seconds: a guard against a quadratic parse

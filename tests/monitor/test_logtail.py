@@ -192,7 +192,7 @@ def test_swap_log_stream_lines_across_chunks_and_reconnects() -> None:
         t0 = time.monotonic()
     finally:
         tail.close()  # the stream is open and quiet: close() must not wait for it
-    assert time.monotonic() - t0 < 2 and not tail._thread.is_alive()
+    assert time.monotonic() - t0 < 10 and not tail._thread.is_alive()  # it did not wait
     swap.close()
 
 
