@@ -106,6 +106,9 @@ MAX_ABANDONED_PREDICTS = 4  # workers past their deadline still ending; while so
 EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
 EVENTS_DEFAULT_LIMIT, EVENTS_MAX_LIMIT = 1000, 10000
 REQUEST_TIMEOUT_S = 10.0  # each read or write of a body or an answer
+# the whole body (at most MAX_BODY_BYTES) must arrive within this, however it trickles: a
+# client that sends a byte a second cannot hold a request thread for long (issue 28)
+BODY_DEADLINE_S = 5.0
 MAX_HEADER_LINES = 48
 MAX_CONNECTIONS = 32  # requests served at once; each holds a thread
 RESERVED_CONNECTIONS = 4
@@ -567,6 +570,14 @@ class _BodyReader(io.BufferedIOBase):
             out += self.rest.read(n - len(out))
         return out
 
+    def read1(self, n: int = -1, /) -> bytes:
+        """What is here now: the head's leftover first, else one read of the connection."""
+        if self.prefix:
+            size = len(self.prefix) if n < 0 else n
+            out, self.prefix = self.prefix[:size], self.prefix[size:]
+            return out
+        return self.rest.read1(n)
+
     def close(self) -> None:
         if not self.closed:
             self.rest.close()
@@ -760,10 +771,32 @@ class _Handler(BaseHTTPRequestHandler):
             if length <= MAX_DRAIN_BYTES:  # read it, so that closing sends no RST that
                 _drain(self.rfile, length)  # could cost the client the 413 itself
             raise _RequestError(413, f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
-        body = self.rfile.read(length)
-        if len(body) != length:
-            raise _RequestError(400, "the body ended early")
-        return body
+        return self._read_within(length, time.monotonic() + BODY_DEADLINE_S)
+
+    def _read_within(self, length: int, deadline: float) -> bytes:
+        """``length`` bytes of body, all of them before ``deadline`` (else 408 and the
+        connection is closed); each read waits at most what is left."""
+        chunks: list[bytes] = []
+        left = length
+        try:
+            while left > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(left)
+                if not chunk:
+                    raise _RequestError(400, "the body ended early")
+                chunks.append(chunk)
+                left -= len(chunk)
+        except TimeoutError:
+            self.close_connection = True
+            raise _RequestError(
+                408, f"the body did not arrive within {BODY_DEADLINE_S:.0f} s"
+            ) from None
+        finally:
+            self.connection.settimeout(REQUEST_TIMEOUT_S)
+        return b"".join(chunks)
 
     # -- dispatch ---------------------------------------------------------------
 

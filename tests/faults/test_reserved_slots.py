@@ -161,3 +161,31 @@ def test_busy_threads_leave_reserved_ones_for_health_and_the_token(tmp_path: Pat
         finally:
             for s in busy:
                 s.close()
+
+
+def test_a_body_that_trickles_is_cut_at_its_deadline(tmp_path: Path) -> None:
+    """A predict POST whose declared 200-byte body comes a byte a second held a request
+    thread for up to 200 s (each read had its own 10 s timeout, the body none); now the
+    whole body has BODY_DEADLINE_S (5 s), then 408 and the connection is closed."""
+    with running_daemon(tmp_path) as daemon:
+        sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=60)
+        head = (
+            "POST /api/v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 200\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        answer = b""
+        start = time.monotonic()
+        with sock:
+            while time.monotonic() - start < 40 and b"\r\n" not in answer:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b" ")
+                ready, _, _ = select.select([sock], [], [], 1.0)
+                if ready:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+        status_line = answer.split(b"\r\n", 1)[0].decode(errors="replace")
+        assert " 408 " in status_line + " ", (status_line, time.monotonic() - start)
