@@ -646,11 +646,8 @@ def _start_watchers(ctx: DaemonContext) -> None:
 
 
 def run(config: Config) -> int:
-    """Run until SIGTERM/SIGINT; return the exit code."""
-    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
-    from apscheduler.executors.pool import ThreadPoolExecutor
-    from apscheduler.schedulers.blocking import BlockingScheduler
-
+    """Run until SIGTERM/SIGINT; return the exit code. The composition root: it opens the
+    store, builds the tick's collaborators, schedules the jobs and closes all at the end."""
     lock = acquire_lock(config.db_path)
     holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
     http = _http_server(
@@ -661,19 +658,50 @@ def run(config: Config) -> int:
         lambda: holder[0].counts.totals() if holder else None,
         lambda: holder[0].growth.rows() if holder else {},
     )
+    file_lock, store = _open_store(config)
+    sampler = Sampler(config.roots, config.options, config.collectors)
+    ctx = DaemonContext(config, store, sampler)
+    _start_watchers(ctx)
+    _queue_backlog(ctx)
+    _start_log_followers(ctx)
+    _start_observers(ctx)
+    _record_start(ctx)
+    sched = _scheduler(ctx)
+    from monitor.daemon.notify import Notifier
+
+    ctx.notify = Notifier()
+    holder.append(ctx)
+    http = _start_http(http)
+    stopping = _handle_signals(ctx, sched)
+    try:
+        if not stopping:  # a signal before the scheduler ran: do not start it at all
+            sched.start()
+    finally:
+        _final_flush(ctx)
+        _close(ctx, http)
+        file_lock.close()
+        lock.close()
+    return 0
+
+
+def _open_store(config: Config) -> tuple[Any, Store]:
+    """The database, locked (a file moved aside at open leaves the new one locked)."""
     file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path)
     if store.recovered_from:  # a new file now: lock it, not the one moved aside
         file_lock.close()
         file_lock = lock_database_file(config.db_path)
     store.set_busy_timeout(min(2.0, max(0.05, config.interval_s / 4)))
-    sampler = Sampler(config.roots, config.options, config.collectors)
-    from monitor.daemon.watch import LoadWatch
-    from monitor.logs.kmsg import KmsgFollower
+    return file_lock, store
 
-    ctx = DaemonContext(config, store, sampler)
-    _start_watchers(ctx)
-    _queue_backlog(ctx)
+
+def _start_log_followers(ctx: DaemonContext) -> None:
+    """The kernel log (when readable) and the engine logs, read off the tick."""
+    from monitor.logs.follow import open_tails
+    from monitor.logs.kmsg import KmsgFollower
+    from monitor.logs.reader import LogReader
+
+    config = ctx.config
     ctx.kmsg = KmsgFollower()
     if not ctx.kmsg.open():
         log.warning(
@@ -682,28 +710,34 @@ def run(config: Config) -> int:
             ctx.kmsg.error,
         )
         ctx.kmsg = None
-    from monitor.logs.follow import open_tails
-    from monitor.logs.reader import LogReader
-
     ctx.tails = open_tails(list(config.log_files), list(config.journal_units), config.swap_url)
     ctx.log_reader = LogReader(ctx.tails)
     ctx.log_reader.start()
+
+
+def _start_observers(ctx: DaemonContext) -> None:
+    """What judges each tick: the load watch, the assessor and the alert engine."""
+    from monitor.alerts.engine import AlertEngine
+    from monitor.daemon.assessor import Assessor
+    from monitor.daemon.watch import LoadWatch
+
+    config = ctx.config
+    overhead = config.gpu_overhead_mib * 1024 * 1024
     ctx.watch = LoadWatch(
         config.roots.proc,
-        gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024,
+        gpu_overhead_bytes=overhead,
         swap_url=config.swap_url,
         swap_config=config.swap_config,
     )
-    from monitor.daemon.assessor import Assessor
-
-    ctx.assessor = Assessor(
-        config.roots.proc, gpu_overhead_bytes=config.gpu_overhead_mib * 1024 * 1024
-    )
-    from monitor.alerts.engine import AlertEngine
-
-    unclean = _previous_run_unclean(store)
+    ctx.assessor = Assessor(config.roots.proc, gpu_overhead_bytes=overhead)
     ctx.alerts = AlertEngine(config)
-    if unclean:
+
+
+def _record_start(ctx: DaemonContext) -> None:
+    """``daemon_started`` (and a warning when the last run did not stop cleanly); kept
+    for the first tick when the database cannot take it now."""
+    store, config = ctx.store, ctx.config
+    if _previous_run_unclean(store):
         ctx.startup_events.append(
             DeviceEvent(
                 now_ms(),
@@ -723,7 +757,7 @@ def run(config: Config) -> int:
         {
             "pid": os.getpid(),
             "interval_s": config.interval_s,
-            "collectors": [c.name for c in sampler.collectors],
+            "collectors": [c.name for c in ctx.sampler.collectors],
         },
     )
     try:
@@ -737,6 +771,15 @@ def run(config: Config) -> int:
         )
     except sqlite3.OperationalError:  # locked, full: it waits with the first tick instead
         ctx.startup_events.insert(0, started)
+
+
+def _scheduler(ctx: DaemonContext) -> Any:
+    """APScheduler with one worker: the tick, the /slots poll and the prune."""
+    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
+    from apscheduler.executors.pool import ThreadPoolExecutor
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    config = ctx.config
     sched = BlockingScheduler(
         timezone=UTC,
         executors={"default": ThreadPoolExecutor(max_workers=1)},
@@ -766,7 +809,6 @@ def run(config: Config) -> int:
         next_run_time=now + timedelta(seconds=min(60.0, config.prune_interval_s)),
         args=(ctx,),
     )
-
     quiet_repeated_warnings()
     jobs_log = logging.getLogger(f"{__name__}.jobs")
 
@@ -780,18 +822,25 @@ def run(config: Config) -> int:
 
     sched.add_listener(on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     ctx.scheduler = sched
-    from monitor.daemon.notify import Notifier
+    return sched
 
-    ctx.notify = Notifier()
-    holder.append(ctx)
-    if http is not None:
-        try:
-            http.start()
-            log.info("HTTP on http://%s:%d (/metrics, /api/v1/...)", *http.address[:2])
-        except VramscopeError as exc:  # port taken: keep sampling, say why
-            log.warning("HTTP server not started: %s", exc)
-            http = None
 
+def _start_http(http: Any) -> Any:
+    """Start the HTTP server; a port taken is a warning and sampling goes on without it."""
+    if http is None:
+        return None
+    try:
+        http.start()
+        log.info("HTTP on http://%s:%d (/metrics, /api/v1/...)", *http.address[:2])
+    except VramscopeError as exc:  # port taken: keep sampling, say why
+        log.warning("HTTP server not started: %s", exc)
+        return None
+    return http
+
+
+def _handle_signals(ctx: DaemonContext, sched: Any) -> list[int]:
+    """SIGTERM/SIGINT finish the tick in flight and stop; SIGHUP reloads the config
+    before the next tick. Returns the list a stop signal is appended to."""
     stopping: list[int] = []
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -809,28 +858,25 @@ def run(config: Config) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hangup)
-    try:
-        if not stopping:  # a signal before the scheduler ran: do not start it at all
-            sched.start()
-    finally:
-        _final_flush(ctx)
-        sampler.close()
-        store.close()
-        if http is not None:
-            http.stop()
-        if ctx.alerts is not None:
-            ctx.alerts.close()
-        ctx.assessor.close()
-        ctx.growth.close()
-        if ctx.kmsg is not None:
-            ctx.kmsg.close()
-        if ctx.proc_events is not None:
-            ctx.proc_events.close()
-        ctx.integrity.close()
-        ctx.log_reader.close()  # and its tails
-        file_lock.close()
-        lock.close()
-    return 0
+    return stopping
+
+
+def _close(ctx: DaemonContext, http: Any) -> None:
+    """Everything the run opened, the sampler and the store first."""
+    ctx.sampler.close()
+    ctx.store.close()
+    if http is not None:
+        http.stop()
+    if ctx.alerts is not None:
+        ctx.alerts.close()
+    ctx.assessor.close()
+    ctx.growth.close()
+    if ctx.kmsg is not None:
+        ctx.kmsg.close()
+    if ctx.proc_events is not None:
+        ctx.proc_events.close()
+    ctx.integrity.close()
+    ctx.log_reader.close()  # and its tails
 
 
 FINAL_FLUSH_WAIT_S = 2.0

@@ -338,14 +338,39 @@ def recognise(
       tgi, ...), that is none of the above: its engine, role "server", a bare spec.
     """
 
-    def env(pid: int) -> Mapping[str, str]:
-        if env_for is None:
+    scope = _Scope(processes, _kinds(processes), env_for)
+    out = _servers(scope)
+    out.update(_workers(scope, {pid: m.spec for pid, m in out.items()}))
+    out.update(_others(scope, out))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """The processes of one pass, the kind each command line says, their environments."""
+
+    processes: Mapping[int, ProcessInfo]
+    kinds: dict[int, str]
+    env_for: Callable[[int], Mapping[str, str]] | None
+
+    def env(self, pid: int) -> Mapping[str, str]:
+        if self.env_for is None:
             return {}
         try:
-            return env_for(pid) or {}
+            return self.env_for(pid) or {}
         except Exception:  # noqa: BLE001 - a vanished or unreadable process has no env
             return {}
 
+    def nearest(self, pid: int, wanted: set[str]) -> int | None:
+        """The nearest ancestor of one of the ``wanted`` kinds."""
+        for anc in _ancestors(pid, self.processes):
+            if self.kinds.get(anc) in wanted:
+                return anc
+        return None
+
+
+def _kinds(processes: Mapping[int, ProcessInfo]) -> dict[int, str]:
+    """pid -> what its command line (or its process title) says it is."""
     kinds: dict[int, str] = {}
     for pid, info in processes.items():
         kind = _kind(info.argv) if info.argv else None
@@ -359,25 +384,21 @@ def recognise(
                 kind = "titled"  # decided by its ancestors or env below
         if kind is not None:
             kinds[pid] = kind
+    return kinds
 
-    def nearest(pid: int, wanted: set[str]) -> int | None:
-        for anc in _ancestors(pid, processes):
-            if kinds.get(anc) in wanted:
-                return anc
-        return None
 
+def _servers(scope: _Scope) -> dict[int, EngineMatch]:
+    """Servers, runners and proxies: parsed first, so workers can copy their owner's spec."""
     out: dict[int, EngineMatch] = {}
-    specs: dict[int, LaunchSpec | None] = {}
-    # Servers first, so workers can copy their owner's spec.
-    for pid, kind in kinds.items():
-        info = processes[pid]
+    for pid, kind in scope.kinds.items():
+        info = scope.processes[pid]
         if kind in ("llama.cpp", "ollama-runner"):
-            server = nearest(pid, {"ollama-server"})
+            server = scope.nearest(pid, {"ollama-server"})
             if kind == "llama.cpp" and server is None:
-                spec = resolve_paths(parse_llamacpp(info.argv, env(pid)), info.cwd)
+                spec = resolve_paths(parse_llamacpp(info.argv, scope.env(pid)), info.cwd)
                 out[pid] = EngineMatch(pid, "llama.cpp", "server", pid, spec)
             else:
-                spec = resolve_paths(ollama.parse_runner(info.argv, env(pid)), info.cwd)
+                spec = resolve_paths(ollama.parse_runner(info.argv, scope.env(pid)), info.cwd)
                 out[pid] = EngineMatch(
                     pid, "ollama", "runner", server if server is not None else pid, spec
                 )
@@ -388,20 +409,27 @@ def recognise(
             out[pid] = EngineMatch(pid, "ollama", "server", pid, None)
         elif kind == "llama-swap":
             out[pid] = EngineMatch(pid, "llama-swap", "proxy", pid, None)
-        specs[pid] = out[pid].spec if pid in out else None
+    return out
 
-    for pid, kind in kinds.items():
+
+def _workers(scope: _Scope, specs: Mapping[int, LaunchSpec | None]) -> dict[int, EngineMatch]:
+    """vLLM / SGLang workers (by title, or a renamed prefix its env names), each with its
+    owner's spec as role "worker"."""
+    out: dict[int, EngineMatch] = {}
+    for pid, kind in scope.kinds.items():
         if kind not in ("vllm-worker", "sglang-worker", "titled"):
             continue
         engine = {"vllm-worker": "vllm", "sglang-worker": "sglang"}.get(kind)
         if engine is None:  # a custom VLLM_PROCESS_NAME_PREFIX, or not an engine at all
-            title = _title_of(processes[pid])
+            title = _title_of(scope.processes[pid])
             prefix = title.group(1) if title else None
-            renamed = prefix is not None and env(pid).get("VLLM_PROCESS_NAME_PREFIX") == prefix
-            if not renamed and nearest(pid, {"vllm"}) is None:
+            renamed = (
+                prefix is not None and scope.env(pid).get("VLLM_PROCESS_NAME_PREFIX") == prefix
+            )
+            if not renamed and scope.nearest(pid, {"vllm"}) is None:
                 continue
             engine = "vllm"
-        owner = nearest(pid, {engine})
+        owner = scope.nearest(pid, {engine})
         owner_spec = specs.get(owner) if owner is not None else None
         spec = (
             dataclasses.replace(owner_spec, role="worker")
@@ -409,9 +437,14 @@ def recognise(
             else LaunchSpec(engine=engine, role="worker")
         )
         out[pid] = EngineMatch(pid, engine, "worker", owner if owner is not None else pid, spec)
+    return out
 
-    for pid, info in processes.items():
-        if pid in out or pid in kinds:
+
+def _others(scope: _Scope, found: Mapping[int, EngineMatch]) -> dict[int, EngineMatch]:
+    """Engines named by tracking.py, or Python on a GPU (torch), none of the above."""
+    out: dict[int, EngineMatch] = {}
+    for pid, info in scope.processes.items():
+        if pid in found or pid in scope.kinds:
             continue
         engine = info.engine or engine_of(info.comm, info.argv)
         if info.argv and os.path.basename(info.argv[0]) in _CLIENT_EXECUTABLES:
