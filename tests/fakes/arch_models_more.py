@@ -19,16 +19,15 @@ def _norm(name: str, n: int) -> Tensor:
     return (name, (n,), F32)
 
 
-def mistral_small_24b() -> ArchModel:
-    """Mistral-Small-24B-Instruct-2501 on the ``llama`` arch (src/models/llama.cpp): a
-    head size of 128 below ``n_embd / n_head`` (key_length), Q4_K_M-like weights."""
+def _llama_dense(
+    key: str, name: str, source: str, shape: tuple[int, ...], n_ctx: int, rope: float, pre: str
+) -> ArchModel:
+    """A dense model of the ``llama`` arch (src/models/llama.cpp), Q4_K_M-like weights."""
     arch = "llama"
-    n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab = 40, 5120, 32, 8, 128, 32768, 131072
-    meta = common_meta(
-        arch, "Mistral Small 24B", n_layer, 32768, n_embd, n_head, n_head_kv, hd, n_ff, 1e-5, 1e8
-    )
+    n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab = shape
+    meta = common_meta(arch, name, n_layer, n_ctx, n_embd, n_head, n_head_kv, hd, n_ff, 1e-5, rope)
     meta.update({f"{arch}.rope.dimension_count": hd, f"{arch}.vocab_size": n_vocab})
-    meta.update(bpe_vocab(n_vocab, "tekken", eos=2, bos=1))
+    meta.update(bpe_vocab(n_vocab, pre, eos=2, bos=1))
     first, last = head(n_embd, n_vocab, Q4_K, False, Q6_K)
     tensors = list(first)
     for il in range(n_layer):
@@ -37,14 +36,37 @@ def mistral_small_24b() -> ArchModel:
         tensors += attn(b, n_embd, n_head * hd, n_head_kv * hd, n_head_kv * hd, n_head * hd, Q8_0)
         tensors += [_norm(b + "ffn_norm.weight", n_embd)]
         tensors += ffn(b, n_embd, n_ff, Q4_K, down_type=Q6_K)
-    return ArchModel(
+    return ArchModel(key, arch, source, meta, tensors + last)
+
+
+def mistral_small_24b() -> ArchModel:
+    """Mistral-Small-24B-Instruct-2501: a head size of 128 below ``n_embd / n_head``
+    (key_length), so the query (4096) is narrower than the residual (5120)."""
+    return _llama_dense(
         "mistral-small-24b",
-        arch,
+        "Mistral Small 24B",
         "mistralai/Mistral-Small-24B-Instruct-2501 config.json: 40 layers, hidden 5120, "
         "32/8 heads of 128 (head_dim), intermediate 32768, vocab 131072, rope_theta 1e8, "
         "rms eps 1e-5, max_position 32768, untied",
-        meta,
-        tensors + last,
+        (40, 5120, 32, 8, 128, 32768, 131072),
+        32768,
+        1e8,
+        "tekken",
+    )
+
+
+def llama31_8b() -> ArchModel:
+    """Llama-3.1-8B: the query as wide as the residual (no rope_freqs tensor: optional)."""
+    return _llama_dense(
+        "llama31-8b",
+        "Llama 3.1 8B",
+        "meta-llama/Llama-3.1-8B-Instruct config.json: 32 layers, hidden 4096, 32/8 heads "
+        "of 128, intermediate 14336, vocab 128256, rope_theta 500000, rms eps 1e-5, "
+        "max_position 131072, untied",
+        (32, 4096, 32, 8, 128, 14336, 128256),
+        131072,
+        5e5,
+        "llama-bpe",
     )
 
 
@@ -275,6 +297,7 @@ def granite_4_h_tiny() -> ArchModel:
 
 MORE_MODELS: dict[str, Callable[[], ArchModel]] = {
     "mistral-small-24b": mistral_small_24b,
+    "llama31-8b": llama31_8b,
     "gemma2-9b": gemma2_9b,
     "olmo2-7b": olmo2_7b,
     "command-r7b": command_r7b,

@@ -333,4 +333,7 @@ CASES: tuple[ArchCase, ...] = (
         )
         for name, args in _family_variants(swa)
     ),
+    # Llama-3.1-8B: the llama rule where the query is as wide as the residual
+    _c("llama31-c4096-np1", "llama31-8b", "-c", "4096", "-np", "1"),
+    _c("llama31-q8kv", "llama31-8b", *Q8KV, "-c", "4096", "-np", "1"),
 )
