@@ -86,11 +86,15 @@ def traced_body_floats(shape: ModelShape, kv_rotated: bool) -> int:
     - llama (Mistral-Small-24B, 234.01 MiB logged), gemma2 (Gemma-2-9B, 121.02), olmo2
       (OLMo-2-7B, 100.51): the attention norm's slot and the flash-attention output
       (``n_q``), ``3 n_embd + n_q``;
-    - llama with a rotated K cache (``attn_rot_k``: a quantized K and head size % 64 == 0,
-      llama-kv-cache.cpp; build_attn multiplies Q and K by the Hadamard matrix): the
-      rotated query is a second ``n_q`` in the hole (242.09 MiB); on gemma2 (Q wider than
-      the residual) and olmo2 (as wide) the rotated query fits holes already there and
-      nothing changes (121.55, 100.59: the rotation matrices only);
+    - llama with a rotated cache (``attn_rot_k`` / ``attn_rot_v``: a quantized K / V and
+      head size % 64 == 0, llama-kv-cache.cpp; build_attn multiplies Q, K and V by a
+      Hadamard matrix, and the attention output back): the freed flash-attention output
+      leaves a query-wide hole below the rotated output. Where the query is narrower than
+      the residual (Mistral-Small-24B, 242.09 MiB) ``wo``'s output does not fit it and
+      lands above: ``3 n_embd + 2 n_q``; where it is as wide (Llama-3.1-8B, 112.09 MiB;
+      Qwen3-8B's 100.09 is the same layout) it does: ``3 n_embd``, a residual fewer than
+      with an f16 cache. On gemma2 and olmo2 nothing moves (121.55, 100.59 MiB: the
+      rotation matrices only);
     - phi3 (fused ``attn_qkv``: Q, K and V are views of one tensor, freed together): no
       query hole, ``3 n_embd`` (Phi-3-mini 70.01 MiB);
     - cohere2 (attention and FFN in parallel on one norm, src/models/cohere2.cpp): the peak
@@ -116,7 +120,8 @@ def traced_body_floats(shape: ModelShape, kv_rotated: bool) -> int:
     if arch in ("gemma2", "olmo2"):
         return 3 * f + 3 * e + n_q
     if arch == "llama":
-        return 3 * f + 3 * e + (2 if kv_rotated else 1) * n_q
+        hole = (e + 2 * n_q if n_q < e else e) if kv_rotated else e + n_q
+        return 3 * f + 2 * e + hole
     return 0
 
 

@@ -121,6 +121,8 @@ def test_what_is_called_checked_is_checked_by_a_fixture() -> None:
     ("fixture", "wanted"),
     [
         ("qwen3-8b-c4096-np1", ()),
+        ("mistral-small-q8kv", ()),
+        ("granitehybrid-c4096-np1", ()),
         ("llama4-c32768-np1", ("no sliding_window key", "no shared-expert size key")),
         ("nemotron-h-c4096-np1", ("nemotron_h's graph is not derived",)),
     ],
