@@ -9,7 +9,9 @@ the peak live set of the graph, the largest of:
     residual stream, ``4 ub (3 n_ff + 4 n_embd)``; encoder-only (ungated) models
     ``4 ub (n_ff + 3 n_embd)``; with a quantized, rotated KV cache (``attn_rot_k``,
     llama-kv-cache.cpp: head size % 64 == 0) or in a hybrid recurrent model one
-    residual-wide tensor less (measured);
+    residual-wide tensor less (measured on Qwen3-8B: a layout effect, not a rule of
+    llama.cpp); llama, gemma2, olmo2, cohere2, phi3 and granitehybrid instead have the
+    first layer's live set read from ggml-alloc's trace (:func:`traced_body_floats`);
   - MoE FFN (llm_graph_context::build_moe_ffn): the per-expert up/gate/activation
     ``[n_ff_exp, n_expert_used, ub]`` and the per-expert outputs and their weighted copy
     ``[n_embd, n_expert_used, ub]`` live together, ``4 ub 2 n_used (n_ff_exp + n_embd)``,
@@ -47,9 +49,10 @@ GATED_QUERY = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 
 
 def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = False) -> int:
-    """f32 values per token live at the peak of the largest FFN of the model. One
-    residual-wide tensor fewer is alive with a rotated (quantized) KV cache or in a hybrid
-    recurrent model (measured: Qwen3-8B q8_0 KV 100.09 MiB, Qwen3.5-27B 136.02 MiB)."""
+    """f32 values per token live at the peak of the largest FFN of the model. Generic rule:
+    one residual-wide tensor fewer is alive with a rotated (quantized) KV cache or in a
+    hybrid recurrent model (measured: Qwen3-8B q8_0 KV 100.09 MiB, Qwen3.5-27B 136.02 MiB;
+    the traced families of :func:`traced_body_floats` show it depends on the layout)."""
     if shape.encoder_only:
         return shape.n_ff + 3 * shape.n_embd
     traced = traced_body_floats(shape, kv_rotated)
