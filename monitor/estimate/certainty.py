@@ -5,8 +5,10 @@ on every architecture. The compute buffer is the peak of ggml-alloc over the gra
 each architecture builds its own way (``src/models/<arch>.cpp``); it is derived and checked
 (within 5 % of the logged buffer, tests/monitor/test_estimate_arch.py) only for the
 architectures in :data:`COMPUTE_CHECKED`, on the CPU backend. Anywhere else the generic
-dense/MoE body is a guess, seen 20-50 % off on architectures it was not derived for
-(nemotron_h -21 to -28 %, deepseek2 at 128 heads -22 %, llama4 before its own rule -47 %).
+dense/MoE body is a guess, seen 6-50 % off on architectures it was not derived for
+(nemotron_h -21 to -28 %, deepseek2 at 128 heads -22 %, llama4 before its own rule -47 %;
+before theirs granitehybrid -16 %, phi3 +9 %, cohere2 -6 %, and -7 to -12 % on gemma2,
+olmo2, cohere2 and llama with a q8_0 K cache).
 """
 
 from __future__ import annotations
@@ -27,11 +29,25 @@ COMPUTE_CHECKED = frozenset(
         "qwen35moe",
         "glm4moe",
         "llama4",
+        # issue 33: first layers read from ggml-alloc's trace (compute.traced_body_floats)
+        "llama",
+        "gemma2",
+        "olmo2",
+        "cohere2",
+        "phi3",
+        "granitehybrid",
     }
 )
+# ... of which these are checked on dense models only (Mistral-Small-24B for llama): a MoE
+# model of the arch (Mixtral) takes the generic MoE peak.
+DENSE_ONLY_CHECKED = frozenset({"llama"})
 # ... and those of them checked with a quantized K cache (the rotated-K rule,
-# compute.ffn_body_floats: one residual-wide tensor fewer, fitted on Qwen3-8B).
-QUANTIZED_KV_CHECKED = frozenset({"qwen3", "glm4moe", "llama4"})
+# the Hadamard rotation of attn_rot_k changes the first layer's holes: one query-wide
+# tensor fewer on Qwen3-8B, one more on Mistral-Small-24B, none on Gemma-2 / OLMo-2 /
+# Command-R7B / Granite-4.0-H; Phi-3's head of 96 is not rotated).
+QUANTIZED_KV_CHECKED = frozenset(
+    {"qwen3", "glm4moe", "llama4", "llama", "gemma2", "olmo2", "cohere2", "phi3", "granitehybrid"}
+)
 # deepseek2's MLA attention with flash attention is checked at 16 heads (V2-Lite). At 128
 # heads (V3) the absorbed attention is the peak and is not modelled: logged 412.01 MiB at
 # -ub 512 where the MoE body gives 320.01; a V3 slice at 64 / 32 heads logged 270.01 /
@@ -48,7 +64,7 @@ def approximations(
     on a default llama.cpp applies because the GGUF lacks a key."""
     out: list[str] = []
     arch = shape.arch
-    if arch not in COMPUTE_CHECKED:
+    if arch not in COMPUTE_CHECKED or (arch in DENSE_ONLY_CHECKED and shape.n_expert):
         out.append(
             f"compute buffer: {arch}'s graph is not derived here; the generic dense/MoE "
             "peak is used and may be 20-50 % off"

@@ -9,7 +9,9 @@ the peak live set of the graph, the largest of:
     residual stream, ``4 ub (3 n_ff + 4 n_embd)``; encoder-only (ungated) models
     ``4 ub (n_ff + 3 n_embd)``; with a quantized, rotated KV cache (``attn_rot_k``,
     llama-kv-cache.cpp: head size % 64 == 0) or in a hybrid recurrent model one
-    residual-wide tensor less (measured);
+    residual-wide tensor less (measured on Qwen3-8B: a layout effect, not a rule of
+    llama.cpp); llama, gemma2, olmo2, cohere2, phi3 and granitehybrid instead have the
+    first layer's live set read from ggml-alloc's trace (:func:`traced_body_floats`);
   - MoE FFN (llm_graph_context::build_moe_ffn): the per-expert up/gate/activation
     ``[n_ff_exp, n_expert_used, ub]`` and the per-expert outputs and their weighted copy
     ``[n_embd, n_expert_used, ub]`` live together, ``4 ub 2 n_used (n_ff_exp + n_embd)``,
@@ -47,11 +49,15 @@ GATED_QUERY = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 
 
 def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = False) -> int:
-    """f32 values per token live at the peak of the largest FFN of the model. One
-    residual-wide tensor fewer is alive with a rotated (quantized) KV cache or in a hybrid
-    recurrent model (measured: Qwen3-8B q8_0 KV 100.09 MiB, Qwen3.5-27B 136.02 MiB)."""
+    """f32 values per token live at the peak of the largest FFN of the model. Generic rule:
+    one residual-wide tensor fewer is alive with a rotated (quantized) KV cache or in a
+    hybrid recurrent model (measured: Qwen3-8B q8_0 KV 100.09 MiB, Qwen3.5-27B 136.02 MiB;
+    the traced families of :func:`traced_body_floats` show it depends on the layout)."""
     if shape.encoder_only:
         return shape.n_ff + 3 * shape.n_embd
+    traced = traced_body_floats(shape, kv_rotated)
+    if traced:
+        return traced
     # the MTP graph (one nextn block after eh_proj) keeps two (measured: 126.02 MiB)
     residual = 2 if mtp else 3 if kv_rotated or shape.recurrent else 4
     dense = 3 * shape.n_ff + residual * shape.n_embd
@@ -70,6 +76,68 @@ def ffn_body_floats(shape: ModelShape, kv_rotated: bool = False, mtp: bool = Fal
     if shape.n_layer_dense_lead:  # deepseek2: the first layers are dense
         return max(dense, moe)
     return moe
+
+
+def traced_body_floats(shape: ModelShape, kv_rotated: bool) -> int:
+    """The first layer's FFN peak of the families of issue 33, read from ggml-alloc's own
+    trace (``AT_PRINTF`` build of llama.cpp 0c1e57098, tests/fixtures/llamalog/arch); 0 for
+    the other archs. At the peak the first layer's ``ffn_up``, ``ffn_gate`` and activation
+    (``3 n_ff``) sit on top of: the token embeddings (``inp_embd``, never freed), the
+    layer's input, the hole its attention left, and ``ffn_inp`` (the attention output plus
+    the residual, in place). The hole is what differs:
+
+    - llama (Mistral-Small-24B, 234.01 MiB logged), gemma2 (Gemma-2-9B, 121.02), olmo2
+      (OLMo-2-7B, 100.51): the attention norm's slot and the flash-attention output
+      (``n_q``), ``3 n_embd + n_q``;
+    - llama with a rotated cache (``attn_rot_k`` / ``attn_rot_v``: a quantized K / V and
+      head size % 64 == 0, llama-kv-cache.cpp; build_attn multiplies Q, K and V by a
+      Hadamard matrix, and the attention output back): the freed flash-attention output
+      leaves a query-wide hole below the rotated output. Where the query is narrower than
+      the residual (Mistral-Small-24B, 242.09 MiB) ``wo``'s output does not fit it and
+      lands above: ``3 n_embd + 2 n_q``; where it is as wide (Llama-3.1-8B, 112.09 MiB;
+      Qwen3-8B's 100.09 is the same layout) it does: ``3 n_embd``, a residual fewer than
+      with an f16 cache. On gemma2 and olmo2 nothing moves (121.55, 100.59 MiB: the
+      rotation matrices only);
+    - phi3 (fused ``attn_qkv``: Q, K and V are views of one tensor, freed together): no
+      query hole, ``3 n_embd`` (Phi-3-mini 70.01 MiB);
+    - cohere2 (attention and FFN in parallel on one norm, src/models/cohere2.cpp): the peak
+      is on the first global layer (3 of Command-R7B): the FFN input norm and the attention
+      output stay alive beside the FFN, ``5 n_embd`` (132.02 MiB);
+    - granitehybrid whose first layer is Mamba2 + MoE (Granite-4.0-H-Tiny 55.01 MiB): at
+      the experts' down projection: the embeddings, the FFN norm, the Mamba2 output and
+      the hole of its ``d_inner = 2 n_embd`` output (granite-hybrid.cpp asserts the factor
+      2), then the freed gate/up pair ``2 n_used n_ff_exp`` below the activation
+      ``n_used n_ff_exp`` and the per-expert outputs ``n_used n_embd``.
+    """
+    e, f, arch = shape.n_embd, shape.n_ff, shape.arch
+    n_q = max(shape.n_head, default=0) * shape.head_k
+    if arch == "granitehybrid" and shape.n_expert_used and shape.recurrent[:1] == (True,):
+        used = shape.n_expert_used
+        return 3 * e + 2 * e + 3 * used * shape.n_ff_exp + used * e
+    if shape.n_expert:
+        return 0
+    if arch == "phi3":
+        return 3 * f + 3 * e
+    if arch == "cohere2":
+        return 3 * f + 5 * e
+    if arch in ("gemma2", "olmo2"):
+        return 3 * f + 3 * e + n_q
+    if arch == "llama":
+        hole = (e + 2 * n_q if n_q < e else e) if kv_rotated else e + n_q
+        return 3 * f + 2 * e + hole
+    return 0
+
+
+def traced_beside_scores_floats(shape: ModelShape) -> int:
+    """Without flash attention, what is alive beside the first layer's f32 scores on gemma2
+    (read from ggml-alloc's trace, Gemma-2-9B -fa off: 197.01 MiB logged): the embeddings,
+    the layer input, the attention norm's hole and the query (``3 n_embd + 2 n_q``), and
+    the f32 V-index pair of each of the two caches (``4 n_embd_v_gqa``); 0 elsewhere."""
+    if shape.arch != "gemma2":
+        return 0
+    n_q = max(shape.n_head, default=0) * shape.head_k
+    n_v = max(shape.n_head_kv, default=0) * shape.head_v
+    return 3 * shape.n_embd + 2 * n_q + 4 * n_v
 
 
 def shared_expert_floats(shape: ModelShape) -> int:
@@ -204,6 +272,8 @@ def compute_bytes(
             # gated query: Qcur_full (2 n_q: query and gate) and the normed query
             n_v = max(shape.n_head_kv, default=0) * shape.head_v
             scores += 4 * ub * (3 * shape.n_embd + 2 * n_v + 3 * n_q)
+        elif traced_beside_scores_floats(shape):
+            scores += 4 * ub * traced_beside_scores_floats(shape)
         else:
             scores += 4 * ub * max(22 * shape.n_embd // 4, (7 * shape.n_embd) // 2 + 2 * n_q)
     return max(body, logits, scores, recurrent)

@@ -65,6 +65,10 @@ CHUNKED_N_SWA = {"llama4": 8192}
 # MoE archs with one shared expert as wide as a routed one and no key for it
 # (llama4.cpp load_arch_tensors: ``n_ff_shexp = n_ff_exp``).
 SHEXP_AS_WIDE_AS_EXPERT = frozenset({"llama4"})
+# Archs whose routed experts are ``n_ff`` wide (``{n_embd, n_ff, n_expert}``), with no
+# expert_feed_forward_length key (src/models/granite-hybrid.cpp, llama.cpp, granite-moe.cpp
+# load_arch_tensors).
+EXPERTS_AS_WIDE_AS_N_FF = frozenset({"granitehybrid", "granite", "granitemoe", "llama"})
 # Hybrids whose layers are recurrent only with no KV heads AND no FFN (nemotron-h.cpp:
 # ``is_recr = n_head_kv(i) == 0 && n_ff(i) == 0``; the MLP-only layers are neither).
 RECURRENT_NEEDS_NO_FFN = frozenset({"nemotron_h", "nemotron_h_moe"})
@@ -345,7 +349,9 @@ def shape_from_header(header: Any) -> ModelShape:
     n_ff = max(n_ff) if isinstance(n_ff, (tuple, list)) and n_ff else int(n_ff or 0)
     n_expert = _first_int(get("expert_count"))
     n_ff_exp = _first_int(get("expert_feed_forward_length"))
-    if n_expert and not n_ff_exp:
+    if n_expert and not n_ff_exp and arch in EXPERTS_AS_WIDE_AS_N_FF:
+        n_ff_exp = n_ff
+    elif n_expert and not n_ff_exp:
         n_ff_exp = n_ff // max(1, _first_int(get("expert_used_count")) or 1)
     n_ff_shexp = _first_int(get("expert_shared_feed_forward_length"))
     if n_expert and not n_ff_shexp:

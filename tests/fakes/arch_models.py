@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from arch_models_more import MORE_MODELS
 from arch_models_next import NEXT_MODELS
 from arch_parts import MXFP4, ArchModel, bpe_vocab, spm_vocab
 from arch_parts import attn as _attn
@@ -588,6 +589,7 @@ ARCH_MODELS: dict[str, Callable[[], ArchModel]] = {
     "qwen35moe-35b-a3b": qwen35moe_35b_a3b,
     "glm4moe-air": glm4moe_air,
     **NEXT_MODELS,
+    **MORE_MODELS,
 }
 
 

@@ -4,7 +4,8 @@ The fixtures (tests/fixtures/llamalog/arch/*.json) are the memory lines of the C
 llama-server built by scripts/build-llama-server (llama.cpp commit in each file), started
 by tests/realworld/arch_capture.py on the sparse GGUF headers of tests/fakes/arch_models.py
 (Qwen3 dense / draft / embedding, Qwen3-30B-A3B, Gemma-3, gpt-oss, DeepSeek-V2-Lite,
-Qwen3.5 with and without MTP, Qwen3.5 MoE, GLM-4.5-Air with and without MTP). Here the
+Qwen3.5 with and without MTP, Qwen3.5 MoE, GLM-4.5-Air with and without MTP, Llama 4 Scout,
+Nemotron-H, Mistral-Small-24B, Gemma-2, OLMo-2, Command-R7B, Phi-3, Granite-4.0-H). Here the
 same headers are written again and ``estimate`` runs on the very command line of each
 fixture; every buffer llama.cpp logged,
 per context (target, -md draft, MTP), must match:
@@ -67,6 +68,14 @@ def test_the_tier_has_fixtures() -> None:
         "qwen35-27b",
         "qwen35moe-35b-a3b",
         "glm4moe-air",
+        "llama4-scout",
+        "nemotron-nano-9b-v2",
+        "mistral-small-24b",
+        "gemma2-9b",
+        "olmo2-7b",
+        "command-r7b",
+        "phi3-mini",
+        "granite-4-h-tiny",
     } <= models
     assert all(load(p)["llama_cpp_commit"] for p in PATHS)
 
@@ -120,6 +129,8 @@ def test_what_is_called_checked_is_checked_by_a_fixture() -> None:
     ("fixture", "wanted"),
     [
         ("qwen3-8b-c4096-np1", ()),
+        ("mistral-small-q8kv", ()),
+        ("granitehybrid-c4096-np1", ()),
         ("llama4-c32768-np1", ("no sliding_window key", "no shared-expert size key")),
         ("nemotron-h-c4096-np1", ("nemotron_h's graph is not derived",)),
         ("deepseek-v3-c4096-np1", ("MLA attention with flash attention at 128 heads",)),

@@ -30,6 +30,21 @@ def _c(id: str, model: str, *args: str, draft: str | None = None) -> ArchCase:
 
 Q8KV = ("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on")
 
+
+def _family_variants(swa: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The launches every family of issue 33 is captured at."""
+    out = (
+        ("c4096-np1", ("-c", "4096", "-np", "1")),
+        ("c8192-np4", ("-c", "8192", "-np", "4")),
+        ("q8kv", (*Q8KV, "-c", "4096", "-np", "1")),
+        ("fa-off", ("-c", "4096", "-np", "1", "-fa", "off")),
+        ("ub2048", ("-c", "4096", "-np", "1", "-ub", "2048")),
+    )
+    if swa:
+        out += (("swa-full", ("-c", "8192", "-np", "1", "--swa-full")),)
+    return out
+
+
 CASES: tuple[ArchCase, ...] = (
     # Qwen3-8B dense
     _c("qwen3-8b-c4096-np1", "qwen3-8b", "-c", "4096", "-np", "1"),
@@ -310,4 +325,21 @@ CASES: tuple[ArchCase, ...] = (
     _c("deepseek-v3-c16384-np4", "deepseek-v3-5l", "-c", "16384", "-np", "4"),
     _c("deepseek-v3-fa-off", "deepseek-v3-5l", "-c", "4096", "-np", "1", "-fa", "off"),
     _c("deepseek-v3-ub2048", "deepseek-v3-5l", "-c", "4096", "-np", "1", "-ub", "2048"),
+    # Issue 33, more families: Mistral-Small-24B (llama), Gemma-2, OLMo-2, Command-R7B
+    # (cohere2), Phi-3 and Granite-4.0-H
+    *(
+        _c(f"{prefix}-{name}", model, *args)
+        for prefix, model, swa in (
+            ("mistral-small", "mistral-small-24b", False),
+            ("gemma2", "gemma2-9b", True),
+            ("olmo2", "olmo2-7b", False),
+            ("cohere2", "command-r7b", True),
+            ("phi3", "phi3-mini", False),
+            ("granitehybrid", "granite-4-h-tiny", False),
+        )
+        for name, args in _family_variants(swa)
+    ),
+    # Llama-3.1-8B: the llama rule where the query is as wide as the residual
+    _c("llama31-c4096-np1", "llama31-8b", "-c", "4096", "-np", "1"),
+    _c("llama31-q8kv", "llama31-8b", *Q8KV, "-c", "4096", "-np", "1"),
 )
