@@ -32,6 +32,7 @@ from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
 from monitor.errors import VramscopeError
+from monitor.estimate.certainty import model_specific
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
     from monitor.analysis.assess import Assessment, Launch
@@ -345,7 +346,7 @@ class FrameBuilder:
             flags.append("no -c: fit will grow the context")
         if est is None and launch.engine in LLAMACPP_ESTIMATED:
             flags.append("unknown model")
-        if est is not None and est.approximate:
+        if est is not None and model_specific(est.approximate):
             flags.append("≈ estimate approximate")
         slots = launch.n_parallel or (est.n_seq_max if est else None)
         ctx = est.n_ctx if est and est.n_ctx else launch.ctx_size or launch.max_model_len

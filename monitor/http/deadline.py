@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from monitor.errors import VramscopeError
+
 T = TypeVar("T")
 
 PREDICT_DEADLINE_S = 10.0
@@ -24,12 +26,16 @@ PREDICT_DEADLINE_S = 10.0
 the 64 MiB/10M-item header budget is a few seconds at worst)."""
 
 
-class Busy(Exception):
+class Busy(VramscopeError):
     """No slot free (503)."""
 
+    http_status = 503
 
-class DeadlineExceeded(Exception):
+
+class DeadlineExceeded(VramscopeError):
     """The worker did not finish within the deadline (504); it was abandoned."""
+
+    http_status = 504
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from monitor.estimate.certainty import model_specific
 from tui.format import plain, safe, size
 from tui.source import ModelRow
 
@@ -85,7 +86,7 @@ class Breakdown(Static):
                     f"measured {size(row.measured_bytes)}"
                 )
             )
-            for assumed in est.approximate:
+            for assumed in model_specific(est.approximate):  # the backend's: `estimate`
                 lines.append(plain(f"  ≈ approximate: {assumed}", "$warning"))
             if grows:
                 lines.append(plain("  grows with use, up to (ceilings, not held now):", "bold"))
