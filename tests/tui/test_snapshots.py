@@ -18,12 +18,34 @@ pytest.importorskip("pytest_textual_snapshot")
 SIZE = (120, 40)
 
 
+def _table_layout(app) -> tuple:  # noqa: ANN001
+    """Every DataTable's column widths and virtual size: what DataTable sets on idle."""
+    from textual.widgets import DataTable
+
+    return tuple(
+        (
+            tuple((c.width, c.content_width) for c in table.columns.values()),
+            tuple(table.virtual_size),
+            table.row_count,
+        )
+        for table in app.screen.query(DataTable)
+    )
+
+
 async def settle(pilot) -> None:  # noqa: ANN001
-    """Workers done, then idle long enough for DataTable's column widths (set on idle)."""
+    """Workers done, then idle until DataTable's column widths (set on idle) hold still
+    for three pauses in a row: a busy box's slow idle cannot catch them half set."""
     for _ in range(2):
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
-    await pilot.pause(0.1)
+    still, last = 0, None
+    for _ in range(200):  # a hang guard: at most 200 pauses of 0.05 s
+        await pilot.pause(0.05)
+        now = _table_layout(pilot.app)
+        still = still + 1 if now == last else 0
+        last = now
+        if still >= 3:
+            break
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
