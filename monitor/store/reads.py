@@ -297,6 +297,23 @@ def rolled_up_to_ms(db: Any) -> int:
     return int(row[0]) if row else 0
 
 
+def _spans(
+    db: Any, since_ms: int, until_ms: int, minutes: bool
+) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """(the rollup span, the raw span) a read of ``since_ms``..``until_ms`` covers, both
+    ends included, None for a part it needs nothing from. With ``minutes``: the rollups
+    up to where they end (``meta.rolled_up_to_ms``), the raw samples only from there on.
+    Each span is one ``BETWEEN`` on the tables' leading ``ts_ms`` key: a second lower
+    bound (``ts_ms BETWEEN since AND until AND ts_ms >= cut``) let SQLite range over
+    every raw sample since ``since`` (6 h of them, already rolled up: issue 32)."""
+    if not minutes:
+        return None, (since_ms, until_ms)
+    cut = rolled_up_to_ms(db)
+    minute_span = (since_ms, min(until_ms, cut - 1)) if since_ms < cut else None
+    raw_span = (max(since_ms, cut), until_ms) if until_ms >= cut else None
+    return minute_span, raw_span
+
+
 def device_peaks(
     db: Any, device_id: str | None, since_ms: int, until_ms: int, buckets: int, minutes: bool
 ) -> dict[str, list[Peak]]:
@@ -306,19 +323,21 @@ def device_peaks(
     samples after that (the last hour is not rolled up yet: without them a long window
     missed its newest peak and showed a stale "now")."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
-    where, args = "ts_ms BETWEEN ? AND ?", list[Any]([since_ms, until_ms])
+    where, args = "ts_ms BETWEEN ? AND ?", list[Any]()
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    raw = f"SELECT device_id, used_bytes AS used, ts_ms FROM device_samples WHERE {where}"
-    source, source_args = raw, list(args)
-    if minutes:
-        cut = rolled_up_to_ms(db)
-        source = (
-            "SELECT device_id, used_max_bytes AS used, ts_ms FROM device_minutes"
-            f" WHERE {where} AND ts_ms < ? UNION ALL {raw} AND ts_ms >= ?"
-        )
-        source_args = [*args, cut, *args, cut]
+    minute_span, raw_span = _spans(db, since_ms, until_ms, minutes)
+    parts, source_args = [], list[Any]()
+    if minute_span is not None:
+        parts.append("SELECT device_id, used_max_bytes AS used, ts_ms FROM device_minutes")
+        source_args += [*minute_span, *args]
+    if raw_span is not None:
+        parts.append("SELECT device_id, used_bytes AS used, ts_ms FROM device_samples")
+        source_args += [*raw_span, *args]
+    if not parts:
+        return {}
+    source = " UNION ALL ".join(f"{part} WHERE {where}" for part in parts)
     out: dict[str, list[Peak]] = {}
     for dev, used, ts in db.execute(
         f"SELECT device_id, max(used), ts_ms FROM ({source}) WHERE used IS NOT NULL"
@@ -374,20 +393,21 @@ def server_peaks(
     A tick where a GPU lists it without its memory is unknown and left out, never
     counted as 0."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
-    where, args = "ts_ms BETWEEN ? AND ?", list[Any]([since_ms, until_ms])
+    where, args = "ts_ms BETWEEN ? AND ?", list[Any]()
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    source = _server_totals("process_samples", _RAW_PARTS, where)
-    source_args = list(args)
-    if minutes:
-        cut = rolled_up_to_ms(db)
-        source = (
-            _server_totals("process_minutes", _MINUTE_PARTS, where + " AND ts_ms < ?")
-            + " UNION ALL "
-            + _server_totals("process_samples", _RAW_PARTS, where + " AND ts_ms >= ?")
-        )
-        source_args = [*args, cut, *args, cut]
+    minute_span, raw_span = _spans(db, since_ms, until_ms, minutes)
+    parts, source_args = [], list[Any]()
+    if minute_span is not None:
+        parts.append(_server_totals("process_minutes", _MINUTE_PARTS, where))
+        source_args += [*minute_span, *args]
+    if raw_span is not None:
+        parts.append(_server_totals("process_samples", _RAW_PARTS, where))
+        source_args += [*raw_span, *args]
+    if not parts:
+        return []
+    source = " UNION ALL ".join(parts)
     rows = db.execute(
         "SELECT max(t.used), t.ts, p.pid, p.argv, p.comm FROM ("
         f"{source}"
