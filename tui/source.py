@@ -33,6 +33,7 @@ from monitor.analysis.exits import classify_legacy
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
 from monitor.errors import VramscopeError
 from monitor.estimate.certainty import model_specific
+from tui.frames import FrameStore
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
     from monitor.analysis.assess import Assessment, Launch
@@ -430,13 +431,15 @@ class LiveSource:
         enabled: Iterable[str] | None = None,
         builder: FrameBuilder | None = None,
         keep: int = 3600,
+        keep_frames: int = 60,
     ) -> None:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
         self._sampler: Any = None
         self._lock = threading.Lock()
-        self._frames: deque[Frame] = deque(maxlen=keep)
+        # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
+        self._frames = FrameStore(keep, keep_frames)
         self._events: deque[EventRow] = deque(maxlen=500)
 
     def describe(self) -> str:
@@ -456,23 +459,12 @@ class LiveSource:
             )
             self._events.extend(events_from_snapshot(state.snapshot))
             frame = self.builder.build_state(state, list(self._events)[-100:], live=True)
-            self._frames.append(frame)
+            self._frames.add(frame)
             return frame
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
         with self._lock:
-            frames = [f for f in self._frames if since_ms <= f.ts_ms <= until_ms]
-        out: Series = {}
-        for f in frames:
-            for pic in f.picture.devices.values():
-                if (device_id is None or pic.device_id == device_id) and pic.used_bytes is not None:
-                    out.setdefault(f"device:{pic.device_id}", []).append((f.ts_ms, pic.used_bytes))
-            for row in f.models:
-                if row.measured_bytes is None:
-                    continue
-                out.setdefault(f"model:{row.model} (pid {row.pid})", []).append(
-                    (f.ts_ms, row.measured_bytes)
-                )
+            out: Series = self._frames.series(device_id, since_ms, until_ms)
         # each bucket keeps its peak; the newest frame's own value ends every series it
         # is in, so the history screen's "now" is now, not the last bucket's peak
         return {k: _ending_at(downsample(v, HISTORY_POINTS - 1), v[-1]) for k, v in out.items()}
@@ -483,16 +475,14 @@ class LiveSource:
 
     def at(self, ts_ms: int) -> Frame:
         with self._lock:
-            before = [f for f in self._frames if f.ts_ms <= ts_ms]
-            if not before:
-                if not self._frames:
-                    raise SourceError("nothing sampled yet")
-                return self._frames[0]
-            return before[-1]
+            frame = self._frames.at(ts_ms)
+        if frame is None:
+            raise SourceError("nothing sampled yet")
+        return frame
 
     def ticks(self, since_ms: int, until_ms: int) -> list[int]:
         with self._lock:
-            return [f.ts_ms for f in self._frames if since_ms <= f.ts_ms <= until_ms]
+            return self._frames.ticks(since_ms, until_ms)
 
     def close(self) -> None:
         with self._lock:
@@ -732,7 +722,7 @@ class RemoteSource(LiveSource):
             frame = self.builder.build_state(
                 state, list(self._events)[-100:], live=True, assessments=stored, missing=missing
             )
-            self._frames.append(frame)
+            self._frames.add(frame)
             return frame
 
     def _assessments(self) -> tuple[Assessments, str]:
