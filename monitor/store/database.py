@@ -37,7 +37,7 @@ from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
 from collectors.proc_events import is_server_comm
 from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
-from monitor.store import integrity
+from monitor.store import integrity, rollups
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
 
@@ -750,6 +750,7 @@ class Store:
             if end > start:
                 counts["device_minutes"] = conn.execute(_DEVICE_ROLLUP, (start, end)).rowcount
                 counts["process_minutes"] = conn.execute(_PROCESS_ROLLUP, (start, end)).rowcount
+                counts.update(rollups.roll_up(conn, start, end))
                 conn.execute(
                     "INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(end),)
                 )
@@ -764,6 +765,7 @@ class Store:
                 ("process_cgroups", raw_cut),
                 ("device_minutes", minute_cut),
                 ("process_minutes", minute_cut),
+                *((table, minute_cut) for table in rollups.TABLES),
                 ("collector_runs", runs_cut),
                 ("slot_usage", minute_cut),
             ):

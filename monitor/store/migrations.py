@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from sqlite_utils import Database, Migrations
 
+from monitor.store import rollups
+
 migrations = Migrations("vramscope")
 
 _DEVICE_COLUMNS = """
@@ -219,6 +221,18 @@ def m010_process_cgroups(db: Database) -> None:
         ) WITHOUT ROWID
     """,
     )
+
+
+@migrations()
+def m011_history_rollups(db: Database) -> None:
+    """The history screen's rollups (issue 32, monitor/store/rollups.py): each inference
+    server's measured total per minute, and 10-minute peaks of it and of each device's
+    use, so a 30-day window reads ~4,000 rows a series instead of every process's
+    per-minute row; backfilled from the per-minute rollups already kept."""
+    _run(db, rollups.CREATE)
+    row = db.execute("SELECT value FROM meta WHERE key = 'rolled_up_to_ms'").fetchone()
+    if row is not None:
+        rollups.roll_up(db.conn, 0, int(row[0]))
 
 
 # Columns added to device_samples after m001, in migration order.

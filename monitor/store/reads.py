@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.store.database import StoreError
+from monitor.store.rollups import TEN_MS, history_rolled_up_to_ms
 
 
 @contextmanager
@@ -289,7 +290,8 @@ class Peak:
 
 def rolled_up_to_ms(db: Any) -> int:
     """Where the per-minute rollups end (``meta.rolled_up_to_ms``; 0 before the first
-    prune): raw samples from there on are not in them yet (the daemon rolls up hourly)."""
+    prune): raw samples from there on are not in them yet (the daemon rolls up every
+    ``prune_interval_s``, 10 minutes by default)."""
     try:
         row = db.execute("SELECT value FROM meta WHERE key='rolled_up_to_ms'").fetchone()
     except sqlite3.OperationalError:
@@ -297,21 +299,29 @@ def rolled_up_to_ms(db: Any) -> int:
     return int(row[0]) if row else 0
 
 
-def _spans(
-    db: Any, since_ms: int, until_ms: int, minutes: bool
-) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-    """(the rollup span, the raw span) a read of ``since_ms``..``until_ms`` covers, both
-    ends included, None for a part it needs nothing from. With ``minutes``: the rollups
-    up to where they end (``meta.rolled_up_to_ms``), the raw samples only from there on.
-    Each span is one ``BETWEEN`` on the tables' leading ``ts_ms`` key: a second lower
-    bound (``ts_ms BETWEEN since AND until AND ts_ms >= cut``) let SQLite range over
-    every raw sample since ``since`` (6 h of them, already rolled up: issue 32)."""
+def _tiers(
+    db: Any, since_ms: int, until_ms: int, minutes: bool, width_ms: int, history: bool
+) -> tuple[list[tuple[str, int, int]], bool]:
+    """([(tier, first_ms, last_ms)], whether the history rollups are read): the parts a
+    read of ``since_ms``..``until_ms`` covers, oldest first, both ends included. With
+    ``minutes``: ``tens`` (the 10-minute history rollups, monitor/store/rollups.py, for
+    buckets of 10 minutes or more) up to their last whole block, ``minutes`` up to where
+    the rollups end (``meta.rolled_up_to_ms``), ``raw`` only from there on. ``history``:
+    the caller can read the history rollups, used only where they end where the minutes
+    do (the same prune wrote both). Each part is one ``BETWEEN`` on the tables' leading
+    ``ts_ms`` key: a second lower bound (``ts_ms BETWEEN since AND until AND ts_ms >=
+    cut``) let SQLite range over every raw sample since ``since`` (issue 32)."""
     if not minutes:
-        return None, (since_ms, until_ms)
+        return [("raw", since_ms, until_ms)], False
     cut = rolled_up_to_ms(db)
-    minute_span = (since_ms, min(until_ms, cut - 1)) if since_ms < cut else None
-    raw_span = (max(since_ms, cut), until_ms) if until_ms >= cut else None
-    return minute_span, raw_span
+    history = history and cut > 0 and history_rolled_up_to_ms(db) == cut
+    tens_end = cut - cut % TEN_MS if history and width_ms >= TEN_MS else 0
+    parts = [
+        ("tens", since_ms, min(until_ms, tens_end - 1)),
+        ("minutes", max(since_ms, tens_end), min(until_ms, cut - 1)),
+        ("raw", max(since_ms, cut), until_ms),
+    ]
+    return [(tier, a, b) for tier, a, b in parts if a <= b], history
 
 
 def device_peaks(
@@ -320,21 +330,19 @@ def device_peaks(
     """Used memory per device, the window cut into ``buckets`` and each keeping its peak,
     in SQL (a bare column beside ``max()`` comes from the max row: SQLite's documented
     rule); ``minutes``: from the per-minute rollups up to where they end, and the raw
-    samples after that (the last hour is not rolled up yet: without them a long window
+    samples after that (the last minutes are not rolled up yet: without them a long window
     missed its newest peak and showed a stale "now")."""
     width = max(1, (until_ms - since_ms) // buckets + 1)
     where, args = "ts_ms BETWEEN ? AND ?", list[Any]()
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    minute_span, raw_span = _spans(db, since_ms, until_ms, minutes)
+    tiers, _ = _tiers(db, since_ms, until_ms, minutes, width, True)
     parts, source_args = [], list[Any]()
-    if minute_span is not None:
-        parts.append("SELECT device_id, used_max_bytes AS used, ts_ms FROM device_minutes")
-        source_args += [*minute_span, *args]
-    if raw_span is not None:
-        parts.append("SELECT device_id, used_bytes AS used, ts_ms FROM device_samples")
-        source_args += [*raw_span, *args]
+    for tier, first, last in tiers:
+        table, col = _DEVICE_TIERS[tier]
+        parts.append(f"SELECT device_id, {col} AS used, ts_ms FROM {table}")
+        source_args += [first, last, *args]
     if not parts:
         return {}
     source = " UNION ALL ".join(f"{part} WHERE {where}" for part in parts)
@@ -346,6 +354,13 @@ def device_peaks(
     ).fetchall():
         out.setdefault(dev, []).append(Peak(int(ts), int(used)))
     return out
+
+
+_DEVICE_TIERS = {
+    "tens": ("device_tens", "used_max_bytes"),
+    "minutes": ("device_minutes", "used_max_bytes"),
+    "raw": ("device_samples", "used_bytes"),
+}
 
 
 def last_tick_ms(db: Any, until_ms: int) -> int | None:
@@ -397,14 +412,22 @@ def server_peaks(
     if device_id is not None:
         where += " AND device_id = ?"
         args.append(device_id)
-    minute_span, raw_span = _spans(db, since_ms, until_ms, minutes)
+    tiers, history = _tiers(db, since_ms, until_ms, minutes, width, device_id is None)
     parts, source_args = [], list[Any]()
-    if minute_span is not None:
-        parts.append(_server_totals("process_minutes", _MINUTE_PARTS, where))
-        source_args += [*minute_span, *args]
-    if raw_span is not None:
-        parts.append(_server_totals("process_samples", _RAW_PARTS, where))
-        source_args += [*raw_span, *args]
+    for tier, first, last in tiers:
+        if tier == "raw":
+            parts.append(_server_totals("process_samples", _RAW_PARTS, where))
+        elif history:  # per server already (monitor/store/rollups.py): no device filter
+            table = "server_tens" if tier == "tens" else "server_minutes"
+            parts.append(
+                f"SELECT ts_ms AS ts, process_id, used_max_bytes AS used FROM {table}"
+                " WHERE ts_ms BETWEEN ? AND ?"
+            )
+            source_args += [first, last]
+            continue
+        else:
+            parts.append(_server_totals("process_minutes", _MINUTE_PARTS, where))
+        source_args += [first, last, *args]
     if not parts:
         return []
     source = " UNION ALL ".join(parts)

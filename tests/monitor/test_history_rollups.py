@@ -13,6 +13,7 @@ from pathlib import Path
 from monitor.store.database import Store, open_readonly
 from monitor.store.reads import device_peaks, rolled_up_to_ms, server_peaks
 from monitor.store.retention import Retention
+from monitor.store.rollups import HISTORY_KEY, history_rolled_up_to_ms
 
 GIB = 2**30
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 3600_000
@@ -109,3 +110,67 @@ def test_a_window_inside_the_rollups_or_after_them_reads_one_table(tmp_path: Pat
     assert max(p.used_bytes for p in devices_before["gpu"]) == 5 * GIB
     assert all(cut <= p.ts_ms <= last for p in devices_after["gpu"])
     assert _read(path, last, T0)[0] == ({}, [])
+
+
+def _without(path: Path, *statements: str) -> None:
+    con = sqlite3.connect(path)
+    with con:
+        for statement in statements:
+            con.execute(statement)
+    con.close()
+
+
+def test_long_windows_read_the_history_rollups_the_prune_wrote(tmp_path: Path) -> None:
+    """The prune wrote server_minutes and the 10-minute tables: a day reads the servers
+    from server_minutes, a week or a month from the tens, with the same peaks as the
+    per-minute rollups of every process give (the read without the history key)."""
+    path = tmp_path / "v.db"
+    last = _database(path)
+    db = open_readonly(path)
+    assert history_rolled_up_to_ms(db) == rolled_up_to_ms(db) == T0 + 2 * 3600_000
+    (servers,) = db.execute("SELECT count(*) FROM server_minutes").fetchone()
+    assert servers == 120  # one server (the other process is no engine), 2 h of minutes
+    db.conn.close()
+    reads = {days: _read(path, last - days * DAY_MS, last)[0] for days in (1, 7, 30)}
+    # what the history rollups hold, the process rows of every minute are not read for
+    _without(path, "DELETE FROM process_minutes", "DELETE FROM device_minutes")
+    for days in (1, 7, 30):
+        assert _read(path, last - days * DAY_MS, last)[0][1] == reads[days][1]
+        if days > 1:
+            assert _read(path, last - days * DAY_MS, last)[0][0] == reads[days][0]
+    fresh = tmp_path / "w.db"
+    _database(fresh)
+    _without(fresh, f"DELETE FROM meta WHERE key = '{HISTORY_KEY}'")
+    for days in (1, 7, 30):  # the per-minute rollups of every process: the same peaks
+        devices, servers = _read(fresh, last - days * DAY_MS, last)[0]  # type: ignore[misc]
+        want_devices, want_servers = reads[days]  # type: ignore[misc]
+        assert max(p.used_bytes for p in devices["gpu"]) == 5 * GIB
+        assert max(p.used_bytes for p in want_devices["gpu"]) == 5 * GIB
+        assert [s.used_bytes for s in servers] == [s.used_bytes for s in want_servers] or (
+            days > 1
+            and max(s.used_bytes for s in servers) == max(s.used_bytes for s in want_servers)
+        )
+
+
+def test_the_migration_backfills_the_history_rollups(tmp_path: Path) -> None:
+    """A database rolled up before m011: reopening it fills the new tables from the
+    per-minute rollups and moves the history key to where those end."""
+    path = tmp_path / "v.db"
+    _database(path)
+    _without(
+        path,
+        "DROP TABLE server_minutes",
+        "DROP TABLE device_tens",
+        "DROP TABLE server_tens",
+        f"DELETE FROM meta WHERE key = '{HISTORY_KEY}'",
+        "DELETE FROM _sqlite_migrations WHERE name = 'm011_history_rollups'",
+    )
+    Store.open(path).close()
+    db = open_readonly(path)
+    assert history_rolled_up_to_ms(db) == T0 + 2 * 3600_000
+    assert db.execute("SELECT count(*) FROM server_minutes").fetchone() == (120,)
+    assert db.execute("SELECT count(*), max(used_max_bytes) FROM device_tens").fetchone() == (
+        12,
+        5 * GIB,
+    )
+    db.conn.close()
