@@ -4,8 +4,9 @@ rollups the store wrote itself: the TUI's history windows and replay (issue 32).
 Method (results in bench/RESULTS.md): a database through the store's migrations (``Store.
 open``), 2 devices (host, a GPU) and 20 processes (3 llama-servers on the GPU, 20 on the
 host). Raw samples for 30 days, as the daemon writes them (one a minute before the last
-6 h to keep the build short, every second in the last 6 h), then ``Store.prune`` half an
-hour before the last tick, as the hourly retention job leaves it: the per-minute rollups,
+6 h to keep the build short, every second in the last 6 h), then ``Store.prune`` half a
+``prune_interval_s`` (the daemon's default) before the last tick, as a read between two
+prunes finds it on average: the per-minute and history rollups (monitor/store/rollups.py),
 ``meta.rolled_up_to_ms`` and the 6 h raw cut are the store's own (the bench before issue
 32 inserted rollups by hand without ``meta``, so every read ignored them and the 24 h
 regression of 81e5928 did not show).
@@ -40,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from monitor.config import Config  # noqa: E402
 from monitor.store.database import Store, open_readonly  # noqa: E402
 from monitor.store.retention import Retention  # noqa: E402
 from monitor.units import GIB  # noqa: E402
@@ -89,7 +91,7 @@ def populate(path: Path, now_ms: int) -> None:
                 [(t, p, "host", GIB, 0, None) for p in range(1, PROCS + 1)]
                 + [(t, p, GPU, None, None, (p + wave) * GIB) for p in range(1, ENGINES + 1)],
             )
-    store.prune(now_ms - HOUR_MS // 2, Retention())
+    store.prune(now_ms - int(Config().prune_interval_s * 1000) // 2, Retention())
     store.close()
 
 

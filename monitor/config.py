@@ -53,7 +53,7 @@ def default_config_path() -> Path:
 class Config:
     db_path: Path = field(default_factory=lambda: default_state_dir() / DB_NAME)
     interval_s: float = 1.0
-    prune_interval_s: float = 3600.0
+    prune_interval_s: float = 600.0  # the raw tail a long history window reads: issue 32
     integrity_check_s: float = 3600.0  # SQLite quick_check of the database while running
     log_level: str = "info"
     roots: Roots = field(default_factory=Roots)
