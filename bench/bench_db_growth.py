@@ -31,6 +31,7 @@ from collectors.base import (  # noqa: E402
     ProcessMemory,
     Snapshot,
 )
+from monitor.store import rollups  # noqa: E402
 from monitor.store.database import Retention, Store  # noqa: E402
 from monitor.units import GIB  # noqa: E402
 
@@ -172,6 +173,7 @@ def main() -> None:
                 "process_samples",
                 "device_minutes",
                 "process_minutes",
+                *rollups.TABLES,
                 "collector_runs",
             )
         }
