@@ -290,7 +290,7 @@ class FrameBuilder:
         from monitor.engines import parse_command
 
         spec = parse_command(list(info.argv), cwd=info.cwd)
-        if spec is None or spec.role in ("proxy", "worker"):
+        if spec is None or spec.role in ("proxy", "worker", "router"):
             return None
         return Assessment(
             info.pid,
