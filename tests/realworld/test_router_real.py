@@ -30,6 +30,8 @@ import jsonschema
 import pytest
 import tiny_models
 
+from monitor.engines.router_models import list_models_dir, models_answer
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +110,11 @@ def router(llama_server_bin: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
     models.mkdir()
     tiny_models.write_llama(models / "a.gguf", seed=1, name="a")
     tiny_models.write_llama(models / "b.gguf", seed=2, name="b")
+    # what the router lists and what it leaves out (common/preset.cpp load_from_models_dir)
+    (models / "c").mkdir()
+    for name in ("c/c.gguf", "mmproj-a.gguf", "mtp-a.gguf", "twice.gguf.gguf"):
+        (models / name).write_bytes((models / "a.gguf").read_bytes())
+    (models / "notes.txt").write_text("not a model")
     port = _free_port()
     argv = [str(llama_server_bin), "--models-dir", str(models), "--models-max", "1"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "-c", "512", "-np", "1"]
@@ -125,6 +132,22 @@ def router(llama_server_bin: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_the_models_dir_lists_what_the_router_lists(
+    router: tuple[subprocess.Popen, int, Path],
+) -> None:
+    proc, port, log = router
+    code, body = _http(port, "/models")
+    assert code == 200, body
+    answered = models_answer(body.encode())
+    folder = Path(proc.args[proc.args.index("--models-dir") + 1])  # type: ignore[union-attr]
+    listed = list_models_dir(str(folder))
+    assert [m.model_id for m in listed] == ["a", "b", "c", "twice"]
+    assert sorted(m.model_id for m in answered) == [m.model_id for m in listed]
+    for theirs in answered:
+        mine = next(m for m in listed if m.model_id == theirs.model_id)
+        assert theirs.args[theirs.args.index("--model") + 1] == mine.model_path
 
 
 def _child_rows(rows: dict[int, dict], router_pid: int) -> dict[str, dict]:
