@@ -190,7 +190,9 @@ def models_answer(raw: bytes) -> tuple[AnsweredModel, ...]:
     for item in data:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             continue
-        status = item.get("status") if isinstance(item.get("status"), dict) else {}
+        status = item.get("status")
+        if not isinstance(status, dict):
+            status = {}
         value, args = status.get("value"), status.get("args")
         out.append(
             AnsweredModel(
