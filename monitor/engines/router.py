@@ -24,10 +24,14 @@ project makes under ``.cache/llama.cpp``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from monitor.engines.spec import LaunchSpec
+
+if TYPE_CHECKING:
+    from collectors.base import ProcessInfo
 
 ROUTER_PORT_ENV = "LLAMA_SERVER_ROUTER_PORT"  # server-models.cpp line 1160
 DEFAULT_MODELS_MAX = 4  # common/common.h: int models_max = 4
@@ -104,6 +108,35 @@ def link_routers(
         for pid, spec in routers.items()
     }
     return out, children
+
+
+def process_links(
+    processes: Iterable[ProcessInfo],
+    env_for: Callable[[int], Mapping[str, str]] | None = None,
+) -> tuple[dict[int, Router], dict[int, RouterChild]]:
+    """:func:`link_routers` over a process table: each inference process's command line
+    parsed (relative paths against its cwd; ``env_for`` gives its allow-listed
+    environment, asked for inference processes only); an odd command line is no router
+    and no child, never an error."""
+    from monitor.engines.recognise import parse_command  # recognise imports this module
+
+    table = list(processes)
+    engines = {p.pid for p in table if p.engine and p.argv}
+
+    def env_of(pid: int) -> Mapping[str, str]:
+        return _env(env_for, pid) if pid in engines else {}
+
+    specs: dict[int, LaunchSpec | None] = {}
+    for p in table:
+        try:
+            specs[p.pid] = (
+                parse_command(list(p.argv), env_of(p.pid) or None, cwd=p.cwd)
+                if p.pid in engines
+                else None
+            )
+        except Exception:  # noqa: BLE001 - hostile command lines: never a failed view
+            specs[p.pid] = None
+    return link_routers(specs, {p.pid: p.ppid for p in table}, env_of)
 
 
 def _env(env_for: Callable[[int], Mapping[str, str]] | None, pid: int) -> Mapping[str, str]:

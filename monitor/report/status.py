@@ -23,7 +23,7 @@ from collectors.base import (
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
-from monitor.engines.router import Router, RouterChild, link_routers
+from monitor.engines.router import Router, RouterChild, process_links
 
 if TYPE_CHECKING:
     from monitor.engines.spec import LaunchSpec
@@ -90,16 +90,7 @@ def router_links(
     """The llama-server routers among the snapshot's processes and their children
     (monitor/engines/router.py): a child by its parent, or by ``LLAMA_SERVER_ROUTER_PORT``
     in its environment when ``env_for`` may read it."""
-    specs = {
-        p.pid: _launch_of(p, env_for(p.pid) if env_for and p.engine else None)
-        for p in snap.processes
-    }
-    engines = {p.pid for p in snap.processes if p.engine}
-
-    def env_of(pid: int) -> Mapping[str, str]:
-        return env_for(pid) if env_for is not None and pid in engines else {}
-
-    return link_routers(specs, {p.pid: p.ppid for p in snap.processes}, env_of)
+    return process_links(snap.processes, env_for)
 
 
 def _router_json(router: Router | None) -> dict[str, Any] | None:
