@@ -1,9 +1,9 @@
-"""The real llama-server in router mode: its children grouped under it in ``status --json``.
+"""The real llama-server in router mode: its children grouped under it (status, TUI).
 
 Starts the llama-server this project builds (``.cache/llama.cpp/0.3.36``, llama.cpp
 0c1e57098) as a router over a folder of two tiny GGUFs with ``--models-max 1``, loads
 ``a`` then ``b`` through ``POST /models/load``, and checks what ``vramscope status --json``
-says after each: the router row (``--models-max``, how many loaded), each child under it
+(and the TUI's live frame) says after each: the router row (``--models-max``, how many loaded), each child under it
 with its model id (its ``--alias``), and that loading ``b`` left only ``b``'s child (the
 router unloaded ``a``, tools/server/server-models.cpp ``unload_lru``).
 
@@ -31,6 +31,7 @@ import pytest
 import tiny_models
 
 from monitor.engines.router_models import list_models_dir, models_answer
+from tui.source import LiveSource
 
 pytestmark = pytest.mark.slow
 
@@ -193,3 +194,16 @@ def test_router_children_are_grouped_under_their_router(
         assert rows[proc.pid]["router_child"] is None
         if gone is not None:
             assert gone not in children
+        _check_the_tui(proc.pid, model, child["pid"])
+
+
+def _check_the_tui(router_pid: int, model: str, child_pid: int) -> None:
+    """The TUI's live frame: the router's row, then its one child's row under it."""
+    source = LiveSource()
+    try:
+        rows = [r for r in source.latest().models if r.pid in (router_pid, child_pid)]
+    finally:
+        source.close()
+    assert [(r.pid, r.role) for r in rows] == [(router_pid, "router"), (child_pid, "server")]
+    assert rows[0].flags == ("1 loaded, max 1",)
+    assert rows[1].model.startswith(f"└ {model} · {model}.gguf")
