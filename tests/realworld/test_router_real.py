@@ -4,8 +4,9 @@ Starts the llama-server this project builds (``.cache/llama.cpp/0.3.36``, llama.
 0c1e57098) as a router over a folder of two tiny GGUFs with ``--models-max 1``, loads
 ``a`` then ``b`` through ``POST /models/load``, and checks what ``vramscope status --json``
 (and the TUI's live frame) says after each: the router row (``--models-max``, how many
-loaded), each child under it with its model id (its ``--alias``), and that loading ``b`` left only ``b``'s child (the
-router unloaded ``a``, tools/server/server-models.cpp ``unload_lru``).
+loaded), each child under it with its model id (its ``--alias``), and that loading ``b``
+left only ``b``'s child (the router unloaded ``a``, tools/server/server-models.cpp
+``unload_lru``).
 
 Only the router this test started and its children are looked at (the box may run other
 llama-servers). Waits are bounded hang guards, never timing assertions.
