@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
     from monitor.analysis.growth import Evidence
     from monitor.analysis.measured import Measured
     from monitor.analysis.state import BoxState
+    from monitor.engines.router import Router
     from monitor.estimate import MemoryEstimate
     from monitor.estimate.model import DeviceInfo
     from monitor.logs.server_cache import ServerLogFollower
@@ -82,6 +83,9 @@ class ModelRow:
     error: str | None = None
     held: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
     assessment: Assessment | None = None  # whole, judged for this frame
+    # "router": a llama-server router's own row (no model, never estimated); its children's
+    # rows follow it, their model cell "└ ID · file" (monitor/engines/router.py)
+    role: str = "server"
 
     @property
     def delta_bytes(self) -> int | None:
@@ -232,7 +236,7 @@ class FrameBuilder:
             self._forget_logs({(p.pid, p.start_ticks) for p in snap.processes})
         rows = [r for r in built if r is not None]
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
-        return Frame(snap, picture, tuple(rows), tuple(events), live)
+        return Frame(snap, picture, tuple(grouped_by_router(rows, snap)), tuple(events), live)
 
     def assess(
         self,
@@ -291,7 +295,7 @@ class FrameBuilder:
         from monitor.engines import parse_command
 
         spec = parse_command(list(info.argv), cwd=info.cwd)
-        if spec is None or spec.role in ("proxy", "worker"):
+        if spec is None or spec.role in ("proxy", "worker", "router"):
             return None
         return Assessment(
             info.pid,
@@ -372,6 +376,57 @@ class FrameBuilder:
             held=a.measured,
             assessment=a,
         )
+
+
+def grouped_by_router(rows: list[ModelRow], snap: Snapshot) -> list[ModelRow]:
+    """``rows`` (biggest first) with each llama-server router as a row of its own, its
+    children's rows right under it (``└ ID · file``, ID their ``--alias``): the group
+    sits where its biggest child does; a router with no child shown comes last. The
+    router's row holds its own measured memory, ``--models-max`` and how many are loaded
+    (monitor/engines/router.py); it has no estimate (it loads no model)."""
+    from monitor.engines.router import process_links
+
+    routers, children = process_links(snap.processes)
+    if not routers and not children:
+        return rows
+    out: list[ModelRow] = []
+    done: set[int] = set()
+    for row in rows:
+        link = children.get(row.pid)
+        router = routers.get(link.router_pid) if link and link.router_pid is not None else None
+        if link is None or router is None:  # no env read here: a child is known by its parent
+            out.append(row)
+            continue
+        if router.pid in done:
+            continue
+        done.add(router.pid)
+        out.append(_router_row(router, snap))
+        for child in rows:
+            own = children.get(child.pid)
+            if own is not None and own.router_pid == router.pid:
+                out.append(replace(child, model=f"└ {own.model_id or '?'} · {child.model}"))
+    out += [_router_row(r, snap) for pid, r in sorted(routers.items()) if pid not in done]
+    return out
+
+
+def _router_row(router: Router, snap: Snapshot) -> ModelRow:
+    from monitor.analysis.measured import measure
+
+    held = measure(router.pid, snap.memory)
+    top = "unlimited" if router.models_max == 0 else str(router.models_max)
+    return ModelRow(
+        pid=router.pid,
+        engine="llama.cpp",
+        model=f"router :{router.port}",
+        ctx_slots="-",
+        cache_types="-",
+        measured_bytes=held.total_bytes,
+        estimate_bytes=None,
+        kv_bytes=None,
+        flags=(f"{len(router.children)} loaded, max {top}",),
+        held=held,
+        role="router",
+    )
 
 
 def events_from_snapshot(snap: Snapshot) -> list[EventRow]:

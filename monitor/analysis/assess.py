@@ -143,7 +143,7 @@ def assess(
     from monitor.estimate import estimate
 
     spec = parse_command(list(info.argv), dict(env) if env else None, cwd=info.cwd)
-    if spec is None or spec.role in ("proxy", "worker"):
+    if spec is None or spec.role in ("proxy", "worker", "router"):
         return None
     est, error = None, None
     try:

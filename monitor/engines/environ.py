@@ -8,7 +8,9 @@ function. Allowed:
   ``common/arg.cpp`` ``set_env``; the list is :data:`monitor.engines.llamacpp.ENV_KEYS`),
   minus any key whose name says it holds a secret (``..._KEY``, ``..._TOKEN`` ...);
 - a fixed list of ``OLLAMA_*`` keys that size models (context, parallel, KV type ...);
-- a fixed list of ``VLLM_*`` keys (``VLLM_PROCESS_NAME_PREFIX`` renames the workers).
+- a fixed list of ``VLLM_*`` keys (``VLLM_PROCESS_NAME_PREFIX`` renames the workers);
+- ``LLAMA_SERVER_ROUTER_PORT``: a llama-server router's port, set in each child it
+  spawns (monitor/engines/router.py).
 
 A process that is gone, not ours to read (another user's, without CAP_SYS_PTRACE), or a
 kernel thread gives ``{}``. Each kept value goes through
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from collectors.redact import redact_text
 from monitor.engines.llamacpp import ENV_KEYS as LLAMA_KEYS
+from monitor.engines.router import ROUTER_PORT_ENV
 
 # /proc/PID/environ is at most the exec-time environment (ARG_MAX-bounded); read a bounded
 # prefix so a huge environment cannot cost unbounded memory.
@@ -67,7 +70,7 @@ def allowed(key: str) -> bool:
     """Whether an environment key may be read and kept."""
     if key.startswith("LLAMA_ARG_"):
         return key in LLAMA_KEYS and not _SECRET_NAME.search(key)
-    return key in OLLAMA_KEYS or key in VLLM_KEYS
+    return key in OLLAMA_KEYS or key in VLLM_KEYS or key == ROUTER_PORT_ENV
 
 
 def filter_env(entries: bytes) -> dict[str, str]:

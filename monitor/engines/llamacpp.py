@@ -486,6 +486,17 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("--port",), _set("port", _port)),
     _Opt(("-a", "--alias"), _set("_alias", _text)),
     _Opt(("-hf", "-hfr", "--hf-repo"), _set("_hf_repo", _text)),
+    # router mode (common/arg.cpp "--models-dir" ... "--models-autoload")
+    _Opt(("--models-dir",), _set("models_dir", _text)),
+    _Opt(("--models-preset",), _set("models_preset", _text)),
+    _Opt(("--models-max",), _set("models_max", _int)),
+    _Opt(
+        ("--models-autoload",),
+        _const("models_autoload", True),
+        SWITCH,
+        negate=_const("models_autoload", False),
+    ),
+    _Opt(("--no-models-autoload",), _const("models_autoload", False), SWITCH),
     # removed upstream, still seen in old configs (estimation.md 1f)
     _Opt(("--draft", "--draft-n", "--draft-max"), _removed("spec_draft_n_max"), removed=True),
     _Opt(("--draft-min", "--draft-n-min"), _removed(None), removed=True),
@@ -550,6 +561,10 @@ _ENV: tuple[tuple[str, str, str], ...] = (
     ("LLAMA_ARG_PORT", "--port", "value"),
     ("LLAMA_ARG_ALIAS", "--alias", "value"),
     ("LLAMA_ARG_HF_REPO", "--hf-repo", "value"),
+    ("LLAMA_ARG_MODELS_DIR", "--models-dir", "value"),
+    ("LLAMA_ARG_MODELS_PRESET", "--models-preset", "value"),
+    ("LLAMA_ARG_MODELS_MAX", "--models-max", "value"),
+    ("LLAMA_ARG_MODELS_AUTOLOAD", "--models-autoload", "bool"),
     ("LLAMA_ARG_DRAFT_MAX", "--draft-max", "value"),
     ("LLAMA_ARG_DRAFT_MIN", "--draft-min", "value"),
     ("LLAMA_ARG_CTX_SIZE_DRAFT", "--ctx-size-draft", "value"),
@@ -691,9 +706,6 @@ _SKIP_VALUED = frozenset(
         "--override-kv",
         "--ui-config",
         "--webui-config",
-        "--models-dir",
-        "--models-preset",
-        "--models-max",
         "--image-min-tokens",
         "--image-max-tokens",
         "-mmdev",
@@ -776,8 +788,6 @@ _SKIP_SWITCHES = frozenset(
         "--no-reasoning-preserve",
         "--cors-credentials",
         "--no-cors-credentials",
-        "--models-autoload",
-        "--no-models-autoload",
         "-mli",
         "--multiline-input",
         "--ignore-eos",
@@ -958,6 +968,15 @@ def program_args(argv: Sequence[str]) -> list[str]:
     return args
 
 
+def _is_router(values: Mapping[str, Any], raw: Mapping[str, Any]) -> bool:
+    """llama-server runs as a router when it has no model (tools/server/server.cpp:
+    ``is_router_server = params.model.path.empty() && hf_repo.empty() && docker_repo.empty()``);
+    here only when ``--models-dir``/``--models-preset`` (or their ``LLAMA_ARG_*``) say so,
+    so a bare command line (or one whose model this parser missed) stays a "server"."""
+    has_model = values.get("model_path") or raw.get("_hf_repo")
+    return not has_model and bool(values.get("models_dir") or values.get("models_preset"))
+
+
 def parse_args(
     args: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -986,6 +1005,8 @@ def parse_args(
         values["model_name"] = st.values["_hf_repo"]
         if "_hf_repo" in from_env:
             from_env.add("model_name")
+    if role == "server" and _is_router(values, st.values):
+        role = "router"
     mode, source = _load_mode(st)
     if mode is not None:
         values["load_mode"] = mode

@@ -9,7 +9,9 @@ walking ``ppid`` (research/estimation.md sections 3-5).
 
 Roles: ``server`` (llama-server, vLLM/SGLang API server, ``ollama serve``, generic torch),
 ``runner`` (ollama's model process), ``worker`` (vLLM/SGLang engine and worker processes),
-``proxy`` (llama-swap; its llama-server children are servers that own themselves).
+``proxy`` (llama-swap; its llama-server children are servers that own themselves),
+``router`` (a llama-server in router mode; its children are servers that own themselves
+and carry a :class:`~monitor.engines.router.RouterChild` link, monitor/engines/router.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collectors.base import ProcessInfo
 from collectors.tracking import engine_of, is_python
 from monitor.engines import ollama
 from monitor.engines.llamacpp import is_flag, parse_llamacpp
+from monitor.engines.router import RouterChild, link_routers
 from monitor.engines.spec import LaunchSpec, resolve_paths
 from monitor.engines.vllm import parse_sglang, parse_vllm
 
@@ -80,6 +83,7 @@ class EngineMatch:
     role: str
     owner_pid: int
     spec: LaunchSpec | None
+    router: RouterChild | None = None  # a llama-server a router spawned: which, model id
 
 
 # --- one command line -------------------------------------------------------------------
@@ -334,12 +338,21 @@ def recognise(
     - a llama-server started by ``ollama serve`` (or any ollama runner form): engine
       "ollama", role "runner", owner = the ``ollama serve`` ancestor.
     - ``ollama serve``: role "server", spec None; llama-swap: role "proxy", spec None.
+    - a llama-server router (``--models-dir``/``--models-preset``, no model): role
+      "router"; each llama-server it spawned: role "server", owner itself, ``router`` set.
     - a Python process the collectors saw on a GPU, or one tracking.py names (torch,
       tgi, ...), that is none of the above: its engine, role "server", a bare spec.
     """
 
     scope = _Scope(processes, _kinds(processes), env_for)
     out = _servers(scope)
+    _, children = link_routers(
+        {pid: m.spec for pid, m in out.items()},
+        {pid: info.ppid for pid, info in processes.items()},
+        scope.env,
+    )
+    for pid, link in children.items():
+        out[pid] = dataclasses.replace(out[pid], router=link)
     out.update(_workers(scope, {pid: m.spec for pid, m in out.items()}))
     out.update(_others(scope, out))
     return out
@@ -396,7 +409,7 @@ def _servers(scope: _Scope) -> dict[int, EngineMatch]:
             server = scope.nearest(pid, {"ollama-server"})
             if kind == "llama.cpp" and server is None:
                 spec = resolve_paths(parse_llamacpp(info.argv, scope.env(pid)), info.cwd)
-                out[pid] = EngineMatch(pid, "llama.cpp", "server", pid, spec)
+                out[pid] = EngineMatch(pid, "llama.cpp", spec.role, pid, spec)
             else:
                 spec = resolve_paths(ollama.parse_runner(info.argv, scope.env(pid)), info.cwd)
                 out[pid] = EngineMatch(

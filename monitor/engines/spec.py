@@ -17,7 +17,9 @@ from monitor.engines.capabilities import MODEL_PATH_IS_FILE
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
     engine: str  # "llama.cpp", "ollama", "llama-swap", "vllm", "sglang", "torch", ...
-    role: str = "server"  # "server", "proxy" (llama-swap), "worker" (vLLM EngineCore/Worker)
+    # "server", "proxy" (llama-swap), "worker" (vLLM EngineCore/Worker), "router" (a
+    # llama-server in router mode: no model of its own, it spawns one child per model)
+    role: str = "server"
     model_path: str | None = None  # -m / --model (the first split for split GGUFs)
     model_name: str | None = None  # vLLM/SGLang model id, ollama blob digest, -a alias
     # context and slots
@@ -64,6 +66,11 @@ class LaunchSpec:
     pooling: str | None = None  # --pooling
     host: str | None = None  # --host
     port: int | None = None  # --port
+    # llama-server router mode (common/arg.cpp --models-*; common.h models_max default 4)
+    models_dir: str | None = None  # --models-dir / LLAMA_ARG_MODELS_DIR
+    models_preset: str | None = None  # --models-preset / LLAMA_ARG_MODELS_PRESET
+    models_max: int | None = None  # --models-max (None = default 4; 0 = unlimited)
+    models_autoload: bool | None = None  # --models-autoload / --no-models-autoload
     # vLLM
     gpu_memory_utilization: float | None = None  # default 0.92 (0.90 before)
     max_model_len: int | None = None

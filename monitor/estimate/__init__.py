@@ -55,6 +55,11 @@ def estimate(
     weights llama.cpp repacks into anonymous buffers; None when unknown."""
     reader = read_header or _default_reader
     estimator = ENGINES[spec.engine].estimator if spec.engine in ENGINES else None
+    if spec.role == "router":
+        raise EstimateError(
+            "a llama-server router (--models-dir/--models-preset, no -m) loads no model "
+            "itself: estimate one of its models' command lines"
+        )
     if estimator == "llama.cpp" and spec.role != "proxy":
         return estimate_llamacpp(spec, devices, reader, outputs, cpu)
     if estimator == "vllm":

@@ -23,6 +23,7 @@ from collectors.base import (
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.engines.recognise import helper_parents
+from monitor.engines.router import Router, RouterChild, process_links
 
 if TYPE_CHECKING:
     from monitor.engines.spec import LaunchSpec
@@ -83,6 +84,54 @@ def server_summary(info: ProcessInfo) -> str | None:
     return terminal_safe(" ".join(parts))
 
 
+def router_links(
+    snap: Snapshot, env_for: Callable[[int], Mapping[str, str]] | None = None
+) -> tuple[dict[int, Router], dict[int, RouterChild]]:
+    """The llama-server routers among the snapshot's processes and their children
+    (monitor/engines/router.py): a child by its parent, or by ``LLAMA_SERVER_ROUTER_PORT``
+    in its environment when ``env_for`` may read it."""
+    return process_links(snap.processes, env_for)
+
+
+def _router_json(router: Router | None) -> dict[str, Any] | None:
+    if router is None:
+        return None
+    return {
+        "port": router.port,
+        "models_dir": router.models_dir,
+        "models_preset": router.models_preset,
+        "models_max": router.models_max,
+        "children": list(router.children),
+        "loaded": len(router.children),
+    }
+
+
+def _router_summary(router: Router) -> str:
+    """``router :8080 models-dir /m, max 1, 1 loaded`` (max 0 = unlimited)."""
+    parts = [f"router :{router.port}"]
+    if router.models_dir:
+        parts.append(f"models-dir {router.models_dir}")
+    if router.models_preset:
+        parts.append(f"preset {router.models_preset}")
+    top = "unlimited" if router.models_max == 0 else str(router.models_max)
+    return terminal_safe(f"{' '.join(parts)}, max {top}, {len(router.children)} loaded")
+
+
+def _grouped(order: list[ProcessInfo], routers: Mapping[int, Router]) -> list[ProcessInfo]:
+    """``order`` with each router's children moved right under their router (in their
+    own order: the biggest first)."""
+    shown = {p.pid for p in order}
+    under = {c: r.pid for r in routers.values() if r.pid in shown for c in r.children}
+    out: list[ProcessInfo] = []
+    for p in order:
+        if p.pid in under:
+            continue
+        out.append(p)
+        if p.pid in routers:
+            out += [c for c in order if under.get(c.pid) == p.pid]
+    return out
+
+
 def _measured_of(snap: Snapshot, helpers: Mapping[int, int]) -> dict[int, Measured]:
     """Every tracked process's :class:`Measured`; a server's helpers count in it."""
     return {
@@ -104,6 +153,7 @@ def to_json(
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = _measured_of(snap, helpers)
     limits = {c.pid: c.cgroup for c in snap.cgroups}
+    routers, children = router_links(snap, env_for)
     processes = []
     for p in sorted(snap.processes, key=lambda p: p.pid):
         row = dataclasses.asdict(p)
@@ -115,6 +165,9 @@ def to_json(
         row["measured"] = held[p.pid].as_dict()
         limit = limits.get(p.pid)
         row["cgroup"] = dataclasses.asdict(limit) if limit is not None else None
+        row["router"] = _router_json(routers.get(p.pid))
+        link = children.get(p.pid)
+        row["router_child"] = dataclasses.asdict(link) if link is not None else None
         processes.append(row)
     return {
         "schema": SCHEMA_ID,
@@ -208,8 +261,10 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     mem = {(m.pid, m.device_id): m for m in snap.memory}
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = _measured_of(snap, helpers)
+    routers, children = router_links(snap)
     proc_rows = []
-    for p in sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices)):
+    order = sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices))
+    for p in _grouped(order, routers):
         host = mem.get((p.pid, "host"))
         gpu = []
         for dev in gpu_devices:
@@ -221,11 +276,7 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                     else (m.vram_bytes or 0) + (m.gtt_bytes or 0)
                 )  # None: not reported
                 gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(on_gpu)}")
-        command = server_summary(p) or (
-            " ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
-            if p.argv
-            else f"[{terminal_safe(p.comm)}]"
-        )
+        command = _command_cell(p, routers.get(p.pid), children.get(p.pid))
         proc_rows.append(
             [
                 str(p.pid),
@@ -265,6 +316,25 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
     out += _left_out_and_filling(snap)
     out += _exited_and_failed(snap)
     return "\n".join(out)
+
+
+def _command_cell(p: ProcessInfo, router: Router | None, child: RouterChild | None) -> str:
+    """The COMMAND column: a router in words, a router's child as ``└ model ID: ...``
+    (with its router's pid when that is not the row above), a server's summary, else
+    the raw command line."""
+    if router is not None:
+        return _router_summary(router)
+    command = server_summary(p) or (
+        " ".join(map(terminal_safe, [os.path.basename(p.argv[0]), *p.argv[1:]]))
+        if p.argv
+        else f"[{terminal_safe(p.comm)}]"
+    )
+    if child is None:
+        return command
+    head = f"└ model {terminal_safe(child.model_id or '?')}: "
+    if child.router_pid is None:
+        return f"{head}{command} (router :{child.router_port}, not visible)"
+    return f"{head}{command} (router {child.router_pid})"
 
 
 def _hidden_lines(snap: Snapshot) -> list[str]:

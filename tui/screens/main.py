@@ -354,9 +354,10 @@ class MainScreen(Screen):
             return
         mode = "replay" if self.replay_ts is not None else ("live" if frame.live else "database")
         gpus = sum(1 for d in frame.picture.devices if d != "host")
+        models = sum(1 for r in frame.models if r.role != "router")
         status.content = Content.styled(
             f"{mode} · {clock(frame.ts_ms, with_date=True)} · {gpus} GPU{'s' if gpus != 1 else ''}"
-            f" · {len(frame.models)} model{'s' if len(frame.models) != 1 else ''}",
+            f" · {models} model{'s' if models != 1 else ''}",
             "$text-muted",
         )
 

@@ -39,6 +39,8 @@ class ModelsTable(DataTable):
         """Rendered lines keyed by their row's values (see ``_render_line``)."""
         self._cell_updates = 0
         """How many of DataTable's update counts are our own ``update_cell`` calls."""
+        self._widths: tuple = ()
+        """The columns' widths the caches were drawn at."""
         super().__init__(cursor_type="row", zebra_stripes=True, id=id, classes=classes)
         self._rows: dict[str, ModelRow] = {}
 
@@ -171,6 +173,7 @@ class ModelsTable(DataTable):
                 row_key,
                 None if values is None else tuple(values.items()),
             )
+            self._drop_caches_on_new_widths()
             strip = self._lines.get(key)
         except (AttributeError, LookupError, TypeError):
             return super()._render_line(y, x1, x2, base_style)
@@ -178,6 +181,16 @@ class ModelsTable(DataTable):
             strip = super()._render_line(y, x1, x2, base_style)
             self._lines[key] = strip
         return strip
+
+    def _drop_caches_on_new_widths(self) -> None:
+        """DataTable sets the columns' widths on idle without counting it as an update, and
+        keys its own header cells by that count: a header drawn before the rows came kept
+        its narrow cells over the wide rows. New widths clear every cache (rare: a new
+        model, a longer value)."""
+        widths = tuple((c.width, c.content_width, c.auto_width) for c in self.columns.values())
+        if widths != self._widths:
+            self._widths = widths
+            self._clear_caches()
 
     def _clear_caches(self) -> None:
         super()._clear_caches()
