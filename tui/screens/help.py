@@ -37,7 +37,10 @@ DETAIL = {  # action -> what the key does, where the binding's short description
     "refresh": "sample now (live) instead of waiting for the next refresh",
     "history": "memory over time per device and per model, 5 min to 30 days",
     "whatif": "predict a launch on this box: a llama-swap model id or a llama-server command",
-    "replay": "freeze on this moment and step through the recorded ticks",
+    "replay": (
+        "freeze on this moment and step through the recorded ticks "
+        "(live and remote: the last minute; the database: all of them)"
+    ),
     "step(-1)": "replay: one tick back",
     "step(1)": "replay: one tick forward",
     "step(-60)": "replay: 60 ticks back",
