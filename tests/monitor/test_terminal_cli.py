@@ -227,3 +227,30 @@ def test_daemon_still_creates_the_default_locations_folders(
     finally:
         err = stop_with_sigterm(daemon)
     assert daemon.returncode == 0, err
+
+
+def test_diagnose_sizes_a_small_server_in_mib_and_one_slot_plainly(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A CPU llama-server of a tiny model (33 MiB resident, -c 4096 -np 1) in a saved
+    status: its sizes read in MiB, not "0.0 GiB", and one slot is not "(not 1 x 4096)"."""
+    from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+    from monitor.report.status import to_json
+
+    mib, gib = 1024**2, 1024**3
+    argv = ("llama-server", "-m", str(tiny_model), "-c", "4096", "-np", "1", "--port", "40999")
+    info = ProcessInfo(4242, 1, None, 1000, 1000, "llama-server", argv, "llama.cpp", ("inference",))
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * gib, 8 * gib, available_bytes=56 * gib
+    )
+    held = ProcessMemory(4242, "host", rss_anon_bytes=33 * mib, rss_file_bytes=0)
+    state = tmp_path / "state.json"
+    snap = Snapshot(1_800_000_000_000, (host,), (info,), (held,), (), (), ())
+    state.write_text(json.dumps(to_json(snap)))
+    result = vramscope("diagnose", "--state", str(state))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("pid 4242: tiny-llama.gguf holds 33 MiB"), result.stdout
+    assert "0.0 GiB" not in result.stdout
+    kv = next(line for line in result.stdout.splitlines() if line.strip().startswith("kv "))
+    assert "-c 4096 is 4096 cells for its one slot" in kv and "(not 1 x" not in kv
+    assert kv.split()[1:3] == ["16", "MiB"]  # 4096 cells x 4 layers x (K+V) x 256 x 2 B
