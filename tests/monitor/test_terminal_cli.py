@@ -254,3 +254,27 @@ def test_diagnose_sizes_a_small_server_in_mib_and_one_slot_plainly(
     kv = next(line for line in result.stdout.splitlines() if line.strip().startswith("kv "))
     assert "-c 4096 is 4096 cells for its one slot" in kv and "(not 1 x" not in kv
     assert kv.split()[1:3] == ["16", "MiB"]  # 4096 cells x 4 layers x (K+V) x 256 x 2 B
+
+
+def test_estimate_pid_beside_its_log_never_prints_negative_zero(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """`estimate --pid` of a running process whose executable is llama-server (a copy of
+    Python, so it runs `-c code`; the later `-c 2048` is llama.cpp's), beside the real log."""
+    import shutil
+
+    exe = tmp_path / "llama-server"
+    shutil.copy(sys.executable, exe)
+    code = "import time; print('ready', flush=True); time.sleep(120)"
+    argv = [str(exe), "-c", code, "-m", str(tiny_model), "-c", "2048", "-np", "1"]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    log = ROOT / "tests" / "fixtures" / "llamalog" / "real-cpu-draft.log"
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        result = vramscope("estimate", "--cpu-only", "--pid", str(child.pid), "--log", str(log))
+    finally:
+        child.kill()
+        child.wait()
+    assert result.returncode == 0, result.stderr
+    assert "estimated vs reported by llama.cpp" in result.stdout
+    assert "-0.00" not in result.stdout
