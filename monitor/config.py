@@ -42,6 +42,18 @@ def default_state_dir() -> Path:
     return Path(base) / "vramscope"
 
 
+def require_db_folder(config: Config) -> None:
+    """Refuse a database path someone named (--db, [daemon] db) whose folder is missing:
+    a typo must not become a tree of new folders. The default location's folders
+    (default_state_dir) are the daemon's own to create. Raises ConfigError (one line)."""
+    folder = config.db_path.parent
+    if config.db_named_by is not None and not os.path.lexists(folder):
+        raise ConfigError(
+            f"the database folder {folder} does not exist ({config.db_named_by}: "
+            f"{config.db_path}): create it first; only the default location's are created"
+        )
+
+
 def default_config_path() -> Path:
     if os.geteuid() == 0:
         return Path("/etc/vramscope/config.toml")
@@ -52,6 +64,9 @@ def default_config_path() -> Path:
 @dataclass(frozen=True, slots=True)
 class Config:
     db_path: Path = field(default_factory=lambda: default_state_dir() / DB_NAME)
+    # who named db_path ("--db", "[daemon] db in FILE"); None: the default location, the
+    # only one whose missing folders the daemon creates (require_db_folder)
+    db_named_by: str | None = None
     interval_s: float = 1.0
     prune_interval_s: float = 600.0  # the raw tail a long history window reads: issue 32
     integrity_check_s: float = 3600.0  # SQLite quick_check of the database while running
@@ -279,8 +294,10 @@ def load(
     if not str(db_path).strip() or db_path.is_dir() or str(db_path).endswith("/"):
         where = "--db" if db else f"[daemon] db in {path}"
         raise ConfigError(f"{where} must name a database file, not {str(db_path)!r}")
+    named_by = "--db" if db else f"[daemon] db of {path}" if "db" in daemon else None
     return Config(
         db_path=db_path.resolve(),  # one lock per real file, whatever the spelling
+        db_named_by=named_by,
         interval_s=float(interval_s if interval_s is not None else daemon.get("interval_s", 1.0)),
         prune_interval_s=float(daemon.get("prune_interval_s", base.prune_interval_s)),
         integrity_check_s=float(daemon.get("integrity_check_s", base.integrity_check_s)),

@@ -29,6 +29,7 @@ from tui.source import (
     StoreSource,
     being_written,
 )
+from tui.terminal import HangupDriver, install_stop_signals
 
 
 class VramscopeApp(App[None]):
@@ -49,8 +50,12 @@ class VramscopeApp(App[None]):
         at_ms: int | None = None,
         swap_config: Path | None = None,
         fleet: list[Any] | None = None,
+        terminal: bool = False,
     ) -> None:
-        super().__init__()
+        # terminal: a real one (vramscope tui), not a test's pilot: end with it and on
+        # SIGTERM/SIGHUP (tui/terminal.py)
+        super().__init__(driver_class=HangupDriver if terminal else None)
+        self.terminal = terminal
         self.source = source
         self.fleet = fleet  # RemoteSources of `tui --remote A --remote B`: the overview first
         self.refresh_s = refresh_s
@@ -87,6 +92,8 @@ class VramscopeApp(App[None]):
             self.push_screen(HelpScreen())
 
     def on_mount(self) -> None:
+        if self.terminal:
+            install_stop_signals(self)
         if self.fleet:
             from tui.screens.fleet import FleetScreen
 
@@ -175,8 +182,8 @@ def _fleet(
     except SourceError as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
-    VramscopeApp(sources[0], refresh_s, swap_config=swap_config, fleet=sources).run()
-    return 0
+    app = VramscopeApp(sources[0], refresh_s, swap_config=swap_config, fleet=sources, terminal=True)
+    return _run(app)
 
 
 class _BuilderSizes(TypedDict, total=False):
@@ -228,8 +235,7 @@ def main(
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)
             return 2
-        VramscopeApp(remote_source, refresh_s, swap_config=swap_config).run()
-        return 0
+        return _run(VramscopeApp(remote_source, refresh_s, swap_config=swap_config, terminal=True))
     try:
         source, at_ms = open_source(
             db,
@@ -243,8 +249,16 @@ def main(
     except (VramscopeError, ValueError) as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
-    VramscopeApp(source, refresh_s, at_ms=at_ms, swap_config=swap_config).run()
-    return 0
+    return _run(
+        VramscopeApp(source, refresh_s, at_ms=at_ms, swap_config=swap_config, terminal=True)
+    )
+
+
+def _run(app: VramscopeApp) -> int:
+    """Run the app on this terminal; its exit status (0 when quit; EXIT_HANGUP when the
+    terminal went away or SIGHUP came, EXIT_TERMINATED on SIGTERM: tui/terminal.py)."""
+    app.run()
+    return app.return_code or 0
 
 
 if __name__ == "__main__":

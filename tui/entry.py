@@ -72,6 +72,8 @@ def tui(
                     last 30 s, else live. As root that is /var/lib/vramscope/vramscope.db,
                     the system daemon's, whatever collectors it was set up with.
     Keys are listed in the footer: r refresh, h history, w what-if, [ ] step in replay.
+    It ends when its terminal goes away (exit 129), on SIGHUP (129) and SIGTERM (143),
+    also as PID 1 of a container.
     Example: vramscope tui --at "2026-01-01 14:05" --db /var/lib/vramscope/vramscope.db
     """
     db_given = kwargs.get("db") is not None

@@ -20,7 +20,8 @@ from monitor.analysis.measured import Measured
 from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
-from monitor.units import MIB, gib
+from monitor.units import MIB
+from monitor.units import gib_or_mib as gib  # 33 MiB is '33 MiB', not '0.0 GiB'
 
 # mmap'd weights count as paged out when less than this share of them is resident, and at
 # least EVICTED_MIN_BYTES are missing (small files come and go with the page cache).
@@ -180,6 +181,8 @@ def launch_findings(
             )
         elif est.kv_unified:
             rule = f"-c {spec.ctx_size} is {cells} cells shared by {est.n_seq_max} slots"
+        elif est.n_seq_max == 1:
+            rule = f"-c {spec.ctx_size} is {cells} cells for its one slot"
         else:
             rule = (
                 f"-c {spec.ctx_size} -np {est.n_seq_max}: {cells} cells in total, "

@@ -22,7 +22,10 @@ still reports) is a row of its own with its bytes, never folded into "others".
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,8 +300,50 @@ def _untracked_of(doc: object) -> Untracked | None:
     return Untracked(n, held)
 
 
-def load_state(path: Path) -> Snapshot:
+MAX_STATE_BYTES = 16 * 1024 * 1024  # a status --json of thousands of processes is < 4 MiB
+
+
+def _read_state_file(path: Path) -> bytes:
+    """The file's bytes: opened O_NOFOLLOW|O_NONBLOCK (no link, no FIFO that blocks),
+    a regular file, at most MAX_STATE_BYTES. Raises InputError (one line)."""
     try:
-        return snapshot_from_status_json(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise InputError(f"cannot read the state file {path}: {exc}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else exc.strerror
+        raise InputError(f"cannot read the state file {path}: {why}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"cannot read the state file {path}: not a regular file")
+        data = f.read(MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise InputError(
+            f"the state file {path} is over {MAX_STATE_BYTES // (1024 * 1024)} MiB: "
+            "not a vramscope status --json document"
+        )
+    return data
+
+
+_JSON_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def load_state(path: Path) -> Snapshot:
+    """``predict --state FILE``: a recorded ``vramscope status --json``; anything else
+    (not JSON, a list, a string, a document of another shape) is one InputError line."""
+    data = _read_state_file(path)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, too deep
+        raise InputError(f"cannot read the state file {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        kind = _JSON_KINDS.get(type(doc), "null")
+        raise InputError(
+            f"the state file {path} is a JSON {kind}, not a vramscope status --json "
+            "document (an object)"
+        )
+    try:
+        return snapshot_from_status_json(doc)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else "a part of the wrong shape"
+        raise InputError(
+            f"the state file {path} is not a whole vramscope status --json document ({why})"
+        ) from None

@@ -19,7 +19,7 @@ from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.estimate import MemoryEstimate, features_of
 from monitor.logs.server_cache import log_file_of, log_source
-from monitor.units import GIB
+from monitor.units import GIB, gib_or_mib
 
 
 def budget_for(cfg: Config, spec_model: str | None) -> int | None:
@@ -226,11 +226,11 @@ def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
             lines.append(f"  memory cgroup: {d.cgroup}")
         for f in d.findings:
             fix = (
-                f" -> {f.fix}" + (f" frees {f.frees_bytes / GIB:.1f} GiB" if f.frees_bytes else "")
+                f" -> {f.fix}" + (f" frees {gib_or_mib(f.frees_bytes)}" if f.frees_bytes else "")
                 if f.fix
                 else ""
             )
-            lines.append(f"  {f.component:<13} {f.bytes / GIB:6.1f} GiB  {f.cause}{fix}")
+            lines.append(f"  {f.component:<13} {gib_or_mib(f.bytes):>10}  {f.cause}{fix}")
             if f.evidence:
                 lines.append(f"  {'':<13} {'':>10}  evidence: {f.evidence}")
         if any(f.component in GROWTH_COMPONENTS for f in d.findings):

@@ -9,13 +9,15 @@ exit 2: exit 1 means OOM to ``predict``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -45,6 +47,8 @@ class _Vramscope(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # `vramscope events | head`: the reader has all it wanted
+            reader_gone()
         except VramscopeError as exc:
             raise _OneLine(str(exc), exc.exit_code) from None
         except Exception as exc:  # a bug: still one line, and not exit 1 (predict's OOM)
@@ -52,6 +56,20 @@ class _Vramscope(click.Group):
             level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
             logging.getLogger("vramscope").log(level, "command failed", exc_info=True)
             raise _OneLine(f"{ctx.invoked_subcommand} failed: {describe(exc)}") from None
+
+
+EXIT_PIPE = 128 + 13  # 141: as a process killed by SIGPIPE, which Python ignores
+
+
+def reader_gone() -> NoReturn:
+    """Exit quietly (EXIT_PIPE) when whoever reads stdout closed it (``| head``): stdout
+    becomes /dev/null so the interpreter's last flush of what is still buffered cannot
+    print a BrokenPipeError of its own."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    raise SystemExit(EXIT_PIPE)
 
 
 class Finite(click.FloatRange):
@@ -693,29 +711,14 @@ def postmortem(
     click.echo(json.dumps(doc, indent=2) if as_json else render_text(doc, width))
 
 
-def _since(text: str) -> int:
-    import re
-    import time as time_mod
-
-    from monitor.store.history import parse_time
-
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text.strip())
-    if m:
-        scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
-        back_s = float(m.group(1)) * scale
-        if not back_s < 1e11:  # ~3000 years (and not inf): int() of it would overflow
-            raise ValueError(f"--since {text}: too far back")
-        return int((time_mod.time() - back_s) * 1000)
-    return parse_time(text)
-
-
 @cli.command()
 @common_options
 @click.option(
     "--since",
     default="24h",
     show_default=True,
-    help="How far back: 30m, 6h, 2d, or a time 'YYYY-MM-DD HH:MM'.",
+    help="How far back: 30m, 6h, 2d, 1w, today, yesterday, a time of day (14:30, its "
+    "latest) or 'YYYY-MM-DD HH:MM' (local time).",
 )
 @click.option(
     "--kind",
@@ -730,10 +733,11 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     from datetime import datetime
 
     from monitor.analysis.postmortem import list_events
+    from monitor.store.history import parse_since
 
     cfg = load_config(**kwargs)
     try:
-        rows = list_events(cfg.db_path, _since(since), kinds)
+        rows = list_events(cfg.db_path, parse_since(since), kinds)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -816,6 +820,8 @@ def main() -> None:
     """Entry point: click's usage errors become one line too (no usage dump)."""
     try:
         code = cli.main(prog_name="vramscope", standalone_mode=False)
+    except BrokenPipeError:  # --help into a closed pipe, say; a command's own is in invoke
+        reader_gone()
     except click.exceptions.Abort:
         click.echo("vramscope: aborted", err=True)
         sys.exit(130)

@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 from collectors.base import CollectorRun, DeviceEvent, ExitedProcess, Snapshot, now_ms
-from monitor.config import Config
+from monitor.config import Config, require_db_folder
 from monitor.daemon.counters import EventCounts
 from monitor.daemon.growth_logs import GrowthLogs
 from monitor.daemon.lock import acquire_lock, lock_database_file
@@ -648,6 +648,7 @@ def _start_watchers(ctx: DaemonContext) -> None:
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT; return the exit code. The composition root: it opens the
     store, builds the tick's collaborators, schedules the jobs and closes all at the end."""
+    require_db_folder(config)  # a named path in a missing folder: one line, nothing made
     lock = acquire_lock(config.db_path)
     holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
     http = _http_server(

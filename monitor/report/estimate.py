@@ -98,23 +98,30 @@ def compare_with_log(est: MemoryEstimate, report: Any) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "component": names,
-                    "estimated_mib": round(estimated, 2),
-                    "reported_mib": round(reported, 2),
-                    "delta_mib": round(estimated - reported, 2),
+                    "estimated_mib": _mib2(estimated),
+                    "reported_mib": _mib2(reported),
+                    "delta_mib": _mib2(estimated - reported),
                 }
             )
     return rows
 
 
+def _mib2(mib: float) -> float:
+    """MiB to 2 decimals, never -0.0: an estimate 0.004 MiB under the log's figure is a
+    delta of 0.00, not "-0.00" (round() keeps the sign of a negative that rounds to 0)."""
+    return round(mib, 2) + 0.0
+
+
 def render_comparison(rows: list[dict[str, Any]]) -> str:
+    name_width = max([len("COMPONENT"), *(len(r["component"]) for r in rows)]) + 2
     lines = [
         "",
         "estimated vs reported by llama.cpp (its log):",
-        f"{'COMPONENT':<16}{'ESTIMATED':>12}{'REPORTED':>12}{'DELTA':>10}",
+        f"{'COMPONENT':<{name_width}}{'ESTIMATED':>12}{'REPORTED':>12}{'DELTA':>10}",
     ]
-    for r in rows:
+    for r in rows:  # z: a negative that rounds to zero prints 0.00 (the rows hold 2 decimals)
         lines.append(
-            f"{r['component']:<16}{r['estimated_mib']:>12.2f}{r['reported_mib']:>12.2f}"
-            f"{r['delta_mib']:>+10.2f}"
+            f"{r['component']:<{name_width}}{r['estimated_mib']:>z12.2f}"
+            f"{r['reported_mib']:>z12.2f}{r['delta_mib']:>+z10.2f}"
         )
     return "\n".join(lines)

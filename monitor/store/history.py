@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,44 @@ def parse_time(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.astimezone()  # local time, as a user types it
     return int(moment.astimezone(UTC).timestamp() * 1000)
+
+
+SINCE_FORMS = "30m, 6h, 2d, 1w, today, yesterday, a time of day (14:30) or 'YYYY-MM-DD HH:MM'"
+_BACK_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: datetime | None = None) -> int:
+    """``events --since``: a span back from now (``30m``, ``2h``, ``1d``, ``1w``),
+    ``today`` / ``yesterday`` (local midnight), a time of day (``14:30[:SS]``: its latest
+    occurrence, so just after midnight ``23:00`` is last night's) or what
+    :func:`parse_time` reads -> epoch ms. ``now`` is an aware local datetime (tests).
+    Raises ValueError with one line naming the forms it reads."""
+    now = now if now is not None else datetime.now().astimezone()
+    word = text.strip().lower()
+    span = re.fullmatch(r"(\d{1,12}(?:\.\d{1,6})?)\s*([smhdw])", word)
+    if span:
+        back_s = float(span.group(1)) * _BACK_S[span.group(2)]
+        if not back_s < 1e11:  # ~3000 years: int() of an epoch that far back overflows
+            raise ValueError(f"--since {text}: too far back")
+        return int((now.timestamp() - back_s) * 1000)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if word in ("today", "yesterday"):
+        day = midnight if word == "today" else midnight - timedelta(days=1)
+        return int(day.timestamp() * 1000)
+    clock = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", word)
+    if clock and int(clock.group(1)) < 24 and int(clock.group(2)) < 60:
+        seconds = int(clock.group(3) or 0)
+        if seconds < 60:
+            moment = now.replace(
+                hour=int(clock.group(1)), minute=int(clock.group(2)), second=seconds, microsecond=0
+            )
+            if moment > now:
+                moment -= timedelta(days=1)
+            return int(moment.timestamp() * 1000)
+    try:
+        return parse_time(text)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"--since {text!r}: cannot read it; use {SINCE_FORMS}") from None
 
 
 # A moment this far past the last sample still reads that sample (a typed 'HH:MM' just

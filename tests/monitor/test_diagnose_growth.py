@@ -109,7 +109,7 @@ def test_text_output_quotes_the_evidence(grown_server) -> None:
     assert text.returncode == 0, text.stderr
     line = next(ln for ln in text.stdout.splitlines() if "evidence:" in ln)
     assert f"llama.cpp log {log}: 'srv        update:  - cache state: 3 prompts" in line
-    assert "-> --cache-ram 0 (off) frees 0.3 GiB" in text.stdout
+    assert "-> --cache-ram 0 (off) frees 300 MiB" in text.stdout  # not 0.3 GiB
 
 
 def test_log_option_needs_pid_and_an_existing_file(tmp_path: Path) -> None:
