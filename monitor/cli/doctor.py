@@ -311,7 +311,7 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def daemon_health(config: Config, timeout_s: float = 2.0) -> tuple[int, str] | None:
+def daemon_health(config: Config, timeout_s: float = 5.0) -> tuple[int, str] | None:
     """(status, body) of the running daemon's /healthz on loopback, or None when it has no
     HTTP server or does not answer."""
     if not config.http_listen:

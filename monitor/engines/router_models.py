@@ -29,6 +29,8 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from monitor.errors import InputError
+
 MAX_ENTRIES = 4096  # per folder; a models folder with more is refused, never half-read
 MAX_ANSWER_BYTES = 4 << 20  # a GET /models answer larger than this is refused
 MAX_JSON_DEPTH = 32
@@ -36,7 +38,7 @@ DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")  # common/preset.cpp draft_prefi
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class RouterModelsError(ValueError):
+class RouterModelsError(InputError):
     """A models folder or answer that cannot be read: one line for the user."""
 
 

@@ -76,15 +76,21 @@ def marker_path(db: Path) -> Path:
 
 
 def write_marker(db: Path, problem: str) -> None:
-    """Say durably that the file now at ``db`` failed its check (device, inode, why)."""
+    """Say durably that the file now at ``db`` failed its check (device, inode, why). The
+    marker is replaced in one rename, never removed first: a ``doctor`` reading it while a
+    later check writes it again always finds one (it found none in that gap once)."""
+    if read_marker(db) == one_line(problem):
+        return  # already said, of this very file
     st = os.stat(db)
     doc = {"dev": st.st_dev, "ino": st.st_ino, "problem": problem, "ts_ms": now_ms()}
     path = marker_path(db)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(doc))
+    os.replace(tmp, path)
 
 
 def read_marker(db: Path) -> str | None:
