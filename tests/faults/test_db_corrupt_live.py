@@ -21,6 +21,9 @@ from pathlib import Path
 import daemon_harness
 import pytest
 
+# the slow tier: a real daemon for many seconds (the default suite stays under 5 min)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CHECK_EVERY = "[daemon]\nintegrity_check_s = 1\n"
 

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+# the slow tier: a real daemon for many seconds (the default suite stays under 5 min)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL_S = 0.2
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

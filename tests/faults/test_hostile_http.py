@@ -207,6 +207,7 @@ def answered(socks: list[socket.socket]) -> int:
     return len(select.select(socks, [], [], 0)[0])
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_idle_connections_cost_bounded_threads_and_memory(tmp_path: Path) -> None:
     """200 unauthenticated connections that never finish their headers used to hold a
     thread each (and up to 6.5 MB of buffered headers each): now the excess is answered
@@ -313,6 +314,7 @@ def test_the_token_is_checked_before_the_request_is_understood(tmp_path: Path) -
 # -- item 4: a client that goes away mid-answer costs no log flood ---------------------
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_clients_that_disconnect_mid_answer_leave_no_traceback(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     fill_events(db, 5_000)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import daemon_harness
+import pytest
 
 from monitor.logs.kernel import KernelEvent
 from monitor.store.database import Store
@@ -65,6 +66,7 @@ def _seed(db: Path, now_ms: int) -> None:
     store.close()
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_a_flooded_engine_log_is_merged_and_evicts_no_kernel_record(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     _seed(db, int(time.time() * 1000) - 3_600_000)

@@ -9,6 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+# the slow tier: a real daemon for many seconds (the default suite stays under 5 min)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -70,6 +70,7 @@ def _event_pids(db: Path, kind: str) -> set[int]:
     }
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_every_way_of_ending_is_classified(tmp_path: Path, wait_for_ticks) -> None:
     probe = ProcEventListener()
     if not probe.open():

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import arch_models as am
+import pytest
 from daemon_harness import free_port, running
 
 from monitor.analysis.fleet import BoxAnswer, box_answer, exit_code, ranked
@@ -39,6 +40,7 @@ def vramscope(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_a_launch_is_placed_across_three_daemons(tmp_path: Path) -> None:
     model = am.qwen3_8b().write(tmp_path)  # 8.1 GiB of Q8_0 weights
     launch = ["llama-server", "-m", str(model), "-c", "4096", "-np", "1", "--cache-ram", "0"]

@@ -64,6 +64,7 @@ def wait_for_exit_recorded(db: Path, pid: int, timeout_s: float = 60.0) -> None:
     raise AssertionError(f"the daemon did not record the exit of pid {pid} in {timeout_s} s")
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
     if not os.access("/dev/kmsg", os.R_OK):
         pytest.skip("/dev/kmsg is not readable here")

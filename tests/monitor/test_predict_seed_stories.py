@@ -117,6 +117,7 @@ def launch(card: dict[str, str], kv: str, mtp: bool, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_16_gb_card_largest_context_with_and_without_mtp_at_f16_and_q8_0(
     card: dict[str, str],
 ) -> None:

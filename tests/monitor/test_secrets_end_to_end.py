@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CODE = "import sys, time; print('ready', flush=True); time.sleep(120)"
 # grows by 4 MiB every 50 ms: its memory never settles, so it is still loading when killed
@@ -95,6 +97,7 @@ def _found(blob: bytes) -> list[str]:
     return [w for w in words if w.encode() in blob]
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_no_secret_of_a_real_process_is_stored_or_shown(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     exe = tmp_path / "llama-server"

@@ -137,6 +137,7 @@ def _median_gap_s(times_ms: list[int]) -> float:
     return statistics.median(b - a for a, b in zip(times_ms, times_ms[1:], strict=False)) / 1000
 
 
+@pytest.mark.slow  # a real daemon for many seconds: the default suite stays under 5 min
 def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(tmp_path: Path) -> None:
     """Driven by what the daemon says and records, not by sleeps: on a busy machine ticks
     come late, so the interval is read from the median gap between recorded ticks."""
