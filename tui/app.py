@@ -165,7 +165,11 @@ def open_source(
 
 
 def _fleet(
-    urls: list[str], token: str | None, refresh_s: float, swap_config: Path | None, local: bool
+    urls: list[str],
+    tokens: dict[str, str | None],
+    refresh_s: float,
+    swap_config: Path | None,
+    local: bool,
 ) -> int:
     """``tui --remote A --remote B ...``: the fleet overview (an unreachable box is a row
     that says so; a URL that is not http(s)://HOST:PORT is an error before the app)."""
@@ -178,7 +182,7 @@ def _fleet(
         )
         return 2
     try:
-        sources = [RemoteSource(url, token) for url in urls]
+        sources = [RemoteSource(url, tokens.get(url)) for url in urls]
     except SourceError as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
@@ -206,18 +210,22 @@ def main(
     overhead_bytes: int | None = None,
     remote: str | list[str] | None = None,
     token: str | None = None,
+    tokens: dict[str, str | None] | None = None,
     live: bool = False,
 ) -> int:
-    """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
+    """Entry point for ``vramscope tui``; returns the exit status (2: cannot open).
+    ``tokens``: each remote URL's own token (monitor/http/tokens.py); a URL it does not
+    name takes ``token`` only when it is the only remote."""
     kwargs: _BuilderSizes = {}
     if margin_bytes is not None:
         kwargs["margin_bytes"] = margin_bytes
     if overhead_bytes is not None:
         kwargs["overhead_bytes"] = overhead_bytes
     remotes = [remote] if isinstance(remote, str) else list(remote or [])
+    tokens = tokens if tokens is not None else ({remotes[0]: token} if len(remotes) == 1 else {})
     if len(remotes) > 1:
         return _fleet(
-            remotes, token, refresh_s, swap_config, live or db is not None or at is not None
+            remotes, tokens, refresh_s, swap_config, live or db is not None or at is not None
         )
     remote = remotes[0] if remotes else None
     if remote is not None:
@@ -230,7 +238,9 @@ def main(
             )
             return 2
         try:
-            remote_source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
+            remote_source = RemoteSource(
+                remote, tokens.get(remote), FrameBuilder(**kwargs) if kwargs else None
+            )
             remote_source.latest()  # fail fast with a message, not a blank screen
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)

@@ -45,7 +45,10 @@ from monitor.cli.main import main as cli_main
     "for a fleet overview (one row per box, Enter opens one).",
 )
 @click.option(
-    "--token", envvar="VRAMSCOPE_TOKEN", help="The daemon's [http] token (or $VRAMSCOPE_TOKEN)."
+    "--token",
+    envvar="VRAMSCOPE_TOKEN",
+    help="The daemon's [http] token (or $VRAMSCOPE_TOKEN), for one box; a fleet's boxes "
+    "take theirs from [fleet] boxes in the config (a token file each).",
 )
 @click.option(
     "--live",
@@ -78,6 +81,11 @@ def tui(
     """
     db_given = kwargs.get("db") is not None
     cfg = load_config(**kwargs)
+    tokens = None
+    if remotes:
+        from monitor.http.tokens import tokens_for
+
+        tokens = tokens_for(remotes, cfg, token)
     try:
         from tui.app import main as tui_main
     except ImportError as exc:
@@ -94,6 +102,7 @@ def tui(
             overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
             remote=list(remotes),
             token=token,
+            tokens=tokens,
             live=live,
         )
     )
