@@ -33,7 +33,17 @@ if TYPE_CHECKING:
 
     from tui.app import VramscopeApp
 
-COLUMNS = ("box", "devices (used/total)", "models", "headroom", "alerts")
+COLUMNS = ("box", "state", "devices (used/total)", "models", "headroom", "alerts")
+WIDTHS = {"box": 32, "state": 22, "devices (used/total)": 48, "models": 6, "headroom": 24}
+"""Fixed widths (characters) of every column but the alerts: a long device list or a
+box's error never widens a column and never pushes the alerts off-screen at 160 columns
+(issue 34); a cell cut to its width ends in "…", and the highlighted box's whole row
+(its error, every device, every alert) is on the line above the table."""
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, "…" where it was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def box_row(url: str, frame: Frame) -> BoxRow:
@@ -95,9 +105,11 @@ class FleetScreen(Screen):
     def on_mount(self) -> None:
         table = self.query_one("#fleet", DataTable)
         for name in COLUMNS:
-            table.add_column(name, key=name)
+            table.add_column(name, key=name, width=WIDTHS.get(name))
         for i, source in enumerate(self.sources):
-            table.add_row(cell(source.url), cell("connecting…"), "-", "-", "-", key=str(i))
+            table.add_row(
+                cell(clip(source.url, WIDTHS["box"])), "connecting…", "-", "-", "-", "-", key=str(i)
+            )
         self.fetch()
         if self.refresh_s:
             self.set_interval(self.refresh_s, self.fetch, name="fleet-poll")
@@ -127,18 +139,45 @@ class FleetScreen(Screen):
         self.rows[message.index] = message.row
         table = self.query_one("#fleet", DataTable)
         for name, value in zip(COLUMNS, self.cells(message.row), strict=True):
-            table.update_cell(str(message.index), name, value, update_width=True)
+            table.update_cell(str(message.index), name, value, update_width=name not in WIDTHS)
+        if table.cursor_row == message.index:
+            self.show_whole(message.index)
 
     @staticmethod
     def cells(row: BoxRow) -> tuple[object, ...]:
+        url = cell(clip(row.url, WIDTHS["box"]))
         if row.error is not None:
-            reason = row.error if len(row.error) <= 80 else row.error[:79] + "…"
-            return (cell(row.url), cell(f"unreachable: {reason}"), "-", "-", "-")
+            return (url, cell(clip(row.reason or "", WIDTHS["state"])), "-", "-", "-", "-")
         room = "-"
         if row.headroom_bytes is not None:
             room = f"{size(row.headroom_bytes)} on {row.headroom_device}"
         alerts = f"{len(row.active_alerts)}: {row.active_alerts[-1]}" if row.active_alerts else "-"
-        return (cell(row.url), cell(row.devices), str(row.models), cell(room), cell(alerts))
+        return (
+            url,
+            "ok",
+            cell(clip(row.devices, WIDTHS["devices (used/total)"])),
+            str(row.models),
+            cell(clip(room, WIDTHS["headroom"])),
+            cell(alerts),
+        )
+
+    def whole(self, index: int) -> str:
+        """The line above the table for the highlighted box: its whole error, or its
+        URL, every device and its newest alert."""
+        row = self.rows[index] if 0 <= index < len(self.rows) else None
+        if row is None:
+            return f"{len(self.sources)} boxes · Enter opens one · Esc there comes back"
+        if row.error is not None:
+            return f"{row.url}: {row.error}"
+        alerts = f" · alerts: {'; '.join(row.active_alerts)}" if row.active_alerts else ""
+        return f"{row.url}: {row.devices or 'no devices'}{alerts}"
+
+    def show_whole(self, index: int) -> None:
+        self.query_one("#fleet-title", Static).update(cell(self.whole(index)))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.show_whole(event.cursor_row)
 
     def action_open(self) -> None:
         table = self.query_one("#fleet", DataTable)
