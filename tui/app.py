@@ -51,6 +51,8 @@ class VramscopeApp(App[None]):
         swap_config: Path | None = None,
         fleet: list[Any] | None = None,
         terminal: bool = False,
+        prometheus: Any = None,
+        token_of: Callable[[str], str | None] | None = None,
     ) -> None:
         # terminal: a real one (vramscope tui), not a test's pilot: end with it and on
         # SIGTERM/SIGHUP (tui/terminal.py)
@@ -58,6 +60,10 @@ class VramscopeApp(App[None]):
         self.terminal = terminal
         self.source = source
         self.fleet = fleet  # RemoteSources of `tui --remote A --remote B`: the overview first
+        # `tui --prometheus URL`: a monitor.http.prometheus.PrometheusFleet, the overview
+        # first; token_of(box URL): that box's token when Enter opens it
+        self.prometheus = prometheus
+        self.token_of = token_of or (lambda _url: None)
         self.refresh_s = refresh_s
         self.clock = clock
         self.at_ms = at_ms
@@ -94,6 +100,12 @@ class VramscopeApp(App[None]):
     def on_mount(self) -> None:
         if self.terminal:
             install_stop_signals(self)
+        if self.prometheus is not None:
+            from tui.screens.fleet import PrometheusFleetScreen
+
+            self.sub_title = safe(f"fleet from Prometheus {self.prometheus.url}")
+            self.push_screen(PrometheusFleetScreen(self.prometheus, self.token_of, self.refresh_s))
+            return
         if self.fleet:
             from tui.screens.fleet import FleetScreen
 
@@ -190,6 +202,32 @@ def _fleet(
     return _run(app)
 
 
+def _prometheus_fleet(
+    url: str, token_of: Callable[[str], str | None], refresh_s: float, local: bool
+) -> int:
+    """``tui --prometheus URL``: the fleet overview from Prometheus (its first answer is
+    awaited in the app: Prometheus down is said above an empty table, not an exit)."""
+    from monitor.http.prometheus import PrometheusError, PrometheusFleet
+    from tui.format import short_device_name
+
+    if local:
+        print(
+            "vramscope: error: --prometheus reads other daemons: leave out --remote, --live, "
+            "--db and --at",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        fleet = PrometheusFleet(url, namer=short_device_name)
+    except PrometheusError as exc:
+        print(f"vramscope: error: {exc}", file=sys.stderr)
+        return 2
+    # the app's source until a box is opened: never read by the overview (lazy, no sampler)
+    placeholder = LiveSource()
+    app = VramscopeApp(placeholder, refresh_s, prometheus=fleet, token_of=token_of, terminal=True)
+    return _run(app)
+
+
 class _BuilderSizes(TypedDict, total=False):
     """The FrameBuilder sizes given on the command line (the rest keep its defaults)."""
 
@@ -212,6 +250,8 @@ def main(
     token: str | None = None,
     tokens: dict[str, str | None] | None = None,
     live: bool = False,
+    prometheus: str | None = None,
+    token_of: Callable[[str], str | None] | None = None,
 ) -> int:
     """Entry point for ``vramscope tui``; returns the exit status (2: cannot open).
     ``tokens``: each remote URL's own token (monitor/http/tokens.py); a URL it does not
@@ -222,6 +262,9 @@ def main(
     if overhead_bytes is not None:
         kwargs["overhead_bytes"] = overhead_bytes
     remotes = [remote] if isinstance(remote, str) else list(remote or [])
+    if prometheus is not None:
+        local = bool(remotes) or live or db is not None or at is not None
+        return _prometheus_fleet(prometheus, token_of or (lambda _u: None), refresh_s, local)
     tokens = tokens if tokens is not None else ({remotes[0]: token} if len(remotes) == 1 else {})
     if len(remotes) > 1:
         return _fleet(

@@ -51,6 +51,12 @@ from monitor.cli.main import main as cli_main
     "take theirs from [fleet] boxes in the config (a token file each).",
 )
 @click.option(
+    "--prometheus",
+    metavar="URL",
+    help="The fleet overview from this Prometheus server (http://HOST:9090), which scrapes "
+    "the daemons: its targets are the boxes; Enter opens a box's daemon directly.",
+)
+@click.option(
     "--live",
     is_flag=True,
     help="Sample here, in this process, even if a daemon writes the database.",
@@ -61,6 +67,7 @@ def tui(
     refresh: float,
     remotes: tuple[str, ...],
     token: str | None,
+    prometheus: str | None,
     live: bool,
     **kwargs: Any,
 ) -> None:
@@ -69,6 +76,7 @@ def tui(
     \b
     What it shows (the header says which, and the daemon's pid for a database):
       --remote URL  a daemon's HTTP API (repeated: the fleet overview);
+      --prometheus URL  the fleet overview from a Prometheus scraping the daemons;
       --db FILE     that database, read-only while the daemon writes it;
       --live        samples taken here, by this process;
       otherwise     the default database (see --db) if a daemon has written it in the
@@ -86,6 +94,8 @@ def tui(
         from monitor.http.tokens import tokens_for
 
         tokens = tokens_for(remotes, cfg, token)
+    from monitor.http.tokens import fleet_token
+
     try:
         from tui.app import main as tui_main
     except ImportError as exc:
@@ -104,6 +114,8 @@ def tui(
             token=token,
             tokens=tokens,
             live=live,
+            prometheus=prometheus,
+            token_of=lambda url: fleet_token(url, cfg),
         )
     )
 

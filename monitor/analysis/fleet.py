@@ -117,6 +117,9 @@ class BoxRow:
     headroom_device: str | None = None
     active_alerts: tuple[str, ...] = ()  # the messages of alerts fired and not resolved
     error: str | None = None
+    # the soonest forecast OOM (vramscope_time_to_oom_seconds; from Prometheus only)
+    time_to_oom_s: float | None = None
+    oom_pool: str | None = None
 
     @property
     def reason(self) -> str | None:
@@ -127,6 +130,7 @@ class BoxRow:
 # (words in a client error, what they mean), first match wins; the words are
 # monitor/http/client.py's messages and the OS's strerror texts
 _REASONS = (
+    ("Prometheus target down", "target down"),
     ("HTTP 401 (wrong token)", "401: wrong token"),
     ("HTTP 401", "401: token needed"),
     ("HTTP 403", "403: forbidden"),

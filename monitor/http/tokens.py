@@ -68,3 +68,12 @@ def tokens_for(urls: Sequence[str], cfg: Config, token: str | None) -> dict[str,
         else:
             out[url] = read_token_file(box.token_file) if box.token_file else None
     return out
+
+
+def fleet_token(url: str, cfg: Config) -> str | None:
+    """The token of a box found by Prometheus (``tui --prometheus``): its ``[fleet]``
+    token file, else none (``--token`` is never sent to a box it did not name)."""
+    for box in cfg.fleet:
+        if box_key(box.url) == box_key(url):
+            return read_token_file(box.token_file) if box.token_file else None
+    return None
