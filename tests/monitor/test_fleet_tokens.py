@@ -274,3 +274,16 @@ def test_a_box_never_receives_another_box_s_token(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr  # neither is a daemon: no answer
     assert seen_a and set(seen_a) == {f"Bearer {TOKEN_A}"}, seen_a
     assert seen_b and set(seen_b) == {f"Bearer {TOKEN_B}"}, seen_b
+
+
+def test_tui_refuses_one_token_for_two_boxes_before_opening(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VRAMSCOPE_TOKEN": TOKEN_B}
+    done = subprocess.run(
+        [sys.executable, "-c", "from tui.entry import main; main()", "tui", "--config",
+         "/dev/null", "--remote", "http://127.0.0.1:1", "--remote", "http://127.0.0.1:2"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("vramscope: error: --token (or $VRAMSCOPE_TOKEN) would go to 2")
+    assert TOKEN_B not in done.stderr + done.stdout
