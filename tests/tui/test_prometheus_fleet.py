@@ -86,3 +86,24 @@ async def test_the_fleet_from_a_real_prometheus(tmp_path: Path) -> None:
             await pilot.press("escape")
             await pilot.pause()
             assert isinstance(app.screen, PrometheusFleetScreen)
+
+
+@sync
+async def test_prometheus_down_is_said_above_an_empty_table() -> None:
+    from textual.widgets import Static
+
+    url = f"http://127.0.0.1:{free_port()}"
+    app = VramscopeApp(LiveSource(), refresh_s=None, prometheus=PrometheusFleet(url))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PrometheusFleetScreen)
+        title = screen.query_one("#fleet-title", Static)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if "cannot reach" in str(title.render()):
+                break
+        assert str(title.render()).startswith(f"Prometheus {url}: cannot reach Prometheus at")
+        assert screen.query_one("#fleet", DataTable).row_count == 0
+        await pilot.press("enter")  # nothing to open: no error, still the overview
+        await pilot.pause()
+        assert app.screen is screen

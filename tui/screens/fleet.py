@@ -105,11 +105,12 @@ class FleetScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(
-            f"{len(self.sources)} boxes · Enter opens one · Esc there comes back", id="fleet-title"
-        )
+        yield Static(cell(self.first_title()), id="fleet-title")
         yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
         yield Footer()
+
+    def first_title(self) -> str:
+        return f"{len(self.sources)} boxes · Enter opens one · Esc there comes back"
 
     def on_mount(self) -> None:
         table = self.query_one("#fleet", DataTable)
@@ -241,6 +242,9 @@ class PrometheusFleetScreen(FleetScreen):
         self._boxes: dict[str, RemoteSource] = {}  # by URL: a box keeps its frames
         self._asking = False
         self._token_errors: dict[str, str] = {}  # box URL -> why its token is not read
+
+    def first_title(self) -> str:
+        return f"asking Prometheus {self.prometheus.url} for its vramscope targets…"
 
     def fetch(self) -> None:
         if self._asking:
