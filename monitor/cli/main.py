@@ -519,7 +519,10 @@ a box; 3: only at load; 1: on no box; 2: no box answered.
     "http://HOST:9835; repeat for a fleet) and name where it fits.",
 )
 @click.option(
-    "--token", envvar="VRAMSCOPE_TOKEN", help="The daemons' [http] token (or $VRAMSCOPE_TOKEN)."
+    "--token",
+    envvar="VRAMSCOPE_TOKEN",
+    help="The daemon's [http] token (or $VRAMSCOPE_TOKEN), for one box; a fleet's boxes "
+    "take theirs from [fleet] boxes in the config (a token file each).",
 )
 @click.argument("target", nargs=-1, type=click.UNPROCESSED)
 def predict(
@@ -562,7 +565,10 @@ def predict(
                 "--cpu-features": cpu_features,
             }
         )
-        _predict_on_fleet(list(remotes), token, target, margin_gib, as_json)
+        from monitor.http.tokens import tokens_for
+
+        tokens = tokens_for(remotes, load_config(**kwargs), token)
+        _predict_on_fleet(list(remotes), tokens, target, margin_gib, as_json)
         return
     cfg = load_config(**kwargs)
     bw = _device_figures("--bw", bandwidths, "GB/s", "gpu=272", "bandwidth")
@@ -602,7 +608,11 @@ def predict(
 
 
 def _predict_on_fleet(
-    urls: list[str], token: str | None, target: tuple[str, ...], margin_gib: float, as_json: bool
+    urls: list[str],
+    tokens: dict[str, str | None],
+    target: tuple[str, ...],
+    margin_gib: float,
+    as_json: bool,
 ) -> None:
     from monitor.analysis.fleet import exit_code
     from monitor.cli.predict import predict_on_fleet
@@ -613,7 +623,7 @@ def _predict_on_fleet(
         raise UserError(
             "--remote needs a launch: vramscope predict --remote URL -- llama-server -m M.gguf"
         )
-    answers = predict_on_fleet(urls, token, command, margin_gib)
+    answers = predict_on_fleet(urls, tokens, command, margin_gib)
     click.echo(fleet_json(answers) if as_json else terminal_safe_lines(fleet_text(answers)))
     sys.exit(exit_code(answers))
 

@@ -200,9 +200,20 @@ def fleet_text(answers: list[Any]) -> str:
             room = f", {what} {_gib(abs(a.headroom_bytes))} GiB on {a.binding_device}"
         unload = f"; llama-swap would unload {', '.join(a.would_unload)}" if a.would_unload else ""
         lines.append(f"{a.url}: {verdict}{room}{unload}")
-    fits = [a.url for a in ranked(answers) if a.fits]
-    lines.append(f"fits on: {', '.join(fits)}" if fits else "fits on: no box")
+    lines.append(_fleet_summary(ranked(answers)))
     return "\n".join(lines)
+
+
+def _fleet_summary(answers: list[Any]) -> str:
+    """The last line: where it fits once full too; else where it fits only at load
+    (exit 3: monitor/analysis/fleet.py); else no box."""
+    fits = [a.url for a in answers if a.fits]
+    if fits:
+        return f"fits on: {', '.join(fits)}"
+    at_load = [a.url for a in answers if a.error is None and a.fits_at_load]
+    if at_load:
+        return f"fits at load on {', '.join(at_load)}; no box once caches fill"
+    return "fits on: no box"
 
 
 def fleet_json(answers: list[Any]) -> str:
