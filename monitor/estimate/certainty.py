@@ -6,8 +6,8 @@ each architecture builds its own way (``src/models/<arch>.cpp``); it is derived 
 (within 5 % of the logged buffer, tests/monitor/test_estimate_arch.py) only for the
 architectures in :data:`COMPUTE_CHECKED`, on the CPU backend. Anywhere else the generic
 dense/MoE body is a guess, seen 6-50 % off on architectures it was not derived for
-(nemotron_h -21 to -28 %, deepseek2 at 128 heads -22 %, llama4 before its own rule -47 %;
-before theirs granitehybrid -16 %, phi3 +9 %, cohere2 -6 %, and -7 to -12 % on gemma2,
+(deepseek2 at 128 heads -22 %, llama4 before its own rule -47 %; before theirs nemotron_h
+-21 to -28 %, granitehybrid -16 %, phi3 +9 %, cohere2 -6 %, and -7 to -12 % on gemma2,
 olmo2, cohere2 and llama with a q8_0 K cache).
 """
 
@@ -36,6 +36,8 @@ COMPUTE_CHECKED = frozenset(
         "cohere2",
         "phi3",
         "granitehybrid",
+        # the Mamba2 layers replayed through ggml-alloc's rule (monitor/estimate/mamba.py)
+        "nemotron_h",
     }
 )
 # ... of which these are checked on dense models only (Mistral-Small-24B for llama): a MoE
@@ -46,7 +48,18 @@ DENSE_ONLY_CHECKED = frozenset({"llama"})
 # tensor fewer on Qwen3-8B, one more on Mistral-Small-24B, none on Gemma-2 / OLMo-2 /
 # Command-R7B / Granite-4.0-H; Phi-3's head of 96 is not rotated).
 QUANTIZED_KV_CHECKED = frozenset(
-    {"qwen3", "glm4moe", "llama4", "llama", "gemma2", "olmo2", "cohere2", "phi3", "granitehybrid"}
+    {
+        "qwen3",
+        "glm4moe",
+        "llama4",
+        "llama",
+        "gemma2",
+        "olmo2",
+        "cohere2",
+        "phi3",
+        "granitehybrid",
+        "nemotron_h",
+    }
 )
 # deepseek2's MLA attention with flash attention is checked at 16 heads (V2-Lite). At 128
 # heads (V3) the absorbed attention is the peak and is not modelled: logged 412.01 MiB at
