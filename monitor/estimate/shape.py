@@ -118,7 +118,7 @@ RS_ROLLBACK = frozenset(
 # with the qwen3next/qwen35 layout (one qkv_mixed projection through a short conv).
 GATED_DELTA_NET = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 # Archs whose recurrent layers are build_mamba2_layer (src/models/mamba-base.cpp) and
-# whose compute peak monitor/estimate/mamba.py replays.
+# whose compute peak monitor/estimate/replay.py replays.
 MAMBA2 = frozenset({"nemotron_h"})
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
@@ -199,6 +199,7 @@ class ModelShape:
     n_layer_dense_lead: int = 0  # leading dense layers of a MoE model (deepseek2)
     expert_bias: bool = False  # ffn_*_exps.bias tensors (gpt-oss): add_id adds copies
     n_lora_kv: int = 0  # MLA kv_lora_rank
+    n_lora_q: int = 0  # MLA q_lora_rank (0: one query projection, DeepSeek-V2-Lite)
     head_k_mla: int = 0  # MLA key_length_mla (qk_nope + qk_rope)
     head_v_mla: int = 0  # MLA value_length_mla
     n_rot: int = 0  # rope.dimension_count (0: head_k)
@@ -402,6 +403,7 @@ def shape_from_header(header: Any) -> ModelShape:
         n_layer_dense_lead=_first_int(get("leading_dense_block_count")),
         expert_bias=tally.expert_bias,
         n_lora_kv=_first_int(get("attention.kv_lora_rank")),
+        n_lora_q=_first_int(get("attention.q_lora_rank")),
         head_k_mla=_first_int(get("attention.key_length_mla")),
         head_v_mla=_first_int(get("attention.value_length_mla")),
         n_rot=_first_int(get("rope.dimension_count")),

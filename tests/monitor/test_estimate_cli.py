@@ -311,7 +311,7 @@ def test_estimate_and_predict_say_what_is_approximate(tmp_path: Path) -> None:
     """A launch of an architecture whose compute peak is not derived (the Qwen3 header
     relabelled qwen2) is marked approximate in ``estimate`` and ``predict``, text and JSON;
     a Qwen3 launch on the CPU is not, nor is a Nemotron-H one (its Mamba2 peak is derived,
-    monitor/estimate/mamba.py)."""
+    monitor/estimate/replay.py)."""
     import dataclasses
 
     from arch_models import model_for

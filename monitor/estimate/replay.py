@@ -1,6 +1,7 @@
-"""The compute peak of a Mamba2 hybrid (nemotron_h), replayed through ggml-alloc's rule.
+"""Compute peaks replayed through ggml-alloc's rule: a Mamba2 hybrid (nemotron_h) and
+DeepSeek's MLA attention with flash attention (deepseek2).
 
-Where the peak of a Mamba2 layer lands depends on the holes the layers before it left, so
+Where the peak of such a layer lands depends on the holes the layers before it left, so
 it is not one sum of tensors: this module replays, in graph order, the allocations and
 frees llama.cpp 0c1e57098 makes for the first layers of the reserve graph, with the
 allocator's own placement rule (ggml-alloc.c ``ggml_dyn_tallocr_alloc``: the best-fitting
@@ -27,6 +28,21 @@ An MLP layer: its norm, ``ffn_up`` (``4 ub n_ff``, squared ReLU in place) and
 model measured the peak is in a Mamba2 layer before it (layer 9 at -ub 512: 154.29 MiB
 logged; layer 2 at -ub 2048: 655.46 MiB, where ``y`` fits the hole ``conv_x`` left and
 ``z``'s copy no longer does).
+
+DeepSeek's MLA with flash attention (src/models/deepseek2.cpp, the absorbed path into
+llm_graph_context::build_attn_mha with ``v_mla``): per layer, with ``H`` heads, ``L`` =
+kv_lora_rank, ``R`` = the rope part and ``Q`` = q_lora_rank (no ``q_a`` when 0, V2-Lite),
+the events are: the normed input; ``q_a`` (``4 ub Q``, freed once ``q_b`` ran); the query
+``4 ub H (nope + R)``; the absorbed query ``q_nope_absorbed`` ``4 ub H L`` (``wk_b``) and
+the roped ``q_pe`` ``4 ub H R``; their concatenation ``Qcur`` ``4 ub H (L + R)``; the
+latent ``kv_cmpr_pe`` ``4 ub (L + R)``, its norm and ``Kcur``; flash attention's output
+in the latent space ``4 ub H L``; ``wv_b``'s output ``4 ub H v_head`` and its contiguous
+copy; ``wo`` (``4 ub n_embd``). Then the dense FFN of the leading layers: its norm, gate,
+up and SwiGLU (``4 ub n_ff`` each) and down. The replay runs the leading dense layers and
+the first MoE layer's attention (its MoE FFN is compute.py's body term). On DeepSeek-V3's
+shape (128 heads) the peak is layer 1's ``Qcur``, above the holes layer 0's FFN left
+(412.01 MiB logged at -ub 512, 1648.03 at -ub 2048); at 16 heads (V2-Lite) the MoE body
+stays the larger.
 """
 
 from __future__ import annotations
@@ -115,6 +131,113 @@ def _mlp_layer(a: _Arena, e: int, n_ff: int, ub: int) -> None:
     a.release("up")
     a.release("res")
     a.at["res"] = a.at.pop("out")
+
+
+def _mla_attention(a: _Arena, s: ModelShape, ub: int) -> None:
+    """One MLA layer's attention with flash attention; ``res`` becomes the FFN input."""
+    heads, lora, e = max(s.n_head, default=0), s.n_lora_kv, s.n_embd
+    rope = s.n_rot or (s.head_k_mla - lora if s.head_k_mla > lora else 64)
+    nope = max(s.head_k_mla - rope, 0)
+    a.alloc("norm", 4 * ub * e)
+    if s.n_lora_q:
+        a.alloc("q_a", 4 * ub * s.n_lora_q)
+    a.alloc("q", 4 * ub * heads * (nope + rope))
+    a.release("q_a")
+    a.alloc("q_nope_absorbed", 4 * ub * heads * lora)
+    a.alloc("q_pe", 4 * ub * heads * rope)
+    a.release("q")
+    a.alloc("qcur", 4 * ub * heads * (lora + rope))
+    a.release("q_nope_absorbed")
+    a.release("q_pe")
+    a.alloc("kv_cmpr_pe", 4 * ub * (lora + rope))
+    a.release("norm")
+    a.alloc("kv_norm", 4 * ub * lora)
+    a.alloc("k_pe", 4 * ub * rope)
+    a.release("kv_cmpr_pe")
+    a.alloc("kcur", 4 * ub * (lora + rope))
+    for key in ("kv_norm", "k_pe", "kcur"):
+        a.release(key)
+    a.alloc("fattn", 4 * ub * heads * lora)
+    a.release("qcur")
+    a.alloc("v_b", 4 * ub * heads * s.head_v_mla)
+    a.release("fattn")
+    a.alloc("v_cont", 4 * ub * heads * s.head_v_mla)
+    a.release("v_b")
+    a.alloc("wo", 4 * ub * e)
+    a.release("v_cont")
+    a.release("res")
+    a.at["res"] = a.at.pop("wo")
+
+
+def _gated_ffn(a: _Arena, e: int, n_ff: int, ub: int) -> None:
+    a.alloc("norm", 4 * ub * e)
+    a.alloc("gate", 4 * ub * n_ff)
+    a.alloc("up", 4 * ub * n_ff)
+    a.release("norm")
+    a.alloc("act", 4 * ub * n_ff)
+    a.release("gate")
+    a.release("up")
+    a.alloc("out", 4 * ub * e)
+    a.release("act")
+    a.release("res")
+    a.at["res"] = a.at.pop("out")
+
+
+def _moe_ffn(a: _Arena, s: ModelShape, ub: int) -> None:
+    """build_moe_ffn's events (router, experts, then the shared expert), the router's
+    small tensors reduced to the logits, argsort and weights."""
+    e, used, f = s.n_embd, s.n_expert_used, s.n_ff_exp
+    a.alloc("norm", 4 * ub * e)
+    a.alloc("logits", 4 * ub * s.n_expert)
+    a.alloc("argsort", 4 * ub * s.n_expert)
+    a.alloc("weights", 4 * ub * used)
+    a.release("logits")
+    a.alloc("gate", 4 * ub * used * f)
+    a.alloc("up", 4 * ub * used * f)
+    a.alloc("act", 4 * ub * used * f)
+    a.release("gate")
+    a.release("up")
+    a.alloc("down", 4 * ub * used * e)
+    for key in ("act", "argsort", "weights"):
+        a.release(key)
+    a.alloc("moe_out", 4 * ub * e)
+    a.release("down")
+    if s.n_ff_shexp:
+        a.alloc("sh_gate", 4 * ub * s.n_ff_shexp)
+        a.alloc("sh_up", 4 * ub * s.n_ff_shexp)
+        a.release("norm")
+        a.alloc("sh_act", 4 * ub * s.n_ff_shexp)
+        a.release("sh_gate")
+        a.release("sh_up")
+        a.alloc("sh_out", 4 * ub * e)
+        a.release("sh_act")
+        a.release("sh_out")
+    a.release("norm")
+    a.release("res")
+    a.at["res"] = a.at.pop("moe_out")
+
+
+def mla_flash_peak_bytes(shape: ModelShape, ub: int, mask_bytes: int, n_outputs: int) -> int:
+    """The high-water mark of the leading dense layers and the first MoE layer's attention
+    of an MLA model with flash attention (0 for other models)."""
+    if not shape.is_mla or not shape.n_lora_kv or not shape.head_v_mla:
+        return 0
+    e, a = shape.n_embd, _Arena()
+    a.alloc("inp_tokens", 4 * ub)
+    a.alloc("inp_embd", 4 * ub * e)
+    a.alloc("inp_pos", 4 * ub)
+    a.alloc("k_idxs", 8 * ub)
+    a.alloc("kq_mask", mask_bytes)
+    a.alloc("out_ids", 4 * n_outputs)
+    a.alloc("res", 4 * ub * e)
+    a.release("inp_tokens")
+    for il in range(shape.n_layer - shape.n_nextn):
+        _mla_attention(a, shape, ub)
+        if il < shape.n_layer_dense_lead or not shape.n_expert:
+            _gated_ffn(a, e, shape.n_ff, ub)
+        else:
+            _moe_ffn(a, shape, ub)
+    return a.peak
 
 
 def mamba2_dims(shape: ModelShape) -> DeltaNetDims | None:
