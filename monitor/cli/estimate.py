@@ -17,6 +17,7 @@ from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
 
 if TYPE_CHECKING:
+    from monitor.analysis.predict import PredictRequest
     from monitor.cli.engine_check import EngineCheck
 
 
@@ -221,7 +222,7 @@ class PredictCheck:
 
 
 def check_predicted_launch(
-    cfg: Config, command: list[str], model_id: str | None, recorded: bool, cpu_features: str | None
+    cfg: Config, req: PredictRequest, cpu_features: str | None
 ) -> PredictCheck:
     """Run llama-fit-params on the launch ``predict`` judged, under the rules of ``estimate
     --engine-check`` (the binary beside the named llama-server, safe to run, on the options
@@ -231,13 +232,13 @@ def check_predicted_launch(
     from monitor.errors import VramscopeError
 
     why = None
-    if model_id is not None:
-        why = f"llama-swap model {model_id}: give the command after -- to check it"
-    elif recorded:
+    if req.model_id is not None:
+        why = f"llama-swap model {req.model_id}: give the command after -- to check it"
+    elif req.state is not None or req.at is not None:
         why = "the verdict judges a recorded box state (--state/--at); it measures this box"
     if why is not None:
         return PredictCheck(False, f"not checked by llama-fit-params: {why}")
-    argv = command[1:] if command[:1] == ["--"] else command
+    argv = req.command[1:] if req.command[:1] == ["--"] else req.command
     try:
         devices = live_devices(cfg)
         check = check_with_engine(

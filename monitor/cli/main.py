@@ -553,7 +553,7 @@ def predict(
     **kwargs: Any,
 ) -> None:
     """Will this load fit? (help: PREDICT_HELP)"""
-    from monitor.cli.estimate import parse_cpu_features
+    from monitor.cli.estimate import check_predicted_launch, parse_cpu_features
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
@@ -605,7 +605,7 @@ def predict(
     )
     try:
         result = run_predict(cfg, req)
-        checked = _engine_checked(cfg, req, cpu_features) if engine_check else None
+        checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
         if checked is not None:  # said with the verdict: a note, and its own JSON key
             result = dataclasses.replace(result, notes=(*result.notes, checked.line))
         text = to_json(result) if as_json else render_text(result)
@@ -615,13 +615,6 @@ def predict(
         raise UserError(str(exc)) from None
     click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(result.exit_code)
-
-
-def _engine_checked(cfg: Any, req: Any, cpu_features: str | None) -> Any:
-    from monitor.cli.estimate import check_predicted_launch
-
-    recorded = req.state is not None or req.at is not None
-    return check_predicted_launch(cfg, req.command, req.model_id, recorded, cpu_features)
 
 
 def _predict_on_fleet(
