@@ -10,6 +10,7 @@ exit 2: exit 1 means OOM to ``predict``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -511,6 +512,14 @@ a box; 3: only at load; 1: on no box; 2: no box answered.
     "this is a note, not exit 3/4 (default [predict] growth_horizon_tokens, 1000000).",
 )
 @click.option(
+    "--engine-check",
+    "engine_check",
+    is_flag=True,
+    help="Check the estimate the verdict rests on with llama.cpp's llama-fit-params beside "
+    "the llama-server (as estimate --engine-check); the verdict says whether it did, or why "
+    "not.",
+)
+@click.option(
     "--remote",
     "remotes",
     multiple=True,
@@ -543,10 +552,11 @@ def predict(
     unit: str | None,
     growth_horizon: int | None,
     cpu_features: str | None,
+    engine_check: bool = False,
     **kwargs: Any,
 ) -> None:
     """Will this load fit? (help: PREDICT_HELP)"""
-    from monitor.cli.estimate import parse_cpu_features
+    from monitor.cli.estimate import check_predicted_launch, parse_cpu_features
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
@@ -563,6 +573,7 @@ def predict(
                 "--cgroup": cgroup_path,
                 "--unit": unit,
                 "--cpu-features": cpu_features,
+                "--engine-check": engine_check,
             }
         )
         from monitor.http.tokens import tokens_for
@@ -600,7 +611,12 @@ def predict(
     )
     try:
         result = run_predict(cfg, req)
+        checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
+        if checked is not None:  # said with the verdict: a note, and its own JSON key
+            result = dataclasses.replace(result, notes=(*result.notes, checked.line))
         text = to_json(result) if as_json else render_text(result)
+        if checked is not None and as_json:
+            text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
     except (ValueError, OSError) as exc:  # a bad state file, --at, llama-swap's /running
         raise UserError(str(exc)) from None
     click.echo(text if as_json else terminal_safe_lines(text))
