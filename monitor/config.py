@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import CollectorOptions, Roots
-from collectors.registry import REGISTRY
 from monitor.errors import InputError
 from monitor.store.retention import Retention
 
@@ -253,6 +252,8 @@ def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
                     f"{where}: [http] model_dirs must list absolute folders, not {item!r}"
                 )
     if section == "collectors" and key == "enabled":
+        from collectors.registry import REGISTRY  # every collector: only when asked
+
         names = {spec.name for spec in REGISTRY}
         for item in value:
             if item not in names:
