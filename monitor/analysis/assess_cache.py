@@ -83,6 +83,68 @@ def _devices_key(devices: Sequence[DeviceInfo]) -> tuple[Any, ...]:
     )
 
 
+def spec_key(
+    spec: Any, devices: Sequence[DeviceInfo], cpu_features: tuple[str, ...] | None
+) -> tuple[Any, ...] | None:
+    """The key of a parsed launch (see the module docstring); None when it names more
+    than ``MAX_FILES`` files (not cached)."""
+    paths = _paths_of(spec)
+    if len(paths) > MAX_FILES:
+        return None
+    files = tuple((p, file_identity(p)) for p in paths)
+    spec = replace(spec, host=None, port=None)
+    cpu = tuple(cpu_features) if cpu_features is not None else None
+    key = (spec, files, _devices_key(devices), cpu, ESTIMATOR_VERSION)
+    try:
+        hash(key)
+    except TypeError:  # a spec field that is not hashable: estimated afresh
+        return None
+    return key
+
+
+@dataclass
+class EstimateCache:
+    """``monitor.estimate.estimate`` of a parsed launch, by :func:`spec_key`: the load watch
+    (monitor/daemon/watch.py) estimates every new server on its first tick, so a churn of
+    one command costs one estimate. A failure of the types in ``errors`` is kept and
+    raised again; anything else is not kept."""
+
+    errors: tuple[type[BaseException], ...] = (ValueError, OSError)
+    max_entries: int = MAX_ENTRIES
+    estimated: int = 0
+    hits: int = 0
+    _entries: OrderedDict[tuple[Any, ...], Any] = field(default_factory=OrderedDict)
+
+    def estimate(
+        self, spec: Any, devices: Sequence[DeviceInfo], cpu_features: tuple[str, ...] | None
+    ) -> Any:
+        from monitor.estimate import estimate
+
+        key = spec_key(spec, devices, cpu_features)
+        if key is not None and key in self._entries:
+            self.hits += 1
+            self._entries.move_to_end(key)
+            found = self._entries[key]
+            if isinstance(found, BaseException):
+                raise found
+            return found
+        self.estimated += 1
+        try:
+            result = estimate(spec, list(devices), cpu=features_of(cpu_features))
+        except self.errors as exc:
+            self._keep(key, exc)
+            raise
+        self._keep(key, result)
+        return result
+
+    def _keep(self, key: tuple[Any, ...] | None, value: Any) -> None:
+        if key is None:
+            return
+        self._entries[key] = value
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
 @dataclass
 class AssessCache:
     """Assessments by launch (see the module docstring). ``estimated``: how many times
@@ -110,13 +172,7 @@ class AssessCache:
         spec = parse_command(list(info.argv), dict(env) if env else None, cwd=info.cwd)
         if spec is None:
             return ("none", tuple(info.argv))
-        paths = _paths_of(spec)
-        if len(paths) > MAX_FILES:
-            return None
-        files = tuple((p, file_identity(p)) for p in paths)
-        spec = replace(spec, host=None, port=None)
-        cpu = tuple(cpu_features) if cpu_features is not None else None
-        return (spec, files, _devices_key(devices), cpu, ESTIMATOR_VERSION)
+        return spec_key(spec, devices, cpu_features)
 
     def assess(
         self,

@@ -549,12 +549,18 @@ class Store:
         self, conn: sqlite3.Connection, snap: Snapshot
     ) -> tuple[dict[int, int], dict[int, list[ProcessMemory]]]:
         """pid -> processes.id for this tick, inserting processes seen on their second
-        tick (or at once: GPU holders, alerting exits, the Store's first write); and pid ->
+        tick (or at once: GPU holders, alerting exits, processes a warning or critical event
+        of this tick names, the Store's first write); and pid ->
         the memory-row list of each process seen for the first time (filled by the caller,
         written if it is seen again)."""
         ts_ms = snap.ts_ms
         holders = {m.pid for m in snap.memory if m.device_id != "host"}
         holders |= {g.pid for g in snap.exited if _alerts(g)}
+        holders |= {  # a warning or critical event names it (oom_predicted at its first tick)
+            pid
+            for e in snap.events
+            if e.severity != "info" and isinstance(pid := e.data.get("pid"), int)
+        }
         ids: dict[int, int] = {}
         waiting: dict[int, list[ProcessMemory]] = {}
         seen: set[_PKey] = set()

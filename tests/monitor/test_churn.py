@@ -29,6 +29,7 @@ from collectors.base import ProcessInfo, Roots, Snapshot
 from monitor.analysis import assess_cache
 from monitor.daemon.assessor import Assessor
 from monitor.daemon.sampler import Sampler
+from monitor.daemon.watch import LoadWatch
 from monitor.store.database import Store
 from tui.source import FrameBuilder
 
@@ -81,6 +82,7 @@ class Box:
         self.db = tmp_path / "v.db"
         self.store = Store.open(self.db)
         self.assessor = Assessor(Path("/proc"), threaded=False)
+        self.watch = LoadWatch(Path("/proc"))  # judges each new server on its first tick
         self.builder = FrameBuilder()
         self.mine: set[int] = set()
         self.last_ts = 0
@@ -98,6 +100,8 @@ class Box:
             hidden=(),
             cgroups=tuple(c for c in snap.cgroups if c.pid in self.mine),
         )
+        found = self.watch.observe(snap)  # as the daemon's tick does (monitor/daemon/loop.py)
+        snap = dataclasses.replace(snap, events=snap.events + tuple(found))
         self.store.write(snap)
         self.assessor.on_tick(snap, self.store)
         self.builder.build(snap)  # the live TUI's frame of the same tick
@@ -172,6 +176,8 @@ def test_a_churn_of_short_lived_servers_costs_no_estimate_and_no_rows(
     assert len(daemon_calls) == 2  # the daemon's and the TUI's, each once
     assert len([argv for argv in calls if "256" in argv]) == 2  # the same, for the 215
     assert box.assessor.deferred >= 200
+    # the load watch judges every new server on its first tick: one estimate per launch
+    assert box.watch.estimates.estimated == 1 and box.watch.estimates.hits == 214
     # the database: rows for the long-lived and the two-tick ones, a count for the rest
     rows = {pid for (pid,) in box.query("SELECT pid FROM processes")}
     assert rows == {long_pid, *twice}
@@ -216,3 +222,35 @@ def test_a_model_replaced_in_place_is_estimated_again(tmp_path: Path) -> None:
     assert cache.estimated == 2 and third is not None and third.estimate is not None
     assert first.estimate is not None
     assert third.estimate.total_bytes() != first.estimate.total_bytes()
+
+
+def test_a_one_tick_process_that_an_alert_names_keeps_its_row(tmp_path: Path) -> None:
+    """The noise case of the store's deferral: a process gone after one tick leaves a row
+    when a warning or critical event of that tick names it (oom_predicted at its first
+    tick), or when it crashed; an info event (load_started) or a clean exit does not."""
+    from collectors.base import DeviceEvent, ExitedProcess, ProcessMemory
+
+    def proc(pid: int) -> ProcessInfo:
+        return ProcessInfo(pid, pid, 1000, 1, 0, "llama-server", ("llama-server",), "llama.cpp")
+
+    def snap(ts: int, pids: list[int], events=(), exited=()) -> Snapshot:  # noqa: ANN001
+        memory = tuple(ProcessMemory(p, "host", rss_anon_bytes=1) for p in pids)
+        return Snapshot(ts, (), tuple(proc(p) for p in pids), memory, (), exited, (), events)
+
+    def event(pid: int, severity: str) -> DeviceEvent:
+        return DeviceEvent(1, "host", "x", severity, "m", {"pid": pid})  # type: ignore[arg-type]
+
+    store = Store.open(tmp_path / "v.db")
+    store.write(snap(1000, []))
+    store.write(snap(2000, [11, 12, 13, 14], events=(event(11, "critical"), event(12, "info"))))
+    crash = ExitedProcess(14, 14, 2000, exit_signal=11, cause="crashed")
+    store.write(snap(3000, [], exited=(crash,)))
+    store.close()
+    conn = sqlite3.connect(tmp_path / "v.db")
+    rows = dict(conn.execute("SELECT pid, first_seen_ms FROM processes").fetchall())
+    assert rows == {11: 2000, 14: 2000}  # the alerted one and the crash; not 12, 13
+    samples = conn.execute("SELECT count(*) FROM process_samples").fetchone()[0]
+    assert samples == 2  # their first tick's samples were kept
+    (count,) = conn.execute("SELECT value FROM meta WHERE key = 'short_lived_processes'")
+    assert count == ("2",)
+    conn.close()
