@@ -254,3 +254,39 @@ def test_a_one_tick_process_that_an_alert_names_keeps_its_row(tmp_path: Path) ->
     (count,) = conn.execute("SELECT value FROM meta WHERE key = 'short_lived_processes'")
     assert count == ("2",)
     conn.close()
+
+
+def test_servers_sharing_a_cgroup_read_its_limit_once_a_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three of our servers in this test's own cgroup (and whatever servers the box runs):
+    each tick reads the limit of each distinct cgroup once, and every server still gets it."""
+    from collectors import cgroup
+
+    if cgroup.memory_hierarchy(Roots()) is None:
+        pytest.skip("no memory cgroup controller here")
+    tiny_models.write_llama(tmp_path / "tiny.gguf")
+    reads: list[str] = []
+    real = cgroup.read_limit
+
+    def counted(h, path):  # noqa: ANN001, ANN202 - the real one, counted
+        reads.append(path)
+        return real(h, path)
+
+    monkeypatch.setattr(cgroup, "read_limit", counted)
+    sampler = Sampler(Roots(), enabled=["procfs"], timeout_s=None)
+    argvs = [["llama-server", "-m", "tiny.gguf", "--port", str(7000 + i)] for i in range(3)]
+    try:
+        with many(argvs, tmp_path) as pids:
+            for _ in range(2):
+                reads.clear()
+                snap = sampler.sample()
+                servers = [p.pid for p in snap.processes if p.engine is not None]
+                assert set(pids) <= set(servers)
+                assert len(reads) == len(set(reads))  # each cgroup once
+                limited = {c.pid for c in snap.cgroups}
+                mine = {c.cgroup for c in snap.cgroups if c.pid in pids}
+                # ours share one cgroup: all limited alike, or none (no limit above us)
+                assert len(mine) <= 1 and (set(pids) <= limited or not limited & set(pids))
+    finally:
+        sampler.close()
