@@ -149,7 +149,8 @@ def test_a_churn_of_short_lived_servers_costs_no_estimate_and_no_rows(
                     box.mine.update(pids)
                     snap = box.tick()
                     assert {p.pid for p in snap.processes} >= set(pids)  # they were seen
-                box.tick()
+                box.tick()  # they are gone (reaped): then their pids are no longer ours
+                box.mine.difference_update(pids)
             twice = []
             for _ in range(3):  # 15 that live two ticks: one launch, one estimate
                 argvs = [
@@ -163,6 +164,7 @@ def test_a_churn_of_short_lived_servers_costs_no_estimate_and_no_rows(
                     box.tick()
                     box.tick()
                 box.tick()
+                box.mine.difference_update(pids)
             current = box.assessor.current()
             (a,) = [a for (pid, _), a in current.items() if pid == long_pid]
             assert a.estimate is not None and a.launch.ctx_size == 512  # the noise case
