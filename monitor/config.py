@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from collectors.base import CollectorOptions, Roots
-from collectors.registry import REGISTRY
 from monitor.errors import InputError
 from monitor.store.retention import Retention
 
@@ -268,6 +267,8 @@ def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
     if section == "fleet" and key == "boxes":
         _check_fleet(where, value)
     if section == "collectors" and key == "enabled":
+        from collectors.registry import REGISTRY  # every collector: only when asked
+
         names = {spec.name for spec in REGISTRY}
         for item in value:
             if item not in names:

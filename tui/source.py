@@ -138,8 +138,10 @@ Assessments = Mapping[tuple[int, int], "Assessment"]
 
 
 class FrameBuilder:
-    """Snapshot -> Frame. Live, each server is assessed here once per process and launch
-    (monitor/analysis/assess.py reads its GGUF headers, each file once); the database and
+    """Snapshot -> Frame. Live, each server is assessed here once per launch, however many
+    processes run it (monitor/analysis/assess_cache.py: keyed by the parsed launch, the
+    model files' identity and the devices; monitor/analysis/assess.py reads its GGUF
+    headers, each file once); the database and
     remote sources hand ``build`` the daemon's stored assessments instead and nothing is
     estimated. The verdict is judged for every frame from the assessment and the frame's
     measured memory (pure)."""
@@ -159,6 +161,7 @@ class FrameBuilder:
         self._reader = read_header
         self._lock = threading.Lock()
         self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
+        self._launches: Any = None  # monitor.analysis.assess_cache.AssessCache, made on use
         self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
 
     def read_header(self, path: str) -> Any:
@@ -245,16 +248,16 @@ class FrameBuilder:
         ts_ms: int,
         cpu_features: tuple[str, ...] | None = None,
     ) -> Assessment | None:
-        """Live only: the one assessment of this process and launch (cached)."""
+        """Live only: the one assessment of this process and launch (cached per process,
+        and per launch across processes)."""
         key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._assessed:
             return self._assessed[key]
-        from monitor.analysis.assess import assess
-        from monitor.estimate import features_of
+        if self._launches is None:
+            from monitor.analysis.assess_cache import AssessCache
 
-        result = assess(
-            info, devices, ts_ms, read_header=self.read_header, cpu=features_of(cpu_features)
-        )
+            self._launches = AssessCache(self.read_header)
+        result = self._launches.assess(info, devices, ts_ms, cpu_features=cpu_features)
         if len(self._assessed) > 512:
             self._assessed.clear()
         self._assessed[key] = result

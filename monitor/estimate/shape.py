@@ -473,7 +473,7 @@ def _weight_tensors(tensors: Sequence[Any]) -> tuple[WeightTensor, ...]:
 
 def _type_name(ggml_type: int | None) -> str:
     """gguf's name of a ggml type ("Q8_0"), or "TYPE_<n>" for one it does not know."""
-    from gguf import GGMLQuantizationType
+    from monitor.gguf.ggml_types import GGMLQuantizationType  # not `gguf`: numpy, yaml
 
     if ggml_type is None:
         return "unknown"

@@ -68,7 +68,8 @@ def test_only_exits_worth_telling_become_events(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     store = Store.open(db)
     store.write(tick(T0, [6]))  # 6 lives for two minutes
-    store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # the rest for 2 s
+    store.write(tick(T0 + 117_000, [1, 2, 3, 4, 5, 6]))  # the rest for 3 s (two ticks:
+    store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # one tick is not even a row)
     end = T0 + 120_000
     store.write(
         tick(
