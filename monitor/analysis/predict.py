@@ -116,6 +116,7 @@ class Prediction:
     # distinct prompt tokens cached before what grows passes the room (0: the checkpoints
     # alone do); None when nothing passes it or no per-token figure is known
     overflow_tokens: int | None = None
+    evictor: str = "llama-swap"  # who unloads ``evicted`` first: "llama-swap", "the router"
 
     @property
     def verdict(self) -> Verdict:
@@ -730,6 +731,10 @@ class PredictRequest:
     at: str | None = None
     swap_config: Path | None = None
     swap_url: str | None = None
+    # a llama-server router's model id (monitor/analysis/router_predict.py): --router URL,
+    # --router-config FILE.ini, or (both None, no swap_config) the router on this box
+    router_url: str | None = None
+    router_config: Path | None = None
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = field(default_factory=dict)
@@ -773,6 +778,7 @@ class PredictResult:
     fit_ctx: int | None = None  # the largest -c that fits (asked with want_fit_ctx)
     throughput: Throughput | None = None
     growth_horizon_tokens: int = 1_000_000
+    command: tuple[str, ...] = ()  # the launch judged (a model id's: as its config renders it)
 
     @property
     def growth_within_horizon(self) -> bool:
@@ -855,12 +861,28 @@ def swap_target(
     return list(target.cmd), evicted, notes
 
 
+def _for_router(req: PredictRequest) -> bool:
+    """A model id goes to a router when one is named, or no llama-swap config is."""
+    return req.router_url is not None or req.router_config is not None or req.swap_config is None
+
+
 def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | None, str | None]:
     """For ``predict MODEL_ID``: llama-swap's memory cgroup, as the snapshot recorded it
     (the models it starts inherit it); (None, None) otherwise."""
     if req.model_id is None:
         return None, None
     limits = {c.pid: c.cgroup for c in snap.cgroups}
+    if _for_router(req):
+        from monitor.engines.router import process_links
+
+        routers = [pid for pid in process_links(snap.processes)[0] if pid in limits]
+        if len(routers) == 1:
+            found = limits[routers[0]]
+            return found, (
+                f"the llama-server router (pid {routers[0]}) runs in the memory cgroup "
+                f"{found.path}; the children it starts inherit it"
+            )
+        return None, None
     for proc in snap.processes:
         if proc.engine == "llama-swap" and proc.pid in limits:
             found = limits[proc.pid]
@@ -892,7 +914,15 @@ def answer(
         notes.append(limit.room_parts())
     evicted: list[ProcessUse] = []
     command = req.command
-    if req.model_id is not None:
+    view = None
+    if req.model_id is not None and _for_router(req):
+        from monitor.analysis.router_predict import router_target
+
+        command, evicted, router_notes, view = router_target(
+            req.model_id, snap, picture, req.router_url, req.router_config
+        )
+        notes += router_notes
+    elif req.model_id is not None:
         command, evicted, swap_notes = swap_target(req, picture)
         notes += swap_notes
     if not command:
@@ -906,7 +936,8 @@ def answer(
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
     if spec.refused:  # the engine would not start: no verdict to give
-        where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
+        what = "router" if view is not None else "llama-swap"
+        where = f"{what} model {req.model_id}: " if req.model_id is not None else ""
         raise EstimateError(where + spec.refused[0])
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)
@@ -935,6 +966,13 @@ def answer(
             )
     if not result.devices:  # no verdict is not "fits"
         raise EstimateError("nothing to judge: " + _why_nothing(result))
+    if view is not None:
+        from monitor.analysis.router_predict import relabel_fixes
+
+        started = {p.pid: p.started_at_ms for p in snap.processes}
+        result = replace(
+            result, evictor="the router", fixes=tuple(relabel_fixes(result.fixes, view, started))
+        )
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header, cpu=cpu)
@@ -969,6 +1007,7 @@ def answer(
         best_ctx,
         speed,
         req.growth_horizon_tokens,
+        tuple(command),
     )
 
 

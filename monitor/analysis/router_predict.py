@@ -1,0 +1,261 @@
+"""``predict MODEL_ID`` against a llama-server router: its child launch and its LRU unload.
+
+Which router: ``--router URL`` (its ``GET /models``, loopback only), ``--router-config
+FILE.ini`` (its preset file), else the router on this box (the snapshot's processes,
+monitor/engines/router.py) whose model list has the id. A router's model list is its
+``GET /models`` answer on loopback (``status.args`` is the child argv it renders: the
+truth), else its files (``--models-dir``, ``--models-preset``, its own command line,
+monitor/engines/router_preset.py).
+
+The eviction is ``server_models::load`` + ``unload_lru`` (server-models.cpp lines
+1069-1140, llama.cpp 0c1e57098): with ``--models-max N`` (> 0) and N models running
+(``loaded``/``loading``/``sleeping``, ``is_running``), the router unloads ONE model first:
+the loaded or sleeping one with the smallest ``last_used`` (``pick_victim``, lines
+269-289; set at load and at each proxied request). ``GET /models`` does not expose
+``last_used`` in this build, so the oldest child process stands for it (a note says so).
+If it is still full after that (every running model is still loading), the router
+refuses the load ("model limit reached").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from monitor.analysis.picture import Picture, ProcessUse
+from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, process_links
+from monitor.engines.router_models import AnsweredModel, RouterModelsError, list_models_dir
+from monitor.engines.router_preset import child_launches, read_preset_file
+from monitor.estimate.kv import EstimateError
+from monitor.units import GIB
+
+if TYPE_CHECKING:
+    from collectors.base import ProcessInfo, Snapshot
+    from monitor.analysis.predict import Fix
+
+RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
+EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep
+Fetch = Callable[[str], tuple[AnsweredModel, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class RouterView:
+    """One router's models: each id's child argv and state, and its running children."""
+
+    label: str  # "router pid 42 :8080", "router http://127.0.0.1:8080", "preset x.ini"
+    models_max: int  # 0 = unlimited
+    launches: Mapping[str, tuple[str, ...]]
+    states: Mapping[str, str]  # id -> "loaded", "unloaded", ... (files: the children seen)
+    children: Mapping[str, int]  # id -> the child's pid, where seen on this box
+    source: str  # "GET /models" or "its files"
+
+
+def _fetch(url: str) -> tuple[AnsweredModel, ...]:
+    from monitor.integrations.router_client import fetch_models
+
+    return fetch_models(url)
+
+
+def _child_ids(router: Router | None, links: Mapping[int, RouterChild]) -> dict[str, int]:
+    """id -> pid of the router's children seen on this box."""
+    if router is None:
+        return {}
+    return {
+        link.model_id: pid
+        for pid, link in links.items()
+        if link.router_pid == router.pid and link.model_id
+    }
+
+
+def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]:
+    def full(path: str | None) -> str | None:
+        if path is None or os.path.isabs(path) or not proc.cwd:
+            return path
+        return os.path.join(proc.cwd, path)
+
+    models_dir, preset = full(router.models_dir), full(router.models_preset)
+    listed = list_models_dir(models_dir) if models_dir else ()
+    ini = read_preset_file(preset) if preset else None
+    return child_launches(list(proc.argv), listed, ini)
+
+
+def _view_of(
+    router: Router, proc: ProcessInfo, children: dict[str, int], fetch: Fetch
+) -> tuple[RouterView, str | None]:
+    """The router's view: its /models answer, else its files (and why)."""
+    label = f"router pid {router.pid} :{router.port}"
+    try:
+        answered = fetch(f"http://127.0.0.1:{router.port}")
+    except (OSError, ValueError) as exc:
+        launches = _from_files(router, proc)
+        states = {m: "loaded" for m in children}
+        why = f"{label}: GET /models did not answer ({str(exc)[:120]}); read from its files"
+        return RouterView(label, router.models_max, launches, states, children, "its files"), why
+    launches = {m.model_id: m.args for m in answered}
+    states = {m.model_id: m.status for m in answered}
+    return RouterView(label, router.models_max, launches, states, children, "GET /models"), None
+
+
+def discover(snap: Snapshot, model_id: str, fetch: Fetch = _fetch) -> tuple[RouterView, list[str]]:
+    """The router on this box that serves ``model_id``; EstimateError when none or several."""
+    routers, links = process_links(snap.processes)
+    procs = {p.pid: p for p in snap.processes}
+    found: list[RouterView] = []
+    notes: list[str] = []
+    for pid in sorted(routers):
+        router = routers[pid]
+        children = _child_ids(router, links)
+        try:
+            view, why = _view_of(router, procs[pid], children, fetch)
+        except RouterModelsError as exc:
+            notes.append(f"router pid {pid}: {exc}")
+            continue
+        if why:
+            notes.append(why)
+        if model_id in view.launches:
+            found.append(view)
+    if not found:
+        where = f" ({'; '.join(notes)})" if notes else ""
+        raise EstimateError(
+            f"no llama-server router on this box serves model {model_id!r}{where}; give "
+            "--router URL or --router-config FILE.ini (or --swap-config for llama-swap)"
+        )
+    if len(found) > 1:
+        labels = ", ".join(v.label for v in found)
+        raise EstimateError(
+            f"model {model_id!r} is served by several routers ({labels}): "
+            "name one with --router http://127.0.0.1:PORT"
+        )
+    return found[0], notes
+
+
+def explicit(
+    snap: Snapshot, url: str | None, config: Path | None, fetch: Fetch = _fetch
+) -> RouterView:
+    """``--router URL`` or ``--router-config FILE.ini``; the router process on this box
+    with that port / preset file gives ``--models-max`` and the children."""
+    routers, links = process_links(snap.processes)
+    procs = {p.pid: p for p in snap.processes}
+    if url is not None:
+        answered = fetch(url)
+        port = url.rstrip("/").rsplit(":", 1)[-1]
+        match = next((r for r in routers.values() if str(r.port) == port), None)
+        children = _child_ids(match, links)
+        most = match.models_max if match is not None else DEFAULT_MODELS_MAX
+        return RouterView(
+            f"router {url}",
+            most,
+            {m.model_id: m.args for m in answered},
+            {m.model_id: m.status for m in answered},
+            children,
+            "GET /models",
+        )
+    assert config is not None
+    match = next(
+        (r for r in routers.values() if r.models_preset and Path(r.models_preset) == config), None
+    )
+    argv = list(procs[match.pid].argv) if match is not None else ["llama-server"]
+    launches = child_launches(argv, (), read_preset_file(str(config)))
+    children = _child_ids(match, links)
+    most = match.models_max if match is not None else DEFAULT_MODELS_MAX
+    states = {m: "loaded" for m in children}
+    return RouterView(f"preset {config}", most, launches, states, children, "its files")
+
+
+def victim(view: RouterView, started_ms: Mapping[int, int | None]) -> str | None:
+    """The model ``unload_lru`` picks: loaded/sleeping, the oldest child first."""
+    ids = [m for m, s in view.states.items() if s in EVICTABLE]
+
+    def age(model: str) -> tuple[int, str]:
+        pid = view.children.get(model)
+        ts = started_ms.get(pid) if pid is not None else None
+        return (ts if ts is not None else 2**62, model)
+
+    return min(ids, key=age) if ids else None
+
+
+def evictions(
+    view: RouterView, model_id: str, started_ms: Mapping[int, int | None]
+) -> tuple[str | None, list[str]]:
+    """(the model unloaded first or None, notes); EstimateError when the router refuses."""
+    running = sorted(m for m, s in view.states.items() if s in RUNNING)
+    head = (
+        f"{view.label} (--models-max {view.models_max or 'unlimited'}; "
+        f"running: {', '.join(running) or 'none'}; from {view.source})"
+    )
+    if view.states.get(model_id) in RUNNING:
+        return None, [f"{head}: {model_id} is already {view.states[model_id]}; judged as a reload"]
+    if view.models_max <= 0 or len(running) < view.models_max:
+        return None, [f"{head}: room for one more model, nothing is unloaded"]
+    chosen = victim(view, started_ms)
+    if chosen is None or len(running) - 1 >= view.models_max:
+        raise EstimateError(
+            f"{head}: the router would refuse to load {model_id} now "
+            "(model limit reached: nothing it may unload); raise --models-max"
+        )
+    return chosen, [
+        f"{head}: loading {model_id} first unloads {chosen}, the least recently used "
+        "(the oldest child: GET /models does not expose last use; requests since change it)"
+    ]
+
+
+def router_target(
+    model_id: str,
+    snap: Snapshot,
+    picture: Picture,
+    url: str | None = None,
+    config: Path | None = None,
+    fetch: Fetch = _fetch,
+) -> tuple[list[str], list[ProcessUse], list[str], RouterView]:
+    """(the child's command, the child unloaded first, notes, the router) for a model id."""
+    notes: list[str] = []
+    if url is not None or config is not None:
+        view = explicit(snap, url, config, fetch)
+    else:
+        view, notes = discover(snap, model_id, fetch)
+    if model_id not in view.launches:
+        known = ", ".join(sorted(view.launches)[:12]) or "none"
+        raise EstimateError(f"{view.label} has no model {model_id!r} (it has: {known})")
+    started = {p.pid: p.started_at_ms for p in snap.processes}
+    chosen, more = evictions(view, model_id, started)
+    notes += more
+    uses = {u.pid: u for pic in picture.devices.values() for u in pic.processes}
+    evicted: list[ProcessUse] = []
+    pid = view.children.get(model_id) if chosen is None else view.children.get(chosen)
+    if (chosen is not None or view.states.get(model_id) in RUNNING) and pid in uses:
+        use = uses[pid]
+        name = chosen or model_id
+        evicted = [replace(use, name=f"{name} (pid {pid})")]
+        total = sum(u.bytes for p in picture.devices.values() for u in p.processes if u.pid == pid)
+        notes.append(f"unloading {name} frees ~{total / GIB:.2f} GiB (as measured)")
+    return list(view.launches[model_id]), evicted, notes, view
+
+
+def relabel_fixes(
+    fixes: Sequence[Fix], view: RouterView, started_ms: Mapping[int, int | None]
+) -> list[Fix]:
+    """``stop llama-server (pid N)`` for a router child -> ``unload ID first``."""
+    by_pid = {pid: m for m, pid in view.children.items()}
+    lru = victim(view, started_ms)
+    out: list[Fix] = []
+    for fix in fixes:
+        if fix.change.startswith("stop "):
+            pid = fix.change.rsplit("(pid ", 1)[-1].rstrip(")")
+            if pid.isdigit() and int(pid) in by_pid:
+                model = by_pid[int(pid)]
+                also = f", or --models-max {_lower(view)}" if model == lru else ""
+                fix = replace(
+                    fix,
+                    change=f'unload {model} first (POST /models/unload {{"model": "{model}"}}'
+                    f"{also})",
+                )
+        out.append(fix)
+    return out
+
+
+def _lower(view: RouterView) -> int:
+    """The --models-max at which the router's own LRU unload makes the room."""
+    return max(1, sum(1 for s in view.states.values() if s in RUNNING))

@@ -1,0 +1,176 @@
+"""``vramscope predict MODEL_ID`` against a llama-server router: the child launch from the
+router's files or its ``GET /models``, and the LRU unload at ``--models-max``
+(server-models.cpp ``unload_lru``)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tiny_models
+from box_states import host, write_state
+
+from collectors.base import ProcessInfo, ProcessMemory
+from monitor.engines.router_models import list_models_dir
+from monitor.engines.router_preset import child_launches
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1024**3
+ROUTER_PID, A_PID = 700, 701
+HELD = 2 * GIB  # what `a`'s child holds (anonymous memory)
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on now (the router's /models: no answer)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def predict_json(*args: str) -> tuple[int, dict, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor", "predict", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+    return result.returncode, doc, result.stderr
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    tiny_models.write_llama(folder / "a.gguf", seed=1, name="a")
+    tiny_models.write_llama(folder / "b.gguf", seed=2, name="b", n_layer=8)
+    return folder
+
+
+def _state(tmp_path: Path, models: Path, models_max: int, available: int, port: int) -> Path:
+    router_argv = ("llama-server", "--models-dir", str(models), "--models-max", str(models_max))
+    router_argv += ("--port", str(port), "-c", "2048", "--cache-ram", "0")
+    launch_a = child_launches(list(router_argv), list_models_dir(str(models)))["a"]
+    router = ProcessInfo(
+        ROUTER_PID, 1, 1_000, 1, 1000, "llama-server", router_argv, "llama.cpp", ("inference",)
+    )
+    child = ProcessInfo(
+        A_PID, 2, 2_000, ROUTER_PID, 1000, "llama-server", launch_a, "llama.cpp", ("inference",)
+    )
+    procs = [
+        (router, [ProcessMemory(ROUTER_PID, "host", rss_anon_bytes=20 << 20)]),
+        (child, [ProcessMemory(A_PID, "host", rss_anon_bytes=HELD)]),
+    ]
+    return write_state(tmp_path / f"state-{models_max}-{available}.json", [host(available)], procs)
+
+
+def test_at_models_max_the_router_unloads_the_lru_child_first(
+    tmp_path: Path, models: Path
+) -> None:
+    state = _state(tmp_path, models, 1, 64 * GIB, _closed_port())
+    code, doc, err = predict_json("--state", str(state), "b")
+    assert code == 0, err
+    assert doc["would_unload"] == ["a (pid 701)"]
+    assert doc["unloaded_by"] == "the router"
+    assert doc["devices"][0]["freed_bytes"] == HELD
+    assert any("loading b first unloads a" in n for n in doc["notes"])
+    assert any("read from its files" in n for n in doc["notes"])
+    # the router's -c 2048 reaches b's launch (its argv is merged over every model's)
+    assert doc["launch"]["n_ctx"] == 2048
+
+
+def test_below_models_max_nothing_is_unloaded(tmp_path: Path, models: Path) -> None:
+    state = _state(tmp_path, models, 2, 64 * GIB, _closed_port())
+    code, doc, err = predict_json("--state", str(state), "b")
+    assert code == 0, err
+    assert doc["would_unload"] == [] and doc["unloaded_by"] is None
+    assert any("room for one more model" in n for n in doc["notes"])
+
+
+def test_the_unload_decides_the_verdict(tmp_path: Path, models: Path) -> None:
+    """Signal: with --models-max 1 `a`'s memory comes back and `b` fits; noise: with 2 it
+    stays, `b` does not fit, and the fix names `a` (and --models-max 1)."""
+    probe = _state(tmp_path, models, 2, 64 * GIB, _closed_port())
+    _, doc, err = predict_json("--state", str(probe), "b")
+    need = doc["devices"][0]["need_bytes"] - doc["devices"][0]["evictable_bytes"]
+    available = need + doc["devices"][0]["margin_bytes"] - HELD // 2  # short without a's 2 GiB
+    for models_max, verdict in ((1, "fits"), (2, "oom")):
+        state = _state(tmp_path, models, models_max, available, _closed_port())
+        code, doc, err = predict_json("--state", str(state), "b")
+        assert doc.get("verdict") == verdict, err
+        assert code == (0 if verdict == "fits" else 1)
+    changes = [f["change"] for f in doc["fixes"]]
+    assert any(c.startswith("unload a first") and "--models-max 1" in c for c in changes)
+
+
+def test_an_id_no_router_serves_is_one_line(tmp_path: Path, models: Path) -> None:
+    state = _state(tmp_path, models, 1, 64 * GIB, _closed_port())
+    code, doc, err = predict_json("--state", str(state), "nope")
+    assert code == 2 and doc == {}
+    assert err.count("\n") == 1 and "no llama-server router on this box serves model 'nope'" in err
+
+
+@pytest.fixture
+def answering(models: Path) -> Iterator[int]:
+    """A loopback server answering GET /models like the recorded router (fixtures), its
+    paths pointed at this test's models, `a` loaded."""
+    recorded = json.loads(
+        (ROOT / "tests" / "fixtures" / "llamacpp_router" / "models_loaded_a.json").read_text()
+    )
+    for model in recorded["data"]:
+        args = model["status"]["args"]
+        args[args.index("--model") + 1] = str(models / f"{model['id']}.gguf")
+        args[args.index("--ctx-size") + 1] = "1024"
+    body = json.dumps(recorded).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200 if self.path == "/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body if self.path == "/models" else b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_get_models_is_the_truth_where_the_router_answers(
+    tmp_path: Path, models: Path, answering: int
+) -> None:
+    state = _state(tmp_path, models, 1, 64 * GIB, answering)
+    code, doc, err = predict_json("--state", str(state), "b")
+    assert code == 0, err
+    assert doc["launch"]["n_ctx"] == 1024  # from status.args, not the files' -c 2048
+    assert doc["would_unload"] == ["a (pid 701)"]
+    assert any("from GET /models" in n for n in doc["notes"])
+    code, doc, err = predict_json(
+        "--state", str(state), "--router", f"http://127.0.0.1:{answering}", "b"
+    )
+    assert code == 0, err
+    assert doc["would_unload"] == ["a (pid 701)"]
+
+
+def test_router_url_must_be_loopback(tmp_path: Path, models: Path) -> None:
+    state = _state(tmp_path, models, 1, 64 * GIB, _closed_port())
+    code, _, err = predict_json("--state", str(state), "--router", "http://10.1.2.3:8080", "b")
+    assert code == 2 and "refusing non-loopback router URL host" in err
+    assert "Traceback" not in err
