@@ -74,9 +74,7 @@ def _state(tmp_path: Path, models: Path, models_max: int, available: int, port: 
     return write_state(tmp_path / f"state-{models_max}-{available}.json", [host(available)], procs)
 
 
-def test_at_models_max_the_router_unloads_the_lru_child_first(
-    tmp_path: Path, models: Path
-) -> None:
+def test_at_models_max_the_router_unloads_the_lru_child_first(tmp_path: Path, models: Path) -> None:
     state = _state(tmp_path, models, 1, 64 * GIB, _closed_port())
     code, doc, err = predict_json("--state", str(state), "b")
     assert code == 0, err
