@@ -590,7 +590,7 @@ def predict(
     # one word: a model id (llama-swap's with --swap-config, a llama-server router's with
     # --router/--router-config, or the router on this box's unless it names a program)
     model_id = target[0] if len(target) == 1 and target[0] != "--" else None
-    if model_id is not None and swap_config is None and router_url is router_config is None:
+    if model_id is not None and swap_config is None and router_url is None and not router_config:
         model_id = None if _names_a_program(model_id) else model_id
     req = PredictRequest(
         [] if model_id is not None else list(target),
