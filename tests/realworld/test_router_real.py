@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "docs" / "status.schema.json").read_text())
 HANG_GUARD_S = 180.0
+GIB = 1 << 30
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -347,3 +348,84 @@ def test_predict_names_the_lru_unload_and_the_real_load_confirms_it(
     child_port = int(real[real.index("--port") + 1])
     logged = _wait("b's logged KV size", lambda: _kv_logged_mib(log, child_port), log)
     assert abs(kv_mib - logged) < 0.01, (kv_mib, logged)
+
+
+def _oom_kills(group: Path) -> int:
+    """The cgroup's OOM-kill counter (v1 memory.oom_control, v2 memory.events)."""
+    for name in ("memory.oom_control", "memory.events"):
+        path = group / name
+        if path.exists():
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return 0
+
+
+def _failed(port: int, model_id: str) -> bool:
+    status, body = _http(port, "/models")
+    if status != 200:
+        return False
+    for model in json.loads(body)["data"]:
+        if model["id"] == model_id:
+            return bool(model["status"].get("failed"))
+    return False
+
+
+def test_predict_oom_for_a_router_child_in_its_routers_cgroup(
+    llama_server_bin: Path, tmp_path: Path
+) -> None:
+    """The router runs in a 2 GiB memory cgroup; its children inherit it. A preset model
+    that reads an 8 GB model into anonymous memory (``load-mode = none``): predict says
+    OOM against the router's cgroup (and names the LRU child it unloads first); the real
+    load is OOM-killed by the kernel in that cgroup. The tiny model (noise): fits."""
+    from arch_models import model_for
+    from memcg import make_cgroup
+
+    group, procs = make_cgroup(2 * GIB)
+    tag = f"vs{os.getpid()}"
+    small, big = f"small-{tag}", f"big-{tag}"
+    models = tmp_path / "models"
+    models.mkdir()
+    tiny_models.write_llama(models / f"{small}.gguf", seed=1, name="small")
+    big_path = model_for("qwen3-8b").write(tmp_path)
+    preset = tmp_path / "models.ini"
+    preset.write_text(
+        f"[*]\ncache-ram = 0\n[{small}]\nc = 512\n"
+        f"[{big}]\nmodel = {big_path}\nc = 4096\nnp = 1\nload-mode = none\n"
+    )
+    port = _free_port()
+    argv = [str(llama_server_bin), "--models-dir", str(models), "--models-preset", str(preset)]
+    argv += ["--models-max", "1", "--host", "127.0.0.1", "--port", str(port), "-t", "2"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+    log = tmp_path / "router.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *argv],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+    try:
+        _wait("the router's /health", lambda: _http(port, "/health")[0] == 200, log)
+        assert _http(port, "/models/load", {"model": small})[0] == 200
+        _wait(f"{small} loaded", lambda: _loaded(port) == {small}, log)
+        small_pid = _wait(f"{small}'s child", lambda: _child_of(proc.pid, small), log)
+
+        code, doc, err = _predict(big)
+        assert (code, doc.get("verdict")) == (1, "oom"), err or doc
+        assert doc["would_unload"] == [f"{small} (pid {small_pid})"]
+        assert any("router" in n and "memory cgroup" in n for n in doc["notes"]), doc["notes"]
+        code, doc, err = _predict(small)  # already loaded, tiny: the noise case
+        assert (code, doc.get("verdict")) == (0, "fits"), err or doc
+
+        assert _http(port, "/models/load", {"model": big})[0] == 200
+        _wait(f"{big}'s load to fail", lambda: _failed(port, big), log)
+        assert _oom_kills(group) >= 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        time.sleep(0.5)
+        group.rmdir()
