@@ -172,3 +172,28 @@ def test_router_url_must_be_loopback(tmp_path: Path, models: Path) -> None:
     code, _, err = predict_json("--state", str(state), "--router", "http://10.1.2.3:8080", "b")
     assert code == 2 and "refusing non-loopback router URL host" in err
     assert "Traceback" not in err
+
+
+def test_metrics_label_a_router_child_by_its_model_id() -> None:
+    """/metrics ``model``: a router's child is its model id (the --alias the router set);
+    the same --alias on a server no router started keeps the file name (noise)."""
+    from collectors.base import Snapshot
+    from monitor.http.metrics import SnapshotCollector
+
+    router_argv = ("llama-server", "--models-dir", "/m", "--port", "8080")
+    child_argv = ("llama-server", "--host", "127.0.0.1", "--port", "40001", "--alias", "qwen")
+    child_argv += ("--model", "/m/qwen3-8b-q4.gguf")
+    info = [
+        ProcessInfo(10, 1, None, 1, 0, "llama-server", router_argv, "llama.cpp", ("inference",)),
+        ProcessInfo(11, 2, None, 10, 0, "llama-server", child_argv, "llama.cpp", ("inference",)),
+        ProcessInfo(12, 3, None, 1, 0, "llama-server", child_argv, "llama.cpp", ("inference",)),
+    ]
+    rows = tuple(ProcessMemory(p.pid, "host", rss_anon_bytes=GIB) for p in info)
+    snap = Snapshot(1_800_000_000_000, (host(8 * GIB),), tuple(info), rows, (), (), ())
+    found = {
+        s.labels["pid"]: s.labels["model"]
+        for family in SnapshotCollector(lambda: snap).collect()
+        if family.name == "vramscope_process_memory_bytes"
+        for s in family.samples
+    }
+    assert found == {"10": "", "11": "qwen", "12": "qwen3-8b-q4.gguf"}
