@@ -641,7 +641,9 @@ def _predict_on_fleet(
         raise UserError(
             "--remote needs a launch: vramscope predict --remote URL -- llama-server -m M.gguf"
         )
-    answers = predict_on_fleet(urls, token, command, margin_gib)
+    # one word: a llama-server router's model id, judged on each box by its own router
+    model_id = command[0] if len(command) == 1 else None
+    answers = predict_on_fleet(urls, token, command, margin_gib, model_id)
     click.echo(fleet_json(answers) if as_json else terminal_safe_lines(fleet_text(answers)))
     sys.exit(exit_code(answers))
 

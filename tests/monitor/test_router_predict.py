@@ -197,3 +197,50 @@ def test_metrics_label_a_router_child_by_its_model_id() -> None:
         for s in family.samples
     }
     assert found == {"10": "", "11": "qwen", "12": "qwen3-8b-q4.gguf"}
+
+
+def test_the_daemons_predict_api_takes_a_router_model_id(tmp_path: Path, models: Path) -> None:
+    """``POST /api/v1/predict {"model_id": ID}`` (what ``predict --remote URL ID`` sends):
+    the daemon judges the router's model on its own box, as ``predict ID`` does there."""
+    import http.client
+
+    from monitor.analysis.state import StatusFile, box_state
+    from monitor.config import Config
+    from monitor.http import HttpServer
+
+    state = _state(tmp_path, models, 1, 64 * GIB, _closed_port())
+    snap = box_state(StatusFile(state)).snapshot
+    db = tmp_path / "vramscope.db"
+    srv = HttpServer(
+        "127.0.0.1:0",
+        None,
+        lambda: snap,
+        db,
+        Config(db_path=db, interval_s=1.0, http_model_dirs=(str(tmp_path),)),
+    )
+    srv.start()
+
+    def post(doc: object) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=60)
+        try:
+            headers = {"Content-Type": "application/json"}
+            conn.request("POST", "/api/v1/predict", json.dumps(doc).encode(), headers)
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        finally:
+            conn.close()
+
+    try:
+        status, doc = post({"model_id": "b"})
+        assert status == 200, doc
+        assert doc["would_unload"] == ["a (pid 701)"] and doc["unloaded_by"] == "the router"
+        from monitor.cli.predict import predict_on_fleet  # predict --remote URL b
+
+        (answer,) = predict_on_fleet([f"http://127.0.0.1:{srv.address[1]}"], None, ["b"], 0.5, "b")
+        assert answer.error is None and answer.verdict == "fits", answer
+        status, doc = post({"model_id": ["b"]})
+        assert status == 400 and "model_id" in doc["error"]
+        status, doc = post({"model_id": "nope"})
+        assert status == 400 and "no llama-server router" in doc["error"]
+    finally:
+        srv.stop()
