@@ -935,6 +935,13 @@ def answer(
     spec = parse_command(list(command))
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    if spec.role == "router":  # loads no model itself: its models are predicted by id
+        where = f"llama-swap model {req.model_id} runs" if req.model_id else "the command is"
+        raise EstimateError(
+            f"{where} a llama-server router (--models-dir/--models-preset, no -m), which loads "
+            "no model itself: predict one of its models by id (vramscope predict MODEL_ID, "
+            "--router http://127.0.0.1:PORT or --router-config FILE.ini)"
+        )
     if spec.refused:  # the engine would not start: no verdict to give
         what = "router" if view is not None else "llama-swap"
         where = f"{what} model {req.model_id}: " if req.model_id is not None else ""

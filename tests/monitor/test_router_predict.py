@@ -244,3 +244,23 @@ def test_the_daemons_predict_api_takes_a_router_model_id(tmp_path: Path, models:
         assert status == 400 and "no llama-server router" in doc["error"]
     finally:
         srv.stop()
+
+
+def test_a_router_command_or_a_llama_swap_model_running_one_says_predict_by_id(
+    tmp_path: Path,
+) -> None:
+    swap = tmp_path / "swap.yaml"
+    swap.write_text('models:\n  multi: {cmd: "llama-server --port ${PORT} --models-dir /m"}\n')
+    for args, says in (
+        (
+            ("--swap-config", str(swap), "multi"),
+            "llama-swap model multi runs a llama-server router",
+        ),
+        (
+            ("--", "llama-server", "--models-preset", "/m/x.ini"),
+            "the command is a llama-server router",
+        ),
+    ):
+        code, doc, err = predict_json(*args)
+        assert code == 2 and doc == {} and err.count("\n") == 1, err
+        assert says in err and "predict one of its models by id" in err
