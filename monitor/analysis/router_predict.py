@@ -140,9 +140,11 @@ def explicit(
     routers, links = process_links(snap.processes)
     procs = {p.pid: p for p in snap.processes}
     if url is not None:
+        from monitor.integrations.loopback import loopback_url
+
+        port = loopback_url(url, "router URL").port  # ValueError (one line) off loopback
         answered = fetch(url)
-        port = url.rstrip("/").rsplit(":", 1)[-1]
-        match = next((r for r in routers.values() if str(r.port) == port), None)
+        match = next((r for r in routers.values() if r.port == port), None)
         children = _child_ids(match, links)
         most = match.models_max if match is not None else DEFAULT_MODELS_MAX
         return RouterView(
@@ -153,7 +155,8 @@ def explicit(
             children,
             "GET /models",
         )
-    assert config is not None
+    if config is None:
+        raise EstimateError("a router needs --router URL or --router-config FILE.ini")
     match = next(
         (r for r in routers.values() if r.models_preset and Path(r.models_preset) == config), None
     )

@@ -20,7 +20,7 @@ from box_states import host, write_state
 
 from collectors.base import ProcessInfo, ProcessMemory
 from monitor.engines.router_models import list_models_dir
-from monitor.engines.router_preset import child_launches
+from monitor.engines.router_preset import child_launches, read_preset_file
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -264,3 +264,30 @@ def test_a_router_command_or_a_llama_swap_model_running_one_says_predict_by_id(
         code, doc, err = predict_json(*args)
         assert code == 2 and doc == {} and err.count("\n") == 1, err
         assert says in err and "predict one of its models by id" in err
+
+
+def test_router_config_names_the_preset_file(tmp_path: Path, models: Path) -> None:
+    """``--router-config FILE.ini``: the models its sections name; the router on this box
+    started with that preset gives --models-max and its children (a is unloaded first);
+    with no such router, the default --models-max 4 unloads nobody."""
+    ini = tmp_path / "models.ini"
+    ini.write_text(f"[a]\nmodel = {models / 'a.gguf'}\n[b]\nmodel = {models / 'b.gguf'}\nc = 768\n")
+    router_argv = ("llama-server", "--models-preset", str(ini), "--models-max", "1")
+    router_argv += ("--port", str(_closed_port()), "--cache-ram", "0")
+    launch_a = child_launches(list(router_argv), (), read_preset_file(str(ini)))["a"]
+    router = ProcessInfo(
+        ROUTER_PID, 1, 1_000, 1, 1000, "llama-server", router_argv, "llama.cpp", ("inference",)
+    )
+    child = ProcessInfo(
+        A_PID, 2, 2_000, ROUTER_PID, 1000, "llama-server", launch_a, "llama.cpp", ("inference",)
+    )
+    procs = [(router, []), (child, [ProcessMemory(A_PID, "host", rss_anon_bytes=HELD)])]
+    state = write_state(tmp_path / "s.json", [host(64 * GIB)], procs)
+    code, doc, err = predict_json("--state", str(state), "--router-config", str(ini), "b")
+    assert code == 0, err
+    assert doc["would_unload"] == ["a (pid 701)"]
+    assert doc["launch"]["n_ctx"] == 768
+    alone = write_state(tmp_path / "alone.json", [host(64 * GIB)], [])
+    code, doc, err = predict_json("--state", str(alone), "--router-config", str(ini), "b")
+    assert code in (0, 3) and doc["would_unload"] == [], err
+    assert any("--models-max 4" in n and "nothing is unloaded" in n for n in doc["notes"])
