@@ -919,7 +919,12 @@ def answer(
         from monitor.analysis.router_predict import router_target
 
         command, evicted, router_notes, view = router_target(
-            req.model_id, snap, picture, req.router_url, req.router_config
+            req.model_id,
+            snap,
+            picture,
+            req.router_url,
+            req.router_config,
+            live=req.state is None and req.at is None,
         )
         notes += router_notes
     elif req.model_id is not None:

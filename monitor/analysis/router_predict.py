@@ -83,24 +83,29 @@ def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]
 
 
 def _view_of(
-    router: Router, proc: ProcessInfo, children: dict[str, int], fetch: Fetch
+    router: Router, proc: ProcessInfo, children: dict[str, int], fetch: Fetch | None
 ) -> tuple[RouterView, str | None]:
-    """The router's view: its /models answer, else its files (and why)."""
+    """The router's view: its /models answer, else (or with no ``fetch``) its files."""
     label = f"router pid {router.pid} :{router.port}"
     try:
+        if fetch is None:
+            raise OSError("a recorded state: the router now may not be the one it records")
         answered = fetch(f"http://127.0.0.1:{router.port}")
     except (OSError, ValueError) as exc:
         launches = _from_files(router, proc)
         states = {m: "loaded" for m in children}
-        why = f"{label}: GET /models did not answer ({str(exc)[:120]}); read from its files"
+        why = f"{label}: GET /models not asked ({str(exc)[:120]}); read from its files"
         return RouterView(label, router.models_max, launches, states, children, "its files"), why
     launches = {m.model_id: m.args for m in answered}
     states = {m.model_id: m.status for m in answered}
     return RouterView(label, router.models_max, launches, states, children, "GET /models"), None
 
 
-def discover(snap: Snapshot, model_id: str, fetch: Fetch = _fetch) -> tuple[RouterView, list[str]]:
-    """The router on this box that serves ``model_id``; EstimateError when none or several."""
+def discover(
+    snap: Snapshot, model_id: str, fetch: Fetch | None = _fetch
+) -> tuple[RouterView, list[str]]:
+    """The router on this box that serves ``model_id``; EstimateError when none or several.
+    ``fetch`` None (a recorded state): the routers' files only, never a live answer."""
     routers, links = process_links(snap.processes)
     procs = {p.pid: p for p in snap.processes}
     found: list[RouterView] = []
@@ -212,13 +217,16 @@ def router_target(
     url: str | None = None,
     config: Path | None = None,
     fetch: Fetch = _fetch,
+    live: bool = True,
 ) -> tuple[list[str], list[ProcessUse], list[str], RouterView]:
-    """(the child's command, the child unloaded first, notes, the router) for a model id."""
+    """(the child's command, the child unloaded first, notes, the router) for a model id.
+    ``live`` False (``--state``/``--at``): the routers found in the recorded state are read
+    from their files, not asked (``--router URL`` is asked: it was named)."""
     notes: list[str] = []
     if url is not None or config is not None:
         view = explicit(snap, url, config, fetch)
     else:
-        view, notes = discover(snap, model_id, fetch)
+        view, notes = discover(snap, model_id, fetch if live else None)
     if model_id not in view.launches:
         known = ", ".join(sorted(view.launches)[:12]) or "none"
         raise EstimateError(f"{view.label} has no model {model_id!r} (it has: {known})")

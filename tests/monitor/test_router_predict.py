@@ -82,7 +82,7 @@ def test_at_models_max_the_router_unloads_the_lru_child_first(tmp_path: Path, mo
     assert doc["unloaded_by"] == "the router"
     assert doc["devices"][0]["freed_bytes"] == HELD
     assert any("loading b first unloads a" in n for n in doc["notes"])
-    assert any("read from its files" in n for n in doc["notes"])
+    assert any("read from its files" in n for n in doc["notes"])  # a recorded state
     # the router's -c 2048 reaches b's launch (its argv is merged over every model's)
     assert doc["launch"]["n_ctx"] == 2048
 
@@ -154,16 +154,26 @@ def answering(models: Path) -> Iterator[int]:
 def test_get_models_is_the_truth_where_the_router_answers(
     tmp_path: Path, models: Path, answering: int
 ) -> None:
+    """Live (the daemon's latest tick): the router on this box is asked; a recorded state
+    (--state) reads the files (its router may be gone); --router URL is asked either way."""
+    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.analysis.state import StatusFile, box_state
+
     state = _state(tmp_path, models, 1, 64 * GIB, answering)
+    snap = box_state(StatusFile(state)).snapshot
+    result = answer(PredictRequest([], model_id="b"), snap, [])  # as the daemon's API does
+    assert result.prediction.estimate.n_ctx == 1024  # status.args, not the files' -c 2048
+    assert result.prediction.evicted == ("a (pid 701)",)
+    assert any("from GET /models" in n for n in result.notes)
     code, doc, err = predict_json("--state", str(state), "b")
     assert code == 0, err
-    assert doc["launch"]["n_ctx"] == 1024  # from status.args, not the files' -c 2048
-    assert doc["would_unload"] == ["a (pid 701)"]
-    assert any("from GET /models" in n for n in doc["notes"])
+    assert doc["launch"]["n_ctx"] == 2048  # the files: the recorded router's -c
+    assert any("GET /models not asked" in n for n in doc["notes"])
     code, doc, err = predict_json(
         "--state", str(state), "--router", f"http://127.0.0.1:{answering}", "b"
     )
     assert code == 0, err
+    assert doc["launch"]["n_ctx"] == 1024
     assert doc["would_unload"] == ["a (pid 701)"]
 
 
