@@ -44,6 +44,7 @@ from monitor.units import gib_number as _gib
 
 if TYPE_CHECKING:
     from collectors.base import CgroupMemory, Snapshot
+    from monitor.analysis.router_predict import RouterView
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
@@ -861,6 +862,43 @@ def swap_target(
     return list(target.cmd), evicted, notes
 
 
+def _target(
+    req: PredictRequest, snap: Snapshot, picture: Picture
+) -> tuple[list[str], list[ProcessUse], list[str], RouterView | None]:
+    """(the launch, what is unloaded first, notes, the router or None): the command as
+    given, or a model id's (a llama-server router's, else llama-swap's)."""
+    if req.model_id is None:
+        return req.command, [], [], None
+    if _for_router(req):
+        from monitor.analysis.router_predict import router_target
+
+        return router_target(
+            req.model_id,
+            snap,
+            picture,
+            req.router_url,
+            req.router_config,
+            live=req.state is None and req.at is None,
+        )
+    command, evicted, notes = swap_target(req, picture)
+    return command, evicted, notes, None
+
+
+def _refuse(spec: LaunchSpec, req: PredictRequest, router: bool) -> None:
+    """EstimateError (one line) for a launch with no verdict to give."""
+    if spec.role == "router":  # loads no model itself: its models are predicted by id
+        where = f"llama-swap model {req.model_id} runs" if req.model_id else "the command is"
+        raise EstimateError(
+            f"{where} a llama-server router (--models-dir/--models-preset, no -m), which loads "
+            "no model itself: predict one of its models by id (vramscope predict MODEL_ID, "
+            "--router http://127.0.0.1:PORT or --router-config FILE.ini)"
+        )
+    if spec.refused:  # the engine would not start: no verdict to give
+        what = "router" if router else "llama-swap"
+        where = f"{what} model {req.model_id}: " if req.model_id is not None else ""
+        raise EstimateError(where + spec.refused[0])
+
+
 def _for_router(req: PredictRequest) -> bool:
     """A model id goes to a router when one is named, or no llama-swap config is."""
     return req.router_url is not None or req.router_config is not None or req.swap_config is None
@@ -912,24 +950,8 @@ def answer(
     notes: list[str] = [cgroup_note] if cgroup_note else []
     if limit is not None and limit.memory_max_bytes is not None:
         notes.append(limit.room_parts())
-    evicted: list[ProcessUse] = []
-    command = req.command
-    view = None
-    if req.model_id is not None and _for_router(req):
-        from monitor.analysis.router_predict import router_target
-
-        command, evicted, router_notes, view = router_target(
-            req.model_id,
-            snap,
-            picture,
-            req.router_url,
-            req.router_config,
-            live=req.state is None and req.at is None,
-        )
-        notes += router_notes
-    elif req.model_id is not None:
-        command, evicted, swap_notes = swap_target(req, picture)
-        notes += swap_notes
+    command, evicted, target_notes, view = _target(req, snap, picture)
+    notes += target_notes
     if not command:
         raise EstimateError(
             "nothing to predict: give a command after -- or a llama-swap "
@@ -940,17 +962,7 @@ def answer(
     spec = parse_command(list(command))
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
-    if spec.role == "router":  # loads no model itself: its models are predicted by id
-        where = f"llama-swap model {req.model_id} runs" if req.model_id else "the command is"
-        raise EstimateError(
-            f"{where} a llama-server router (--models-dir/--models-preset, no -m), which loads "
-            "no model itself: predict one of its models by id (vramscope predict MODEL_ID, "
-            "--router http://127.0.0.1:PORT or --router-config FILE.ini)"
-        )
-    if spec.refused:  # the engine would not start: no verdict to give
-        what = "router" if view is not None else "llama-swap"
-        where = f"{what} model {req.model_id}: " if req.model_id is not None else ""
-        raise EstimateError(where + spec.refused[0])
+    _refuse(spec, req, view is not None)
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
@@ -978,13 +990,10 @@ def answer(
             )
     if not result.devices:  # no verdict is not "fits"
         raise EstimateError("nothing to judge: " + _why_nothing(result))
-    if view is not None:
-        from monitor.analysis.router_predict import relabel_fixes
+    if view is not None:  # the router unloads, its children by id
+        from monitor.analysis.router_predict import as_router
 
-        started = {p.pid: p.started_at_ms for p in snap.processes}
-        result = replace(
-            result, evictor="the router", fixes=tuple(relabel_fixes(result.fixes, view, started))
-        )
+        result = as_router(result, view, snap)
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header, cpu=cpu)

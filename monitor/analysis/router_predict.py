@@ -34,7 +34,7 @@ from monitor.units import GIB
 
 if TYPE_CHECKING:
     from collectors.base import ProcessInfo, Snapshot
-    from monitor.analysis.predict import Fix
+    from monitor.analysis.predict import Fix, Prediction
 
 RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
 EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep
@@ -243,6 +243,13 @@ def router_target(
         total = sum(u.bytes for p in picture.devices.values() for u in p.processes if u.pid == pid)
         notes.append(f"unloading {name} frees ~{total / GIB:.2f} GiB (as measured)")
     return list(view.launches[model_id]), evicted, notes, view
+
+
+def as_router(result: Prediction, view: RouterView, snap: Snapshot) -> Prediction:
+    """A router's model: its evictions are the router's, its children unloaded by id."""
+    started = {p.pid: p.started_at_ms for p in snap.processes}
+    fixes = tuple(relabel_fixes(result.fixes, view, started))
+    return replace(result, evictor="the router", fixes=fixes)
 
 
 def relabel_fixes(
