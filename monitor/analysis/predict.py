@@ -993,7 +993,7 @@ def answer(
     if view is not None:  # the router unloads, its children by id
         from monitor.analysis.router_predict import as_router
 
-        result = as_router(result, view, snap)
+        result = as_router(result, view, snap, picture, req.model_id or "")
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header, cpu=cpu)

@@ -239,17 +239,35 @@ def router_target(
     if (chosen is not None or view.states.get(model_id) in RUNNING) and pid in uses:
         use = uses[pid]
         name = chosen or model_id
-        evicted = [replace(use, name=f"{name} (pid {pid})")]
+        again = "" if chosen else ", already loaded: judged in its own place"
+        evicted = [replace(use, name=f"{name} (pid {pid}{again})")]
         total = sum(u.bytes for p in picture.devices.values() for u in p.processes if u.pid == pid)
         notes.append(f"unloading {name} frees ~{total / GIB:.2f} GiB (as measured)")
     return list(view.launches[model_id]), evicted, notes, view
 
 
-def as_router(result: Prediction, view: RouterView, snap: Snapshot) -> Prediction:
-    """A router's model: its evictions are the router's, its children unloaded by id."""
+def as_router(
+    result: Prediction, view: RouterView, snap: Snapshot, picture: Picture, model_id: str
+) -> Prediction:
+    """A router's model: its evictions are the router's, its children unloaded by id, and
+    what raising ``--models-max`` (keeping the unloaded model) would give."""
+    from monitor.analysis.predict import judge
+
     started = {p.pid: p.started_at_ms for p in snap.processes}
     fixes = tuple(relabel_fixes(result.fixes, view, started))
-    return replace(result, evictor="the router", fixes=fixes)
+    notes = result.notes
+    unloaded = [e.split(" (pid ", 1)[0] for e in result.evicted]
+    if unloaded and unloaded[0] != model_id and view.models_max > 0:
+        kept = judge(result.estimate, picture)  # nothing freed: the model stays loaded
+        worst = max((v.verdict for v in kept), key=_ORDER.__getitem__, default="fits")
+        notes += (
+            f"with --models-max {view.models_max + 1} the router keeps {unloaded[0]} loaded: "
+            f"{model_id} would then be {worst.upper()}",
+        )
+    return replace(result, evictor="the router", fixes=fixes, notes=notes)
+
+
+_ORDER = {"fits": 0, "tight": 1, "thrash": 2, "oom": 3}
 
 
 def relabel_fixes(

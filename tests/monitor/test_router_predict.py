@@ -83,6 +83,8 @@ def test_at_models_max_the_router_unloads_the_lru_child_first(tmp_path: Path, mo
     assert doc["devices"][0]["freed_bytes"] == HELD
     assert any("loading b first unloads a" in n for n in doc["notes"])
     assert any("read from its files" in n for n in doc["notes"])  # a recorded state
+    assert any("with --models-max 2 the router keeps a loaded: b would then be FITS" in n
+               for n in doc["notes"])  # fmt: skip
     # the router's -c 2048 reaches b's launch (its argv is merged over every model's)
     assert doc["launch"]["n_ctx"] == 2048
 
@@ -107,6 +109,9 @@ def test_the_unload_decides_the_verdict(tmp_path: Path, models: Path) -> None:
         code, doc, err = predict_json("--state", str(state), "b")
         assert doc.get("verdict") == verdict, err
         assert code == (0 if verdict == "fits" else 1)
+        if models_max == 1:  # raising --models-max keeps a: then b does not fit
+            assert any("--models-max 2 the router keeps a loaded: b would then be OOM" in n
+                       for n in doc["notes"])  # fmt: skip
     changes = [f["change"] for f in doc["fixes"]]
     assert any(c.startswith("unload a first") and "--models-max 1" in c for c in changes)
 
@@ -301,3 +306,12 @@ def test_router_config_names_the_preset_file(tmp_path: Path, models: Path) -> No
     code, doc, err = predict_json("--state", str(alone), "--router-config", str(ini), "b")
     assert code in (0, 3) and doc["would_unload"] == [], err
     assert any("--models-max 4" in n and "nothing is unloaded" in n for n in doc["notes"])
+
+
+def test_a_model_already_loaded_is_judged_in_its_own_place(tmp_path: Path, models: Path) -> None:
+    state = _state(tmp_path, models, 1, 64 * GIB, _closed_port())
+    code, doc, err = predict_json("--state", str(state), "a")
+    assert code == 0, err
+    assert doc["would_unload"] == ["a (pid 701, already loaded: judged in its own place)"]
+    assert any("a is already loaded" in n for n in doc["notes"])
+    assert not any("--models-max 2" in n for n in doc["notes"])  # nothing else unloaded
