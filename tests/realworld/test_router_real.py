@@ -429,3 +429,19 @@ def test_predict_oom_for_a_router_child_in_its_routers_cgroup(
             proc.wait(timeout=10)
         time.sleep(0.5)
         group.rmdir()
+
+
+def test_the_option_table_is_the_real_servers(llama_server_bin: Path) -> None:
+    """monitor/engines/router_args.py (generated from common/arg.cpp) lists exactly the
+    spellings the real llama-server's --help lists: the router's presets are read and
+    rendered with the options this build has."""
+    from monitor.engines.router_args import OPTIONS
+    from monitor.engines.server_help import parse_help
+
+    helped = subprocess.run(
+        [str(llama_server_bin), "--help"], capture_output=True, text=True, timeout=60
+    )
+    listed = parse_help(helped.stdout)
+    mine = {a for args, neg, _, _ in OPTIONS for a in (*args, *neg)}
+    assert len(listed) > 300
+    assert sorted(listed - mine) == [] and sorted(mine - listed) == []
