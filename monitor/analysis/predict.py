@@ -736,6 +736,7 @@ class PredictRequest:
     # --router-config FILE.ini, or (both None, no swap_config) the router on this box
     router_url: str | None = None
     router_config: Path | None = None
+    ask_routers: bool = True  # False: a recorded state (the TUI's replay): files only
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = field(default_factory=dict)
@@ -878,7 +879,7 @@ def _target(
             picture,
             req.router_url,
             req.router_config,
-            live=req.state is None and req.at is None,
+            live=req.ask_routers and req.state is None and req.at is None,
         )
     command, evicted, notes = swap_target(req, picture)
     return command, evicted, notes, None

@@ -197,7 +197,8 @@ async def test_a_router_model_id_typed_in_the_dialog_is_predict_model_id(
     state.write_text(json.dumps(status_json(snaps[0])))
     code, expected = cli_predict(tmp_path, "--state", str(state), "qwen3-8b-q8_0")
     assert json.loads(expected)["would_unload"] == ["qwen3-8b-q4_k (pid 9101)"]
-    app = VramscopeApp(FakeSource(snaps), refresh_s=None)
+    # a replayed frame, as --state: the router's files (a live one would ask its /models)
+    app = VramscopeApp(FakeSource(snaps, live=False), refresh_s=None)
     async with app.run_test(size=(160, 48)) as pilot:
         dialog = await ask_dialog(app, pilot, "qwen3-8b-q8_0")
         assert dialog.result is not None, str(dialog.query_one("#verdict").render())

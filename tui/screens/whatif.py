@@ -190,7 +190,17 @@ def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -
         except ValueError as exc:  # an unclosed quote
             raise UsageError(f"cannot split the command line: {exc}") from None
         if len(argv) == 1 and not _names_a_program(argv[0]):  # a router's model id
-            req = PredictRequest([], model_id=argv[0], margin_gib=margin_gib)
+            from tui.source import RemoteSource
+
+            if isinstance(app.source, RemoteSource):  # type: ignore[attr-defined]
+                raise UsageError(
+                    "a router's model is judged on its own box: "
+                    f"vramscope predict --remote URL {argv[0]}"
+                )
+            # a replayed frame (the database): the routers' files, never a live answer
+            req = PredictRequest(
+                [], model_id=argv[0], margin_gib=margin_gib, ask_routers=frame.live
+            )
         else:
             req = PredictRequest(argv, margin_gib=margin_gib)
     return answer(
