@@ -44,6 +44,7 @@ from monitor.units import gib_number as _gib
 
 if TYPE_CHECKING:
     from collectors.base import CgroupMemory, Snapshot
+    from monitor.analysis.router_predict import RouterView
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
@@ -116,6 +117,7 @@ class Prediction:
     # distinct prompt tokens cached before what grows passes the room (0: the checkpoints
     # alone do); None when nothing passes it or no per-token figure is known
     overflow_tokens: int | None = None
+    evictor: str = "llama-swap"  # who unloads ``evicted`` first: "llama-swap", "the router"
 
     @property
     def verdict(self) -> Verdict:
@@ -730,6 +732,11 @@ class PredictRequest:
     at: str | None = None
     swap_config: Path | None = None
     swap_url: str | None = None
+    # a llama-server router's model id (monitor/analysis/router_predict.py): --router URL,
+    # --router-config FILE.ini, or (both None, no swap_config) the router on this box
+    router_url: str | None = None
+    router_config: Path | None = None
+    ask_routers: bool = True  # False: a recorded state (the TUI's replay): files only
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = field(default_factory=dict)
@@ -773,6 +780,7 @@ class PredictResult:
     fit_ctx: int | None = None  # the largest -c that fits (asked with want_fit_ctx)
     throughput: Throughput | None = None
     growth_horizon_tokens: int = 1_000_000
+    command: tuple[str, ...] = ()  # the launch judged (a model id's: as its config renders it)
 
     @property
     def growth_within_horizon(self) -> bool:
@@ -855,12 +863,65 @@ def swap_target(
     return list(target.cmd), evicted, notes
 
 
+def _target(
+    req: PredictRequest, snap: Snapshot, picture: Picture
+) -> tuple[list[str], list[ProcessUse], list[str], RouterView | None]:
+    """(the launch, what is unloaded first, notes, the router or None): the command as
+    given, or a model id's (a llama-server router's, else llama-swap's)."""
+    if req.model_id is None:
+        return req.command, [], [], None
+    if _for_router(req):
+        from monitor.analysis.router_predict import router_target
+
+        return router_target(
+            req.model_id,
+            snap,
+            picture,
+            req.router_url,
+            req.router_config,
+            live=req.ask_routers and req.state is None and req.at is None,
+        )
+    command, evicted, notes = swap_target(req, picture)
+    return command, evicted, notes, None
+
+
+def _refuse(spec: LaunchSpec, req: PredictRequest, router: bool) -> None:
+    """EstimateError (one line) for a launch with no verdict to give."""
+    if spec.role == "router":  # loads no model itself: its models are predicted by id
+        where = f"llama-swap model {req.model_id} runs" if req.model_id else "the command is"
+        raise EstimateError(
+            f"{where} a llama-server router (--models-dir/--models-preset, no -m), which loads "
+            "no model itself: predict one of its models by id (vramscope predict MODEL_ID, "
+            "--router http://127.0.0.1:PORT or --router-config FILE.ini)"
+        )
+    if spec.refused:  # the engine would not start: no verdict to give
+        what = "router" if router else "llama-swap"
+        where = f"{what} model {req.model_id}: " if req.model_id is not None else ""
+        raise EstimateError(where + spec.refused[0])
+
+
+def _for_router(req: PredictRequest) -> bool:
+    """A model id goes to a router when one is named, or no llama-swap config is."""
+    return req.router_url is not None or req.router_config is not None or req.swap_config is None
+
+
 def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | None, str | None]:
     """For ``predict MODEL_ID``: llama-swap's memory cgroup, as the snapshot recorded it
     (the models it starts inherit it); (None, None) otherwise."""
     if req.model_id is None:
         return None, None
     limits = {c.pid: c.cgroup for c in snap.cgroups}
+    if _for_router(req):
+        from monitor.engines.router import process_links
+
+        routers = [pid for pid in process_links(snap.processes)[0] if pid in limits]
+        if len(routers) == 1:
+            found = limits[routers[0]]
+            return found, (
+                f"the llama-server router (pid {routers[0]}) runs in the memory cgroup "
+                f"{found.path}; the children it starts inherit it"
+            )
+        return None, None
     for proc in snap.processes:
         if proc.engine == "llama-swap" and proc.pid in limits:
             found = limits[proc.pid]
@@ -890,11 +951,8 @@ def answer(
     notes: list[str] = [cgroup_note] if cgroup_note else []
     if limit is not None and limit.memory_max_bytes is not None:
         notes.append(limit.room_parts())
-    evicted: list[ProcessUse] = []
-    command = req.command
-    if req.model_id is not None:
-        command, evicted, swap_notes = swap_target(req, picture)
-        notes += swap_notes
+    command, evicted, target_notes, view = _target(req, snap, picture)
+    notes += target_notes
     if not command:
         raise EstimateError(
             "nothing to predict: give a command after -- or a llama-swap "
@@ -905,9 +963,7 @@ def answer(
     spec = parse_command(list(command))
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
-    if spec.refused:  # the engine would not start: no verdict to give
-        where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
-        raise EstimateError(where + spec.refused[0])
+    _refuse(spec, req, view is not None)
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
@@ -935,6 +991,10 @@ def answer(
             )
     if not result.devices:  # no verdict is not "fits"
         raise EstimateError("nothing to judge: " + _why_nothing(result))
+    if view is not None:  # the router unloads, its children by id
+        from monitor.analysis.router_predict import as_router
+
+        result = as_router(result, view, snap, picture, req.model_id or "")
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header, cpu=cpu)
@@ -969,6 +1029,7 @@ def answer(
         best_ctx,
         speed,
         req.growth_horizon_tokens,
+        tuple(command),
     )
 
 

@@ -412,6 +412,8 @@ against the model alone at the most layers that fit without it.
   vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
   vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
   vramscope predict qwen3-122b     ([llama_swap] config in the config file)
+  vramscope predict qwen3-8b       (the llama-server router on this box serving it)
+  vramscope predict --router http://127.0.0.1:8080 qwen3-8b
   vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
 Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
 
@@ -445,6 +447,18 @@ a box; 3: only at load; 1: on no box; 2: no box answered.
     help="llama-swap config: predict a model by its id, counting what it unloads.",
 )
 @click.option("--swap-url", help="llama-swap on loopback (http://127.0.0.1:PORT) for /running.")
+@click.option(
+    "--router",
+    "router_url",
+    metavar="URL",
+    help="A llama-server router on loopback (http://127.0.0.1:PORT): predict MODEL_ID from "
+    "its GET /models, counting the model its --models-max unloads.",
+)
+@click.option(
+    "--router-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A llama-server router's --models-preset FILE.ini: predict MODEL_ID from it.",
+)
 @click.option(
     "--margin-gib",
     type=Finite(0, 1_000_000),
@@ -543,6 +557,8 @@ def predict(
     at_time: str | None,
     swap_config: Path | None,
     swap_url: str | None,
+    router_url: str | None,
+    router_config: Path | None,
     margin_gib: float,
     want_fit_ctx: bool,
     bandwidths: tuple[str, ...],
@@ -566,6 +582,8 @@ def predict(
                 "--state": state,
                 "--at": at_time,
                 "--swap-config": swap_config,
+                "--router": router_url,
+                "--router-config": router_config,
                 "--fit-ctx": want_fit_ctx,
                 "--bw": bandwidths,
                 "--flops": flops,
@@ -584,11 +602,13 @@ def predict(
     cfg = load_config(**kwargs)
     bw = _device_figures("--bw", bandwidths, "GB/s", "gpu=272", "bandwidth")
     peak = _device_figures("--flops", flops, "TFLOPS", "host=0.4", "peak")
-    if swap_config is None:
+    if swap_config is None and router_url is None and router_config is None:
         swap_config = cfg.swap_config  # [llama_swap] config
-    model_id = (
-        target[0] if swap_config is not None and len(target) == 1 and target[0] != "--" else None
-    )
+    # one word: a model id (llama-swap's with --swap-config, a llama-server router's with
+    # --router/--router-config, or the router on this box's unless it names a program)
+    model_id = target[0] if len(target) == 1 and target[0] != "--" else None
+    if model_id is not None and swap_config is None and router_url is None and not router_config:
+        model_id = None if _names_a_program(model_id) else model_id
     req = PredictRequest(
         [] if model_id is not None else list(target),
         model_id=model_id,
@@ -596,6 +616,8 @@ def predict(
         at=at_time,
         swap_config=swap_config,
         swap_url=swap_url,
+        router_url=router_url,
+        router_config=router_config,
         margin_gib=margin_gib,
         want_fit_ctx=want_fit_ctx,
         bandwidth_gbs=bw,
@@ -623,6 +645,12 @@ def predict(
     sys.exit(result.exit_code)
 
 
+def _names_a_program(word: str) -> bool:
+    """``predict -- ls`` reaches us as ``ls`` (click drops the ``--``): a word that is a
+    program on PATH or an existing path is a command, not a model id."""
+    return shutil.which(word) is not None or os.path.exists(word)
+
+
 def _predict_on_fleet(
     urls: list[str],
     tokens: dict[str, str | None],
@@ -639,7 +667,9 @@ def _predict_on_fleet(
         raise UserError(
             "--remote needs a launch: vramscope predict --remote URL -- llama-server -m M.gguf"
         )
-    answers = predict_on_fleet(urls, tokens, command, margin_gib)
+    # one word: a llama-server router's model id, judged on each box by its own router
+    model_id = command[0] if len(command) == 1 else None
+    answers = predict_on_fleet(urls, tokens, command, margin_gib, model_id)
     click.echo(fleet_json(answers) if as_json else terminal_safe_lines(fleet_text(answers)))
     sys.exit(exit_code(answers))
 

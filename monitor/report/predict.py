@@ -91,12 +91,14 @@ def to_dict(result: PredictResult) -> dict[str, Any]:
         },
         "llama_fit": None if p.fit is None else dataclasses.asdict(p.fit),
         "would_unload": list(p.evicted),
+        "unloaded_by": p.evictor if p.evicted else None,
         "fixes": [dataclasses.asdict(f) for f in p.fixes],
         "fit_ctx": result.fit_ctx if result.want_fit_ctx else None,
         "throughput": None if result.throughput is None else _throughput(result.throughput),
         "estimate_by_device": est.by_device(),
         "notes": list(result.all_notes),
         "approximate": list(est.approximate),
+        "launch": {"argv": list(result.command), "n_ctx": est.n_ctx},
     }
 
 
@@ -157,7 +159,7 @@ def render_text(result: PredictResult) -> str:
                 frees = ", ".join(f"{_gib(v)} GiB on {k}" for k, v in f.frees.items())
                 lines.append(f"    {f.change}: frees {frees} -> {f.verdict}")
     if p.evicted:
-        lines.append(f"llama-swap would unload first: {', '.join(p.evicted)}")
+        lines.append(f"{p.evictor} would unload first: {', '.join(p.evicted)}")
     if p.fixes:
         lines.append("what would make it fit:")
         for f in p.fixes:
