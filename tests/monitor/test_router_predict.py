@@ -251,7 +251,7 @@ def test_the_daemons_predict_api_takes_a_router_model_id(tmp_path: Path, models:
         assert doc["would_unload"] == ["a (pid 701)"] and doc["unloaded_by"] == "the router"
         from monitor.cli.predict import predict_on_fleet  # predict --remote URL b
 
-        (answer,) = predict_on_fleet([f"http://127.0.0.1:{srv.address[1]}"], None, ["b"], 0.5, "b")
+        (answer,) = predict_on_fleet([f"http://127.0.0.1:{srv.address[1]}"], {}, ["b"], 0.5, "b")
         assert answer.error is None and answer.verdict == "fits", answer
         status, doc = post({"model_id": ["b"]})
         assert status == 400 and "model_id" in doc["error"]
