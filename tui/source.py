@@ -150,8 +150,12 @@ class FrameBuilder:
         overhead_bytes: int = 300 * 1024 * 1024,
         read_header: HeaderReader | None = None,
         p99_tokens: Callable[[str], int | None] | None = None,
+        env_for: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         self.margin_bytes = margin_bytes
+        # a live process's allow-listed LLAMA_ARG_* etc. (monitor/engines/environ.py), as
+        # the daemon's assessor reads it; LiveSource sets it from its /proc root
+        self.env_for = env_for
         self.overhead_bytes = overhead_bytes
         self.p99_tokens = p99_tokens or (lambda _path: None)
         self.has_usage = p99_tokens is not None
@@ -252,8 +256,14 @@ class FrameBuilder:
         from monitor.analysis.assess import assess
         from monitor.estimate import features_of
 
+        env = self.env_for(info.pid) if self.env_for is not None else None
         result = assess(
-            info, devices, ts_ms, read_header=self.read_header, cpu=features_of(cpu_features)
+            info,
+            devices,
+            ts_ms,
+            env=env,
+            read_header=self.read_header,
+            cpu=features_of(cpu_features),
         )
         if len(self._assessed) > 512:
             self._assessed.clear()
@@ -491,6 +501,8 @@ class LiveSource:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
+        if self.builder.env_for is None:  # the environment the daemon's assessor reads too
+            self.builder.env_for = self._env_for
         self._sampler: Any = None
         self._lock = threading.Lock()
         # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
@@ -500,6 +512,11 @@ class LiveSource:
     def describe(self) -> str:
         """Where the frames come from, for the header."""
         return "live (sampled by this process)"
+
+    def _env_for(self, pid: int) -> Mapping[str, str]:
+        from monitor.engines import read_llama_env
+
+        return read_llama_env(self.roots.proc, pid)
 
     def latest(self) -> Frame:
         from monitor.analysis.state import Live, box_state
