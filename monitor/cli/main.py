@@ -122,8 +122,21 @@ def common_options(func: Any) -> Any:
 
 
 def load_config(**kwargs: Any) -> config_mod.Config:
-    """The config (raises ConfigError, a VramscopeError, for a broken one)."""
-    return config_mod.load(kwargs.pop("config_path", None), **kwargs)
+    """The config (raises ConfigError, a VramscopeError, for a broken one): the command's
+    ``--config``, else the group's (``vramscope --config FILE status``); both given and
+    different is a usage error."""
+    return config_mod.load(_config_in_force(kwargs.pop("config_path", None)), **kwargs)
+
+
+def _config_in_force(own: Path | None) -> Path | None:
+    """The ``--config`` in force: the command's own, or the one given before the command."""
+    ctx = click.get_current_context(silent=True)
+    group = ctx.find_root().params.get("config_path") if ctx is not None else None
+    if own is None or group is None:
+        return own if own is not None else group
+    if Path(own).absolute() != Path(group).absolute():
+        raise _OneLine(f"--config given twice and different: {group} and {own}; give one")
+    return own
 
 
 @click.group(
@@ -132,8 +145,14 @@ def load_config(**kwargs: Any) -> config_mod.Config:
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="vramscope")
+@click.option(
+    "--config",
+    "config_path",
+    type=_path(),
+    help="TOML config file for the command (the same as the command's own --config).",
+)
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, config_path: Path | None) -> None:
     """vramscope: live GPU and unified-memory monitor for local LLM inference boxes.
 
     \b
