@@ -808,6 +808,19 @@ def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
     return spec.model_path if spec is not None else None
 
 
+def _spec_of(command: list[str], on_the_launching_box: bool) -> LaunchSpec:
+    """The launch asked about. ``-hf``: the CLI on the launching box finds the model in its
+    user's llama.cpp cache (monitor/engines/hf_cache.py); the daemon's HTTP API does not
+    look in its own."""
+    from monitor.engines import parse_command
+    from monitor.engines.hf_cache import own_cache_env
+
+    spec = parse_command(list(command), own_cache_env() if on_the_launching_box else None)
+    if spec is None:
+        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    return spec
+
+
 def running_servers(picture: Picture) -> list[ProcessUse]:
     seen: dict[int, ProcessUse] = {}
     for pic in picture.devices.values():
@@ -900,11 +913,7 @@ def answer(
             "nothing to predict: give a command after -- or a llama-swap "
             "model id with --swap-config"
         )
-    from monitor.engines import parse_command
-
-    spec = parse_command(list(command))
-    if spec is None:
-        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    spec = _spec_of(command, req.check_engine_flags)
     if spec.refused:  # the engine would not start: no verdict to give
         where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
         raise EstimateError(where + spec.refused[0])

@@ -8,6 +8,7 @@ vLLM / SGLang (a share of each GPU, whatever the model).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -61,6 +62,11 @@ def estimate(
             "itself: estimate one of its models' command lines"
         )
     if estimator == "llama.cpp" and spec.role != "proxy":
+        if not spec.model_path and spec.hf_repo:  # -hf: the file in llama.cpp's cache
+            from monitor.engines.hf_cache import resolve
+
+            path = resolve(spec.hf_repo, spec.hf_file, dict(spec.hf_env))
+            spec = dataclasses.replace(spec, model_path=path)
         return estimate_llamacpp(spec, devices, reader, outputs, cpu)
     if estimator == "vllm":
         return estimate_vllm(spec, devices)
