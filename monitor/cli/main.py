@@ -749,8 +749,6 @@ def postmortem(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
-    from datetime import datetime
-
     from monitor.analysis.postmortem import list_events
     from monitor.store.history import parse_since
 
@@ -762,12 +760,10 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(
-            f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
-            f"{terminal_safe(r['message'])}"
-        )
+    from monitor.report.events import render
+
+    for line in render(rows):  # a crash: one line, its evidence indented (--json: all)
+        click.echo(line)
     if not rows:
         click.echo("no events in that period")
 
