@@ -329,6 +329,7 @@ class FrameBuilder:
         missing: str | None = None,
     ) -> ModelRow | None:
         from monitor.analysis.assess import judged
+        from monitor.analysis.diagnose import kv_over_p99, times
         from monitor.analysis.predict import need_by_device
         from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 
@@ -351,10 +352,9 @@ class FrameBuilder:
         measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []
         p99 = self.p99_tokens(launch.model_path) if launch.model_path else None
-        if est is not None and p99 and est.n_ctx_seq:
-            ratio = est.n_ctx_seq / max(1, p99)
-            if ratio >= 2:
-                flags.append(f"KV {ratio:.0f}× the p99 context in use")
+        ratio = kv_over_p99(est, p99) if est is not None else None
+        if ratio is not None and ratio >= 2:  # the figure diagnose gives (one source)
+            flags.append(f"KV {times(ratio)} the p99 context in use")
         if launch.draft_model and launch.draft_cache_type_k == "f16":
             flags.append("draft KV in f16")
         if launch.engine == "llama.cpp" and launch.ctx_size is None:

@@ -342,8 +342,9 @@ def _fix(
 def smaller_drafts(
     spec: LaunchSpec, read_header: Callable[[str], Any] | None, limit: int = 4
 ) -> list[str]:
-    """GGUF files in the draft's folder with the target's vocabulary (a valid -md) and
-    fewer weight bytes than the current draft, smallest last so the list reads down."""
+    """GGUF files in the draft's folder with the target's vocabulary (a valid -md:
+    :func:`same_vocabulary`) and fewer weight bytes than the current draft, smallest last
+    so the list reads down."""
     if not spec.draft_model or not spec.model_path:
         return []
     reader: Callable[[str], Any]
@@ -370,9 +371,33 @@ def smaller_drafts(
             header = reader(str(path))
         except Exception:
             continue
-        if header.n_vocab == target.n_vocab and header.tensor_bytes < current.tensor_bytes:
+        if same_vocabulary(header, target) and header.tensor_bytes < current.tensor_bytes:
             found.append((header.tensor_bytes, str(path)))
     return [p for _, p in sorted(found, reverse=True)[:limit]]
+
+
+_VOCAB_KEYS = (
+    "tokenizer.ggml.model",  # llama_vocab_type: SPM, BPE, WPM, ...
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.add_eos_token",
+    "tokenizer.ggml.eos_token_id",
+)
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether a draft with header ``a`` can speculate for a target with header ``b``, as
+    far as GGUF headers tell: llama.cpp refuses a draft whose vocab type, BOS/EOS tokens
+    differ or whose token count is off by more than 128, then compares the token texts
+    (common/speculative.cpp ``common_speculative_are_compatible``, lines 67-127). The
+    texts are not read here, so this asks more: the same token count (known in both), the
+    same tokenizer model (known in both) and the same pre-tokenizer and BOS/EOS keys."""
+    if a.n_vocab is None or a.n_vocab != b.n_vocab:
+        return False
+    if a.get("tokenizer.ggml.model") is None:
+        return False
+    return all(a.get(key) == b.get(key) for key in _VOCAB_KEYS)
 
 
 def suggest(
