@@ -13,7 +13,9 @@ from pathlib import Path
 import gguf_models as g
 import pytest
 
+from collectors.base import Roots
 from monitor.engines.hf_cache import HfCacheError, cache_dir, resolve
+from tui.source import LiveSource
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -143,11 +145,19 @@ def test_running_server_with_hf_is_estimated_from_its_own_cache_env(
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         result = vramscope("estimate", "--cpu-only", "--pid", str(child.pid), env={})
+        source = LiveSource(Roots(), ["procfs"])  # the daemon's and the TUI's assess()
+        try:
+            (row,) = [r for r in source.latest().models if r.pid == child.pid]
+        finally:
+            source.close()
     finally:
         child.kill()
         child.wait()
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].endswith(f"{COMMIT}/Qwen3-0.6B-Q8_0.gguf")
+    assert row.estimate is not None and row.error is None, row.error
+    assert str(row.estimate.model_path).endswith(f"{COMMIT}/Qwen3-0.6B-Q8_0.gguf")
+    assert row.model == f"{REPO}:Q8_0"
 
 
 @pytest.mark.slow
