@@ -81,23 +81,24 @@ def own_cache_env() -> dict[str, str]:
     return {k: os.environ[k] for k in CACHE_ENV if os.environ.get(k)}
 
 
-def split_repo_tag(repo_tag: str) -> tuple[str, str]:
+def split_repo_tag(repo_tag: str, flag: str = "-hf") -> tuple[str, str]:
     """``user/model:tag`` -> (repo, tag); HfCacheError for a repo that is not user/model."""
     parts = repo_tag.split(":")
     repo, tag = parts[0], (parts[-1] if len(parts) > 1 else "")
     if len(repo) > 256 or repo.count("/") != 1 or not _REPO_ID.match(repo):
-        raise HfCacheError(f"-hf {repo_tag!r}: expected <user>/<model>[:quant]")
+        raise HfCacheError(f"{flag} {repo_tag!r}: expected <user>/<model>[:quant]")
     return repo, tag
 
 
-def resolve(repo_tag: str, hf_file: str | None, env: Mapping[str, str]) -> str:
-    """The model file llama-server would load for ``-hf repo_tag`` (``-hff hf_file``), its
-    cache located from ``env``; HfCacheError saying where it looked otherwise."""
-    repo, tag = split_repo_tag(repo_tag)
+def resolve(repo_tag: str, hf_file: str | None, env: Mapping[str, str], flag: str = "-hf") -> str:
+    """The model file llama-server would load for ``-hf repo_tag`` (``-hff hf_file``; the
+    draft's ``-hfd``: ``flag`` names it in messages), its cache located from ``env``;
+    HfCacheError saying where it looked otherwise."""
+    repo, tag = split_repo_tag(repo_tag, flag)
     found = cache_dir(env)
     if found is None:
         raise HfCacheError(
-            f"-hf {repo_tag}: cannot tell llama.cpp's cache folder: none of "
+            f"{flag} {repo_tag}: cannot tell llama.cpp's cache folder: none of "
             f"{', '.join(CACHE_ENV)} is set (llama.cpp then uses the user's passwd home); "
             "give -m PATH"
         )
@@ -106,14 +107,14 @@ def resolve(repo_tag: str, hf_file: str | None, env: Mapping[str, str]) -> str:
     where = f"{repo_dir} (the cache from {source})"
     commit = _cached_ref(repo_dir / "refs")
     if commit is None:
-        raise HfCacheError(f"-hf {repo_tag}: not in llama.cpp's cache: no refs/main in {where}")
+        raise HfCacheError(f"{flag} {repo_tag}: not in llama.cpp's cache: no refs/main in {where}")
     snapshot = repo_dir / "snapshots" / commit
     files = _walk(snapshot)
     pick = _pick(files, tag, hf_file)
     if pick is None:
         wanted = f"file {hf_file}" if hf_file else f"model GGUF matching {tag or 'Q4_K_M/Q8_0'}"
         raise HfCacheError(
-            f"-hf {repo_tag}: not in llama.cpp's cache: no {wanted} in {snapshot} "
+            f"{flag} {repo_tag}: not in llama.cpp's cache: no {wanted} in {snapshot} "
             f"({len(files)} file(s) there)"
         )
     path = snapshot / pick

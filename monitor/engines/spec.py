@@ -82,6 +82,7 @@ class LaunchSpec:
     # environment (hf_cache.CACHE_ENV; a typed command: ours)
     hf_repo: str | None = None
     hf_file: str | None = None
+    hf_draft_repo: str | None = None  # -hfd user/model[:quant]: the draft from the cache
     hf_env: tuple[tuple[str, str], ...] = ()
     # what the parser did not know: kept, never fatal
     unknown: tuple[str, ...] = ()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -177,3 +178,22 @@ def test_real_llama_server_loads_the_file_we_resolve(tmp_path: Path, blob: Path)
         loaded = re.findall(r"failed to load model '([^']+)'", run.stdout + run.stderr)
         hff = extra[1] if extra else None
         assert loaded and loaded[0] == resolve(repo_tag, hff, {"HF_HUB_CACHE": str(cache)})
+
+
+def test_draft_from_the_cache_with_hfd(tmp_path: Path, blob: Path) -> None:
+    """``-hfd user/model[:quant]`` (LLAMA_ARG_SPEC_DRAFT_HF_REPO): the draft's file from the
+    cache, priced as its own weights and KV; not cached: the line names -hfd."""
+    cache = hub(tmp_path, blob, NAMES)
+    env = {"HF_HUB_CACHE": str(cache)}
+    base = ["estimate", "--json", "--cpu-only", "--", "llama-server", "-hf", f"{REPO}:Q8_0"]
+    plain = vramscope(*base, env=env)
+    drafted = vramscope(*base, "-hfd", f"{REPO}:Q4_K_M", env=env)
+    assert plain.returncode == 0 and drafted.returncode == 0, drafted.stderr
+    names = {c["name"] for c in json.loads(drafted.stdout)["components"]}
+    assert "draft_weights" in names
+    assert "draft_weights" not in {c["name"] for c in json.loads(plain.stdout)["components"]}
+    missing = vramscope(*base, "-hfd", "someone/Other-GGUF", env=env)
+    assert missing.returncode == 2
+    assert "error: -hfd someone/Other-GGUF: not in llama.cpp's cache: no refs/main" in (
+        missing.stderr
+    )
