@@ -3,7 +3,7 @@ finds it offline, or a message saying exactly where it looked.
 
 The rules are llama.cpp's at commit 0c1e57098 (vendor/llama.cpp):
 
-- the cache folder (``common/hf-cache.cpp`` ``get_cache_directory``, lines 33-59): the first
+- the cache folder (``common/hf-cache.cpp`` ``get_cache_directory``, lines 33-62): the first
   set of ``LLAMA_CACHE``, ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME`` + ``/hub``,
   ``XDG_CACHE_HOME`` + ``/huggingface/hub``, ``HOME`` + ``/.cache/huggingface/hub`` (then the
   user's passwd home, which is not known here: said so). It is the Hugging Face hub layout;
@@ -11,12 +11,12 @@ The rules are llama.cpp's at commit 0c1e57098 (vendor/llama.cpp):
   llama.cpp for ``-hf`` (``fs_get_cache_directory`` serves docker models and URLs);
 - ``user/model:tag`` splits at ``:`` (``common/download.cpp``
   ``common_download_split_repo_tag``, lines 74-82); the repository's folder is
-  ``models--user--model`` (``repo_to_folder_name``, hf-cache.cpp lines 73-78);
+  ``models--user--model`` (``repo_to_folder_name``, hf-cache.cpp lines 78-83);
 - the commit is ``refs/main``, else the first other ref holding a 40-hex commit
-  (``get_cached_ref``, hf-cache.cpp lines 356-383; here the others in name order); its
-  files are ``snapshots/COMMIT/**`` (``get_cached_files``, hf-cache.cpp lines 385-437);
+  (``get_cached_ref``, hf-cache.cpp lines 353-381; here the others in name order); its
+  files are ``snapshots/COMMIT/**`` (``get_cached_files``, hf-cache.cpp lines 383-438);
 - ``-hff FILE`` picks that path exactly (download.cpp ``common_download_resolve_path``,
-  lines 964-982); else ``find_best_model`` (download.cpp lines 663-700): the first model
+  lines 964-982); else ``find_best_model`` (download.cpp lines 655-693): the first model
   GGUF (not mmproj/imatrix/mtp-/eagle3-/dflash-/dspark-) whose path contains ``TAG.`` or
   ``TAG-`` (case-insensitive; the tag is taken literally here, not as a regular
   expression), the first part of a split; without a tag ``Q4_K_M``, then ``Q8_0``, then
