@@ -17,7 +17,7 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -398,3 +398,27 @@ def load(
         ),
         source=path,
     )
+
+
+_HTTP_KEYS = (("listen", "http_listen"), ("token", "http_token"), ("model_dirs", "http_model_dirs"))
+
+
+def keep_running_http(old: Config, new: Config) -> tuple[Config, str | None]:
+    """SIGHUP does not re-read [http]: the HTTP server keeps its socket, token and model
+    folders until a restart (rebinding would drop the port Prometheus scrapes, and a new
+    address can fail to bind once the old one is closed). Returns ``new`` with the running
+    [http] values (so every reader agrees with the server) and, when the file changed
+    them, the one line to log."""
+    changed = [key for key, name in _HTTP_KEYS if getattr(new, name) != getattr(old, name)]
+    if not changed:
+        return new, None
+    said = f"[http] {', '.join(changed)} changed"
+    if "listen" in changed:
+        others = [key for key in changed if key != "listen"]
+        said = (
+            f"[http] listen changed from {old.http_listen or 'off'} to {new.http_listen or 'off'}"
+        )
+        said += f" (and {', '.join(others)})" if others else ""
+    where = f"on {old.http_listen}" if old.http_listen else "off"
+    kept = replace(new, **{name: getattr(old, name) for _key, name in _HTTP_KEYS})
+    return kept, f"{said}: needs a restart (systemctl restart vramscope); HTTP stays {where}"

@@ -152,8 +152,12 @@ class FrameBuilder:
         overhead_bytes: int = 300 * 1024 * 1024,
         read_header: HeaderReader | None = None,
         p99_tokens: Callable[[str], int | None] | None = None,
+        env_for: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         self.margin_bytes = margin_bytes
+        # a live process's allow-listed LLAMA_ARG_* etc. (monitor/engines/environ.py), as
+        # the daemon's assessor reads it; LiveSource sets it from its /proc root
+        self.env_for = env_for
         self.overhead_bytes = overhead_bytes
         self.p99_tokens = p99_tokens or (lambda _path: None)
         self.has_usage = p99_tokens is not None
@@ -257,7 +261,8 @@ class FrameBuilder:
             from monitor.analysis.assess_cache import AssessCache
 
             self._launches = AssessCache(self.read_header)
-        result = self._launches.assess(info, devices, ts_ms, cpu_features=cpu_features)
+        env = self.env_for(info.pid) if self.env_for is not None else None
+        result = self._launches.assess(info, devices, ts_ms, env=env, cpu_features=cpu_features)
         if len(self._assessed) > 512:
             self._assessed.clear()
         self._assessed[key] = result
@@ -322,6 +327,7 @@ class FrameBuilder:
         missing: str | None = None,
     ) -> ModelRow | None:
         from monitor.analysis.assess import judged
+        from monitor.analysis.diagnose import kv_over_p99, times
         from monitor.analysis.predict import need_by_device
         from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 
@@ -344,10 +350,9 @@ class FrameBuilder:
         measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []
         p99 = self.p99_tokens(launch.model_path) if launch.model_path else None
-        if est is not None and p99 and est.n_ctx_seq:
-            ratio = est.n_ctx_seq / max(1, p99)
-            if ratio >= 2:
-                flags.append(f"KV {ratio:.0f}× the p99 context in use")
+        ratio = kv_over_p99(est, p99) if est is not None else None
+        if ratio is not None and ratio >= 2:  # the figure diagnose gives (one source)
+            flags.append(f"KV {times(ratio)} the p99 context in use")
         if launch.draft_model and launch.draft_cache_type_k == "f16":
             flags.append("draft KV in f16")
         if launch.engine == "llama.cpp" and launch.ctx_size is None:
@@ -494,6 +499,8 @@ class LiveSource:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
+        if self.builder.env_for is None:  # the environment the daemon's assessor reads too
+            self.builder.env_for = self._env_for
         self._sampler: Any = None
         self._lock = threading.Lock()
         # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
@@ -503,6 +510,11 @@ class LiveSource:
     def describe(self) -> str:
         """Where the frames come from, for the header."""
         return "live (sampled by this process)"
+
+    def _env_for(self, pid: int) -> Mapping[str, str]:
+        from monitor.engines import read_llama_env
+
+        return read_llama_env(self.roots.proc, pid)
 
     def latest(self) -> Frame:
         from monitor.analysis.state import Live, box_state

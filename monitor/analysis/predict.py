@@ -344,8 +344,9 @@ def _fix(
 def smaller_drafts(
     spec: LaunchSpec, read_header: Callable[[str], Any] | None, limit: int = 4
 ) -> list[str]:
-    """GGUF files in the draft's folder with the target's vocabulary (a valid -md) and
-    fewer weight bytes than the current draft, smallest last so the list reads down."""
+    """GGUF files in the draft's folder with the target's vocabulary (a valid -md:
+    :func:`same_vocabulary`) and fewer weight bytes than the current draft, smallest last
+    so the list reads down."""
     if not spec.draft_model or not spec.model_path:
         return []
     reader: Callable[[str], Any]
@@ -372,9 +373,33 @@ def smaller_drafts(
             header = reader(str(path))
         except Exception:
             continue
-        if header.n_vocab == target.n_vocab and header.tensor_bytes < current.tensor_bytes:
+        if same_vocabulary(header, target) and header.tensor_bytes < current.tensor_bytes:
             found.append((header.tensor_bytes, str(path)))
     return [p for _, p in sorted(found, reverse=True)[:limit]]
+
+
+_VOCAB_KEYS = (
+    "tokenizer.ggml.model",  # llama_vocab_type: SPM, BPE, WPM, ...
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.add_eos_token",
+    "tokenizer.ggml.eos_token_id",
+)
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether a draft with header ``a`` can speculate for a target with header ``b``, as
+    far as GGUF headers tell: llama.cpp refuses a draft whose vocab type, BOS/EOS tokens
+    differ or whose token count is off by more than 128, then compares the token texts
+    (common/speculative.cpp ``common_speculative_are_compatible``, lines 67-127). The
+    texts are not read here, so this asks more: the same token count (known in both), the
+    same tokenizer model (known in both) and the same pre-tokenizer and BOS/EOS keys."""
+    if a.n_vocab is None or a.n_vocab != b.n_vocab:
+        return False
+    if a.get("tokenizer.ggml.model") is None:
+        return False
+    return all(a.get(key) == b.get(key) for key in _VOCAB_KEYS)
 
 
 def suggest(
@@ -816,6 +841,19 @@ def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
     return spec.model_path if spec is not None else None
 
 
+def _spec_of(command: list[str], on_the_launching_box: bool) -> LaunchSpec:
+    """The launch asked about. ``-hf``: the CLI on the launching box finds the model in its
+    user's llama.cpp cache (monitor/engines/hf_cache.py); the daemon's HTTP API does not
+    look in its own."""
+    from monitor.engines import parse_command
+    from monitor.engines.hf_cache import own_cache_env
+
+    spec = parse_command(list(command), own_cache_env() if on_the_launching_box else None)
+    if spec is None:
+        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    return spec
+
+
 def running_servers(picture: Picture) -> list[ProcessUse]:
     seen: dict[int, ProcessUse] = {}
     for pic in picture.devices.values():
@@ -958,11 +996,7 @@ def answer(
             "nothing to predict: give a command after -- or a llama-swap "
             "model id with --swap-config"
         )
-    from monitor.engines import parse_command
-
-    spec = parse_command(list(command))
-    if spec is None:
-        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    spec = _spec_of(command, req.check_engine_flags)
     _refuse(spec, req, view is not None)
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)

@@ -122,6 +122,10 @@ def run_estimate(
         refuse_bad_values(command)
     devices = [] if cpu_only else live_devices(cfg)
     cpu = box_cpu(cfg, cpu_features)
+    if env is None:  # a typed command: -hf is looked up in this user's llama.cpp cache
+        from monitor.engines.hf_cache import own_cache_env
+
+        env = own_cache_env()
     est = estimate_command(command, env, devices, cwd=cwd, cpu=cpu)
     if pid is not None:  # a running process: its odd values were skipped; say which
         skipped = tuple(f"skipped the process's {r}" for r in refused_values(command, env))

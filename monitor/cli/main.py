@@ -123,8 +123,21 @@ def common_options(func: Any) -> Any:
 
 
 def load_config(**kwargs: Any) -> config_mod.Config:
-    """The config (raises ConfigError, a VramscopeError, for a broken one)."""
-    return config_mod.load(kwargs.pop("config_path", None), **kwargs)
+    """The config (raises ConfigError, a VramscopeError, for a broken one): the command's
+    ``--config``, else the group's (``vramscope --config FILE status``); both given and
+    different is a usage error."""
+    return config_mod.load(_config_in_force(kwargs.pop("config_path", None)), **kwargs)
+
+
+def _config_in_force(own: Path | None) -> Path | None:
+    """The ``--config`` in force: the command's own, or the one given before the command."""
+    ctx = click.get_current_context(silent=True)
+    group = ctx.find_root().params.get("config_path") if ctx is not None else None
+    if own is None or group is None:
+        return own if own is not None else group
+    if Path(own).absolute() != Path(group).absolute():
+        raise _OneLine(f"--config given twice and different: {group} and {own}; give one")
+    return own
 
 
 @click.group(
@@ -133,8 +146,14 @@ def load_config(**kwargs: Any) -> config_mod.Config:
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="vramscope")
+@click.option(
+    "--config",
+    "config_path",
+    type=_path(),
+    help="TOML config file for the command (the same as the command's own --config).",
+)
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, config_path: Path | None) -> None:
     """vramscope: live GPU and unified-memory monitor for local LLM inference boxes.
 
     \b
@@ -786,8 +805,6 @@ def postmortem(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
-    from datetime import datetime
-
     from monitor.analysis.postmortem import list_events
     from monitor.store.history import parse_since
 
@@ -799,12 +816,10 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(
-            f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
-            f"{terminal_safe(r['message'])}"
-        )
+    from monitor.report.events import render
+
+    for line in render(rows):  # a crash: one line, its evidence indented (--json: all)
+        click.echo(line)
     if not rows:
         click.echo("no events in that period")
 

@@ -57,6 +57,7 @@ import io
 import ipaddress
 import json
 import logging
+import os
 import socket
 import socketserver
 import sys
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
     from monitor.config import Config
     from monitor.store.database import WriterHealth
 
+PID_HEADER = "X-Vramscope-Pid"  # on every routed answer: which daemon answered (doctor)
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
@@ -842,7 +844,8 @@ class _Handler(BaseHTTPRequestHandler):
             if route[0] != method:
                 raise _RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
             status, content_type, body = route[1]()
-            self._send(status, content_type, body)
+            # which daemon answered: `doctor` tells its database's daemon from another's
+            self._send(status, content_type, body, {PID_HEADER: str(os.getpid())})
         except (ConnectionError, TimeoutError) as exc:  # the client went away
             self.close_connection = True
             app.quiet.note("gone", f"an HTTP client went away before its answer ({exc!r})")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stopping import STOP_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy
 
@@ -114,7 +116,7 @@ def running(
     finally:
         try:
             process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=30)
+            _, err = process.communicate(timeout=STOP_GUARD_S)
         finally:
             process.kill()
             live.stderr = err or ""

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.store.database import Store
@@ -196,7 +197,7 @@ def test_a_real_daemon_records_a_server_that_died_before_its_first_tick(tmp_path
     with daemon_harness.running(tmp_path, interval_s=2.0) as d:
         time.sleep(0.5)  # just after a tick: the server lives and dies between two
         proc = sp.Popen([str(server), "--no-mmap"], stderr=sp.DEVNULL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=STOP_GUARD_S)
 
         def recorded() -> list[dict]:
             conn = sqlite3.connect(d.db)
