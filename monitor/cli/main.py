@@ -230,7 +230,9 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
             )
         )
     else:
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        width = status_mod.output_width(
+            sys.stdout.isatty(), shutil.get_terminal_size().columns, os.environ
+        )
         click.echo(status_mod.render_text(snap, width=width))
 
 

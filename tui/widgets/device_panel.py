@@ -25,7 +25,8 @@ from textual.widget import Widget
 
 from collectors.base import DeviceSample
 from monitor.analysis.picture import DevicePicture, Picture
-from tui.format import safe, short_device_name, size
+from monitor.device_names import device_labels, display_order
+from tui.format import safe, size
 
 if TYPE_CHECKING:
     from tui.source import Frame
@@ -82,13 +83,8 @@ def sensor_text(sample: DeviceSample | None) -> str:
 def named_devices(picture: Picture) -> list[tuple[DevicePicture, str]]:
     """The picture's devices in display order (GPUs by id, host RAM last), each with its
     short name (GPU0 RTX 4090, GPU1 ..., host RAM): the panels and the fleet rows agree."""
-    pics = sorted(picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id))
-    out, index = [], 0
-    for pic in pics:
-        gpu = None if pic.device_id == "host" else index
-        index += pic.device_id != "host"
-        out.append((pic, short_device_name(pic.device_id, pic.name, gpu)))
-    return out
+    labels = device_labels((p.device_id, p.name) for p in picture.devices.values())
+    return [(picture.devices[d], labels[d]) for d in display_order(labels)]
 
 
 def part_of(memory_kind: str) -> str:
