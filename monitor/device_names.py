@@ -48,3 +48,13 @@ def device_labels(devices: Iterable[tuple[str, str | None]]) -> dict[str, str]:
 def device_tag(label: str) -> str:
     """The label's first word (``GPU0``, ``host``): where a column has room for no model."""
     return label.split(" ", 1)[0]
+
+
+def relabel(text: str, labels: dict[str, str]) -> str:
+    """``text`` with every long device id in it (``nvml:GPU-3f2c…``, ``drm:0000:03:00.0``)
+    replaced by its label: an event recorded as ``... on nvml:GPU-3f2c...`` reads
+    ``... on GPU0 RTX 4060``. ``host`` stays as written (it is also a word)."""
+    for device_id in sorted(labels, key=len, reverse=True):
+        if device_id != "host" and device_id in text:
+            text = text.replace(device_id, labels[device_id])
+    return text

@@ -734,12 +734,14 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
     from datetime import datetime
 
-    from monitor.analysis.postmortem import list_events
+    from monitor.analysis.postmortem import list_device_labels, list_events
+    from monitor.device_names import relabel
     from monitor.store.history import parse_since
 
     cfg = load_config(**kwargs)
     try:
         rows = list_events(cfg.db_path, parse_since(since), kinds)
+        labels = {} if as_json else list_device_labels(cfg.db_path)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -749,7 +751,7 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
         when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
         click.echo(
             f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
-            f"{terminal_safe(r['message'])}"
+            f"{terminal_safe(relabel(r['message'], labels))}"
         )
     if not rows:
         click.echo("no events in that period")

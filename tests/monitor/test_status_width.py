@@ -194,3 +194,31 @@ def test_the_fake_two_gpu_driver_fits_80_columns(long_sleepers: dict[str, int]) 
         "GPU0 H100 80GB HBM3",
         "GPU1 H100 80GB HBM3",
     ]
+
+
+def test_events_text_names_devices_as_status_does(tmp_path: Path) -> None:
+    """An event recorded with a long device id reads with the device's short name in
+    ``events`` (the real command on a real database); ``--json`` keeps the id."""
+    from monitor.store.database import Store
+
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    try:
+        store.write(two_gpu_box(models=1))
+        store.add_event(
+            "surprise", "warning", "llama-server[1000]",
+            f"memory surprise: llama-server uses 4.0 GiB on {GPU_A}, estimate 2.0 GiB",
+        )  # fmt: skip
+    finally:
+        store.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "monitor", "events", "--db", str(db), "--since", "1w"]
+    text = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert text.returncode == 0, text.stderr
+    assert "uses 4.0 GiB on GPU0 H100 80GB HBM3, estimate 2.0 GiB" in text.stdout
+    assert "nvml:" not in text.stdout
+    doc = subprocess.run(
+        [*base, "--json"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
+    assert doc.returncode == 0, doc.stderr
+    assert f"on {GPU_A}," in doc.stdout
