@@ -147,3 +147,43 @@ async def test_at_80x24_with_gpus_the_breakdown_and_the_events_show(long_files) 
         pane = app.screen.query_one(EventsPane)
         assert pane.content_region.height >= 2, pane.content_region
         assert pane.row_count == len(LONG_EVENTS)
+
+
+def _in_cgroup(snap, max_bytes: int, current_bytes: int, reclaimable_bytes: int):  # noqa: ANN001, ANN202
+    """``snap`` with its servers in llama-swap's unit under ``memory.max = max_bytes``."""
+    from collectors.base import CgroupMemory, ProcessCgroup
+
+    limit = CgroupMemory(
+        "/system.slice/llama-swap.service", max_bytes, None, current_bytes, reclaimable_bytes
+    )
+    return replace(snap, cgroups=tuple(ProcessCgroup(p.pid, limit) for p in snap.processes))
+
+
+def _host_header(snap) -> str:  # noqa: ANN001
+    from tui.source import FrameBuilder
+    from tui.widgets.device_panel import DevicePanel, panels_from_frame
+
+    (data,) = [d for d in panels_from_frame(FrameBuilder().build(snap)) if d.label == "host RAM"]
+    return DevicePanel(data)._lines(data, 160)[0].plain
+
+
+def test_the_header_says_the_servers_cgroup_room_where_it_binds(long_files) -> None:
+    """MemAvailable is 90 GiB but the servers' unit may charge 8 GiB and holds 7.5 GiB,
+    200 MiB of it clean page cache (memcg reclaims that first): room 712 MiB, and the
+    cgroup's is what the header says."""
+    from fake_source import GIB, MIB
+
+    (snap,) = two_gpus_twelve(long_files, ticks=1)
+    assert "room 89.5G (MemAvailable)" in _host_header(snap)  # no limit: MemAvailable
+    tight = _in_cgroup(snap, 8 * GIB, int(7.5 * GIB), 200 * MIB)
+    # room = 8 GiB - (7.5 GiB - 200 MiB) = 712 MiB, less the 512 MiB margin it leaves
+    assert "room 200M (cgroup /system.slice/llama-swap.service)" in _host_header(tight)
+
+
+def test_a_roomy_cgroup_leaves_the_header_at_memavailable(long_files) -> None:
+    """The noise case: a unit with 200 GiB of room does not bind under 90 GiB available."""
+    from fake_source import GIB
+
+    (snap,) = two_gpus_twelve(long_files, ticks=1)
+    roomy = _in_cgroup(snap, 256 * GIB, 56 * GIB, 0)
+    assert "room 89.5G (MemAvailable)" in _host_header(roomy)

@@ -232,7 +232,7 @@ class DevicePanel(Widget):
         kind = pic.memory_kind
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
-        room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
+        room_text = f"room {size(room)}" + (f" ({safe(pic.binding)})" if pic.binding else "")
         # one Content per line (assemble): each ``+`` copies the text and strips control
         # codes from all of it again, a large part of drawing a panel
         parts = [piece(title, "bold"), " ", piece(kind, "$text-muted"), " ", f"{used_text} · "]
