@@ -6,6 +6,7 @@ engine stay; the selection follows its model when rows re-sort; event messages w
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fake_source import (
@@ -187,3 +188,20 @@ def test_a_roomy_cgroup_leaves_the_header_at_memavailable(long_files) -> None:
     (snap,) = two_gpus_twelve(long_files, ticks=1)
     roomy = _in_cgroup(snap, 256 * GIB, 56 * GIB, 0)
     assert "room 89.5G (MemAvailable)" in _host_header(roomy)
+
+
+@sync
+async def test_the_whatif_verdict_names_devices_as_the_panels_do(long_files, monkeypatch) -> None:  # noqa: ANN001
+    name = sorted(long_files)[0]
+    monkeypatch.chdir(Path(long_files[name]).parent)
+    app = VramscopeApp(FakeSource(two_gpus_twelve(long_files), LONG_EVENTS), refresh_s=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await idle(pilot)
+        await pilot.press("w")
+        await pilot.pause()
+        app.screen.query_one("#command").value = f"llama-server -m {name} -c 8192"
+        await pilot.press("enter")
+        await idle(pilot)
+        text = str(app.screen.query_one("#verdict").render())
+        assert "  GPU0 RTX 4090: needs" in text and "  GPU1 RTX 4090: needs" in text
+        assert "nvml:" not in text
