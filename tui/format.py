@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.content import Content
 
@@ -33,6 +34,15 @@ def signed(n: int | None) -> str:
     if n is None:
         return UNKNOWN
     return ("+" if n > 0 else "") + size(n)
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` cells: whole, or cut in the middle with "…", keeping its
+    start and its end (a model file's quant and shard, a legend's figures)."""
+    if cell_len(text) <= width:
+        return text
+    tail = max((width - 1) * 2 // 5, 1)
+    return text[: max(width - 1 - tail, 1)] + "…" + text[-tail:]
 
 
 def clock(ts_ms: int, with_date: bool = False) -> str:

@@ -205,3 +205,24 @@ async def test_the_whatif_verdict_names_devices_as_the_panels_do(long_files, mon
         text = str(app.screen.query_one("#verdict").render())
         assert "  GPU0 RTX 4090: needs" in text and "  GPU1 RTX 4090: needs" in text
         assert "nvml:" not in text
+
+
+@pytest.mark.parametrize("width", [76, 196])
+def test_device_panel_lines_fit_and_a_long_name_is_cut_in_its_middle(long_files, width) -> None:  # noqa: ANN001
+    """The legend's first model keeps its figures (GPU, measured, est) at 80 columns: its
+    name is cut in the middle with "…" instead of the line being cut at the edge."""
+    from rich.cells import cell_len
+
+    from tui.source import FrameBuilder
+    from tui.widgets.device_panel import DevicePanel, panels_from_frame
+
+    (snap,) = two_gpus_twelve(long_files, ticks=1)
+    for data in panels_from_frame(FrameBuilder().build(snap)):
+        lines = [line.plain for line in DevicePanel(data)._lines(data, width)]
+        assert all(cell_len(line) <= width for line in lines), lines
+        legend = next(line for line in lines if line.startswith("■ "))
+        assert " est " in legend, legend
+        if width < 100:
+            assert "…" in legend.split(" GPU ")[0].split(" anon+shm ")[0], legend
+        else:
+            assert legend.split(" ")[1] in long_files, legend  # the whole name

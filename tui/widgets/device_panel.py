@@ -26,7 +26,7 @@ from textual.widget import Widget
 from collectors.base import DeviceSample
 from monitor.analysis.picture import DevicePicture, Picture
 from monitor.device_names import device_labels, display_order
-from tui.format import safe, size
+from tui.format import middle_cut, safe, size
 
 if TYPE_CHECKING:
     from tui.source import Frame
@@ -312,7 +312,11 @@ class DevicePanel(Widget):
             held = f"{m.part} {size(m.bytes)}" if m.part else size(m.bytes)
             if m.has_measured and (m.measured_bytes != m.bytes or m.bytes is None):
                 held += f" (measured {size(m.measured_bytes)})"
-            parts.append((("■ ", PALETTE[i % len(PALETTE)]), f"{safe(m.label)} {held}{est}"))
+            figures = f" {held}{est}"
+            label = safe(m.label)
+            if i == 0 and cell_len(label) + cell_len(figures) + 2 > width:  # cut the name
+                label = middle_cut(label, max(width - 4 - cell_len(figures), 8))  # and " …"
+            parts.append((("■ ", PALETTE[i % len(PALETTE)]), label + figures))
         if pic.others_bytes:
             parts.append((("▓ ", OTHERS), f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:
@@ -328,8 +332,12 @@ class DevicePanel(Widget):
         length = 0
         for mark, text in parts:
             n = cell_len(mark[0]) + cell_len(text)
+            if not pieces and n > width:  # still too long: cut whole (the figures too)
+                text = text[: max(width - cell_len(mark[0]) - 1, 1)] + "…"
+                n = cell_len(mark[0]) + cell_len(text)
             if pieces and length + 2 + n > width:
-                pieces.append(" …")
+                if length + 2 <= width:
+                    pieces.append(" …")
                 break
             if pieces:
                 pieces.append("  ")

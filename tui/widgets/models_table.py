@@ -13,7 +13,7 @@ from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from tui.format import cell, safe, signed, size
+from tui.format import cell, middle_cut, safe, signed, size
 from tui.source import ModelRow
 
 # what an operator acts on first (an 80-column terminal shows these), then the launch
@@ -61,9 +61,8 @@ class ModelsTable(DataTable):
         flags = "; ".join(row.flags)
         delta = row.delta_bytes
         model = safe(row.model)
-        if model_width is not None and cell_len(model) > model_width:
-            tail = max((model_width - 1) * 2 // 5, 1)  # the end tells models apart
-            model = model[: max(model_width - 1 - tail, 1)] + "…" + model[-tail:]
+        if model_width is not None:  # the end tells models apart
+            model = middle_cut(model, model_width)
         return (
             cell(model),
             size(row.measured_bytes),
