@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.analysis.exits import classify_legacy
-from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
+from monitor.analysis.picture import (
+    DEFAULT_MARGIN_BYTES,
+    Picture,
+    picture_from_snapshot,
+    servers_cgroup,
+)
 from monitor.errors import VramscopeError
 from monitor.estimate.certainty import model_specific
 from tui.frames import FrameStore
@@ -222,8 +227,8 @@ class FrameBuilder:
         from monitor.engines.capabilities import ESTIMATED
         from monitor.engines.recognise import helper_parents
 
-        if picture is None:
-            picture = picture_from_snapshot(snap, self.margin_bytes)
+        if picture is None:  # the servers' cgroup room binds where it is the smaller
+            picture = picture_from_snapshot(snap, self.margin_bytes, servers_cgroup(snap))
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
         built = [

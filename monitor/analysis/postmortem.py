@@ -25,6 +25,7 @@ from monitor.analysis.cgroup_budget import (
     minimum_needed,
 )
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES
+from monitor.device_names import device_labels
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
@@ -762,5 +763,14 @@ def list_events(
     db = open_readonly(db_path)
     try:
         return [e.as_dict() for e in reads.events_since(db, since_ms, kinds, limit)]
+    finally:
+        db.close()
+
+
+def list_device_labels(db_path: Path) -> dict[str, str]:
+    """Every recorded device's display name (monitor/device_names.py), by its id."""
+    db = open_readonly(db_path)
+    try:
+        return device_labels(reads.device_names(db))
     finally:
         db.close()

@@ -19,6 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
+from monitor.device_names import device_labels
 from tui.format import plain, size
 from tui.source import Frame
 from tui.widgets.device_panel import DevicePanel, panels_from_frame
@@ -132,6 +133,8 @@ class WhatIfScreen(ModalScreen[None]):
 
         need = need_by_device(result.estimate, message.result.picture)
         verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
+        pics = self.frame.picture.devices.values()
+        names = device_labels((d.device_id, d.name) for d in pics)  # as the panels
         style = _VERDICT_STYLE.get(result.verdict, "$success")
         model = (result.estimate.model_path or "-").split("/")[-1]
         headline = result.verdict.upper()
@@ -149,7 +152,8 @@ class WhatIfScreen(ModalScreen[None]):
             )
             lines.append(
                 plain(
-                    f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
+                    f"  {names.get(d.device_id, d.device_id)}: needs {size(d.need_bytes)}, "
+                    f"can get "
                     f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
                     f"{tail}"
                 )
@@ -166,7 +170,7 @@ class WhatIfScreen(ModalScreen[None]):
         if result.fixes:
             out = [Content.styled("what would make it fit", "bold")]
             for f in result.fixes:
-                frees = ", ".join(f"{size(v)} on {k}" for k, v in f.frees.items())
+                frees = ", ".join(f"{size(v)} on {names.get(k, k)}" for k, v in f.frees.items())
                 out.append(plain(f"  {f.change}: frees {frees} → {f.verdict}"))
             fixes.update(Content("\n").join(out))
         else:
