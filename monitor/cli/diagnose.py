@@ -124,7 +124,10 @@ def run_diagnose(
     from its model files) and judged against what it holds in the snapshot. Growth over
     the estimate is named from the server's own evidence, asked only when it grew: ``log``
     (for the one server chosen), else on this box now its ``--log-file`` and ``/slots``."""
-    box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
+    from monitor.daemon.oneshot import OneShotSampler
+
+    sampler = OneShotSampler(cfg.roots, cfg.collectors)
+    box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at, sampler))
     snap = box.snapshot
     devices = gpu_devices(snap, cfg)
     live = box.live

@@ -36,11 +36,13 @@ def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = 
     """The box state to judge against: ``snapshot`` when given (the daemon's latest, for
     the HTTP API), else ``req.state``, ``req.at`` or a live sample."""
     from monitor.analysis.state import Daemon, box_state, chosen_origin
+    from monitor.daemon.oneshot import OneShotSampler
 
+    sampler = OneShotSampler(cfg.roots, cfg.collectors)
     origin = (
         Daemon(snapshot)
         if snapshot is not None
-        else chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at)
+        else chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at, sampler)
     )
     return box_state(origin).snapshot
 
