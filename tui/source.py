@@ -653,13 +653,14 @@ class StoreSource:
         )
 
     def _assessments(self, ts_ms: int) -> tuple[Assessments, str]:
-        """The daemon's stored assessments at ``ts_ms`` (monitor/store/estimates.py), and
+        """The daemon's stored assessments at ``ts_ms`` (monitor/analysis/stored.py), and
         what a server without one shows."""
+        from monitor.analysis.stored import assessments_at
         from monitor.store import estimates
 
         if not self._read(estimates.has_table):
             return {}, "no estimates in this database (an older vramscope wrote it)"
-        return self._read(estimates.at, ts_ms), "not assessed by the daemon yet"
+        return self._read(assessments_at, ts_ms), "not assessed by the daemon yet"
 
     def ticks(self, since_ms: int, until_ms: int) -> list[int]:
         from monitor.store.reads import ticks_between

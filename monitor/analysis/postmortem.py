@@ -369,12 +369,12 @@ def _estimate(
     made now from the model file when it still exists."""
     est, source = None, None
     if pid is not None:
-        from monitor.store import estimates
+        from monitor.analysis.stored import assessments_at
 
         try:
             mine = [
                 a
-                for (p, _start), a in estimates.at(db, t_ms).items()
+                for (p, _start), a in assessments_at(db, t_ms).items()
                 if p == pid and a.estimate is not None
             ]
         except Exception:  # an older database, or a row that no longer parses

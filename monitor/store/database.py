@@ -706,22 +706,26 @@ class Store:
                 ],
             )
 
-    def add_assessment(self, a: Any, started_at_ms: int | None) -> bool:
-        """Store one server's assessment (monitor/analysis/assess.py); False while its
-        process row is not written yet (its tick waits for the database): try again."""
+    def add_assessment(self, doc: dict[str, Any], started_at_ms: int | None) -> bool:
+        """Store one server's assessment, as its document (monitor/analysis/assess.py
+        ``to_json``); False while its process row is not written yet (its tick waits for
+        the database): try again."""
         from monitor.store import estimates
 
         with self.db.atomic():
-            process_id = estimates.process_row(self.db.conn, a.pid, a.start_ticks, started_at_ms)
+            process_id = estimates.process_row(
+                self.db.conn, doc["pid"], doc["start_ticks"], started_at_ms
+            )
             if process_id is None:
                 return False
-            estimates.insert(self.db.conn, process_id, a)
+            estimates.insert(self.db.conn, process_id, doc)
         return True
 
     def stored_assessment(
         self, pid: int, start_ticks: int, started_at_ms: int | None, key: str, version: int
-    ) -> Any:
-        """The assessment stored for this process and launch, or None."""
+    ) -> dict[str, Any] | None:
+        """The document of the assessment stored for this process and launch, or None
+        (monitor/analysis/stored.py parses it)."""
         from monitor.store import estimates
 
         process_id = estimates.process_row(self.db.conn, pid, start_ticks, started_at_ms)
