@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
-from monitor.analysis.exits import classify_legacy
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
 from monitor.errors import VramscopeError
 from monitor.estimate.certainty import model_specific
+from monitor.exits import classify_legacy
 from tui.frames import FrameStore
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start

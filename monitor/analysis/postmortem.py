@@ -301,7 +301,7 @@ def at_death_bytes(points: list[list[int]]) -> int:
 def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
     """ "OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
     post-mortem" for a crash; "exit post-mortem" for anything else."""
-    from monitor.analysis.exits import OOM_CAUSES
+    from monitor.exits import OOM_CAUSES
 
     cause = exit_data.get("cause")
     if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (cause in OOM_CAUSES):

@@ -35,8 +35,8 @@ from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
 from collectors.proc_events import is_server_comm
-from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
+from monitor.exits import signal_name
 from monitor.store import integrity, rollups
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
@@ -574,7 +574,7 @@ class Store:
         for an exit that alerts (crash, OOM kill, engine OOM). A process that has no row
         (it died before the tick that would have written it) still gets its events when
         its exit alerts: every alert has its record."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
@@ -612,7 +612,7 @@ class Store:
     ) -> None:
         """The ``process_exit`` event of an exit, and its ``crash`` event when it alerts;
         ``who``: (process row id or None, comm, engine)."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         _, severity, how = classify_legacy(gone)
         process_id, comm, engine = who
