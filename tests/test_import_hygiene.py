@@ -53,3 +53,15 @@ def test_only_the_vendor_wrappers_import_vendor_libraries() -> None:
                 assert path in {"collectors/nvml.py", "collectors/nvml_recorder.py"}, path
             if "amdsmi" in names:
                 assert path == "collectors/amdsmi.py", path
+
+
+def test_the_layers_contracts_hold() -> None:
+    """``[tool.importlinter]`` in pyproject.toml (docs/architecture.md's arrows), function-
+    local imports included; scripts/test runs it too, this keeps a plain pytest honest."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    assert lint.exists(), "import-linter is missing: bash scripts/install --test"
+    out = subprocess.run(
+        [str(lint), "--no-cache"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "0 broken" in out.stdout
