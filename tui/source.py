@@ -622,11 +622,9 @@ class StoreSource:
         cached = self._p99_cache.get(model_path)
         if cached and now - cached[0] < 60:
             return cached[1]
-        from types import SimpleNamespace
+        from monitor.analysis.slot_usage import usage_p99
 
-        from monitor.cli.diagnose import usage_p99
-
-        value = usage_p99(SimpleNamespace(db_path=self.db_path), model_path)  # type: ignore[arg-type]
+        value = usage_p99(self.db_path, model_path)
         self._p99_cache[model_path] = (now, value)
         return value
 
