@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,3 +67,35 @@ def test_the_layers_contracts_hold() -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:]
     assert "0 broken" in out.stdout
+
+
+def test_the_tui_facade_gives_each_name_from_its_module_lazily() -> None:
+    """monitor/api.py: every name of its table is the object its module defines, the
+    ``TYPE_CHECKING`` imports (what mypy and import-linter see) are the same table, and
+    importing the facade loads none of the modules behind it."""
+    code = (
+        "import sys, monitor.api as api;"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('monitor.'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert set(out.stdout.strip().split(",")) == {"monitor.api"}
+
+    import importlib
+
+    import monitor.api as api
+
+    assert sorted(api.__all__) == sorted(api._WHERE)
+    for name, (module, attribute) in api._WHERE.items():
+        assert getattr(api, name) is getattr(importlib.import_module(module), attribute), name
+    typed: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(ast.parse((ROOT / "monitor" / "api.py").read_text())):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                for a in imp.names:
+                    typed[a.asname or a.name] = (imp.module, a.name)
+    assert typed == api._WHERE
+    with pytest.raises(AttributeError, match="no attribute 'Store'"):
+        api.Store  # noqa: B018
