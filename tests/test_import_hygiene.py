@@ -99,3 +99,19 @@ def test_the_tui_facade_gives_each_name_from_its_module_lazily() -> None:
     assert typed == api._WHERE
     with pytest.raises(AttributeError, match="no attribute 'Store'"):
         api.Store  # noqa: B018
+
+
+def test_the_facade_contract_forbids_every_other_part_of_monitor() -> None:
+    """A new package of monitor/ is forbidden to the TUI until it is listed as allowed:
+    the TUI may use monitor.api and the shared vocabulary only."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "forbidden"]
+    allowed = {"monitor.api", "monitor.errors", "monitor.units", "monitor.textsafe"}
+    parts = {
+        f"monitor.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "monitor").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
+    }
+    assert set(contract["forbidden_modules"]) == parts - allowed

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from monitor.analysis.fleet import BoxRow, active_alerts
+from monitor.api import BoxRow, active_alerts
 from monitor.errors import describe
 from tui.format import cell, safe, size
 from tui.screens.main import MainScreen

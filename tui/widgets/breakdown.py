@@ -6,7 +6,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from monitor.estimate.certainty import model_specific
+from monitor.api import model_specific
 from tui.format import plain, safe, size
 from tui.source import ModelRow
 

@@ -24,7 +24,7 @@ from textual.visual import Visual
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
-from monitor.analysis.picture import DevicePicture, Picture
+from monitor.api import DevicePicture, Picture
 from tui.format import safe, short_device_name, size
 
 if TYPE_CHECKING:
