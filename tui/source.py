@@ -145,8 +145,10 @@ Assessments = Mapping[tuple[int, int], "Assessment"]
 
 
 class FrameBuilder:
-    """Snapshot -> Frame. Live, each server is assessed here once per process and launch
-    (monitor/analysis/assess.py reads its GGUF headers, each file once); the database and
+    """Snapshot -> Frame. Live, each server is assessed here once per launch, however many
+    processes run it (monitor/analysis/assess_cache.py: keyed by the parsed launch, the
+    model files' identity and the devices; monitor/analysis/assess.py reads its GGUF
+    headers, each file once); the database and
     remote sources hand ``build`` the daemon's stored assessments instead and nothing is
     estimated. The verdict is judged for every frame from the assessment and the frame's
     measured memory (pure)."""
@@ -157,8 +159,12 @@ class FrameBuilder:
         overhead_bytes: int = 300 * 1024 * 1024,
         read_header: HeaderReader | None = None,
         p99_tokens: Callable[[str], int | None] | None = None,
+        env_for: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         self.margin_bytes = margin_bytes
+        # a live process's allow-listed LLAMA_ARG_* etc. (monitor/engines/environ.py), as
+        # the daemon's assessor reads it; LiveSource sets it from its /proc root
+        self.env_for = env_for
         self.overhead_bytes = overhead_bytes
         self.p99_tokens = p99_tokens or (lambda _path: None)
         self.has_usage = p99_tokens is not None
@@ -166,6 +172,7 @@ class FrameBuilder:
         self._reader = read_header
         self._lock = threading.Lock()
         self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
+        self._launches: Any = None  # monitor.analysis.assess_cache.AssessCache, made on use
         self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
 
     def read_header(self, path: str) -> Any:
@@ -251,15 +258,17 @@ class FrameBuilder:
         ts_ms: int,
         cpu_features: tuple[str, ...] | None = None,
     ) -> Assessment | None:
-        """Live only: the one assessment of this process and launch (cached)."""
+        """Live only: the one assessment of this process and launch (cached per process,
+        and per launch across processes)."""
         key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._assessed:
             return self._assessed[key]
-        from monitor.api import assess, features_of
+        if self._launches is None:
+            from monitor.api import AssessCache
 
-        result = assess(
-            info, devices, ts_ms, read_header=self.read_header, cpu=features_of(cpu_features)
-        )
+            self._launches = AssessCache(self.read_header)
+        env = self.env_for(info.pid) if self.env_for is not None else None
+        result = self._launches.assess(info, devices, ts_ms, env=env, cpu_features=cpu_features)
         if len(self._assessed) > 512:
             self._assessed.clear()
         self._assessed[key] = result
@@ -321,7 +330,7 @@ class FrameBuilder:
         stored: Assessments | None = None,
         missing: str | None = None,
     ) -> ModelRow | None:
-        from monitor.api import LLAMACPP_ESTIMATED, judged, need_by_device
+        from monitor.api import LLAMACPP_ESTIMATED, judged, kv_over_p99, need_by_device, times
 
         if stored is None:
             found = self.assess(info, devices, snap.ts_ms, snap.cpu_features)
@@ -342,10 +351,9 @@ class FrameBuilder:
         measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []
         p99 = self.p99_tokens(launch.model_path) if launch.model_path else None
-        if est is not None and p99 and est.n_ctx_seq:
-            ratio = est.n_ctx_seq / max(1, p99)
-            if ratio >= 2:
-                flags.append(f"KV {ratio:.0f}× the p99 context in use")
+        ratio = kv_over_p99(est, p99) if est is not None else None
+        if ratio is not None and ratio >= 2:  # the figure diagnose gives (one source)
+            flags.append(f"KV {times(ratio)} the p99 context in use")
         if launch.draft_model and launch.draft_cache_type_k == "f16":
             flags.append("draft KV in f16")
         if launch.engine == "llama.cpp" and launch.ctx_size is None:
@@ -492,6 +500,8 @@ class LiveSource:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
+        if self.builder.env_for is None:  # the environment the daemon's assessor reads too
+            self.builder.env_for = self._env_for
         self._sampler: Any = None
         self._lock = threading.Lock()
         # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
@@ -501,6 +511,11 @@ class LiveSource:
     def describe(self) -> str:
         """Where the frames come from, for the header."""
         return "live (sampled by this process)"
+
+    def _env_for(self, pid: int) -> Mapping[str, str]:
+        from monitor.api import read_llama_env
+
+        return read_llama_env(self.roots.proc, pid)
 
     def latest(self) -> Frame:
         from monitor.api import Live, box_state

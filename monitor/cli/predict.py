@@ -60,21 +60,33 @@ def run_predict(
 
 
 def predict_on_fleet(
-    urls: list[str], token: str | None, command: list[str], margin_gib: float
+    urls: list[str],
+    tokens: dict[str, str | None],
+    command: list[str],
+    margin_gib: float,
+    model_id: str | None = None,
 ) -> list[Any]:
-    """Ask each box's daemon (``POST /api/v1/predict``, at most 8 at once) to judge the
-    launch against its latest tick; a box that cannot be reached or does not answer like
-    a vramscope daemon is an answer with its one-line error (monitor/analysis/fleet.py)."""
+    """Ask each box's daemon (``POST /api/v1/predict``, at most 8 at once, each with its
+    own token from ``tokens``: monitor/http/tokens.py) to judge the launch (or
+    ``model_id``: a llama-server router's model on that box) against its latest tick; a
+    box that cannot be reached or does not answer like a vramscope daemon is an answer
+    with its one-line error (monitor/analysis/fleet.py)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from monitor.analysis.fleet import BoxAnswer, box_answer
     from monitor.http.client import DaemonClient, RemoteError
 
-    body = {"command": command, "margin_gib": margin_gib}
+    body: dict[str, Any] = (
+        {"model_id": model_id, "margin_gib": margin_gib}
+        if model_id is not None
+        else {"command": command, "margin_gib": margin_gib}
+    )
 
     def ask(url: str) -> BoxAnswer:
         try:
-            status, doc = DaemonClient(url, token, timeout_s=30.0).post("/api/v1/predict", body)
+            status, doc = DaemonClient(url, tokens.get(url), timeout_s=30.0).post(
+                "/api/v1/predict", body
+            )
         except RemoteError as exc:
             return BoxAnswer(url, error=str(exc))
         return box_answer(url, status, doc)

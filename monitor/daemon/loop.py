@@ -294,6 +294,9 @@ def reload_config(ctx: DaemonContext) -> bool:
             "reload: the database path cannot change while running; keeping %s", old.db_path
         )
         new = dataclasses.replace(new, db_path=old.db_path)
+    new, http_said = config_mod.keep_running_http(old, new)
+    if http_said is not None:
+        log.warning("reload: %s", http_said)
     if (new.roots, new.options, new.collectors) != (old.roots, old.options, old.collectors):
         ctx.sampler.close()
         ctx.sampler = Sampler(new.roots, new.options, new.collectors)

@@ -93,7 +93,9 @@ class DaemonClient:
             headers["Authorization"] = f"Bearer {self.token}"
         status, answer = self._exchange("GET" if body is None else "POST", path, body, headers)
         if not 200 <= status < 300 and status not in accept_codes:
-            hint = " (give --token)" if status == 401 else ""
+            hint = ""
+            if status == 401:  # the words monitor/analysis/fleet.py's short_reason reads
+                hint = " (wrong token)" if self.token else " (give --token)"
             raise RemoteError(f"{self.url}{path}: HTTP {status}{hint}")
         try:
             doc = json.loads(answer)

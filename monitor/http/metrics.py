@@ -25,7 +25,8 @@ Metrics and labels:
 - ``vramscope_process_memory_bytes{pid,comm,engine,model,device,kind}``: one tracked
   process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
-  (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
+  (``-m``, no directory) or the engine's model id (a llama-server router's child: its
+  model id, the ``--alias`` the router set), ``""`` when none; the command line is
   never a label. Only tracked processes: every inference server and every process a GPU
   collector saw holding memory, whatever ``[collectors] max_tracked`` says; the cap bounds
   the top-N host-memory list only;
@@ -160,6 +161,7 @@ class SnapshotCollector:
         self._counts = counts
         # (pid, start_ticks) -> model label; pruned to the processes present at each scrape
         self._models: dict[tuple[int, int], str] = {}
+        self._infos: dict[int, ProcessInfo] = {}  # the latest scrape's processes, by pid
         self._lock = threading.Lock()  # scrapes run in the server's request threads
 
     def describe(self) -> list[Metric]:
@@ -168,7 +170,12 @@ class SnapshotCollector:
     def _model(self, p: ProcessInfo) -> str:
         key = (p.pid, p.start_ticks)
         if key not in self._models:
-            self._models[key] = model_label(p.argv) if p.engine or p.argv else ""
+            parent = self._infos.get(p.ppid) if p.ppid is not None else None  # a router's child:
+            self._models[key] = (  # its model id
+                model_label(p.argv, parent_argv=parent.argv if parent else None)
+                if p.engine or p.argv
+                else ""
+            )
         return self._models[key]
 
     def collect(self) -> Iterator[Metric]:
@@ -217,7 +224,7 @@ class SnapshotCollector:
         if snap is None:
             return
         yield from self._devices(snap)
-        infos = {p.pid: p for p in snap.processes}
+        infos = self._infos = {p.pid: p for p in snap.processes}
         self._models = {
             k: v
             for k, v in self._models.items()

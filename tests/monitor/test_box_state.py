@@ -129,8 +129,10 @@ def test_every_origin_gives_the_same_box_state(live, tmp_path: Path) -> None:
         remote = box_state(Remote(DaemonClient(url, "tok-1")))
         assert (remote.origin, remote.where) == ("remote", url)
         assert remote == state
-        with pytest.raises(RemoteError, match=r"HTTP 401 \(give --token\)"):
+        with pytest.raises(RemoteError, match=r"HTTP 401 \(wrong token\)"):
             box_state(Remote(DaemonClient(url, "wrong")))
+        with pytest.raises(RemoteError, match=r"HTTP 401 \(give --token\)"):
+            box_state(Remote(DaemonClient(url)))
     finally:
         server.stop()
 

@@ -1,4 +1,6 @@
-"""What-if: choose a llama-swap model or paste a command line; see the projected bar,
+"""What-if: choose a llama-swap model, paste a command line or type a llama-server router's
+model id (one word: the router on the box serving it, as ``vramscope predict ID``); see the
+projected bar,
 the verdict and the fixes. The estimate and prediction run in a worker (GGUF reads)."""
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ class WhatIfScreen(ModalScreen[None]):
                 yield Select([(m, m) for m in swap], prompt="a llama-swap model", id="swap-model")
             with Horizontal(id="whatif-row"):
                 yield Input(
-                    placeholder="or paste a command line: llama-server -m … -c …", id="command"
+                    placeholder="or paste a command line: llama-server -m … -c … (or a router "
+                    "model id)",
+                    id="command",
                 )
                 yield Button("Predict", id="predict", variant="primary")
             with VerticalScroll(id="whatif-result"):
@@ -185,7 +189,29 @@ def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -
             argv = shlex.split(command)
         except ValueError as exc:  # an unclosed quote
             raise UsageError(f"cannot split the command line: {exc}") from None
-        req = PredictRequest(argv, margin_gib=margin_gib)
+        if len(argv) == 1 and not _names_a_program(argv[0]):  # a router's model id
+            from tui.source import RemoteSource
+
+            if isinstance(app.source, RemoteSource):  # type: ignore[attr-defined]
+                raise UsageError(
+                    "a router's model is judged on its own box: "
+                    f"vramscope predict --remote URL {argv[0]}"
+                )
+            # a replayed frame (the database): the routers' files, never a live answer
+            req = PredictRequest(
+                [], model_id=argv[0], margin_gib=margin_gib, ask_routers=frame.live
+            )
+        else:
+            req = PredictRequest(argv, margin_gib=margin_gib)
     return answer(
         req, frame.snapshot, builder.devices(frame.snapshot), read_header=builder.read_header
     )
+
+
+def _names_a_program(word: str) -> bool:
+    """One word that is a program on PATH or an existing path is a command (as the CLI's
+    ``predict WORD`` reads it), else a model id."""
+    import os
+    import shutil
+
+    return shutil.which(word) is not None or os.path.exists(word)
