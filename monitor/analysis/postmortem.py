@@ -302,7 +302,7 @@ def at_death_bytes(points: list[list[int]]) -> int:
 def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
     """ "OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
     post-mortem" for a crash; "exit post-mortem" for anything else."""
-    from monitor.analysis.exits import OOM_CAUSES
+    from monitor.exits import OOM_CAUSES
 
     cause = exit_data.get("cause")
     if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (cause in OOM_CAUSES):
@@ -370,12 +370,12 @@ def _estimate(
     made now from the model file when it still exists."""
     est, source = None, None
     if pid is not None:
-        from monitor.store import estimates
+        from monitor.analysis.stored import assessments_at
 
         try:
             mine = [
                 a
-                for (p, _start), a in estimates.at(db, t_ms).items()
+                for (p, _start), a in assessments_at(db, t_ms).items()
                 if p == pid and a.estimate is not None
             ]
         except Exception:  # an older database, or a row that no longer parses

@@ -21,11 +21,11 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
-from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
 from monitor.device_names import device_labels, device_tag, display_order
 from monitor.engines.recognise import helper_parents
 from monitor.engines.router import Router, RouterChild, process_links
+from monitor.exits import classify_legacy
 
 if TYPE_CHECKING:
     from monitor.engines.spec import LaunchSpec
@@ -39,7 +39,7 @@ _MEMORY_FIELDS = [
 
 
 def _exit_json(x: ExitedProcess) -> dict[str, Any]:
-    """The exit record with its classification (monitor/analysis/exits.py) filled in:
+    """The exit record with its classification (monitor/exits.py) filled in:
     ``cause`` and ``how`` say what the exit status shows, not only what the collector saw."""
     cause, _severity, how = classify_legacy(x)
     return dataclasses.asdict(x) | {"cause": cause, "how": how}

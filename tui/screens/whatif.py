@@ -25,7 +25,7 @@ from tui.source import Frame
 from tui.widgets.device_panel import DevicePanel, panels_from_frame
 
 if TYPE_CHECKING:
-    from monitor.analysis.predict import Prediction, PredictResult
+    from monitor.api import Prediction, PredictResult
 
 _VERDICT_STYLE = {"oom": "$error", "tight": "$warning", "thrash": "$warning"}
 
@@ -129,7 +129,7 @@ class WhatIfScreen(ModalScreen[None]):
             return
         self.result = message.result
         result = message.result.prediction
-        from monitor.analysis.predict import need_by_device
+        from monitor.api import need_by_device
 
         need = need_by_device(result.estimate, message.result.picture)
         verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
@@ -180,7 +180,7 @@ class WhatIfScreen(ModalScreen[None]):
 def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -> PredictResult:
     """Blocking (worker threads only): the same workflow as ``vramscope predict --state``
     on the frame's snapshot, with the source's GPUs and GGUF header cache."""
-    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.api import PredictRequest, answer
     from monitor.errors import UsageError
 
     builder = app.source.builder  # type: ignore[attr-defined]

@@ -6,8 +6,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from monitor.api import model_specific
 from monitor.device_names import device_tag, relabel
-from monitor.estimate.certainty import model_specific
 from tui.format import plain, safe, size
 from tui.source import ModelRow
 

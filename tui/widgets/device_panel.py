@@ -24,7 +24,7 @@ from textual.visual import Visual
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
-from monitor.analysis.picture import DevicePicture, Picture
+from monitor.api import DevicePicture, Picture
 from monitor.device_names import device_labels, display_order
 from tui.format import middle_cut, safe, size
 
