@@ -134,8 +134,10 @@ def test_a_bad_router_port_in_the_environment_links_nothing(value: str) -> None:
 
 
 def test_the_router_port_is_kept_from_environ_and_secrets_are_not() -> None:
-    raw = b"LLAMA_SERVER_ROUTER_PORT=18431\0LLAMA_API_KEY=s3cret\0HOME=/root\0"
-    assert filter_env(raw) == {"LLAMA_SERVER_ROUTER_PORT": "18431"}
+    """The allow-list keeps the router's port and where llama.cpp's model cache is (HOME:
+    monitor/engines/hf_cache.py), never a secret."""
+    raw = b"LLAMA_SERVER_ROUTER_PORT=18431\0LLAMA_API_KEY=s3cret\0HOME=/root\0TOKEN=x\0"
+    assert filter_env(raw) == {"LLAMA_SERVER_ROUTER_PORT": "18431", "HOME": "/root"}
 
 
 def test_router_defaults_when_its_options_are_not_given() -> None:
