@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -15,8 +16,13 @@ DEVICE = "drm:0000:c5:00.0"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}  # a wide terminal: every column shows
     return subprocess.run(
-        [sys.executable, "-m", "monitor", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
 
 
