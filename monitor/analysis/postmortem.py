@@ -5,8 +5,9 @@ kernel ``oom_kill``/``oomd_kill`` record. Around it: the kernel's own figures, t
 timeline of every tracked process and device from 10 minutes before to 1 minute after
 (full resolution: retention keeps it, monitor/store/database.py), what was loading, the estimate
 re-made from the victim's command line against what was measured at death, the ceiling,
-the likely cause in one paragraph and the fix. The document is ``vramscope.postmortem/1``;
-monitor/report/postmortem.py turns it into text or one self-contained HTML file.
+the likely cause in one paragraph and the fix. The result is a typed ``PostMortem``
+(monitor/analysis/postmortem_doc.py; its JSON: ``vramscope.postmortem/1``);
+monitor/report/postmortem/ turns it into text, an SVG chart or one self-contained HTML file.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ from monitor.analysis.cgroup_budget import (
     minimum_needed,
 )
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES
+from monitor.analysis.postmortem_doc import (
+    SCHEMA,
+    CgroupBudget,
+    CrashEvent,
+    DeviceTimeline,
+    KernelRecord,
+    LaunchEstimate,
+    Loading,
+    MeasuredAtDeath,
+    OtherEvent,
+    PostMortem,
+    ProcessTimeline,
+    Victim,
+)
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
@@ -112,13 +127,15 @@ def _info(p: reads.ProcessPoint | reads.ProcessRecord) -> dict[str, Any]:
     }
 
 
-def build(
+def build_model(
     db_path: Path,
     pid: int | None = None,
     at_ms: int | None = None,
     cgroup_version: int | None = None,
-) -> dict[str, Any]:
-    """``cgroup_version``: the memory cgroup hierarchy the kill happened under (1 or 2),
+) -> PostMortem:
+    """The post-mortem of the crash asked for (the last one by default), typed.
+
+    ``cgroup_version``: the memory cgroup hierarchy the kill happened under (1 or 2),
     which names the limit a fix raises; None: this box's (the daemon's database is local)."""
     version = cgroup_version if cgroup_version is not None else _box_cgroup_version()
     db = open_readonly(db_path)
@@ -135,6 +152,17 @@ def build(
         return _assemble(db, crash, version)
     finally:
         db.close()
+
+
+def build(
+    db_path: Path,
+    pid: int | None = None,
+    at_ms: int | None = None,
+    cgroup_version: int | None = None,
+) -> dict[str, Any]:
+    """The post-mortem as its JSON document (``vramscope.postmortem/1``): see
+    :func:`build_model`."""
+    return build_model(db_path, pid, at_ms, cgroup_version).to_json()
 
 
 def _kernel_figures(kernel: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +196,7 @@ def _untracked(pid: Any, records: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     }
 
 
-def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> PostMortem:
     victim_pid = crash["data"].get("pid")
     t = crash["ts_ms"]
     start, end = t - KEEP_BEFORE_MS, t + KEEP_AFTER_MS
@@ -221,37 +249,58 @@ def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dic
     if budget is not None:
         cause, fix = budget_cause(budget) + " " + cause, budget_fix(budget)
     main_ids = {crash["id"], (kernel or {}).get("id"), (exit_ev or {}).get("id")}
-    return {
-        "schema": "vramscope.postmortem/1",
-        "title": _title(crash, exit_data, kernel),
-        "event": {k: crash[k] for k in ("ts_ms", "kind", "message", "data")},
-        "victim": {
-            **info,
-            "how": how,
-            "exit_cause": exit_data.get("cause"),
-            "exit_code": exit_data.get("exit_code"),
-            "exit_signal": exit_data.get("exit_signal"),
-            "at_death": at_death,
-            "last_measured": last,
-            "peak": peak,
-            "kernel": kernel_fig,
-            "measured": _measured_at_death(db, victim_pid, mine),
-        },
-        "window": {"start_ms": start, "end_ms": end},
-        "timeline": {
-            "devices": devices,
-            "processes": [
-                {k: p[k] for k in ("pid", "comm", "device_id", "points")} for p in processes
-            ],
-        },
-        "loading": loading,
-        "estimate": estimate_doc,
-        "ceiling": ceiling,
-        "cause": cause,
-        "fix": fix,
-        "cgroup_budget": budget.as_dict() if budget is not None else None,
-        **capped_events([e for e in nearby if e["id"] not in main_ids], t),
-    }
+    victim = Victim(
+        info["pid"],
+        info["comm"],
+        tuple(info["argv"]),
+        info["engine"],
+        info["started_at_ms"],
+        info["exited_ms"],
+        how,
+        exit_data.get("cause"),
+        exit_data.get("exit_code"),
+        exit_data.get("exit_signal"),
+        at_death,
+        last,
+        peak,
+        KernelRecord(**kernel_fig) if kernel_fig else None,
+        _measured_at_death(db, victim_pid, mine),
+    )
+    others = capped_events([e for e in nearby if e["id"] not in main_ids], t)
+    return PostMortem(
+        SCHEMA,
+        _title(crash, exit_data, kernel),
+        CrashEvent(crash["ts_ms"], crash["kind"], crash["message"], crash["data"]),
+        victim,
+        start,
+        end,
+        tuple(_device_timeline(d) for d in devices),
+        tuple(_process_timeline(p) for p in processes),
+        tuple(Loading(**x) for x in loading),
+        LaunchEstimate(**estimate_doc) if estimate_doc else None,
+        ceiling,
+        cause,
+        fix,
+        _budget_doc(budget),
+        tuple(OtherEvent(**e) for e in others["other_events"]),
+        others["other_events_omitted"],
+        others["other_events_omitted_kinds"],
+    )
+
+
+def _device_timeline(d: dict[str, Any]) -> DeviceTimeline:
+    points = tuple((ts, v) for ts, v in d["points"])
+    return DeviceTimeline(d["device_id"], d["name"], d["total_bytes"], points)
+
+
+def _process_timeline(p: dict[str, Any]) -> ProcessTimeline:
+    points = tuple((ts, v) for ts, v in p["points"])
+    return ProcessTimeline(p["pid"], p["comm"], p["device_id"], points)
+
+
+def _budget_doc(budget: Budget | None) -> CgroupBudget | None:
+    """The budget as the post-mortem carries it: its ``as_dict()`` document, typed."""
+    return None if budget is None else CgroupBudget.from_json(budget.as_dict())
 
 
 MAX_EVENTS = 50
@@ -341,7 +390,7 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
     return out
 
 
-def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, Any] | None:
+def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> MeasuredAtDeath | None:
     """What the victim held at its last recorded tick by the one definition every view
     uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
     from monitor.analysis.measured import measure
@@ -354,7 +403,14 @@ def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, 
     snap = box_state(DatabaseMoment(None, max(ticks), db)).snapshot
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = measure(pid, snap.memory, [h for h, owner in helpers.items() if owner == pid])
-    return {"ts_ms": snap.ts_ms, **held.as_dict()}
+    return MeasuredAtDeath(
+        snap.ts_ms,
+        held.total_bytes,
+        held.device_bytes,
+        held.host_anon_bytes,
+        held.host_file_bytes,
+        tuple(held.unknown_device_ids),
+    )
 
 
 def _kb(value: Any) -> int | None:
