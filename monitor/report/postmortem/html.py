@@ -1,12 +1,18 @@
 """The post-mortem as one self-contained HTML page: inline CSS and SVG chart, no scripts,
-no external resources; reads offline and prints. Every string from the document is made
-safe (common.py) and HTML-escaped."""
+no external resources; reads offline and prints.
+
+The page is the jinja2 template ``templates/postmortem.html.j2`` (package data) with
+autoescape on: this module gives it plain values, every string from the document made
+terminal-safe (common.py) and none escaped here; only the SVG chart (svg.py, well-formed
+XML that escapes its own labels) goes in as markup."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from html import escape
+from functools import cache
 from typing import Any
+
+import jinja2
+from markupsafe import Markup
 
 from monitor.analysis.postmortem_doc import PostMortem, as_postmortem
 from monitor.report.postmortem.common import (
@@ -30,166 +36,85 @@ from monitor.report.postmortem.common import (
 )
 from monitor.report.postmortem.svg import render_svg
 
-
-def _h(x: Any, default: str = "?") -> str:
-    """Cleaned and HTML-escaped."""
-    return escape(text(x, default), quote=True)
+TEMPLATE = "postmortem.html.j2"
 
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;
-max-width:1000px;padding:0 1em;color:#111;background:#fff;line-height:1.4}
-h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.1em;border-bottom:1px solid #ccc;
-margin-top:1.4em;padding-bottom:.15em}
-table{border-collapse:collapse;margin:.4em 0}th,td{padding:.2em .7em;text-align:left;
-vertical-align:top;border-bottom:1px solid #eee}td.n,th.n{text-align:right;
-font-variant-numeric:tabular-nums}
-code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
-pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:.5em;margin:.3em 0}
-.meta th,.data th{color:#555;font-weight:normal}
-.data td{white-space:pre-wrap;word-break:break-all;font-family:ui-monospace,Menlo,Consolas,
-monospace;font-size:.9em}.cause,.fix{max-width:75ch}
-.fix{border-left:4px solid #2ca02c;padding-left:.7em}
-.chart{max-width:100%;height:auto;border:1px solid #ddd}
-.muted{color:#666}
-@media print{body{margin:0;max-width:none;font-size:10pt}section{break-inside:avoid}
-pre{background:none;border:1px solid #ccc}}
-"""
-
-
-def _table(heads: Iterable[str], rows: Iterable[Iterable[str]], numeric_from: int = 1) -> str:
-    h = "".join(
-        f"<th{' class=n' if i >= numeric_from else ''}>{x}</th>" for i, x in enumerate(heads)
+@cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("monitor.report.postmortem", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
     )
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td{' class=n' if i >= numeric_from else ''}>{x}</td>" for i, x in enumerate(r))
-        + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
+    return env.get_template(TEMPLATE)
 
 
-def _meta_html(pm: PostMortem) -> str:
-    """Who died, when, how, by which event (with its data), on what command line."""
+def _meta(pm: PostMortem) -> list[tuple[str, str, str]]:
+    """(label, value, extra) rows: who died, when, how, by which event, on what command."""
     victim, event = pm.victim, pm.event
-    meta: list[tuple[str, str]] = [("when", escape(fmt_ts(pm.death_ms)))]
+    meta = [("when", fmt_ts(pm.death_ms), "")]
     if victim.how:
-        meta.append(("how", _h(victim.how)))
+        meta.append(("how", text(victim.how), ""))
     if event is not None:
-        msg = text(event.message, "")
-        meta.append(
-            ("event", f"<code>{_h(event.kind)}</code>" + (f" {escape(msg)}" if msg else ""))
-        )
+        meta.append(("event", text(event.kind), text(event.message, "")))
     if victim.engine:
-        meta.append(("engine", _h(victim.engine)))
+        meta.append(("engine", text(victim.engine), ""))
     started, exited = victim.started_at_ms, victim.exited_ms
     if started is not None:
         ran = f" (ran {fmt_dur(exited - started)})" if exited is not None else ""
-        meta.append(("started", escape(fmt_ts(started) + ran)))
+        meta.append(("started", fmt_ts(started) + ran, ""))
     argv = argv_text(victim.argv)
     if argv:
-        meta.append(("command", f"<pre>{escape(argv)}</pre>"))
-    out = [
-        '<section><table class="meta"><tbody>'
-        + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in meta)
-        + "</tbody></table>"
-    ]
-    data_rows = event_data_rows(event.data) if event is not None else []
-    if data_rows:
-        out.append(
-            '<p class=muted>event data</p><table class="data"><tbody>'
-            + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in data_rows)
-            + "</tbody></table>"
-        )
-    out.append("</section>")
-    return "\n".join(out)
+        meta.append(("command", argv, ""))
+    return meta
 
 
-def _chart_html(pm: PostMortem) -> str:
-    out = ["<section><h2>Memory over time</h2>" + render_svg(pm)]
-    srows = []
+def _series_rows(pm: PostMortem) -> list[list[str]]:
+    rows = []
     for s in series(pm):
         st = stats(s.points)
-        cells = [escape(s.label)] + ([escape(fmt_bytes(x)) for x in st] if st else ["-"] * 3)
-        cells.append(escape(fmt_bytes(s.total)) if s.total else "-")
-        srows.append(cells)
-    if srows:
-        out.append(_table(("series", "min", "max", "last", "total"), srows))
-    out.append("</section>")
-    return "\n".join(out)
+        cells = [s.label] + ([fmt_bytes(x) for x in st] if st else ["-"] * 3)
+        cells.append(fmt_bytes(s.total) if s.total else "-")
+        rows.append(cells)
+    return rows
 
 
-def _kernel_html(pm: PostMortem) -> str:
+def _kernel_rows(pm: PostMortem) -> list[tuple[str, str]]:
     kernel = pm.victim.kernel
     if kernel is None:
-        body = '<p class="muted">No kernel OOM record.</p>'
-    else:
-        krows = [(lbl, escape(fmt_bytes(getattr(kernel, key)))) for key, lbl in KERNEL_FIELDS]
-        krows += [
-            (k, _h(v)) for k, v in (("constraint", kernel.constraint), ("memcg", kernel.memcg)) if v
-        ]
-        body = _table(("field", "value"), krows)
-    return f"<section><h2>Kernel's record of the kill</h2>\n{body}\n</section>"
+        return []
+    rows = [(label, fmt_bytes(getattr(kernel, key))) for key, label in KERNEL_FIELDS]
+    named = (("constraint", kernel.constraint), ("memcg", kernel.memcg))
+    return rows + [(k, text(v)) for k, v in named if v]
 
 
-def _members_html(pm: PostMortem) -> str:
-    members = member_lines(pm)
-    if not members or pm.cgroup_budget is None:
-        return ""
-    cgroup = _h(pm.cgroup_budget.cgroup)
-    return (
-        f"<section><h2>Members of cgroup {cgroup} at the kill</h2><ul>"
-        + "".join(f"<li>{escape(line)}</li>" for line in members)
-        + "</ul></section>"
-    )
-
-
-def _memory_html(pm: PostMortem) -> str:
-    out = ["<section><h2>Memory at death (estimate vs measured)</h2>"]
-    rows = memory_rows(pm)
-    if rows:
-        out.append(
-            _table(
-                ("device",) + MEMORY_HEADS,
-                [[escape(k)] + [escape(c) for c in cells] for k, cells in rows],
-            )
-        )
-        out.append(
-            '<p class="muted">estimate: what the launch should need; at death: the '
-            "victim as measured at death; last seen / peak: its last nonzero and highest "
-            "samples; ceiling: the limit it ran under.</p>"
-        )
-    else:
-        out.append('<p class="muted">No estimate, measurement or ceiling.</p>')
-    if pm.victim.measured is not None:
-        out.append(f"<p>{escape(measured_line(pm.victim.measured))}</p>")
-    out.append("</section>")
-    return "\n".join(out)
-
-
-def _loading_html(pm: PostMortem, death: float | None) -> str:
-    if not pm.loading:
-        return ""
-    lrows = []
+def _loading_rows(pm: PostMortem, death: float | None) -> list[list[str]]:
+    rows = []
     for item in pm.loading:
         started = item.started_ms
         before = fmt_dur(death - started) if started is not None and death is not None else "?"
-        lrows.append(
-            [
-                pid_text(item.pid),
-                _h(item.comm),
-                _h(item.model) if item.model else "-",
-                escape(fmt_hms(started)),
-                escape(before),
-            ]
-        )
-    heads = ("pid", "process", "model", "since (UTC)", "before death")
-    return (
-        "<section><h2>Loading at the time</h2>"
-        + _table(heads, lrows, numeric_from=3)
-        + "</section>"
-    )
+        model = text(item.model) if item.model else "-"
+        rows.append([pid_text(item.pid), text(item.comm), model, fmt_hms(started), before])
+    return rows
+
+
+def _event_rows(pm: PostMortem, death: float | None) -> tuple[list[list[str]], str]:
+    events, more = other_events(pm)
+    rows = []
+    for e in events:
+        ts = e.ts_ms
+        rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
+        rows.append([fmt_hms(ts), rel, text(e.kind), text(e.message, "")[:600]])
+    return rows, more
+
+
+# markupsafe writes " and ' as &#34; and &#39;; the page has always had html.escape's
+# &quot; and &#x27; (saved reports, tests and greps compare them): the same characters.
+# A literal "&#34;" in the document is escaped to "&amp;#34;", so nothing else matches.
+_ENTITIES = (("&#34;", "&quot;"), ("&#39;", "&#x27;"))
 
 
 def render_html(doc: PostMortem | object) -> str:
@@ -197,52 +122,29 @@ def render_html(doc: PostMortem | object) -> str:
     (inline CSS and SVG, no scripts)."""
     pm = as_postmortem(doc)
     death = pm.death_ms
-    pid_s = pid_text(pm.victim.pid)
-    comm = _h(pm.victim.comm)
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_h(title(pm))}: {comm} (pid {pid_s})</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>{_h(title(pm))}: {comm} (pid {pid_s}) died</h1>",
-        _meta_html(pm),
-        "<section><h2>Cause</h2>"
-        f'<p class="cause">{_h(pm.cause, "(not determined)")}</p>'
-        "<h2>Fix</h2>"
-        f'<p class="fix">{_h(pm.fix, "(none suggested)")}</p></section>',
-        _chart_html(pm),
-        _kernel_html(pm),
-        _members_html(pm),
-        _memory_html(pm),
-        _loading_html(pm, death),
-        _events_html(pm, death),
-        f'<p class="muted">vramscope post-mortem, schema <code>{_h(pm.schema)}</code>.</p>',
-        "</body></html>",
-    ]
-    return "\n".join(part for part in out if part) + "\n"
-
-
-def _events_html(pm: PostMortem, death: float | None) -> str:
-    events, more = other_events(pm)
-    out = ["<section><h2>Other events in the window</h2>"]
-    erows = []
-    for e in events:
-        ts = e.ts_ms
-        rel = fmt_dur(ts - death) if ts is not None and death is not None else "?"
-        erows.append(
-            [
-                escape(fmt_hms(ts)),
-                escape(rel),
-                f"<code>{_h(e.kind)}</code>",
-                _h(text(e.message, "")[:600], ""),
-            ]
-        )
-    if erows:
-        out.append(_table(("time (UTC)", "vs death", "kind", "message"), erows, numeric_from=9))
-    else:
-        out.append('<p class="muted">None.</p>')
-    if more:
-        out.append(f'<p class="muted more-events">{escape(more)}.</p>')
-    out.append("</section>")
-    return "".join(out)
+    event_rows, more = _event_rows(pm, death)
+    values: dict[str, Any] = {
+        "title": title(pm),
+        "comm": text(pm.victim.comm),
+        "pid": pid_text(pm.victim.pid),
+        "meta": _meta(pm),
+        "data_rows": event_data_rows(pm.event.data) if pm.event is not None else [],
+        "cause": text(pm.cause, "(not determined)"),
+        "fix": text(pm.fix, "(none suggested)"),
+        "svg": Markup(render_svg(pm)),  # noqa: S704 - well-formed SVG that escapes its labels
+        "series_rows": _series_rows(pm),
+        "kernel_rows": _kernel_rows(pm),
+        "members": member_lines(pm) if pm.cgroup_budget is not None else [],
+        "cgroup": text(pm.cgroup_budget.cgroup if pm.cgroup_budget else None),
+        "memory_heads": MEMORY_HEADS,
+        "memory_rows": [[k, *cells] for k, cells in memory_rows(pm)],
+        "measured": measured_line(pm.victim.measured) if pm.victim.measured else "",
+        "loading_rows": _loading_rows(pm, death),
+        "event_rows": event_rows,
+        "more": more,
+        "schema": text(pm.schema),
+    }
+    page = _template().render(values)
+    for new, old in _ENTITIES:
+        page = page.replace(new, old)
+    return page
