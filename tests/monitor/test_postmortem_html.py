@@ -69,5 +69,8 @@ def test_the_page_is_the_packaged_template() -> None:
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
     assert "@media print" in source and "@media print" in page
     assert "No kernel OOM record." in page and "(not determined)" in page
-    module = Path(__file__).parents[2] / "monitor" / "report" / "postmortem" / "html.py"
-    assert "html import escape" not in module.read_text(encoding="utf-8")
+    svg = resources.files("monitor.report.postmortem") / "templates" / "chart.svg.j2"
+    assert svg.is_file() and 'class="death-marker"' in svg.read_text(encoding="utf-8")
+    package = Path(__file__).parents[2] / "monitor" / "report" / "postmortem"
+    for module in package.glob("*.py"):  # the templates escape, nothing by hand
+        assert "html import escape" not in module.read_text(encoding="utf-8"), module

@@ -7,7 +7,8 @@ out). ``text.py``: a report that fits an 80-100 column terminal; ``svg.py`` (wit
 ``chart.py``, what it draws): the memory chart; ``html.py``: one self-contained HTML file
 (inline CSS and SVG, no scripts, no external resources) that reads offline and prints; the
 JSON document is ``PostMortem.to_json()``. Every string taken from the document is treated
-as hostile (common.py). Stdlib only (and jinja2 for HTML); must not import textual or rich.
+as hostile (common.py); the SVG and the HTML come from jinja2 templates with autoescape
+(``templates/``, package data: jinja.py). Must not import textual or rich.
 """
 
 from monitor.report.postmortem.common import fmt_bytes, fmt_dur, fmt_hms, fmt_ts, measured_line

@@ -8,10 +8,8 @@ XML that escapes its own labels) goes in as markup."""
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from monitor.analysis.postmortem_doc import PostMortem, as_postmortem
@@ -34,22 +32,10 @@ from monitor.report.postmortem.common import (
     text,
     title,
 )
+from monitor.report.postmortem.jinja import render
 from monitor.report.postmortem.svg import render_svg
 
 TEMPLATE = "postmortem.html.j2"
-
-
-@cache
-def _template() -> jinja2.Template:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("monitor.report.postmortem", "templates"),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    return env.get_template(TEMPLATE)
 
 
 def _meta(pm: PostMortem) -> list[tuple[str, str, str]]:
@@ -111,12 +97,6 @@ def _event_rows(pm: PostMortem, death: float | None) -> tuple[list[list[str]], s
     return rows, more
 
 
-# markupsafe writes " and ' as &#34; and &#39;; the page has always had html.escape's
-# &quot; and &#x27; (saved reports, tests and greps compare them): the same characters.
-# A literal "&#34;" in the document is escaped to "&amp;#34;", so nothing else matches.
-_ENTITIES = (("&#34;", "&quot;"), ("&#39;", "&#x27;"))
-
-
 def render_html(doc: PostMortem | object) -> str:
     """The post-mortem (typed, or any JSON document) as one self-contained HTML page
     (inline CSS and SVG, no scripts)."""
@@ -144,7 +124,4 @@ def render_html(doc: PostMortem | object) -> str:
         "more": more,
         "schema": text(pm.schema),
     }
-    page = _template().render(values)
-    for new, old in _ENTITIES:
-        page = page.replace(new, old)
-    return page
+    return render(TEMPLATE, values)

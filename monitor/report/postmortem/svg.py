@@ -1,10 +1,12 @@
 """The post-mortem's memory chart as one ``<svg>`` element (well-formed XML, no scripts):
-the layers of monitor/report/postmortem/chart.py drawn onto a time x bytes frame."""
+the layers of monitor/report/postmortem/chart.py drawn onto a time x bytes frame, from
+the jinja2 template ``templates/chart.svg.j2`` (autoescaped; this module writes the
+numbers, the template escapes the labels)."""
 
 from __future__ import annotations
 
 import math
-from html import escape
+from typing import Any
 
 from monitor.analysis.postmortem_doc import PostMortem, as_postmortem
 from monitor.report.postmortem.chart import (
@@ -24,6 +26,7 @@ from monitor.report.postmortem.common import (
     series,
     x_range,
 )
+from monitor.report.postmortem.jinja import render
 from monitor.units import GIB
 
 # SVG geometry (user units of the viewBox).
@@ -140,78 +143,41 @@ class _Frame:
         return PLOT_BOTTOM - min(max(v / self.ymax, 0.0), 1.0) * (PLOT_BOTTOM - PLOT_TOP)
 
 
-def _svg_axes(f: _Frame, chart: Chart, xr: tuple[float, float] | None) -> list[str]:
-    """The y axis in GiB (nice steps from 0) and the x axis in HH:MM:SS UTC."""
-    out: list[str] = []
-    # y axis: GiB, nice steps from 0 up to the top of the axis
+def _axes(f: _Frame, chart: Chart, xr: tuple[float, float] | None) -> dict[str, Any]:
+    """The y axis in GiB (nice steps from 0 up to the top) and the x axis in HH:MM:SS UTC."""
     step = _nice_step(f.ymax / GIB, 5)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
-    out.append('<g class="y-axis" fill="#333" stroke="none">')
+    y_ticks = []
     k = 0
     while k * step * GIB <= f.ymax * (1 + 1e-9) and k < 50:
         y = f.sy(k * step * GIB)
-        out.append(
-            f'<line x1="{PLOT_LEFT}" y1="{_f(y)}" x2="{PLOT_RIGHT}" y2="{_f(y)}" '
-            'stroke="#e3e3e3" stroke-width="1"/>'
-        )
-        out.append(
-            f'<text x="{PLOT_LEFT - 6}" y="{_f(y + 4)}" text-anchor="end">'
-            f"{k * step:.{decimals}f}</text>"
-        )
+        y_ticks.append((_f(y), _f(y + 4), f"{k * step:.{decimals}f}"))
         k += 1
-    dev = f" on {escape(clean(chart.device_id))}" if chart.device_id else ""
-    out.append(f'<text x="6" y="{PLOT_TOP - 10}" text-anchor="start">GiB{dev}</text>' if xr else "")
-    out.append("</g>")
-
-    # x axis: HH:MM:SS UTC
-    out.append('<g class="x-axis" fill="#333" stroke="none">')
-    if xr is not None:
-        for t in _time_ticks(f.x0, f.x1):
-            x = f.sx(t)
-            out.append(
-                f'<line x1="{_f(x)}" y1="{PLOT_BOTTOM}" x2="{_f(x)}" '
-                f'y2="{PLOT_BOTTOM + 5}" stroke="#999"/>'
-            )
-            out.append(
-                f'<text x="{_f(x)}" y="{PLOT_BOTTOM + 18}" text-anchor="middle">{fmt_hms(t)}</text>'
-            )
-        out.append(
-            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{PLOT_BOTTOM + 36}" '
-            f'text-anchor="middle">time (UTC, {escape(fmt_ts(f.x0)[:10])})</text>'
-        )
-    out.append("</g>")
-
-    return out
+    x_ticks = [(_f(f.sx(t)), fmt_hms(t)) for t in _time_ticks(f.x0, f.x1)] if xr else []
+    return {
+        "y_ticks": y_ticks,
+        "y_title": None if xr is None else clean(chart.device_id) if chart.device_id else "",
+        "x_ticks": x_ticks,
+        "x_title": None if xr is None else fmt_ts(f.x0)[:10],
+    }
 
 
-def _svg_marks(
-    f: _Frame,
-    chart: Chart,
-    xr: tuple[float, float] | None,
-    band_colors: dict[str, str],
-    limit_drawn: bool,
-    death: float | None,
-) -> list[str]:
-    """The stacked bands, the device total and the victim, the limit, the death marker."""
-    out: list[str] = []
-    # the others, stacked: each band from the one below's top to its own top
-    out.append('<g class="bands" stroke-width="0.8">')
+def _bands(f: _Frame, chart: Chart, colors: dict[str, str]) -> list[tuple[str, int, str, str, str]]:
+    """The others, stacked: each band from the one below's top to its own top."""
     keep = thin(chart.times, chart.bands[-1][1]) if chart.bands else []
     below = [0.0] * len(chart.times)
+    out = []
     for rank, (s, top) in enumerate(chart.bands):
         upper = [f"{_f(f.sx(chart.times[j]))},{_f(f.sy(top[j]))}" for j in keep]
         lower = [f"{_f(f.sx(chart.times[j]))},{_f(f.sy(below[j]))}" for j in reversed(keep)]
-        out.append(
-            f'<polygon class="band" data-series="{s.key}" data-rank="{rank}" '
-            f'fill="{band_colors[s.key]}" fill-opacity="0.55" '
-            f'stroke="{band_colors[s.key]}" points="{" ".join(upper + lower)}">'
-            f"<title>{escape(s.label)}</title></polygon>"
-        )
+        out.append((s.key, rank, colors[s.key], " ".join(upper + lower), s.label))
         below = top
-    out.append("</g>")
+    return out
 
-    # the device's total in use (dashed), then the victim on top of everything
-    out.append('<g class="series-group" fill="none">')
+
+def _lines(f: _Frame, chart: Chart) -> list[tuple[bool, str, str, str]]:
+    """The device's total in use (dashed), then the victim on top of everything."""
+    out = []
     for line in (chart.device, chart.victim):
         if line is None or not line.points:
             continue
@@ -219,90 +185,69 @@ def _svg_marks(
         if len(pts) == 1:
             pts = pts * 2
         coords = " ".join(f"{_f(f.sx(t))},{_f(f.sy(v))}" for t, v in pts)
-        style = (
-            f'stroke="{VICTIM_COLOR}" stroke-width="3"'
-            if line.victim
-            else f'stroke="{DEVICE_COLOR}" stroke-width="1.5" stroke-dasharray="7 4"'
-        )
-        cls = "series process victim" if line.victim else "series device"
-        out.append(
-            f'<polyline class="{cls}" data-series="{line.key}" {style} '
-            f'stroke-linejoin="round" stroke-linecap="round" points="{coords}">'
-            f"<title>{escape(line.label)}</title></polyline>"
-        )
-    out.append("</g>")
-
-    # the limit: a labelled horizontal line, or a note when it is far above the data
-    if chart.limit_bytes and xr is not None:
-        label = escape(f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}")
-        if limit_drawn:
-            limit_y = _f(f.sy(chart.limit_bytes))
-            out.append(
-                f'<g class="limit"><line x1="{PLOT_LEFT}" y1="{limit_y}" x2="{PLOT_RIGHT}" '
-                f'y2="{limit_y}" stroke="{LIMIT_COLOR}" stroke-width="2"/>'
-                f'<text x="{PLOT_LEFT + 6}" y="{_f(f.sy(chart.limit_bytes) - 5)}" '
-                f'fill="{LIMIT_COLOR}" font-weight="bold" stroke="#fff" stroke-width="3" '
-                f'paint-order="stroke">{label}</text></g>'
-            )
-        else:
-            out.append(
-                f'<g class="limit off-scale"><text x="{PLOT_LEFT + 6}" '
-                f'y="{PLOT_TOP + 16}" fill="{LIMIT_COLOR}">{label} '
-                "(far above, not to scale)</text></g>"
-            )
-
-    # death marker
-    if death is not None and xr is not None:
-        death_x = _f(f.sx(death))
-        out.append(
-            f'<g class="death-marker"><line x1="{death_x}" y1="{PLOT_TOP}" x2="{death_x}" '
-            f'y2="{PLOT_BOTTOM}" stroke="#000" stroke-width="1.5" '
-            'stroke-dasharray="3 3"/>'
-            f'<text x="{death_x}" y="{PLOT_TOP - 10}" text-anchor="end" fill="#000">'
-            f"died {fmt_hms(death)}</text></g>"
-        )
-
+        out.append((line.victim, line.key, coords, line.label))
     return out
 
 
-def _svg_legend(entries: list[tuple[str, str, str, str]], note: str, rows: int) -> list[str]:
-    """Victim, device total, the bands from the bottom up, the limit; then the note."""
-    out: list[str] = []
-    # legend: victim, device total, the bands from the bottom up, the limit
-    out.append('<g class="legend">')
+def _legend(entries: list[tuple[str, str, str, str]]) -> list[dict[str, Any]]:
+    """Victim, device total, the bands from the bottom up, the limit: two columns."""
     colw = (SVG_W - PLOT_LEFT) / LEGEND_COLS
+    out = []
     for i, (key, label, color, kind) in enumerate(entries):
         r, c = divmod(i, LEGEND_COLS)
         lx = PLOT_LEFT // 2 + c * colw
-        ly = LEGEND_TOP + r * LEGEND_ROW
-        if kind == "band":
-            swatch = (
-                f'<rect x="{_f(lx)}" y="{ly - 6}" width="24" height="12" fill="{color}" '
-                f'fill-opacity="0.55" stroke="{color}"/>'
-            )
-        else:
-            style = {
-                "victim": 'stroke-width="3"',
-                "device": 'stroke-width="1.5" stroke-dasharray="7 4"',
-                "limit": 'stroke-width="2"',
-            }[kind]
-            swatch = (
-                f'<line x1="{_f(lx)}" y1="{ly}" x2="{_f(lx + 24)}" y2="{ly}" '
-                f'stroke="{color}" {style}/>'
-            )
-        weight = ' font-weight="bold"' if kind in ("victim", "limit") else ""
         out.append(
-            f'<g class="legend-entry {kind}" data-series="{key}">{swatch}'
-            f'<text x="{_f(lx + 30)}" y="{ly + 4}" fill="#222"{weight}>'
-            f"{escape(_legend_label(label))}</text></g>"
-        )
-    if note:
-        ly = LEGEND_TOP + (rows - 1) * LEGEND_ROW
-        out.append(
-            f'<text class="not-charted" x="{PLOT_LEFT // 2}" y="{ly + 4}" fill="#666">'
-            f"{escape(_legend_label(note, 120))}</text>"
+            {
+                "key": key,
+                "kind": kind,
+                "color": color,
+                "x": _f(lx),
+                "x_end": _f(lx + 24),
+                "text_x": _f(lx + 30),
+                "y": LEGEND_TOP + r * LEGEND_ROW,
+                "bold": kind in ("victim", "limit"),
+                "label": _legend_label(label),
+            }
         )
     return out
+
+
+def _entries(chart: Chart, colors: dict[str, str]) -> list[tuple[str, str, str, str]]:
+    """(key, label, colour, swatch kind) of each legend entry."""
+    entries: list[tuple[str, str, str, str]] = []
+    if chart.victim is not None:
+        entries.append((chart.victim.key, chart.victim.label, VICTIM_COLOR, "victim"))
+    if chart.device is not None:
+        entries.append((chart.device.key, chart.device.label, DEVICE_COLOR, "device"))
+    for s, _ in chart.bands:
+        entries.append((s.key, s.label, colors[s.key], "band"))
+    if chart.limit_bytes:
+        label = f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}"
+        entries.append(("limit", label, LIMIT_COLOR, "limit"))
+    return entries
+
+
+def _scale(chart: Chart) -> tuple[float, bool]:
+    """The top of the y axis and whether the limit is drawn to scale (not when it is
+    more than ``LIMIT_OFF_SCALE`` times the data's peak)."""
+    lines = [s for s in (chart.victim, chart.device) if s is not None and s.points]
+    data_max = max(
+        [v for s in lines for _, v in s.points]
+        + [max(top, default=0.0) for _, top in chart.bands[-1:]],
+        default=0.0,
+    )
+    limit = chart.limit_bytes
+    drawn = (
+        limit is not None and limit > 0 and (data_max <= 0 or limit <= data_max * LIMIT_OFF_SCALE)
+    )
+    ymax = max(data_max, limit if drawn and limit else 0.0)
+    if ymax <= 0:
+        ymax = GIB
+    return ymax * 1.04, drawn  # headroom so the top line and its label stay inside the plot
+
+
+def _death(f: _Frame, death: float) -> dict[str, str]:
+    return {"x": _f(f.sx(death)), "label": fmt_hms(death)}
 
 
 def render_svg(doc: PostMortem | object) -> str:
@@ -315,61 +260,50 @@ def render_svg(doc: PostMortem | object) -> str:
     xr = x_range(pm, series(pm))
     chart = chart_of(pm, xr)
     death = pm.death_ms
-    entries: list[tuple[str, str, str, str]] = []  # key, label, colour, swatch kind
-    if chart.victim is not None:
-        entries.append((chart.victim.key, chart.victim.label, VICTIM_COLOR, "victim"))
-    if chart.device is not None:
-        entries.append((chart.device.key, chart.device.label, DEVICE_COLOR, "device"))
-    band_colors = {
+    colors = {
         s.key: ("#b0b0b0" if s.key == "proc-others" else PALETTE[i % len(PALETTE)])
         for i, (s, _) in enumerate(chart.bands)
     }
-    for s, _ in chart.bands:
-        entries.append((s.key, s.label, band_colors[s.key], "band"))
-    if chart.limit_bytes:
-        entries.append(
-            ("limit", f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}", LIMIT_COLOR, "limit")
-        )
-    note = (
-        "not charted (other devices, see the table): " + ", ".join(chart.not_charted)
-        if chart.not_charted
-        else ""
-    )
+    entries = _entries(chart, colors)
+    note = ""
+    if chart.not_charted:
+        note = "not charted (other devices, see the table): " + ", ".join(chart.not_charted)
     rows = max(math.ceil(len(entries) / LEGEND_COLS), 1) + (1 if note else 0)
-    height = LEGEND_TOP + rows * LEGEND_ROW + 8
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {SVG_W} '
-        f'{height}" width="100%" role="img" aria-label="memory over time" '
-        f'font-family="sans-serif" font-size="13">',
-        "<title>Memory over time (GiB, UTC)</title>",
-        f'<rect class="plot-area" x="{PLOT_LEFT}" y="{PLOT_TOP}" '
-        f'width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
-        'fill="#fcfcfc" stroke="#999" stroke-width="1"/>',
-    ]
-    lines = [s for s in (chart.victim, chart.device) if s is not None and s.points]
-    data_max = max(
-        [v for s in lines for _, v in s.points]
-        + [max(top, default=0.0) for _, top in chart.bands[-1:]],
-        default=0.0,
-    )
-    limit_drawn = (
-        chart.limit_bytes is not None
-        and chart.limit_bytes > 0
-        and (data_max <= 0 or chart.limit_bytes <= data_max * LIMIT_OFF_SCALE)
-    )
-    ymax = max(data_max, chart.limit_bytes if limit_drawn and chart.limit_bytes else 0.0)
-    if xr is None or not (lines or chart.bands):
-        parts.append(
-            f'<text x="{(PLOT_LEFT + PLOT_RIGHT) / 2}" y="{(PLOT_TOP + PLOT_BOTTOM) / 2}"'
-            ' text-anchor="middle" fill="#666">no samples in the window</text>'
-        )
-    if ymax <= 0:
-        ymax = GIB
-    ymax *= 1.04  # headroom so the top line and its label stay inside the plot
-    x0, x1 = xr if xr else (0.0, 1.0)
-    f = _Frame(x0, x1, ymax)
-    parts += _svg_axes(f, chart, xr)
-    parts += _svg_marks(f, chart, xr, band_colors, limit_drawn, death)
-    parts += _svg_legend(entries, note, rows)
-    parts.append("</g></svg>")
-    return "".join(p for p in parts if p)
+    ymax, limit_drawn = _scale(chart)
+    f = _Frame(*(xr if xr else (0.0, 1.0)), ymax)
+    has_lines = any(s is not None and s.points for s in (chart.victim, chart.device))
+    limit = None
+    if chart.limit_bytes and xr is not None:
+        limit = {
+            "drawn": limit_drawn,
+            "y": _f(f.sy(chart.limit_bytes)),
+            "text_y": _f(f.sy(chart.limit_bytes) - 5),
+            "label": f"{chart.limit_label}: {fmt_bytes(chart.limit_bytes)}",
+        }
+    values = {
+        "width": SVG_W,
+        "height": LEGEND_TOP + rows * LEGEND_ROW + 8,
+        "left": PLOT_LEFT,
+        "right": PLOT_RIGHT,
+        "top": PLOT_TOP,
+        "bottom": PLOT_BOTTOM,
+        "plot_w": PLOT_RIGHT - PLOT_LEFT,
+        "plot_h": PLOT_BOTTOM - PLOT_TOP,
+        "mid_x": (PLOT_LEFT + PLOT_RIGHT) / 2,
+        "mid_y": (PLOT_TOP + PLOT_BOTTOM) / 2,
+        "no_samples": xr is None or not (has_lines or chart.bands),
+        **_axes(f, chart, xr),
+        "bands": _bands(f, chart, colors),
+        "lines": _lines(f, chart),
+        "limit": limit,
+        "death": None
+        if death is None or xr is None
+        else {"x": _f(f.sx(death)), "label": fmt_hms(death)},
+        "legend": _legend(entries),
+        "note": _legend_label(note, 120) if note else "",
+        "note_y": LEGEND_TOP + (rows - 1) * LEGEND_ROW + 4,
+        "victim_color": VICTIM_COLOR,
+        "device_color": DEVICE_COLOR,
+        "limit_color": LIMIT_COLOR,
+    }
+    return render("chart.svg.j2", values).replace("\n", "")
