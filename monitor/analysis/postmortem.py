@@ -5,26 +5,33 @@ kernel ``oom_kill``/``oomd_kill`` record. Around it: the kernel's own figures, t
 timeline of every tracked process and device from 10 minutes before to 1 minute after
 (full resolution: retention keeps it, monitor/store/database.py), what was loading, the estimate
 re-made from the victim's command line against what was measured at death, the ceiling,
-the likely cause in one paragraph and the fix. The document is ``vramscope.postmortem/1``;
-monitor/report/postmortem.py turns it into text or one self-contained HTML file.
+the likely cause in one paragraph and the fix. The result is a typed ``PostMortem``
+(monitor/analysis/postmortem_doc.py; its JSON: ``vramscope.postmortem/1``);
+monitor/report/postmortem/ turns it into text, an SVG chart or one self-contained HTML file.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from monitor.analysis.cgroup_budget import (
-    Budget,
-    Member,
-    budget_fixes,
-    in_cgroup,
-    member_name,
-    minimum_needed,
+from monitor.analysis.cgroup_budget import Budget
+from monitor.analysis.postmortem_budget import budget_cause, budget_fix, budget_of, predict_hint
+from monitor.analysis.postmortem_doc import (
+    SCHEMA,
+    CgroupBudget,
+    CrashEvent,
+    DeviceTimeline,
+    KernelRecord,
+    LaunchEstimate,
+    Loading,
+    MeasuredAtDeath,
+    OtherEvent,
+    PostMortem,
+    ProcessTimeline,
+    Victim,
 )
-from monitor.analysis.picture import DEFAULT_MARGIN_BYTES
 from monitor.device_names import device_labels
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
@@ -113,13 +120,15 @@ def _info(p: reads.ProcessPoint | reads.ProcessRecord) -> dict[str, Any]:
     }
 
 
-def build(
+def build_model(
     db_path: Path,
     pid: int | None = None,
     at_ms: int | None = None,
     cgroup_version: int | None = None,
-) -> dict[str, Any]:
-    """``cgroup_version``: the memory cgroup hierarchy the kill happened under (1 or 2),
+) -> PostMortem:
+    """The post-mortem of the crash asked for (the last one by default), typed.
+
+    ``cgroup_version``: the memory cgroup hierarchy the kill happened under (1 or 2),
     which names the limit a fix raises; None: this box's (the daemon's database is local)."""
     version = cgroup_version if cgroup_version is not None else _box_cgroup_version()
     db = open_readonly(db_path)
@@ -136,6 +145,17 @@ def build(
         return _assemble(db, crash, version)
     finally:
         db.close()
+
+
+def build(
+    db_path: Path,
+    pid: int | None = None,
+    at_ms: int | None = None,
+    cgroup_version: int | None = None,
+) -> dict[str, Any]:
+    """The post-mortem as its JSON document (``vramscope.postmortem/1``): see
+    :func:`build_model`."""
+    return build_model(db_path, pid, at_ms, cgroup_version).to_json()
 
 
 def _kernel_figures(kernel: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +189,7 @@ def _untracked(pid: Any, records: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     }
 
 
-def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> PostMortem:
     victim_pid = crash["data"].get("pid")
     t = crash["ts_ms"]
     start, end = t - KEEP_BEFORE_MS, t + KEEP_AFTER_MS
@@ -215,44 +235,65 @@ def _assemble(db: Any, crash: dict[str, Any], version: int | None = None) -> dic
         info = _untracked(victim_pid, (crash["data"], kdata, exit_data))
     budget = None
     if kernel_fig and kernel_fig["constraint"] == "CONSTRAINT_MEMCG":
-        budget = _budget(db, kdata, kernel_fig, info, loading, estimate_doc, (start, t), version)
+        budget = budget_of(db, kdata, kernel_fig, info, loading, estimate_doc, (start, t), version)
     cause, fix = _cause(
         info, how, kernel_fig, peak, devices, processes, loading, estimate_doc, nearby, victim_pid
     )
     if budget is not None:
         cause, fix = budget_cause(budget) + " " + cause, budget_fix(budget)
     main_ids = {crash["id"], (kernel or {}).get("id"), (exit_ev or {}).get("id")}
-    return {
-        "schema": "vramscope.postmortem/1",
-        "title": _title(crash, exit_data, kernel),
-        "event": {k: crash[k] for k in ("ts_ms", "kind", "message", "data")},
-        "victim": {
-            **info,
-            "how": how,
-            "exit_cause": exit_data.get("cause"),
-            "exit_code": exit_data.get("exit_code"),
-            "exit_signal": exit_data.get("exit_signal"),
-            "at_death": at_death,
-            "last_measured": last,
-            "peak": peak,
-            "kernel": kernel_fig,
-            "measured": _measured_at_death(db, victim_pid, mine),
-        },
-        "window": {"start_ms": start, "end_ms": end},
-        "timeline": {
-            "devices": devices,
-            "processes": [
-                {k: p[k] for k in ("pid", "comm", "device_id", "points")} for p in processes
-            ],
-        },
-        "loading": loading,
-        "estimate": estimate_doc,
-        "ceiling": ceiling,
-        "cause": cause,
-        "fix": fix,
-        "cgroup_budget": budget.as_dict() if budget is not None else None,
-        **capped_events([e for e in nearby if e["id"] not in main_ids], t),
-    }
+    victim = Victim(
+        info["pid"],
+        info["comm"],
+        tuple(info["argv"]),
+        info["engine"],
+        info["started_at_ms"],
+        info["exited_ms"],
+        how,
+        exit_data.get("cause"),
+        exit_data.get("exit_code"),
+        exit_data.get("exit_signal"),
+        at_death,
+        last,
+        peak,
+        KernelRecord(**kernel_fig) if kernel_fig else None,
+        _measured_at_death(db, victim_pid, mine),
+    )
+    others = capped_events([e for e in nearby if e["id"] not in main_ids], t)
+    return PostMortem(
+        SCHEMA,
+        _title(crash, exit_data, kernel),
+        CrashEvent(crash["ts_ms"], crash["kind"], crash["message"], crash["data"]),
+        victim,
+        start,
+        end,
+        tuple(_device_timeline(d) for d in devices),
+        tuple(_process_timeline(p) for p in processes),
+        tuple(Loading(**x) for x in loading),
+        LaunchEstimate(**estimate_doc) if estimate_doc else None,
+        ceiling,
+        cause,
+        fix,
+        _budget_doc(budget),
+        tuple(OtherEvent(**e) for e in others["other_events"]),
+        others["other_events_omitted"],
+        others["other_events_omitted_kinds"],
+    )
+
+
+def _device_timeline(d: dict[str, Any]) -> DeviceTimeline:
+    points = tuple((ts, v) for ts, v in d["points"])
+    return DeviceTimeline(d["device_id"], d["name"], d["total_bytes"], points)
+
+
+def _process_timeline(p: dict[str, Any]) -> ProcessTimeline:
+    points = tuple((ts, v) for ts, v in p["points"])
+    return ProcessTimeline(p["pid"], p["comm"], p["device_id"], points)
+
+
+def _budget_doc(budget: Budget | None) -> CgroupBudget | None:
+    """The budget as the post-mortem carries it: its ``as_dict()`` document, typed."""
+    return None if budget is None else CgroupBudget.from_json(budget.as_dict())
 
 
 MAX_EVENTS = 50
@@ -342,7 +383,7 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
     return out
 
 
-def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, Any] | None:
+def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> MeasuredAtDeath | None:
     """What the victim held at its last recorded tick by the one definition every view
     uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
     from monitor.analysis.measured import measure
@@ -355,7 +396,14 @@ def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> dict[str, 
     snap = box_state(DatabaseMoment(None, max(ticks), db)).snapshot
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = measure(pid, snap.memory, [h for h, owner in helpers.items() if owner == pid])
-    return {"ts_ms": snap.ts_ms, **held.as_dict()}
+    return MeasuredAtDeath(
+        snap.ts_ms,
+        held.total_bytes,
+        held.device_bytes,
+        held.host_anon_bytes,
+        held.host_file_bytes,
+        tuple(held.unknown_device_ids),
+    )
 
 
 def _kb(value: Any) -> int | None:
@@ -404,201 +452,6 @@ def _estimate(
     }
 
 
-def _members(
-    db: Any, cgroup: str, kernel_fig: dict, victim: dict, start: int, t: int
-) -> list[Member]:
-    """Every tracked process whose last sampled cgroup (by ``t``) is ``cgroup`` or under
-    it, with its last nonzero host split and GPU memory; the victim with the kernel
-    record's split (what it held at the kill), added when it was never sampled in it."""
-    inside = {  # by the process's life, not its pid (pids are reused)
-        c.process_id: c for c in reads.last_cgroups(db, start, t) if in_cgroup(c.path, cgroup)
-    }
-    host: dict[int, tuple[int, int, int]] = {}
-    gpu: dict[int, dict[str, int]] = {}
-    for pp in reads.process_points(db, t - 60_000, t):
-        if pp.process_id not in inside:
-            continue
-        if pp.device_id == "host":
-            split = (pp.rss_anon_bytes or 0, pp.rss_file_bytes or 0, pp.rss_shmem_bytes or 0)
-            if any(split):
-                host[pp.process_id] = split
-        else:  # the last nonzero figure per GPU
-            held = (pp.vram_bytes or 0) + (pp.gtt_bytes or 0)
-            on = gpu.setdefault(pp.process_id, {})
-            if held or pp.device_id not in on:
-                on[pp.device_id] = held
-    victim_pid = victim.get("pid")
-    out = []
-    for key, c in inside.items():
-        pid = c.pid
-        anon, file, shmem = host.get(key, (0, 0, 0))
-        if pid == victim_pid and kernel_fig.get("anon_rss_bytes") is not None:
-            anon, file, shmem = (
-                kernel_fig.get(k) or 0
-                for k in ("anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")
-            )
-        name = member_name(c.argv, c.comm)
-        out.append(
-            Member(
-                pid,
-                name,
-                c.comm,
-                c.argv,
-                c.path,
-                anon,
-                file,
-                shmem,
-                sum(gpu.get(key, {}).values()),
-                pid == victim_pid,
-            )
-        )
-    if isinstance(victim_pid, int) and all(c.pid != victim_pid for c in inside.values()):
-        argv = tuple(victim.get("argv") or ())
-        comm = str(victim.get("comm") or "?")
-        out.append(
-            Member(
-                victim_pid,
-                member_name(argv, comm),
-                comm,
-                argv,
-                str(kernel_fig.get("memcg") or cgroup),
-                kernel_fig.get("anon_rss_bytes") or 0,
-                kernel_fig.get("file_rss_bytes") or 0,
-                kernel_fig.get("shmem_rss_bytes") or 0,
-                0,
-                True,
-            )
-        )
-    return sorted(out, key=lambda m: (m.victim, -m.charged_bytes))
-
-
-def _growth_evidence(db: Any, victim: dict, t: int) -> tuple[str, str, str] | None:
-    """(what grew, the log line it comes from, which cache: growth.py's cause) when the
-    victim's own ``--log-file`` (monitor/logs/server_cache.py, read as the daemon reads
-    it: a bounded tail, never through a symlink, only a file the server's user owns) says
-    a run-time cache holds memory (monitor/analysis/growth.py)."""
-    from monitor.analysis.growth import evidence_from_log
-    from monitor.logs.server_cache import ServerLogFollower, log_file_of, log_source
-
-    pid, argv = victim.get("pid"), list(victim.get("argv") or ())
-    if not isinstance(pid, int) or not argv:
-        return None
-    uid, cwd = reads.process_owner(db, pid, t)
-    path = log_file_of(argv, cwd)
-    if path is None:
-        return None
-    follower = ServerLogFollower(path, uid)
-    report = follower.read()
-    follower.close()
-    if report is None:
-        return None
-    found, _checked = evidence_from_log(report, log_source(path))
-    grown = [e for e in found if e.bytes > 0]
-    if not grown:
-        return None
-    top = max(grown, key=lambda e: e.bytes)
-    what = "prompt cache" if top.cause == "prompt_cache" else "context checkpoints"
-    return (
-        f"its {what} had grown to {_gib(top.bytes)}",
-        f"{top.source}: '{top.quote}'",
-        top.cause,
-    )
-
-
-def _gpus_at(db: Any, t: int) -> list[Any]:
-    """The box's GPUs at the last tick at or before ``t`` (none on a CPU-only box)."""
-    from monitor.store.history import snapshot_in
-
-    tick = reads.tick_at_or_before(db, t)
-    if tick is None:
-        return []
-    return [d for d in snapshot_in(db, tick).devices if d.memory_kind not in ("host",)]
-
-
-def _budget(
-    db: Any,
-    kdata: dict,
-    kernel_fig: dict,
-    info: dict | None,
-    loading: list[dict],
-    est: dict | None,
-    window: tuple[int, int],
-    version: int | None,
-) -> Budget | None:
-    """The kill in terms of the killed cgroup's budget (monitor/analysis/cgroup_budget.py):
-    the cgroup whose limit was hit is the record's ``oom_memcg``, else the victim's."""
-    cgroup = kdata.get("memcg") or kdata.get("task_memcg")
-    victim, (start, t) = info or {}, window
-    if not isinstance(cgroup, str):
-        return None
-    # the record's "memory: usage ..., limit ..." line, else the limit last sampled there
-    limit = kernel_fig.get("memcg_limit_bytes") or next(
-        (c.max_bytes for c in reads.last_cgroups(db, start, t) if c.path == cgroup and c.max_bytes),
-        None,
-    )
-    if not limit:
-        return None
-    members = _members(db, cgroup, kernel_fig, victim, start, t)
-    loading_now = any(x["pid"] == victim.get("pid") for x in loading)
-    growth = None if loading_now else _growth_evidence(db, victim, t)
-    need, bounds, fixes = budget_fixes(
-        tuple(victim.get("argv") or ()),
-        cgroup,
-        limit,
-        members,
-        DEFAULT_MARGIN_BYTES,
-        growth is not None,
-        t,
-        _gpus_at(db, t),
-    )
-    if need is None and est is not None:
-        need = est["by_device"].get("host")
-    parts = "its need by its estimate"
-    if need is not None and growth is not None and bounds.get(growth[2]):
-        # what it needs not to be killed again: the load and the cache that grew, full
-        what = "prompt cache" if growth[2] == "prompt_cache" else "context checkpoints"
-        parts = f"{_gib(need)} at load + its {what} full, {_gib(bounds[growth[2]])}"
-        need += bounds[growth[2]]
-    if growth is not None:
-        fixes = [
-            replace(f, evidence=growth[1]) if f.change.startswith(("--cache-ram", "-ctxcp")) else f
-            for f in fixes
-        ]
-    minimum, why = minimum_needed(members, need, parts if growth else "")
-    return Budget(
-        cgroup,
-        limit,
-        version,
-        tuple(members),
-        need,
-        why,
-        minimum,
-        parts,
-        tuple(fixes),
-        growth[0] if growth else None,
-    )
-
-
-def budget_cause(b: Budget) -> str:
-    return b.cause()
-
-
-def budget_fix(b: Budget) -> str:
-    """Each fix that fits the budget, as predict prints it, then raising the limit."""
-    items = []
-    for f in b.fixes:
-        frees = f", frees {_gib(f.frees_bytes)}" if f.frees_bytes else ""
-        where = f" (from {f.evidence})" if f.evidence else ""
-        items.append(f"{f.change}{frees}: {f.verdict.upper()}{where}")
-    items.append(b.limit_fix())
-    head = f"To fit the {_gib(b.limit_bytes)} budget of {b.cgroup}, any one of: "
-    text = head + "; ".join(f"({i}) {x}" for i, x in enumerate(items, 1)) + "."
-    victim = b.victim
-    if victim is not None and victim.argv:
-        text += " " + predict_hint(b.cgroup, list(victim.argv))
-    return text
-
-
 CGROUP_FIX_MARGIN = 1.10  # 10 % above the launch's need: page cache and allocator slack
 
 
@@ -617,19 +470,6 @@ def _held_at_kill(kernel: dict, rss: int) -> str:
         return "an amount the kernel record does not give"
     split = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return split + " memory" + (f" ({_gib(rss)} in all)" if len(parts) > 1 else "")
-
-
-def predict_hint(memcg: str, argv: list[str]) -> str:
-    """The ``vramscope predict`` command that judges the launch against its cgroup."""
-    import shlex
-
-    command = shlex.join(argv)
-    if len(command) > 300:
-        command = command[:300] + "..."
-    return (
-        f"`vramscope predict --cgroup {shlex.quote(memcg)} -- {command}` judges the"
-        " launch against that cgroup before it starts."
-    )
 
 
 def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[str]) -> str:

@@ -770,13 +770,13 @@ def postmortem(
     estimate vs what was measured at death, the ceiling, the likely cause and the fix.
       vramscope postmortem --last --html crash.html
     """
-    from monitor.analysis.postmortem import build
+    from monitor.analysis.postmortem import build_model
     from monitor.report.postmortem import render_html, render_text
     from monitor.store.history import parse_time
 
     cfg = load_config(**kwargs)
     try:
-        doc = build(cfg.db_path, pid, parse_time(at_time) if at_time else None)
+        doc = build_model(cfg.db_path, pid, parse_time(at_time) if at_time else None)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     if html_path is not None:
@@ -785,7 +785,7 @@ def postmortem(
         except OSError as exc:
             raise UserError(f"cannot write {html_path}: {exc.strerror}") from None
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100
-    click.echo(json.dumps(doc, indent=2) if as_json else render_text(doc, width))
+    click.echo(json.dumps(doc.to_json(), indent=2) if as_json else render_text(doc, width))
 
 
 @cli.command()
