@@ -27,7 +27,7 @@ as the ``vramscope.predict/1`` JSON document.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -762,6 +762,9 @@ class PredictRequest:
     router_url: str | None = None
     router_config: Path | None = None
     ask_routers: bool = True  # False: a recorded state (the TUI's replay): files only
+    # a live process's allow-listed environment (environ.read_llama_env): a router's
+    # children inherit the router's LLAMA_ARG_* (router_predict.py); None: none read
+    env_for: Callable[[int], Mapping[str, str]] | None = None
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = field(default_factory=dict)
@@ -841,14 +844,18 @@ def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
     return spec.model_path if spec is not None else None
 
 
-def _spec_of(command: list[str], on_the_launching_box: bool) -> LaunchSpec:
+def _spec_of(
+    command: list[str], on_the_launching_box: bool, inherited: Mapping[str, str] | None = None
+) -> LaunchSpec:
     """The launch asked about. ``-hf``: the CLI on the launching box finds the model in its
     user's llama.cpp cache (monitor/engines/hf_cache.py); the daemon's HTTP API does not
-    look in its own."""
+    look in its own. ``inherited``: the environment the launch inherits (a router's child:
+    the router's allow-listed environment, router_predict.py); the command line wins."""
     from monitor.engines import parse_command
     from monitor.engines.hf_cache import own_cache_env
 
-    spec = parse_command(list(command), own_cache_env() if on_the_launching_box else None)
+    env = {**(own_cache_env() if on_the_launching_box else {}), **(inherited or {})}
+    spec = parse_command(list(command), env or None)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
     return spec
@@ -918,6 +925,7 @@ def _target(
             req.router_url,
             req.router_config,
             live=req.ask_routers and req.state is None and req.at is None,
+            env_for=req.env_for,
         )
     command, evicted, notes = swap_target(req, picture)
     return command, evicted, notes, None
@@ -996,7 +1004,7 @@ def answer(
             "nothing to predict: give a command after -- or a llama-swap "
             "model id with --swap-config"
         )
-    spec = _spec_of(command, req.check_engine_flags)
+    spec = _spec_of(command, req.check_engine_flags, view.env if view is not None else None)
     _refuse(spec, req, view is not None)
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)

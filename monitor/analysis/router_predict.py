@@ -15,13 +15,22 @@ the loaded or sleeping one with the smallest ``last_used`` (``pick_victim``, lin
 ``last_used`` in this build, so the oldest child process stands for it (a note says so).
 If it is still full after that (every running model is still loading), the router
 refuses the load ("model limit reached").
+
+The child's environment is the router's (``server_models::load``, server-models.cpp lines
+1159-1160: ``child_env = base_env`` + ``LLAMA_SERVER_ROUTER_PORT``; ``base_env`` is
+``get_environment()``, lines 486-508 and 564): a router started with
+``LLAMA_ARG_CTX_SIZE=8192`` gives each child that context unless the child's argv (its
+preset, or the router's own argv: ``load_from_args`` reads argv only, common/preset.cpp
+line 465) sets ``-c``, since llama.cpp reads the environment first and the command line
+overrides it (common/arg.cpp lines 784-800). :attr:`RouterView.env` carries the router's
+allow-listed environment (monitor/engines/environ.py) for the child's parse.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +48,7 @@ if TYPE_CHECKING:
 RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
 EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep
 Fetch = Callable[[str], tuple[AnsweredModel, ...]]
+EnvFor = Callable[[int], Mapping[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +61,9 @@ class RouterView:
     states: Mapping[str, str]  # id -> "loaded", "unloaded", ... (files: the children seen)
     children: Mapping[str, int]  # id -> the child's pid, where seen on this box
     source: str  # "GET /models" or "its files"
+    # the router's allow-listed environment (environ.read_llama_env): its children inherit
+    # it; {} for a recorded state or a router not seen on this box
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def _fetch(url: str) -> tuple[AnsweredModel, ...]:
@@ -83,10 +96,15 @@ def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]
 
 
 def _view_of(
-    router: Router, proc: ProcessInfo, children: dict[str, int], fetch: Fetch | None
+    router: Router,
+    proc: ProcessInfo,
+    children: dict[str, int],
+    fetch: Fetch | None,
+    env: Mapping[str, str],
 ) -> tuple[RouterView, str | None]:
     """The router's view: its /models answer, else (or with no ``fetch``) its files."""
     label = f"router pid {router.pid} :{router.port}"
+    most = router.models_max
     try:
         if fetch is None:
             raise OSError("a recorded state: the router now may not be the one it records")
@@ -95,18 +113,29 @@ def _view_of(
         launches = _from_files(router, proc)
         states = {m: "loaded" for m in children}
         why = f"{label}: GET /models not asked ({str(exc)[:120]}); read from its files"
-        return RouterView(label, router.models_max, launches, states, children, "its files"), why
+        return RouterView(label, most, launches, states, children, "its files", env), why
     launches = {m.model_id: m.args for m in answered}
     states = {m.model_id: m.status for m in answered}
-    return RouterView(label, router.models_max, launches, states, children, "GET /models"), None
+    return RouterView(label, most, launches, states, children, "GET /models", env), None
+
+
+def _env_of(env_for: EnvFor | None, pid: int | None) -> dict[str, str]:
+    """The router's allow-listed environment; {} when unknown or unreadable."""
+    if env_for is None or pid is None:
+        return {}
+    try:
+        return dict(env_for(pid) or {})
+    except Exception:  # noqa: BLE001 - a vanished or unreadable process has no env
+        return {}
 
 
 def discover(
-    snap: Snapshot, model_id: str, fetch: Fetch | None = _fetch
+    snap: Snapshot, model_id: str, fetch: Fetch | None = _fetch, env_for: EnvFor | None = None
 ) -> tuple[RouterView, list[str]]:
     """The router on this box that serves ``model_id``; EstimateError when none or several.
-    ``fetch`` None (a recorded state): the routers' files only, never a live answer."""
-    routers, links = process_links(snap.processes)
+    ``fetch`` None (a recorded state): the routers' files only, never a live answer.
+    ``env_for``: a live process's allow-listed environment (None: a recorded state)."""
+    routers, links = process_links(snap.processes, env_for)
     procs = {p.pid: p for p in snap.processes}
     found: list[RouterView] = []
     notes: list[str] = []
@@ -114,7 +143,7 @@ def discover(
         router = routers[pid]
         children = _child_ids(router, links)
         try:
-            view, why = _view_of(router, procs[pid], children, fetch)
+            view, why = _view_of(router, procs[pid], children, fetch, _env_of(env_for, pid))
         except RouterModelsError as exc:
             notes.append(f"router pid {pid}: {exc}")
             continue
@@ -138,11 +167,16 @@ def discover(
 
 
 def explicit(
-    snap: Snapshot, url: str | None, config: Path | None, fetch: Fetch = _fetch
+    snap: Snapshot,
+    url: str | None,
+    config: Path | None,
+    fetch: Fetch = _fetch,
+    env_for: EnvFor | None = None,
 ) -> RouterView:
     """``--router URL`` or ``--router-config FILE.ini``; the router process on this box
-    with that port / preset file gives ``--models-max`` and the children."""
-    routers, links = process_links(snap.processes)
+    with that port / preset file gives ``--models-max``, the children and the environment
+    they inherit."""
+    routers, links = process_links(snap.processes, env_for)
     procs = {p.pid: p for p in snap.processes}
     if url is not None:
         from monitor.integrations.loopback import loopback_url
@@ -159,6 +193,7 @@ def explicit(
             {m.model_id: m.status for m in answered},
             children,
             "GET /models",
+            _env_of(env_for, match.pid if match is not None else None),
         )
     if config is None:
         raise EstimateError("a router needs --router URL or --router-config FILE.ini")
@@ -170,7 +205,8 @@ def explicit(
     children = _child_ids(match, links)
     most = match.models_max if match is not None else DEFAULT_MODELS_MAX
     states = {m: "loaded" for m in children}
-    return RouterView(f"preset {config}", most, launches, states, children, "its files")
+    env = _env_of(env_for, match.pid if match is not None else None)
+    return RouterView(f"preset {config}", most, launches, states, children, "its files", env)
 
 
 def victim(view: RouterView, started_ms: Mapping[int, int | None]) -> str | None:
@@ -218,15 +254,18 @@ def router_target(
     config: Path | None = None,
     fetch: Fetch = _fetch,
     live: bool = True,
+    env_for: EnvFor | None = None,
 ) -> tuple[list[str], list[ProcessUse], list[str], RouterView]:
     """(the child's command, the child unloaded first, notes, the router) for a model id.
     ``live`` False (``--state``/``--at``): the routers found in the recorded state are read
-    from their files, not asked (``--router URL`` is asked: it was named)."""
+    from their files, not asked (``--router URL`` is asked: it was named), and no process
+    environment is read. ``env_for``: a process's allow-listed environment."""
     notes: list[str] = []
+    env_for = env_for if live else None
     if url is not None or config is not None:
-        view = explicit(snap, url, config, fetch)
+        view = explicit(snap, url, config, fetch, env_for)
     else:
-        view, notes = discover(snap, model_id, fetch if live else None)
+        view, notes = discover(snap, model_id, fetch if live else None, env_for)
     if model_id not in view.launches:
         known = ", ".join(sorted(view.launches)[:12]) or "none"
         raise EstimateError(f"{view.label} has no model {model_id!r} (it has: {known})")

@@ -5,6 +5,7 @@ workflow itself is :func:`monitor.analysis.predict.answer`."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from collectors.base import CgroupMemory, Snapshot
@@ -102,8 +103,18 @@ def run_predict(
     caller could read, monitor/http/access.py); None: the plain reader (the CLI, as its
     user; the header bounds and O_NONBLOCK|O_NOFOLLOW opens apply there too)."""
     snap = take_snapshot(cfg, req, snapshot)
+    if req.env_for is None and req.state is None and req.at is None:
+        req = replace(req, env_for=_env_reader(cfg))  # a router's children inherit its env
     launch = launch_cgroup(cfg, req, snap, live=snapshot is None)
     return answer(req, snap, gpu_devices(snap, cfg), launch, read_header=read_header)
+
+
+def _env_reader(cfg: Config) -> Callable[[int], dict[str, str]]:
+    """A live process's allow-listed environment (monitor/engines/environ.py), under the
+    configured /proc root."""
+    from monitor.engines import read_llama_env
+
+    return lambda pid: read_llama_env(cfg.roots.proc, pid)
 
 
 def predict_on_fleet(
