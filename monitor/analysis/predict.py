@@ -958,9 +958,9 @@ def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | Non
         return None, None
     limits = {c.pid: c.cgroup for c in snap.cgroups}
     if _for_router(req):
-        from monitor.engines.router import process_links
+        from monitor.engines.router import snapshot_links
 
-        routers = [pid for pid in process_links(snap.processes)[0] if pid in limits]
+        routers = [pid for pid in snapshot_links(snap, req.env_for)[0] if pid in limits]
         if len(routers) == 1:
             found = limits[routers[0]]
             return found, (

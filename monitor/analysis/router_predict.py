@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitor.analysis.picture import Picture, ProcessUse
-from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, process_links
+from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, snapshot_links
 from monitor.engines.router_models import AnsweredModel, RouterModelsError, list_models_dir
 from monitor.engines.router_preset import child_launches, read_preset_file
 from monitor.estimate.kv import EstimateError
@@ -135,7 +135,7 @@ def discover(
     """The router on this box that serves ``model_id``; EstimateError when none or several.
     ``fetch`` None (a recorded state): the routers' files only, never a live answer.
     ``env_for``: a live process's allow-listed environment (None: a recorded state)."""
-    routers, links = process_links(snap.processes, env_for)
+    routers, links = snapshot_links(snap, env_for)
     procs = {p.pid: p for p in snap.processes}
     found: list[RouterView] = []
     notes: list[str] = []
@@ -176,7 +176,7 @@ def explicit(
     """``--router URL`` or ``--router-config FILE.ini``; the router process on this box
     with that port / preset file gives ``--models-max``, the children and the environment
     they inherit."""
-    routers, links = process_links(snap.processes, env_for)
+    routers, links = snapshot_links(snap, env_for)
     procs = {p.pid: p for p in snap.processes}
     if url is not None:
         from monitor.integrations.loopback import loopback_url
