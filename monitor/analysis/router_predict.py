@@ -29,6 +29,9 @@ allow-listed environment (monitor/engines/environ.py) for the child's parse.
 from __future__ import annotations
 
 import os
+import queue
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +52,11 @@ RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
 EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep
 Fetch = Callable[[str], tuple[AnsweredModel, ...]]
 EnvFor = Callable[[int], Mapping[str, str]]
+Answer = tuple[AnsweredModel, ...] | BaseException
+# discovery asks every router on the box at once: one overall deadline (each ask's own
+# socket timeout is router_client's 2 s), and at most this many routers asked
+DISCOVERY_DEADLINE_S = 2.5
+MAX_ROUTERS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,24 +107,51 @@ def _view_of(
     router: Router,
     proc: ProcessInfo,
     children: dict[str, int],
-    fetch: Fetch | None,
+    answer: Answer | None,
     env: Mapping[str, str],
 ) -> tuple[RouterView, str | None]:
-    """The router's view: its /models answer, else (or with no ``fetch``) its files."""
+    """The router's view: its /models answer, else (``answer`` None: a recorded state, or
+    an error: no answer) its files. A malformed answer raises RouterModelsError."""
     label = f"router pid {router.pid} :{router.port}"
     most = router.models_max
-    try:
-        if fetch is None:
-            raise OSError("a recorded state: the router now may not be the one it records")
-        answered = fetch(f"http://127.0.0.1:{router.port}")
-    except (OSError, ValueError) as exc:
+    if isinstance(answer, RouterModelsError):
+        raise answer
+    if answer is None or isinstance(answer, BaseException):
+        why = str(answer) if answer is not None else "a recorded state: it may be gone now"
         launches = _from_files(router, proc)
         states = {m: "loaded" for m in children}
-        why = f"{label}: GET /models not asked ({str(exc)[:120]}); read from its files"
+        why = f"{label}: GET /models not asked ({why[:120]}); read from its files"
         return RouterView(label, most, launches, states, children, "its files", env), why
-    launches = {m.model_id: m.args for m in answered}
-    states = {m.model_id: m.status for m in answered}
+    launches = {m.model_id: m.args for m in answer}
+    states = {m.model_id: m.status for m in answer}
     return RouterView(label, most, launches, states, children, "GET /models", env), None
+
+
+def ask_routers(ports: Sequence[int], fetch: Fetch, deadline_s: float) -> dict[int, Answer]:
+    """Each router's ``GET /models``, asked at once (one daemon thread each, at most
+    :data:`MAX_ROUTERS`), within one overall deadline: a router that has not answered by
+    then is left out (the caller reads its files), its thread left to end on its own
+    socket timeout. port -> its models, or the exception its ask raised."""
+    out: dict[int, Answer] = {}
+    done: queue.Queue[tuple[int, Answer]] = queue.Queue()
+
+    def ask(port: int) -> None:
+        try:
+            done.put((port, fetch(f"http://127.0.0.1:{port}")))
+        except Exception as exc:  # noqa: BLE001 - any failure: this router did not answer
+            done.put((port, exc))
+
+    wanted = list(dict.fromkeys(ports))[:MAX_ROUTERS]
+    for port in wanted:
+        threading.Thread(target=ask, args=(port,), name=f"router-{port}", daemon=True).start()
+    end = time.monotonic() + deadline_s
+    while len(out) < len(wanted):
+        try:
+            port, result = done.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            break
+        out[port] = result
+    return out
 
 
 def _env_of(env_for: EnvFor | None, pid: int | None) -> dict[str, str]:
@@ -130,20 +165,30 @@ def _env_of(env_for: EnvFor | None, pid: int | None) -> dict[str, str]:
 
 
 def discover(
-    snap: Snapshot, model_id: str, fetch: Fetch | None = _fetch, env_for: EnvFor | None = None
+    snap: Snapshot,
+    model_id: str,
+    fetch: Fetch | None = _fetch,
+    env_for: EnvFor | None = None,
+    deadline_s: float = DISCOVERY_DEADLINE_S,
 ) -> tuple[RouterView, list[str]]:
     """The router on this box that serves ``model_id``; EstimateError when none or several.
+    Every router is asked at once, all within ``deadline_s`` (:func:`ask_routers`); one that
+    does not answer in time is read from its files.
     ``fetch`` None (a recorded state): the routers' files only, never a live answer.
     ``env_for``: a live process's allow-listed environment (None: a recorded state)."""
     routers, links = snapshot_links(snap, env_for)
     procs = {p.pid: p for p in snap.processes}
     found: list[RouterView] = []
     notes: list[str] = []
+    ports = [routers[pid].port for pid in sorted(routers)]
+    answers = ask_routers(ports, fetch, deadline_s) if fetch is not None else {}
+    late = OSError(f"no answer within {deadline_s:g} s")
     for pid in sorted(routers):
         router = routers[pid]
         children = _child_ids(router, links)
+        answer = answers.get(router.port, late) if fetch is not None else None
         try:
-            view, why = _view_of(router, procs[pid], children, fetch, _env_of(env_for, pid))
+            view, why = _view_of(router, procs[pid], children, answer, _env_of(env_for, pid))
         except RouterModelsError as exc:
             notes.append(f"router pid {pid}: {exc}")
             continue
