@@ -871,9 +871,11 @@ def running_servers(picture: Picture) -> list[ProcessUse]:
 
 
 def swap_target(
-    req: PredictRequest, picture: Picture
+    req: PredictRequest, picture: Picture, snap: Snapshot | None = None
 ) -> tuple[list[str], list[ProcessUse], list[str]]:
-    """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``."""
+    """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``.
+    With ``snap``: a llama-swap model that runs a router runs when its router does, and
+    stopping it stops the router's children too (monitor/analysis/swap_router.py)."""
     from monitor.integrations import llamaswap
 
     if req.swap_config is None:
@@ -884,7 +886,7 @@ def swap_target(
     config = llamaswap.load_config(req.swap_config)
     target = llamaswap.resolve(config, req.model_id or "")
     servers = running_servers(picture)
-    by_path = {_model_of(u.argv): u for u in servers}
+    by_path = {p: u for u in servers if (p := _model_of(u.argv)) is not None}  # no -m: none
     running: dict[str, ProcessUse] = {}
     notes = []
     if req.swap_url:
@@ -899,13 +901,30 @@ def swap_target(
     for model_id in ids:
         model = config.models.get(model_id)
         path = _model_of(model.cmd) if model else None
-        if path in by_path:
+        if path is not None and path in by_path:
             running[model_id] = by_path[path]
+    routed = _routed(config, snap, picture)
+    if not req.swap_url:
+        ids += [m for m in routed if m not in ids]
     evict_ids = llamaswap.evictions(config, list(ids), target.model_id)
     evicted = [running[m] for m in evict_ids if m in running]
+    evicted += [u for m in evict_ids if m not in running for u in routed.get(m, ())]
     if evict_ids:
         notes.append(f"llama-swap unloads first: {', '.join(evict_ids)}")
     return list(target.cmd), evicted, notes
+
+
+def _routed(config: Any, snap: Snapshot | None, picture: Picture) -> dict[str, list[ProcessUse]]:
+    """llama-swap model ID -> the router and children it stops with that model."""
+    if snap is None:
+        return {}
+    from monitor.analysis.swap_router import running_router_models
+
+    uses = {u.pid: u for u in running_servers(picture)}
+    return {
+        m: [uses[p] for p in pids if p in uses]
+        for m, pids in running_router_models(config, snap).items()
+    }
 
 
 def _target(
@@ -927,7 +946,12 @@ def _target(
             live=req.ask_routers and req.state is None and req.at is None,
             env_for=req.env_for,
         )
-    command, evicted, notes = swap_target(req, picture)
+    from monitor.analysis.swap_router import swap_router_target
+
+    routed = swap_router_target(req, snap, picture)
+    if routed is not None:  # an id the router of a llama-swap model serves
+        return routed
+    command, evicted, notes = swap_target(req, picture, snap)
     return command, evicted, notes, None
 
 

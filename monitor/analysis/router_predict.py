@@ -170,13 +170,17 @@ def discover(
     fetch: Fetch | None = _fetch,
     env_for: EnvFor | None = None,
     deadline_s: float = DISCOVERY_DEADLINE_S,
+    only_pid: int | None = None,
 ) -> tuple[RouterView, list[str]]:
     """The router on this box that serves ``model_id``; EstimateError when none or several.
     Every router is asked at once, all within ``deadline_s`` (:func:`ask_routers`); one that
     does not answer in time is read from its files.
     ``fetch`` None (a recorded state): the routers' files only, never a live answer.
-    ``env_for``: a live process's allow-listed environment (None: a recorded state)."""
+    ``env_for``: a live process's allow-listed environment (None: a recorded state).
+    ``only_pid``: that router only (the one a llama-swap model runs, swap_router.py)."""
     routers, links = snapshot_links(snap, env_for)
+    if only_pid is not None:
+        routers = {pid: r for pid, r in routers.items() if pid == only_pid}
     procs = {p.pid: p for p in snap.processes}
     found: list[RouterView] = []
     notes: list[str] = []
@@ -300,6 +304,7 @@ def router_target(
     fetch: Fetch = _fetch,
     live: bool = True,
     env_for: EnvFor | None = None,
+    only_pid: int | None = None,
 ) -> tuple[list[str], list[ProcessUse], list[str], RouterView]:
     """(the child's command, the child unloaded first, notes, the router) for a model id.
     ``live`` False (``--state``/``--at``): the routers found in the recorded state are read
@@ -310,7 +315,8 @@ def router_target(
     if url is not None or config is not None:
         view = explicit(snap, url, config, fetch, env_for)
     else:
-        view, notes = discover(snap, model_id, fetch if live else None, env_for)
+        fetched = fetch if live else None
+        view, notes = discover(snap, model_id, fetched, env_for, only_pid=only_pid)
     if model_id not in view.launches:
         known = ", ".join(sorted(view.launches)[:12]) or "none"
         raise EstimateError(f"{view.label} has no model {model_id!r} (it has: {known})")
