@@ -145,16 +145,16 @@ def swap_router_target(
     model_id = req.model_id
     if model_id in config.models or any(model_id in m.aliases for m in config.models.values()):
         return None
+    from monitor.analysis.router_predict import router_target
+
+    live = req.ask_routers and req.state is None and req.at is None
     found = router_model_of(config, model_id)
-    if found is None:
-        return None
+    if found is None:  # a router on the box outside llama-swap, else llama-swap's error
+        return _outside(req, snap, picture, live)
     swap, launches = found
     head = f"llama-swap model {swap.swap_id} runs the llama-server router that serves {model_id}"
     running = running_router_models(config, snap)
     if swap.swap_id in running:  # llama-swap leaves it running: the router's LRU decides
-        from monitor.analysis.router_predict import router_target
-
-        live = req.ask_routers and req.state is None and req.at is None
         command, evicted, notes, view = router_target(
             model_id,
             snap,
@@ -168,3 +168,20 @@ def swap_router_target(
     _, evicted, notes = swap_target(replace(req, model_id=swap.swap_id), picture, snap)
     notes = [f"{head}; not running now: llama-swap starts it first", *notes]
     return list(launches[model_id]), evicted, notes, None
+
+
+def _outside(
+    req: PredictRequest, snap: Snapshot, picture: Picture, live: bool
+) -> tuple[list[str], list[ProcessUse], list[str], RouterView | None] | None:
+    """An id neither llama-swap nor its routers have: a router on the box that llama-swap
+    does not run may serve it (``[llama_swap] config`` set does not hide it); None when
+    none does (llama-swap's "unknown model" error then says what it has)."""
+    from monitor.analysis.router_predict import router_target
+    from monitor.estimate.kv import EstimateError
+
+    if not snapshot_links(snap)[0]:
+        return None
+    try:
+        return router_target(req.model_id or "", snap, picture, live=live, env_for=req.env_for)
+    except EstimateError:
+        return None

@@ -153,3 +153,16 @@ def test_an_id_neither_serves_is_one_line(tmp_path: Path, models: Path) -> None:
     )
     assert code == 2 and doc == {} and err.count("\n") == 1, err
     assert "unknown model 'zz'" in err
+
+
+def test_an_id_of_a_router_llama_swap_does_not_run_is_still_found(
+    tmp_path: Path, models: Path
+) -> None:
+    """A router on the box outside llama-swap (its config has no router model) serves `b`:
+    a configured llama-swap does not hide it; the router's LRU applies."""
+    state = _state(tmp_path, models, router=True, big=False)
+    swap = tmp_path / "plain.yaml"
+    swap.write_text('models:\n  big: {cmd: "llama-server -m /x/big.gguf --port ${PORT}"}\n')
+    code, doc, err = predict_json("--state", str(state), "--swap-config", str(swap), "b")
+    assert code == 0, err
+    assert doc["would_unload"] == ["a (pid 701)"] and doc["unloaded_by"] == "the router"
