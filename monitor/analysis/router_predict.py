@@ -91,7 +91,13 @@ def _child_ids(router: Router | None, links: Mapping[int, RouterChild]) -> dict[
     }
 
 
-def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]:
+def _from_files(
+    router: Router, proc: ProcessInfo, env: Mapping[str, str]
+) -> dict[str, tuple[str, ...]]:
+    """Its models from its files: ``--models-dir``, ``--models-preset``, and llama.cpp's
+    HF cache as located by its environment (none read for a recorded state)."""
+    from monitor.engines.hf_cache import list_cached_models
+
     def full(path: str | None) -> str | None:
         if path is None or os.path.isabs(path) or not proc.cwd:
             return path
@@ -100,7 +106,8 @@ def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]
     models_dir, preset = full(router.models_dir), full(router.models_preset)
     listed = list_models_dir(models_dir) if models_dir else ()
     ini = read_preset_file(preset) if preset else None
-    return child_launches(list(proc.argv), listed, ini)
+    cached = list_cached_models(env) if env else ()
+    return child_launches(list(proc.argv), listed, ini, cached=cached)
 
 
 def _view_of(
@@ -118,7 +125,7 @@ def _view_of(
         raise answer
     if answer is None or isinstance(answer, BaseException):
         why = str(answer) if answer is not None else "a recorded state: it may be gone now"
-        launches = _from_files(router, proc)
+        launches = _from_files(router, proc, env)
         states = {m: "loaded" for m in children}
         why = f"{label}: GET /models not asked ({why[:120]}); read from its files"
         return RouterView(label, most, launches, states, children, "its files", env), why

@@ -127,3 +127,59 @@ def test_a_router_named_by_its_environment_only_is_found(tmp_path: Path, models:
         proc.wait(timeout=30)
     assert result.prediction.estimate.n_ctx == 8192
     assert any(str(models / "a.gguf") in arg for arg in result.command)
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _hf_cache(top: Path) -> Path:
+    """llama.cpp's HF cache (hub layout) with one listed model and files it does not list."""
+    repo = top / "models--user--tiny"
+    snap = repo / "snapshots" / COMMIT
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT + "\n")
+    tiny_models.write_llama(snap / "tiny-Q8_0.gguf", seed=3, name="tiny")
+    for noise in ("mmproj-tiny-F16.gguf", "tiny-Q4_K_M-00002-of-00002.gguf", "notag.gguf"):
+        (snap / noise).write_bytes(b"GGUF")
+    bad = top / "models--a--b--c" / "snapshots" / COMMIT  # not a user/model id
+    bad.mkdir(parents=True)
+    (bad / "x-Q8_0.gguf").write_bytes(b"GGUF")
+    (top / "models--user--link").symlink_to(repo)  # a repository folder that is a link
+    return top
+
+
+def test_the_hf_cache_lists_what_the_router_lists(tmp_path: Path) -> None:
+    from monitor.engines.hf_cache import list_cached_models
+
+    cache = _hf_cache(tmp_path / "hub")
+    assert list_cached_models({"LLAMA_CACHE": str(cache)}) == ("user/tiny:Q8_0",)
+    assert list_cached_models({"LLAMA_CACHE": str(tmp_path / "none")}) == ()
+
+
+def test_a_cached_model_of_the_routers_cache_is_predicted_by_its_id(
+    tmp_path: Path, models: Path
+) -> None:
+    """The router lists llama.cpp's HF cache (server-models.cpp load_models, preset.cpp
+    load_from_cache): its child is ``-hf user/tiny:Q8_0``, resolved in the router's cache."""
+    cache = _hf_cache(tmp_path / "hub")
+    env = {"LLAMA_CACHE": str(cache), "LLAMA_ARG_CTX_SIZE": "8192", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(["sleep", "600"], env=env)
+    try:
+        cached = _predict_id(proc.pid, _router(models), "user/tiny:Q8_0")
+        plain = _predict_id(proc.pid, _router(models), "a")  # the folder's model still there
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert plain.prediction.estimate.n_ctx == 8192
+    assert "user/tiny:Q8_0" in cached.command
+    assert cached.prediction.estimate.model_path == str(
+        cache / "models--user--tiny" / "snapshots" / COMMIT / "tiny-Q8_0.gguf"
+    )
+
+
+def _predict_id(pid: int, argv: tuple[str, ...], model_id: str) -> PredictResult:
+    router = ProcessInfo(pid, 1, 1_000, 1, 1000, "llama-server", argv, "llama.cpp", ("inference",))
+    snap = Snapshot(1_800_000_000_000, (host(64 * GIB),), (router,), (), (), (), ())
+    req = PredictRequest([], model_id=model_id, env_for=lambda p: read_llama_env(PROC, p))
+    return answer(req, snap, devices_from_samples(snap.devices, 0))
