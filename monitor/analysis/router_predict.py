@@ -193,11 +193,14 @@ def discover(
     notes: list[str] = []
     ports = [routers[pid].port for pid in sorted(routers)]
     answers = ask_routers(ports, fetch, deadline_s) if fetch is not None else {}
+    asked = set(list(dict.fromkeys(ports))[:MAX_ROUTERS])
     late = OSError(f"no answer within {deadline_s:g} s")
+    many = OSError(f"more than {MAX_ROUTERS} routers on this box: not asked")
     for pid in sorted(routers):
         router = routers[pid]
         children = _child_ids(router, links)
-        answer = answers.get(router.port, late) if fetch is not None else None
+        unanswered = late if router.port in asked else many
+        answer = answers.get(router.port, unanswered) if fetch is not None else None
         try:
             view, why = _view_of(router, procs[pid], children, answer, _env_of(env_for, pid))
         except RouterModelsError as exc:
