@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # the same table as _WHERE (tests/test_import_hygiene.py)
     from monitor.engines.recognise import helper_parents as helper_parents
     from monitor.engines.router import Router as Router
     from monitor.engines.router import process_links as process_links
+    from monitor.engines.router import snapshot_links as snapshot_links
     from monitor.estimate import MemoryEstimate as MemoryEstimate
     from monitor.estimate import features_of as features_of
     from monitor.estimate.certainty import model_specific as model_specific
@@ -132,6 +133,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "LLAMACPP_ESTIMATED": ("monitor.engines.capabilities", "LLAMACPP_ESTIMATED"),
     "helper_parents": ("monitor.engines.recognise", "helper_parents"),
     "process_links": ("monitor.engines.router", "process_links"),
+    "snapshot_links": ("monitor.engines.router", "snapshot_links"),
     "Router": ("monitor.engines.router", "Router"),
     "features_of": ("monitor.estimate", "features_of"),
     "MemoryEstimate": ("monitor.estimate", "MemoryEstimate"),
@@ -231,6 +233,7 @@ __all__ = [
     "parse_time",
     "picture_from_snapshot",
     "process_links",
+    "snapshot_links",
     "read_header",
     "read_llama_env",
     "reading",

@@ -394,9 +394,9 @@ def grouped_by_router(rows: list[ModelRow], snap: Snapshot) -> list[ModelRow]:
     sits where its biggest child does; a router with no child shown comes last. The
     router's row holds its own measured memory, ``--models-max`` and how many are loaded
     (monitor/engines/router.py); it has no estimate (it loads no model)."""
-    from monitor.api import process_links
+    from monitor.api import snapshot_links
 
-    routers, children = process_links(snap.processes)
+    routers, children = snapshot_links(snap)  # a remote frame: as its daemon recorded
     if not routers and not children:
         return rows
     out: list[ModelRow] = []

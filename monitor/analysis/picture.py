@@ -297,7 +297,21 @@ def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         cpu_features=cpu,
         time_to_oom=forecasts,
         untracked=_untracked_of(doc.get("untracked")),
+        router_env=_router_env_of(doc["processes"]),
     )
+
+
+def _router_env_of(rows: list[Any]) -> tuple[tuple[int, tuple[tuple[str, str], ...]], ...]:
+    """The routers and children the document recorded (monitor/engines/router.py)."""
+    from monitor.engines.router import recorded_env
+
+    out = []
+    for row in rows:
+        if isinstance(row, dict) and type(row.get("pid")) is int:
+            pairs = recorded_env(row)
+            if pairs:
+                out.append((row["pid"], pairs))
+    return tuple(out)
 
 
 def _untracked_of(doc: object) -> Untracked | None:

@@ -27,7 +27,7 @@ as the ``vramscope.predict/1`` JSON document.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -762,6 +762,9 @@ class PredictRequest:
     router_url: str | None = None
     router_config: Path | None = None
     ask_routers: bool = True  # False: a recorded state (the TUI's replay): files only
+    # a live process's allow-listed environment (environ.read_llama_env): a router's
+    # children inherit the router's LLAMA_ARG_* (router_predict.py); None: none read
+    env_for: Callable[[int], Mapping[str, str]] | None = None
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = field(default_factory=dict)
@@ -841,14 +844,18 @@ def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
     return spec.model_path if spec is not None else None
 
 
-def _spec_of(command: list[str], on_the_launching_box: bool) -> LaunchSpec:
+def _spec_of(
+    command: list[str], on_the_launching_box: bool, inherited: Mapping[str, str] | None = None
+) -> LaunchSpec:
     """The launch asked about. ``-hf``: the CLI on the launching box finds the model in its
     user's llama.cpp cache (monitor/engines/hf_cache.py); the daemon's HTTP API does not
-    look in its own."""
+    look in its own. ``inherited``: the environment the launch inherits (a router's child:
+    the router's allow-listed environment, router_predict.py); the command line wins."""
     from monitor.engines import parse_command
     from monitor.engines.hf_cache import own_cache_env
 
-    spec = parse_command(list(command), own_cache_env() if on_the_launching_box else None)
+    env = {**(own_cache_env() if on_the_launching_box else {}), **(inherited or {})}
+    spec = parse_command(list(command), env or None)
     if spec is None:
         raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
     return spec
@@ -864,9 +871,11 @@ def running_servers(picture: Picture) -> list[ProcessUse]:
 
 
 def swap_target(
-    req: PredictRequest, picture: Picture
+    req: PredictRequest, picture: Picture, snap: Snapshot | None = None
 ) -> tuple[list[str], list[ProcessUse], list[str]]:
-    """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``."""
+    """(command, processes llama-swap would stop first, notes) for ``predict MODEL_ID``.
+    With ``snap``: a llama-swap model that runs a router runs when its router does, and
+    stopping it stops the router's children too (monitor/analysis/swap_router.py)."""
     from monitor.integrations import llamaswap
 
     if req.swap_config is None:
@@ -877,7 +886,7 @@ def swap_target(
     config = llamaswap.load_config(req.swap_config)
     target = llamaswap.resolve(config, req.model_id or "")
     servers = running_servers(picture)
-    by_path = {_model_of(u.argv): u for u in servers}
+    by_path = {p: u for u in servers if (p := _model_of(u.argv)) is not None}  # no -m: none
     running: dict[str, ProcessUse] = {}
     notes = []
     if req.swap_url:
@@ -892,13 +901,30 @@ def swap_target(
     for model_id in ids:
         model = config.models.get(model_id)
         path = _model_of(model.cmd) if model else None
-        if path in by_path:
+        if path is not None and path in by_path:
             running[model_id] = by_path[path]
+    routed = _routed(config, snap, picture)
+    if not req.swap_url:
+        ids += [m for m in routed if m not in ids]
     evict_ids = llamaswap.evictions(config, list(ids), target.model_id)
     evicted = [running[m] for m in evict_ids if m in running]
+    evicted += [u for m in evict_ids if m not in running for u in routed.get(m, ())]
     if evict_ids:
         notes.append(f"llama-swap unloads first: {', '.join(evict_ids)}")
     return list(target.cmd), evicted, notes
+
+
+def _routed(config: Any, snap: Snapshot | None, picture: Picture) -> dict[str, list[ProcessUse]]:
+    """llama-swap model ID -> the router and children it stops with that model."""
+    if snap is None:
+        return {}
+    from monitor.analysis.swap_router import running_router_models
+
+    uses = {u.pid: u for u in running_servers(picture)}
+    return {
+        m: [uses[p] for p in pids if p in uses]
+        for m, pids in running_router_models(config, snap).items()
+    }
 
 
 def _target(
@@ -918,8 +944,14 @@ def _target(
             req.router_url,
             req.router_config,
             live=req.ask_routers and req.state is None and req.at is None,
+            env_for=req.env_for,
         )
-    command, evicted, notes = swap_target(req, picture)
+    from monitor.analysis.swap_router import swap_router_target
+
+    routed = swap_router_target(req, snap, picture)
+    if routed is not None:  # an id the router of a llama-swap model serves
+        return routed
+    command, evicted, notes = swap_target(req, picture, snap)
     return command, evicted, notes, None
 
 
@@ -950,9 +982,9 @@ def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | Non
         return None, None
     limits = {c.pid: c.cgroup for c in snap.cgroups}
     if _for_router(req):
-        from monitor.engines.router import process_links
+        from monitor.engines.router import snapshot_links
 
-        routers = [pid for pid in process_links(snap.processes)[0] if pid in limits]
+        routers = [pid for pid in snapshot_links(snap, req.env_for)[0] if pid in limits]
         if len(routers) == 1:
             found = limits[routers[0]]
             return found, (
@@ -996,7 +1028,7 @@ def answer(
             "nothing to predict: give a command after -- or a llama-swap "
             "model id with --swap-config"
         )
-    spec = _spec_of(command, req.check_engine_flags)
+    spec = _spec_of(command, req.check_engine_flags, view.env if view is not None else None)
     _refuse(spec, req, view is not None)
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)

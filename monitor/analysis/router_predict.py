@@ -15,18 +15,30 @@ the loaded or sleeping one with the smallest ``last_used`` (``pick_victim``, lin
 ``last_used`` in this build, so the oldest child process stands for it (a note says so).
 If it is still full after that (every running model is still loading), the router
 refuses the load ("model limit reached").
+
+The child's environment is the router's (``server_models::load``, server-models.cpp lines
+1159-1160: ``child_env = base_env`` + ``LLAMA_SERVER_ROUTER_PORT``; ``base_env`` is
+``get_environment()``, lines 486-508 and 564): a router started with
+``LLAMA_ARG_CTX_SIZE=8192`` gives each child that context unless the child's argv (its
+preset, or the router's own argv: ``load_from_args`` reads argv only, common/preset.cpp
+line 465) sets ``-c``, since llama.cpp reads the environment first and the command line
+overrides it (common/arg.cpp lines 784-800). :attr:`RouterView.env` carries the router's
+allow-listed environment (monitor/engines/environ.py) for the child's parse.
 """
 
 from __future__ import annotations
 
 import os
+import queue
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitor.analysis.picture import Picture, ProcessUse
-from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, process_links
+from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, snapshot_links
 from monitor.engines.router_models import AnsweredModel, RouterModelsError, list_models_dir
 from monitor.engines.router_preset import child_launches, read_preset_file
 from monitor.estimate.kv import EstimateError
@@ -39,6 +51,12 @@ if TYPE_CHECKING:
 RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
 EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep
 Fetch = Callable[[str], tuple[AnsweredModel, ...]]
+EnvFor = Callable[[int], Mapping[str, str]]
+Answer = tuple[AnsweredModel, ...] | BaseException
+# discovery asks every router on the box at once: one overall deadline (each ask's own
+# socket timeout is router_client's 2 s), and at most this many routers asked
+DISCOVERY_DEADLINE_S = 2.5
+MAX_ROUTERS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +69,9 @@ class RouterView:
     states: Mapping[str, str]  # id -> "loaded", "unloaded", ... (files: the children seen)
     children: Mapping[str, int]  # id -> the child's pid, where seen on this box
     source: str  # "GET /models" or "its files"
+    # the router's allow-listed environment (environ.read_llama_env): its children inherit
+    # it; {} for a recorded state or a router not seen on this box
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def _fetch(url: str) -> tuple[AnsweredModel, ...]:
@@ -70,7 +91,13 @@ def _child_ids(router: Router | None, links: Mapping[int, RouterChild]) -> dict[
     }
 
 
-def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]:
+def _from_files(
+    router: Router, proc: ProcessInfo, env: Mapping[str, str]
+) -> dict[str, tuple[str, ...]]:
+    """Its models from its files: ``--models-dir``, ``--models-preset``, and llama.cpp's
+    HF cache as located by its environment (none read for a recorded state)."""
+    from monitor.engines.hf_cache import list_cached_models
+
     def full(path: str | None) -> str | None:
         if path is None or os.path.isabs(path) or not proc.cwd:
             return path
@@ -79,42 +106,103 @@ def _from_files(router: Router, proc: ProcessInfo) -> dict[str, tuple[str, ...]]
     models_dir, preset = full(router.models_dir), full(router.models_preset)
     listed = list_models_dir(models_dir) if models_dir else ()
     ini = read_preset_file(preset) if preset else None
-    return child_launches(list(proc.argv), listed, ini)
+    cached = list_cached_models(env) if env else ()
+    return child_launches(list(proc.argv), listed, ini, cached=cached)
 
 
 def _view_of(
-    router: Router, proc: ProcessInfo, children: dict[str, int], fetch: Fetch | None
+    router: Router,
+    proc: ProcessInfo,
+    children: dict[str, int],
+    answer: Answer | None,
+    env: Mapping[str, str],
 ) -> tuple[RouterView, str | None]:
-    """The router's view: its /models answer, else (or with no ``fetch``) its files."""
+    """The router's view: its /models answer, else (``answer`` None: a recorded state, or
+    an error: no answer) its files. A malformed answer raises RouterModelsError."""
     label = f"router pid {router.pid} :{router.port}"
-    try:
-        if fetch is None:
-            raise OSError("a recorded state: the router now may not be the one it records")
-        answered = fetch(f"http://127.0.0.1:{router.port}")
-    except (OSError, ValueError) as exc:
-        launches = _from_files(router, proc)
+    most = router.models_max
+    if isinstance(answer, RouterModelsError):
+        raise answer
+    if answer is None or isinstance(answer, BaseException):
+        why = str(answer) if answer is not None else "a recorded state: it may be gone now"
+        launches = _from_files(router, proc, env)
         states = {m: "loaded" for m in children}
-        why = f"{label}: GET /models not asked ({str(exc)[:120]}); read from its files"
-        return RouterView(label, router.models_max, launches, states, children, "its files"), why
-    launches = {m.model_id: m.args for m in answered}
-    states = {m.model_id: m.status for m in answered}
-    return RouterView(label, router.models_max, launches, states, children, "GET /models"), None
+        why = f"{label}: GET /models not asked ({why[:120]}); read from its files"
+        return RouterView(label, most, launches, states, children, "its files", env), why
+    launches = {m.model_id: m.args for m in answer}
+    states = {m.model_id: m.status for m in answer}
+    return RouterView(label, most, launches, states, children, "GET /models", env), None
+
+
+def ask_routers(ports: Sequence[int], fetch: Fetch, deadline_s: float) -> dict[int, Answer]:
+    """Each router's ``GET /models``, asked at once (one daemon thread each, at most
+    :data:`MAX_ROUTERS`), within one overall deadline: a router that has not answered by
+    then is left out (the caller reads its files), its thread left to end on its own
+    socket timeout. port -> its models, or the exception its ask raised."""
+    out: dict[int, Answer] = {}
+    done: queue.Queue[tuple[int, Answer]] = queue.Queue()
+
+    def ask(port: int) -> None:
+        try:
+            done.put((port, fetch(f"http://127.0.0.1:{port}")))
+        except Exception as exc:  # noqa: BLE001 - any failure: this router did not answer
+            done.put((port, exc))
+
+    wanted = list(dict.fromkeys(ports))[:MAX_ROUTERS]
+    for port in wanted:
+        threading.Thread(target=ask, args=(port,), name=f"router-{port}", daemon=True).start()
+    end = time.monotonic() + deadline_s
+    while len(out) < len(wanted):
+        try:
+            port, result = done.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            break
+        out[port] = result
+    return out
+
+
+def _env_of(env_for: EnvFor | None, pid: int | None) -> dict[str, str]:
+    """The router's allow-listed environment; {} when unknown or unreadable."""
+    if env_for is None or pid is None:
+        return {}
+    try:
+        return dict(env_for(pid) or {})
+    except Exception:  # noqa: BLE001 - a vanished or unreadable process has no env
+        return {}
 
 
 def discover(
-    snap: Snapshot, model_id: str, fetch: Fetch | None = _fetch
+    snap: Snapshot,
+    model_id: str,
+    fetch: Fetch | None = _fetch,
+    env_for: EnvFor | None = None,
+    deadline_s: float = DISCOVERY_DEADLINE_S,
+    only_pid: int | None = None,
 ) -> tuple[RouterView, list[str]]:
     """The router on this box that serves ``model_id``; EstimateError when none or several.
-    ``fetch`` None (a recorded state): the routers' files only, never a live answer."""
-    routers, links = process_links(snap.processes)
+    Every router is asked at once, all within ``deadline_s`` (:func:`ask_routers`); one that
+    does not answer in time is read from its files.
+    ``fetch`` None (a recorded state): the routers' files only, never a live answer.
+    ``env_for``: a live process's allow-listed environment (None: a recorded state).
+    ``only_pid``: that router only (the one a llama-swap model runs, swap_router.py)."""
+    routers, links = snapshot_links(snap, env_for)
+    if only_pid is not None:
+        routers = {pid: r for pid, r in routers.items() if pid == only_pid}
     procs = {p.pid: p for p in snap.processes}
     found: list[RouterView] = []
     notes: list[str] = []
+    ports = [routers[pid].port for pid in sorted(routers)]
+    answers = ask_routers(ports, fetch, deadline_s) if fetch is not None else {}
+    asked = set(list(dict.fromkeys(ports))[:MAX_ROUTERS])
+    late = OSError(f"no answer within {deadline_s:g} s")
+    many = OSError(f"more than {MAX_ROUTERS} routers on this box: not asked")
     for pid in sorted(routers):
         router = routers[pid]
         children = _child_ids(router, links)
+        unanswered = late if router.port in asked else many
+        answer = answers.get(router.port, unanswered) if fetch is not None else None
         try:
-            view, why = _view_of(router, procs[pid], children, fetch)
+            view, why = _view_of(router, procs[pid], children, answer, _env_of(env_for, pid))
         except RouterModelsError as exc:
             notes.append(f"router pid {pid}: {exc}")
             continue
@@ -138,11 +226,16 @@ def discover(
 
 
 def explicit(
-    snap: Snapshot, url: str | None, config: Path | None, fetch: Fetch = _fetch
+    snap: Snapshot,
+    url: str | None,
+    config: Path | None,
+    fetch: Fetch = _fetch,
+    env_for: EnvFor | None = None,
 ) -> RouterView:
     """``--router URL`` or ``--router-config FILE.ini``; the router process on this box
-    with that port / preset file gives ``--models-max`` and the children."""
-    routers, links = process_links(snap.processes)
+    with that port / preset file gives ``--models-max``, the children and the environment
+    they inherit."""
+    routers, links = snapshot_links(snap, env_for)
     procs = {p.pid: p for p in snap.processes}
     if url is not None:
         from monitor.integrations.loopback import loopback_url
@@ -159,6 +252,7 @@ def explicit(
             {m.model_id: m.status for m in answered},
             children,
             "GET /models",
+            _env_of(env_for, match.pid if match is not None else None),
         )
     if config is None:
         raise EstimateError("a router needs --router URL or --router-config FILE.ini")
@@ -170,7 +264,8 @@ def explicit(
     children = _child_ids(match, links)
     most = match.models_max if match is not None else DEFAULT_MODELS_MAX
     states = {m: "loaded" for m in children}
-    return RouterView(f"preset {config}", most, launches, states, children, "its files")
+    env = _env_of(env_for, match.pid if match is not None else None)
+    return RouterView(f"preset {config}", most, launches, states, children, "its files", env)
 
 
 def victim(view: RouterView, started_ms: Mapping[int, int | None]) -> str | None:
@@ -218,15 +313,20 @@ def router_target(
     config: Path | None = None,
     fetch: Fetch = _fetch,
     live: bool = True,
+    env_for: EnvFor | None = None,
+    only_pid: int | None = None,
 ) -> tuple[list[str], list[ProcessUse], list[str], RouterView]:
     """(the child's command, the child unloaded first, notes, the router) for a model id.
     ``live`` False (``--state``/``--at``): the routers found in the recorded state are read
-    from their files, not asked (``--router URL`` is asked: it was named)."""
+    from their files, not asked (``--router URL`` is asked: it was named), and no process
+    environment is read. ``env_for``: a process's allow-listed environment."""
     notes: list[str] = []
+    env_for = env_for if live else None
     if url is not None or config is not None:
-        view = explicit(snap, url, config, fetch)
+        view = explicit(snap, url, config, fetch, env_for)
     else:
-        view, notes = discover(snap, model_id, fetch if live else None)
+        fetched = fetch if live else None
+        view, notes = discover(snap, model_id, fetched, env_for, only_pid=only_pid)
     if model_id not in view.launches:
         known = ", ".join(sorted(view.launches)[:12]) or "none"
         raise EstimateError(f"{view.label} has no model {model_id!r} (it has: {known})")

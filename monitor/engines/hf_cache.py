@@ -122,6 +122,66 @@ def resolve(repo_tag: str, hf_file: str | None, env: Mapping[str, str], flag: st
     return str(path)
 
 
+MAX_REPOS = 512
+_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+_NOT_LISTED = ("mmproj", "mtp-", "eagle3-", "dflash-", "dspark-")
+
+
+def list_cached_models(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``user/model:TAG`` ids a llama-server router lists from llama.cpp's cache
+    (download.cpp ``common_list_cached_models``, lines 940-962, over hf-cache.cpp
+    ``get_cached_files``, lines 383-438): each ``models--user--model`` folder's cached
+    commit, each GGUF there that is a first split part with a quant tag (``get_gguf_split_
+    info``, lines 482-510: ``[-.]TAG`` at the end of the name, upper-cased), not an
+    mmproj/mtp-/eagle3-/dflash-/dspark- file. Sorted; () when the cache cannot be located
+    or read. Bounded by :data:`MAX_REPOS` folders and :func:`_walk`'s limits; a repository
+    folder that is a link is not followed (llama.cpp would follow it)."""
+    found = cache_dir(env)
+    if found is None:
+        return ()
+    cache = Path(found[0])
+    try:
+        names = sorted(n for n in os.listdir(cache) if n.startswith("models--"))[:MAX_REPOS]
+    except OSError:
+        return ()
+    out: set[str] = set()
+    for name in names:
+        repo = name.removeprefix("models--").replace("--", "/")
+        repo_dir = cache / name
+        if repo.count("/") != 1 or not _REPO_ID.match(repo) or not _plain_dir(repo_dir):
+            continue
+        commit = _cached_ref(repo_dir / "refs")
+        try:
+            files = _walk(repo_dir / "snapshots" / commit) if commit else []
+        except HfCacheError:
+            continue
+        out.update(f"{repo}:{tag}" for f in files if (tag := _listed_tag(f)))
+    return tuple(sorted(out))
+
+
+def _plain_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _listed_tag(path: str) -> str | None:
+    """``get_gguf_split_info``'s tag of a first split part that the router lists."""
+    if not path.endswith(".gguf"):
+        return None
+    prefix = path[: -len(".gguf")]
+    m = _SPLIT.match(prefix)
+    if m is not None:
+        if int(m.group(2)) != 1:
+            return None
+        prefix = m.group(1)
+    if any(word in prefix for word in _NOT_LISTED):
+        return None
+    tag = _TAG.search(prefix)
+    return tag.group(1).upper() if tag else None
+
+
 def _cached_ref(refs: Path) -> str | None:
     """hf-cache.cpp ``get_cached_ref``: refs/main's commit, else the first other valid."""
     try:

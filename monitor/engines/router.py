@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from monitor.engines.spec import LaunchSpec
 
 if TYPE_CHECKING:
-    from collectors.base import ProcessInfo
+    from collectors.base import ProcessInfo, Snapshot
 
 ROUTER_PORT_ENV = "LLAMA_SERVER_ROUTER_PORT"  # server-models.cpp line 1160
 DEFAULT_MODELS_MAX = 4  # common/common.h: int models_max = 4
@@ -146,3 +146,44 @@ def _env(env_for: Callable[[int], Mapping[str, str]] | None, pid: int) -> Mappin
         return env_for(pid) or {}
     except Exception:  # noqa: BLE001 - a vanished or unreadable process has no env
         return {}
+
+
+def snapshot_links(
+    snap: Snapshot, env_for: Callable[[int], Mapping[str, str]] | None = None
+) -> tuple[dict[int, Router], dict[int, RouterChild]]:
+    """:func:`process_links` over a snapshot: with ``env_for`` (a live process's
+    environment), else with the router facts its status document recorded
+    (``Snapshot.router_env``: a remote daemon's answer, a ``--state`` file), so a router
+    known by ``LLAMA_ARG_MODELS_DIR`` or a child known by ``LLAMA_SERVER_ROUTER_PORT``
+    groups there as it does on its own box."""
+    if env_for is None and snap.router_env:
+        recorded = {pid: dict(pairs) for pid, pairs in snap.router_env}
+
+        def env_for(pid: int) -> Mapping[str, str]:
+            return recorded.get(pid, {})
+
+    return process_links(snap.processes, env_for)
+
+
+def recorded_env(row: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    """A status document process row's ``router`` / ``router_child`` back into the
+    environment keys that give the same links (ints and short strings only; anything
+    else is left out)."""
+    out: list[tuple[str, str]] = []
+    router, child = row.get("router"), row.get("router_child")
+    if isinstance(router, dict):
+        for key, env in _ROUTER_KEYS:
+            value = router.get(key)
+            if type(value) is int or (isinstance(value, str) and 0 < len(value) <= 4096):
+                out.append((env, str(value)))
+    if isinstance(child, dict) and type(child.get("router_port")) is int:
+        out.append((ROUTER_PORT_ENV, str(child["router_port"])))
+    return tuple(out)
+
+
+_ROUTER_KEYS = (
+    ("port", "LLAMA_ARG_PORT"),
+    ("models_dir", "LLAMA_ARG_MODELS_DIR"),
+    ("models_preset", "LLAMA_ARG_MODELS_PRESET"),
+    ("models_max", "LLAMA_ARG_MODELS_MAX"),
+)

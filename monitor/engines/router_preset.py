@@ -268,11 +268,18 @@ def child_launches(
     dir_models: Sequence[DirModel] = (),
     ini: tuple[Preset, dict[str, Preset]] | None = None,
     bin_path: str | None = None,
+    cached: Sequence[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """Model id -> the child argv the router renders (``--port 0``: not yet assigned),
-    from its command line, its ``--models-dir`` listing and its parsed preset file."""
+    from its command line, its ``--models-dir`` listing, its parsed preset file and the
+    ``user/model:TAG`` ids of llama.cpp's HF cache (``cached``: server-models.cpp
+    ``load_models`` lines 665-705, a cached model's preset is ``LLAMA_ARG_HF_REPO=ID``,
+    preset.cpp ``load_from_cache`` lines 350-362; a folder model of the same id replaces
+    it, a preset section merges over it)."""
     glob, custom = ini if ini is not None else ({}, {})
-    final: dict[str, Preset] = {m.model_id: {**glob, **dir_preset(m)} for m in dir_models}
+    hf = _BY_ENV["LLAMA_ARG_HF_REPO"]
+    final: dict[str, Preset] = {m: {**glob, hf: m} for m in cached}
+    final.update({m.model_id: {**glob, **dir_preset(m)} for m in dir_models})
     for name, preset in custom.items():
         final[name] = {**final.get(name, glob), **preset}
     base = base_from_argv(router_argv)

@@ -409,10 +409,12 @@ class HttpServer:
         return 200, CONTENT_TYPE_LATEST, render(self.registry)
 
     def snapshot(self) -> tuple[int, str, bytes]:
+        from monitor.engines import read_llama_env
         from monitor.report.status import to_json
 
         state = self._need_state()
-        return 200, _JSON, _dump(to_json(state.snapshot))
+        proc = self.config.roots.proc  # routers/children by their environment too, as status
+        return 200, _JSON, _dump(to_json(state.snapshot, lambda pid: read_llama_env(proc, pid)))
 
     def estimates(self) -> tuple[int, str, bytes]:
         from monitor.analysis.assess import assessments_document, judged

@@ -24,7 +24,7 @@ from collectors.base import (
 from monitor.analysis.measured import Measured, measure
 from monitor.device_names import device_labels, device_tag, display_order
 from monitor.engines.recognise import helper_parents
-from monitor.engines.router import Router, RouterChild, process_links
+from monitor.engines.router import Router, RouterChild, snapshot_links
 from monitor.exits import classify_legacy
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ def router_links(
 ) -> tuple[dict[int, Router], dict[int, RouterChild]]:
     """The llama-server routers among the snapshot's processes and their children
     (monitor/engines/router.py): a child by its parent, or by ``LLAMA_SERVER_ROUTER_PORT``
-    in its environment when ``env_for`` may read it."""
-    return process_links(snap.processes, env_for)
+    in its environment when ``env_for`` may read it (else as a recorded document said)."""
+    return snapshot_links(snap, env_for)
 
 
 def _router_json(router: Router | None) -> dict[str, Any] | None:

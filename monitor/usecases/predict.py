@@ -7,6 +7,7 @@ latest tick."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from collectors.base import CgroupMemory, Snapshot
@@ -72,6 +73,18 @@ def judge(
     so a launch from this shell inherits predict's own cgroup). ``read_header``: how
     model files are read (the HTTP API's: only inside [http] model_dirs, only what the
     caller could read, monitor/http/access.py); None: the plain reader (the CLI, as its
-    user; the header bounds and O_NONBLOCK|O_NOFOLLOW opens apply there too)."""
+    user; the header bounds and O_NONBLOCK|O_NOFOLLOW opens apply there too). On a box
+    state of now (not ``--state``/``--at``), processes' allow-listed environments are
+    read: a router's children inherit its ``LLAMA_ARG_*`` (server-models.cpp)."""
+    if req.env_for is None and req.state is None and req.at is None:
+        req = replace(req, env_for=_env_reader(cfg))
     launch = launch_cgroup(cfg, req, snap, live)
     return answer(req, snap, gpu_devices(snap, cfg), launch, read_header=read_header)
+
+
+def _env_reader(cfg: Config) -> Callable[[int], dict[str, str]]:
+    """A live process's allow-listed environment (monitor/engines/environ.py), under the
+    configured /proc root."""
+    from monitor.engines import read_llama_env
+
+    return lambda pid: read_llama_env(cfg.roots.proc, pid)

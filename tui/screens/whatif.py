@@ -202,8 +202,13 @@ def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -
                     f"vramscope predict --remote URL {argv[0]}"
                 )
             # a replayed frame (the database): the routers' files, never a live answer
+            # live: the router's children inherit its environment (router_predict.py)
             req = PredictRequest(
-                [], model_id=argv[0], margin_gib=margin_gib, ask_routers=frame.live
+                [],
+                model_id=argv[0],
+                margin_gib=margin_gib,
+                ask_routers=frame.live,
+                env_for=builder.env_for if frame.live else None,
             )
         else:
             req = PredictRequest(argv, margin_gib=margin_gib)
