@@ -3,8 +3,10 @@
 Errors the user can fix (a broken config, an unusable database, a second daemon) are
 :class:`monitor.errors.VramscopeError`; the group catches them at this one edge and prints
 one line, ``vramscope: error: ...``, exiting with the error's code (2) - never a traceback.
-An unexpected failure in a command is one line too (``COMMAND failed: Type: message``,
-exit 2: exit 1 means OOM to ``predict``).
+Anything else is a bug, one line too: ``vramscope: internal error (this is a bug): Type:
+message``, exit 70 (EX_SOFTWARE; 1 and 3 are ``predict`` verdicts); ``vramscope --debug``
+or VRAMSCOPE_DEBUG=1 prints its traceback. No command relabels ValueError or OSError as
+bad input: a user's path that cannot be read is a typed error where it is opened.
 """
 
 from __future__ import annotations
@@ -17,13 +19,22 @@ import math
 import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from monitor import config as config_mod
-from monitor.errors import EXIT_USAGE, UsageError, VramscopeError, describe
+from monitor.errors import (
+    DEBUG_ENV,
+    EXIT_BUG,
+    EXIT_USAGE,
+    UsageError,
+    VramscopeError,
+    bug_line,
+    debug_wanted,
+)
 from monitor.textsafe import terminal_safe, terminal_safe_lines
 
 UserError = UsageError  # what a command raises for a bad value; any VramscopeError will do
@@ -32,12 +43,15 @@ UserError = UsageError  # what a command raises for a bad value; any VramscopeEr
 class _OneLine(click.ClickException):
     """A failure on its way out through click: ``vramscope: error: MESSAGE``, one line."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+    def __init__(
+        self, message: str, exit_code: int = EXIT_USAGE, prefix: str = "vramscope: error: "
+    ) -> None:
         super().__init__(message)
         self.exit_code = exit_code  # type: ignore[misc]  # click: a class default, per error
+        self.prefix = prefix
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"vramscope: error: {terminal_safe(self.message)}", err=True)
+        click.echo(f"{self.prefix}{terminal_safe(self.message)}", err=True)
 
 
 class _Vramscope(click.Group):
@@ -52,11 +66,19 @@ class _Vramscope(click.Group):
             reader_gone()
         except VramscopeError as exc:
             raise _OneLine(str(exc), exc.exit_code) from None
-        except Exception as exc:  # a bug: still one line, and not exit 1 (predict's OOM)
-            # the daemon's journal keeps the traceback of a bug; a command's user sees one line
-            level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
-            logging.getLogger("vramscope").log(level, "command failed", exc_info=True)
-            raise _OneLine(f"{ctx.invoked_subcommand} failed: {describe(exc)}") from None
+        except Exception as exc:  # a bug: one line saying so, exit 70 (not predict's 1/3)
+            raise _bug(ctx, exc) from None
+
+
+def _bug(ctx: click.Context, exc: Exception) -> _OneLine:
+    """A failure that is not a VramscopeError is a bug: one line, exit EXIT_BUG; its
+    traceback on stderr with --debug / VRAMSCOPE_DEBUG=1, and in the daemon's journal."""
+    debug = bool(ctx.params.get("debug")) or debug_wanted()
+    level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
+    logging.getLogger("vramscope").log(level, "command failed", exc_info=exc)
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    return _OneLine(bug_line(exc, hint=not debug), EXIT_BUG, prefix="vramscope: ")
 
 
 EXIT_PIPE = 128 + 13  # 141: as a process killed by SIGPIPE, which Python ignores
@@ -152,8 +174,13 @@ def _config_in_force(own: Path | None) -> Path | None:
     type=_path(),
     help="TOML config file for the command (the same as the command's own --config).",
 )
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"Print the traceback of an internal error (a bug), as {DEBUG_ENV}=1 does.",
+)
 @click.pass_context
-def cli(ctx: click.Context, config_path: Path | None) -> None:
+def cli(ctx: click.Context, config_path: Path | None, debug: bool) -> None:
     """vramscope: live GPU and unified-memory monitor for local LLM inference boxes.
 
     \b

@@ -107,10 +107,19 @@ def test_a_vramscope_error_from_any_command_is_one_line_exit_2(tmp_path: Path) -
     assert result.stdout == ""
 
 
-def test_an_unexpected_failure_in_any_command_is_one_line_exit_2(
+BUG_HINT = " — run with --debug (or VRAMSCOPE_DEBUG=1) for the traceback"
+
+
+def _status_args() -> list[str]:
+    fixture = str(ROOT / "tests" / "fixtures")
+    return ["status", "--proc-root", fixture, "--sys-root", fixture]
+
+
+def test_an_unexpected_failure_in_any_command_is_one_line_this_is_a_bug_exit_70(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A bug in `status` (its renderer raising) used to end in a traceback and exit 1."""
+    """A bug in `status` (its renderer raising): one line that says it is a bug, exit 70
+    (EX_SOFTWARE), no traceback unless asked for."""
     from monitor.cli.main import cli
     from monitor.report import status as status_mod
 
@@ -118,14 +127,72 @@ def test_an_unexpected_failure_in_any_command_is_one_line_exit_2(
         raise RuntimeError("renderer broke\non two lines")
 
     monkeypatch.setattr(status_mod, "render_text", broken)
-    fixture = ROOT / "tests" / "fixtures"
-    result = CliRunner().invoke(
-        cli,
-        ["status", "--proc-root", str(fixture), "--sys-root", str(fixture)],
-        prog_name="vramscope",
-    )
-    assert result.exit_code == 2, result.output
+    monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
+    result = CliRunner().invoke(cli, _status_args(), prog_name="vramscope")
+    assert result.exit_code == 70, result.output
     assert "Traceback" not in result.output
     assert result.stderr.strip() == (
-        "vramscope: error: status failed: RuntimeError: renderer broke on two lines"
+        "vramscope: internal error (this is a bug): RuntimeError: renderer broke on two lines"
+        + BUG_HINT
     )
+
+
+# (command line, module, function): each command's work, where a planted bug is raised
+PLANTED = [
+    (["events", "--since", "1h"], "monitor.analysis.postmortem", "list_events"),
+    (["postmortem", "--last"], "monitor.analysis.postmortem", "build"),
+    (["diagnose"], "monitor.cli.diagnose", "run_diagnose"),
+    (["estimate", "--", "llama-server", "-m", "m.gguf"], "monitor.cli.estimate", "run_estimate"),
+    (["predict", "--", "llama-server", "-m", "m.gguf"], "monitor.cli.predict", "run_predict"),
+]
+
+
+@pytest.mark.parametrize(("argv", "module", "func"), PLANTED, ids=[p[0][0] for p in PLANTED])
+@pytest.mark.parametrize("bug", [ValueError("bad slice"), KeyError("n_ctx")], ids=repr)
+def test_a_planted_value_or_key_error_is_a_bug_not_bad_input(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    argv: list[str],
+    module: str,
+    func: str,
+    bug: Exception,
+) -> None:
+    """These five commands caught (ValueError, OSError) and printed them as the user's
+    mistake (exit 2): a bug raising ValueError read as bad input. Now: exit 70, the bug
+    line."""
+    from monitor.cli.main import cli
+
+    def planted(*_args: object, **_kwargs: object) -> object:
+        raise bug
+
+    monkeypatch.setattr(importlib.import_module(module), func, planted)
+    monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    full = [*argv[:1], "--config", str(config), "--db", str(tmp_path / "v.db"), *argv[1:]]
+    result = CliRunner().invoke(cli, full, prog_name="vramscope")
+    assert result.exit_code == 70, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"vramscope: internal error (this is a bug): {describe(bug)}{BUG_HINT}"]
+    assert "vramscope: error:" not in result.stderr
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_debug_prints_the_traceback_of_a_bug(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    from monitor.cli.main import cli
+    from monitor.report import status as status_mod
+
+    def broken(*_args: object, **_kwargs: object) -> str:
+        raise KeyError("planted")
+
+    monkeypatch.setattr(status_mod, "render_text", broken)
+    monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
+    if how == "env":
+        monkeypatch.setenv("VRAMSCOPE_DEBUG", "1")
+    argv = ["--debug", *_status_args()] if how == "flag" else _status_args()
+    result = CliRunner().invoke(cli, argv, prog_name="vramscope")
+    assert result.exit_code == 70, result.output
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "in broken" in result.stderr  # the frame that raised
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "vramscope: internal error (this is a bug): KeyError: 'planted'"
