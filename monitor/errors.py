@@ -49,6 +49,19 @@ class ModelFileError(InputError):
     """A model file is missing, unreadable or not a GGUF the reader accepts."""
 
 
+class NotRecorded(InputError):
+    """The database does not hold what was asked: no sample at that moment, no crash of
+    that pid (the request was fine; nothing was recorded to answer it)."""
+
+
+class ServiceError(VramscopeError):
+    """A local service vramscope asks (llama-swap's /running, a llama-server router's
+    /models) cannot be reached, or answered something not of its documented shape (the
+    API answers 502: the request was fine, the service behind it was not)."""
+
+    http_status = 502
+
+
 class DatabaseError(VramscopeError):
     """The database cannot be created, opened, read or locked (the API answers 503: the
     request was fine, the daemon's store is not)."""

@@ -299,7 +299,7 @@ def main(
             builder=FrameBuilder(**kwargs) if kwargs else None,
             live=live,
         )
-    except (VramscopeError, ValueError) as exc:
+    except VramscopeError as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
     return _run(

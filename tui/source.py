@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from collectors.base import CollectorOptions, Roots, Snapshot
 from monitor.analysis.exits import classify_legacy
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
-from monitor.errors import VramscopeError
+from monitor.errors import NotRecorded, VramscopeError
 from monitor.estimate.certainty import model_specific
 from tui.frames import FrameStore
 
@@ -617,7 +617,7 @@ class StoreSource:
             first, last = self._read(sample_span)
             try:
                 check_moment(self.db_path, at_ms, first, last)
-            except ValueError as exc:
+            except NotRecorded as exc:
                 raise SourceError(str(exc)) from None
 
     def _read(self, query: Callable[..., Any], *args: Any) -> Any:
@@ -659,7 +659,7 @@ class StoreSource:
 
         try:
             state = box_state(DatabaseMoment(self.db_path, ts_ms), self.builder.margin_bytes)
-        except (ValueError, StoreError) as exc:
+        except (NotRecorded, StoreError) as exc:
             raise SourceError(str(exc)) from None
         events = self.events(state.ts_ms - 24 * 3600_000, until_ms=state.ts_ms)
         stored, missing = self._assessments(state.ts_ms)

@@ -25,6 +25,7 @@ from monitor.analysis.cgroup_budget import (
     minimum_needed,
 )
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES
+from monitor.errors import NotRecorded
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
@@ -131,7 +132,7 @@ def build(
         crash = find_crash(db, pid, at_ms)
         if crash is None:
             what = f" for pid {pid}" if pid is not None else ""
-            raise ValueError(f"no crash or OOM kill recorded{what} in {db_path}")
+            raise NotRecorded(f"no crash or OOM kill recorded{what} in {db_path}")
         return _assemble(db, crash, version)
     finally:
         db.close()

@@ -402,12 +402,9 @@ def estimate(
     from monitor.cli.estimate import run_estimate
 
     cfg = load_config(**kwargs)
-    try:
-        text = run_estimate(
-            cfg, list(command), pid, as_json, cpu_only, log_path, engine_check, cpu_features
-        )
-    except ValueError as exc:  # bad arguments (EstimateError, GgufError: at the edge)
-        raise UserError(str(exc)) from None
+    text = run_estimate(  # bad arguments: EstimateError, GgufError (one line at the edge)
+        cfg, list(command), pid, as_json, cpu_only, log_path, engine_check, cpu_features
+    )
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
 
@@ -677,16 +674,13 @@ def predict(
         check_engine_flags=True,
         cpu_features=None if cpu_features is None else parse_cpu_features(cpu_features),
     )
-    try:
-        result = run_predict(cfg, req)
-        checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
-        if checked is not None:  # said with the verdict: a note, and its own JSON key
-            result = dataclasses.replace(result, notes=(*result.notes, checked.line))
-        text = to_json(result) if as_json else render_text(result)
-        if checked is not None and as_json:
-            text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
-    except (ValueError, OSError) as exc:  # a bad state file, --at, llama-swap's /running
-        raise UserError(str(exc)) from None
+    result = run_predict(cfg, req)  # a bad state file, --at, /running: typed errors
+    checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
+    if checked is not None:  # said with the verdict: a note, and its own JSON key
+        result = dataclasses.replace(result, notes=(*result.notes, checked.line))
+    text = to_json(result) if as_json else render_text(result)
+    if checked is not None and as_json:
+        text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
     click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(result.exit_code)
 
@@ -760,10 +754,7 @@ def diagnose(
     if log_path is not None and pid is None:
         raise UserError("--log needs --pid: the server that wrote the log")
     cfg = load_config(**kwargs)
-    try:
-        found = run_diagnose(cfg, state, at_time, pid, log_path)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
+    found = run_diagnose(cfg, state, at_time, pid, log_path)
     click.echo(terminal_safe_lines(render(found, as_json)))
 
 
@@ -800,10 +791,7 @@ def postmortem(
     from monitor.store.history import parse_time
 
     cfg = load_config(**kwargs)
-    try:
-        doc = build(cfg.db_path, pid, parse_time(at_time) if at_time else None)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
+    doc = build(cfg.db_path, pid, parse_time(at_time) if at_time else None)
     if html_path is not None:
         try:
             html_path.write_text(render_html(doc), encoding="utf-8")
@@ -836,10 +824,7 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     from monitor.store.history import parse_since
 
     cfg = load_config(**kwargs)
-    try:
-        rows = list_events(cfg.db_path, parse_since(since), kinds)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
+    rows = list_events(cfg.db_path, parse_since(since), kinds)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -923,6 +908,9 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("vramscope: aborted", err=True)
         sys.exit(130)
+    except _OneLine as exc:  # a VramscopeError or a bug, on its way out: its own line
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         click.echo(f"vramscope: error: {terminal_safe(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
