@@ -196,3 +196,146 @@ def test_debug_prints_the_traceback_of_a_bug(monkeypatch: pytest.MonkeyPatch, ho
     assert "in broken" in result.stderr  # the frame that raised
     last = result.stderr.strip().splitlines()[-1]
     assert last == "vramscope: internal error (this is a bug): KeyError: 'planted'"
+
+
+# -- each converted user-input path: still one line, exit 2 (not the bug line) ------------
+
+FIXTURE = str(ROOT / "tests" / "fixtures")
+USER_ERRORS = [
+    (["events", "--since", "garbage"], "--since 'garbage': cannot read it; use 30m"),
+    (["postmortem", "--at", "garbage"], "cannot read the time 'garbage'"),
+    (["postmortem", "--at", "0001-01-01"], "cannot read the time '0001-01-01'"),  # OverflowError
+    (["diagnose", "--at", "9" * 5000], "cannot read the time"),  # int() refuses 5000 digits
+    (
+        ["predict", "--router", "http://10.0.0.1:8080", "qwen"],
+        "refusing non-loopback router URL host '10.0.0.1'",
+    ),
+    (
+        ["predict", "--router", "http://127.0.0.1:1", "qwen"],  # nothing listens on port 1
+        "--router http://127.0.0.1:1: cannot read its GET /models: ",
+    ),
+    (
+        ["predict", "--proc-root", FIXTURE, "--sys-root", FIXTURE, "--cgroup", "/nope"]
+        + ["--", "llama-server", "-m", "m.gguf"],
+        "no memory cgroup controller is mounted",  # the fixture's /sys has none
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), USER_ERRORS, ids=[u[1][:30] for u in USER_ERRORS])
+def test_each_converted_user_input_failure_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], says: str
+) -> None:
+    """These reached the CLI as ValueError/OSError and were relabelled there; now each is
+    a VramscopeError raised where the value is read (a relabelling gone, they would be
+    bugs, exit 70)."""
+    from monitor.cli.main import cli
+
+    monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    full = [*argv[:1], "--config", str(config), "--db", str(tmp_path / "v.db"), *argv[1:]]
+    result = CliRunner().invoke(cli, full, prog_name="vramscope")
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vramscope: error: "), lines
+    assert says in lines[0], lines
+
+
+def test_a_moment_the_database_does_not_hold_is_not_recorded(tmp_path: Path) -> None:
+    from monitor.errors import NotRecorded
+    from monitor.store.history import check_moment
+
+    with pytest.raises(NotRecorded, match="holds no full-resolution samples"):
+        check_moment(tmp_path / "v.db", 5, None, None)
+    with pytest.raises(NotRecorded, match="before the first sample"):
+        check_moment(tmp_path / "v.db", 5, 10_000, 20_000)
+    check_moment(tmp_path / "v.db", 15_000, 10_000, 20_000)  # inside: no error
+
+
+# -- the HTTP edge -------------------------------------------------------------------------
+
+
+def test_a_bug_behind_an_http_endpoint_is_500_one_line_json_traceback_only_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import http.client
+    import json
+    import logging
+
+    from monitor.config import Config
+    from monitor.http import HttpServer
+
+    def latest() -> None:
+        raise ValueError("planted bug /secret/path")
+
+    db = tmp_path / "v.db"
+    srv = HttpServer("127.0.0.1:0", None, latest, db, Config(db_path=db))
+    srv.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=30)
+        with caplog.at_level(logging.ERROR, logger="monitor.http.server"):
+            conn.request("GET", "/api/v1/snapshot")
+            resp = conn.getresponse()
+            body = resp.read()
+        conn.close()
+    finally:
+        srv.stop()
+    assert resp.status == 500
+    assert body.count(b"\n") == 1 and body.endswith(b"\n")
+    assert json.loads(body) == {
+        "error": "internal error (this is a bug; its traceback is in the daemon's log)"
+    }
+    assert b"secret" not in body and b"Traceback" not in body
+    logged = [r for r in caplog.records if r.exc_info]
+    assert len(logged) == 1 and "this is a bug" in logged[0].getMessage()
+    assert "planted bug /secret/path" in caplog.text and "Traceback" in caplog.text
+
+
+# -- no relabelling at the edges -----------------------------------------------------------
+
+EDGES = (
+    *sorted((ROOT / "monitor" / "cli").glob("*.py")),
+    ROOT / "monitor" / "http" / "server.py",
+    ROOT / "tui" / "app.py",
+    ROOT / "tui" / "entry.py",
+)
+# (module, function): why its `except ValueError` is no relabelling (the value is read in
+# the `try` itself: a parse caught at its source, its meaning known)
+ALLOWED = {
+    ("monitor/cli/main.py", "_device_figures"): "float() of --bw/--flops: the flag's parse",
+    ("monitor/cli/doctor.py", "_has_capability"): "int() of /proc's CapEff: absent is False",
+    ("monitor/cli/capture.py", "place"): "PurePath.relative_to: not under this root",
+    ("monitor/cli/engine_check.py", "refuse_foreign"): "int() of /proc's Uid: line, at source",
+    ("monitor/cli/predict.py", "launch_cgroup"): "collectors.cgroup.resolve's documented "
+    "ValueError (collectors/ raises no VramscopeError), around that one call",
+    ("monitor/http/server.py", "parse_listen"): "ip_address() of [http] listen's host",
+    ("monitor/http/server.py", "_dns_safe_host"): "ip_address() of the Host header",
+    ("monitor/http/server.py", "_query"): "parse_qs's max_num_fields: a bad query string",
+}
+
+
+def _value_error_handlers() -> set[tuple[str, str]]:
+    """(module, enclosing function) of each `except` naming ValueError in the edges."""
+    import ast
+
+    found: set[tuple[str, str]] = set()
+    for path in EDGES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                    names = {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)}
+                    if "ValueError" in names:
+                        found.add((str(path.relative_to(ROOT)), func.name))
+    return found
+
+
+def test_no_edge_relabels_value_error_as_the_users_mistake() -> None:
+    """A ValueError caught at the CLI, HTTP or TUI edge and printed as bad input hides a
+    bug; only parses caught at their source (the allow-list, with reasons) remain."""
+    found = _value_error_handlers()
+    assert found - set(ALLOWED) == set(), "relabelling at an edge (raise a VramscopeError)"
+    assert set(ALLOWED) - found == set(), "an allowed handler is gone: drop it from ALLOWED"
