@@ -89,7 +89,7 @@ class VramscopeApp(App[None]):
         if self._swap_models is None:
             self._swap_models = []
             if self.swap_config is not None:
-                from monitor.integrations.llamaswap import load_config
+                from monitor.api import load_llamaswap_config as load_config
 
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
@@ -164,7 +164,7 @@ def open_source(
         return LiveSource(roots, enabled, builder), None
     at_ms = None
     if at is not None:
-        from monitor.store.history import parse_time
+        from monitor.api import parse_time
 
         at_ms = parse_time(at)
     if (
@@ -218,7 +218,7 @@ def _prometheus_fleet(
 ) -> int:
     """``tui --prometheus URL``: the fleet overview from Prometheus (its first answer is
     awaited in the app: Prometheus down is said above an empty table, not an exit)."""
-    from monitor.http.prometheus import PrometheusError, PrometheusFleet
+    from monitor.api import PrometheusError, PrometheusFleet
     from tui.format import short_device_name
 
     if local:

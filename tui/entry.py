@@ -91,10 +91,10 @@ def tui(
     cfg = load_config(**kwargs)
     tokens = None
     if remotes:
-        from monitor.http.tokens import tokens_for
+        from monitor.api import tokens_for
 
         tokens = tokens_for(remotes, cfg, token)
-    from monitor.http.tokens import fleet_token
+    from monitor.api import fleet_token
 
     try:
         from tui.app import main as tui_main

@@ -277,7 +277,9 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
             )
         )
     else:
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        width = status_mod.output_width(
+            sys.stdout.isatty(), shutil.get_terminal_size().columns, os.environ
+        )
         click.echo(status_mod.render_text(snap, width=width))
 
 
@@ -820,17 +822,18 @@ def postmortem(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
-    from monitor.analysis.postmortem import list_events
+    from monitor.analysis.postmortem import list_device_labels, list_events
     from monitor.store.history import parse_since
 
     cfg = load_config(**kwargs)
     rows = list_events(cfg.db_path, parse_since(since), kinds)
+    labels = {} if as_json else list_device_labels(cfg.db_path)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     from monitor.report.events import render
 
-    for line in render(rows):  # a crash: one line, its evidence indented (--json: all)
+    for line in render(rows, labels):  # a crash: one line, its evidence indented (--json: all)
         click.echo(line)
     if not rows:
         click.echo("no events in that period")

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import ProcessInfo, Snapshot
-from monitor.analysis.assess import Assessment, launch_key
+from monitor.analysis.assess import Assessment, launch_key, to_json
 from monitor.analysis.assess_cache import AssessCache
+from monitor.analysis.stored import parsed
 from monitor.estimate import ESTIMATOR_VERSION
 from monitor.estimate.model import HOST, DeviceInfo, devices_from_samples
 
@@ -152,12 +153,13 @@ class Assessor:
         if store is None:
             return None
         try:
-            return store.stored_assessment(
+            doc = store.stored_assessment(
                 info.pid, info.start_ticks, info.started_at_ms, key, ESTIMATOR_VERSION
             )
         except sqlite3.Error as exc:
             log.debug("stored assessment of pid %d not read: %s", info.pid, exc)
             return None
+        return None if doc is None else parsed(doc)
 
     def _write(self, store: Any, servers: Mapping[Key, ProcessInfo]) -> None:
         for k, (a, started_at_ms) in list(self._unstored.items()):
@@ -165,7 +167,7 @@ class Assessor:
                 del self._unstored[k]
                 continue
             try:
-                written = store.add_assessment(a, started_at_ms)
+                written = store.add_assessment(to_json(a), started_at_ms)
             except sqlite3.Error as exc:
                 log.error("cannot store the estimate of pid %d: %s", a.pid, exc)
                 return

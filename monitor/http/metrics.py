@@ -65,7 +65,7 @@ Metrics and labels:
   nothing fills steadily;
 - ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
 - ``vramscope_process_exits_total{cause,model}``: tracked processes that ended since the
-  daemon started, by exit class (monitor/analysis/exits.py) and the model the process
+  daemon started, by exit class (monitor/exits.py) and the model the process
   served (its file's base name or model id, at most 64 characters; ``""`` for none). Every
   class is present at 0 for ``model=""`` and ``model="other"`` from the start, and for a
   model from when a tracked server first serves it; at most 16 models have series of their

@@ -488,9 +488,10 @@ class HttpServer:
 
     def _judge(self, request: dict[str, Any], state: BoxState, access: ModelAccess) -> str:
         """The predict document (runs in the worker thread)."""
-        from monitor.cli.predict import PredictRequest, run_predict
+        from monitor.analysis.predict import PredictRequest
         from monitor.gguf.reader import GgufError
         from monitor.report.predict import to_json
+        from monitor.usecases.predict import judge
 
         req = PredictRequest(
             request["command"],
@@ -499,9 +500,7 @@ class HttpServer:
             growth_horizon_tokens=self.config.growth_horizon_tokens,
         )
         try:
-            result = run_predict(
-                self.config, req, snapshot=state.snapshot, read_header=access.reader
-            )
+            result = judge(self.config, req, state.snapshot, live=False, read_header=access.reader)
         except ModelAccessError as exc:  # says nothing of the file's bytes or existence
             raise _RequestError(403, _one_line(str(exc))) from None
         except GgufError as exc:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from monitor.device_names import relabel
 from monitor.textsafe import terminal_safe
 
 WINDOW_MS = 120_000  # the daemon's join window (loop.py recent_kills, last_app_oom_ms)
@@ -95,18 +96,19 @@ def grouped(rows: Sequence[Event]) -> list[tuple[Event, list[Event]]]:
     return out
 
 
-def render(rows: Sequence[Event]) -> list[str]:
-    """The text lines of ``vramscope events``."""
+def render(rows: Sequence[Event], labels: dict[str, str] | None = None) -> list[str]:
+    """The text lines of ``vramscope events``; device ids in messages read as ``labels``
+    gives them (monitor/device_names.py: ``GPU0 RTX 4060``)."""
+    names = labels or {}
     lines: list[str] = []
     for head, evidence in grouped(rows):
         when = datetime.fromtimestamp(head["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(
             f"{when}  {terminal_safe(head['severity']):<8} {terminal_safe(head['kind']):<14} "
-            f"{terminal_safe(head['message'])}"
+            f"{terminal_safe(relabel(head['message'], names))}"
         )
         for e in evidence:
             at = datetime.fromtimestamp(e["ts_ms"] / 1000).strftime("%H:%M:%S")
-            lines.append(
-                f"{'':>19}  └ {at} {terminal_safe(e['kind']):<14} {terminal_safe(e['message'])}"
-            )
+            message = terminal_safe(relabel(e["message"], names))
+            lines.append(f"{'':>19}  └ {at} {terminal_safe(e['kind']):<14} {message}")
     return lines

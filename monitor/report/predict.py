@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor.analysis.predict import DeviceVerdict, PredictResult, Throughput
 from monitor.analysis.throughput import DEFAULT_ACCEPT
+from monitor.device_names import device_labels, relabel
 from monitor.units import gib_number as _gib
 
 
@@ -181,7 +182,9 @@ def render_text(result: PredictResult) -> str:
     if p.verdict == "thrash":
         verdict += " (it loads; slow, not killed)"
     lines.append(f"verdict: {verdict}")
-    return "\n".join(lines)
+    # every device by the name status and the TUI print (GPU0 RTX 4060); JSON keeps the id
+    pics = result.picture.devices.values()
+    return relabel("\n".join(lines), device_labels((d.device_id, d.name) for d in pics))
 
 
 def fleet_text(answers: list[Any]) -> str:

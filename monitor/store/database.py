@@ -36,8 +36,8 @@ from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from collectors.proc_events import is_server_comm
-from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
+from monitor.exits import signal_name
 from monitor.store import integrity, rollups
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
@@ -58,7 +58,7 @@ _PKey = tuple[int, int, int | None]  # (pid, start_ticks, started_at_ms)
 
 def _alerts(gone: ExitedProcess) -> bool:
     """Whether an exit alerts (crash, OOM kill): its process gets its row at once."""
-    from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+    from monitor.exits import ALERT_CAUSES, classify_legacy
 
     return classify_legacy(gone)[0] in ALERT_CAUSES
 
@@ -655,7 +655,7 @@ class Store:
         for an exit that alerts (crash, OOM kill, engine OOM). A process that has no row
         (it died before the tick that would have written it) still gets its events when
         its exit alerts: every alert has its record."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
@@ -693,7 +693,7 @@ class Store:
     ) -> None:
         """The ``process_exit`` event of an exit, and its ``crash`` event when it alerts;
         ``who``: (process row id or None, comm, engine)."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         _, severity, how = classify_legacy(gone)
         process_id, comm, engine = who
@@ -787,22 +787,26 @@ class Store:
                 ],
             )
 
-    def add_assessment(self, a: Any, started_at_ms: int | None) -> bool:
-        """Store one server's assessment (monitor/analysis/assess.py); False while its
-        process row is not written yet (its tick waits for the database): try again."""
+    def add_assessment(self, doc: dict[str, Any], started_at_ms: int | None) -> bool:
+        """Store one server's assessment, as its document (monitor/analysis/assess.py
+        ``to_json``); False while its process row is not written yet (its tick waits for
+        the database): try again."""
         from monitor.store import estimates
 
         with self.db.atomic():
-            process_id = estimates.process_row(self.db.conn, a.pid, a.start_ticks, started_at_ms)
+            process_id = estimates.process_row(
+                self.db.conn, doc["pid"], doc["start_ticks"], started_at_ms
+            )
             if process_id is None:
                 return False
-            estimates.insert(self.db.conn, process_id, a)
+            estimates.insert(self.db.conn, process_id, doc)
         return True
 
     def stored_assessment(
         self, pid: int, start_ticks: int, started_at_ms: int | None, key: str, version: int
-    ) -> Any:
-        """The assessment stored for this process and launch, or None."""
+    ) -> dict[str, Any] | None:
+        """The document of the assessment stored for this process and launch, or None
+        (monitor/analysis/stored.py parses it)."""
         from monitor.store import estimates
 
         process_id = estimates.process_row(self.db.conn, pid, start_ticks, started_at_ms)

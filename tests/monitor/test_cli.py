@@ -46,7 +46,7 @@ def test_status_table_is_readable() -> None:
     result = vramscope("status")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:5] == ["DEVICE", "NAME", "KIND", "USED", "TOTAL"]
+    assert lines[0].split()[:4] == ["DEVICE", "KIND", "USED", "TOTAL"]
     assert any(line.startswith("host") and "GiB" in line for line in lines)
     assert any(line.startswith("PID") and "COMMAND" in line for line in lines)
 

@@ -307,8 +307,6 @@ ALLOWED = {
     ("monitor/cli/doctor.py", "_has_capability"): "int() of /proc's CapEff: absent is False",
     ("monitor/cli/capture.py", "place"): "PurePath.relative_to: not under this root",
     ("monitor/cli/engine_check.py", "refuse_foreign"): "int() of /proc's Uid: line, at source",
-    ("monitor/cli/predict.py", "launch_cgroup"): "collectors.cgroup.resolve's documented "
-    "ValueError (collectors/ raises no VramscopeError), around that one call",
     ("monitor/http/server.py", "parse_listen"): "ip_address() of [http] listen's host",
     ("monitor/http/server.py", "_dns_safe_host"): "ip_address() of the Host header",
     ("monitor/http/server.py", "_query"): "parse_qs's max_num_fields: a bad query string",

@@ -121,12 +121,10 @@ def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) 
         rows[4101].flags
     )
     # the figure diagnose gives for the same p99 (one source: analysis.diagnose.kv_over_p99)
-    from types import SimpleNamespace
-
     from monitor.analysis.diagnose import kv_over_p99, times
-    from monitor.cli.diagnose import usage_p99
+    from monitor.analysis.slot_usage import usage_p99
 
-    p99 = usage_p99(SimpleNamespace(db_path=path), q4)  # type: ignore[arg-type]
+    p99 = usage_p99(path, q4)
     est = rows[4101].estimate
     assert p99 is not None and est is not None
     ratio = kv_over_p99(est, p99)

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from monitor.analysis.fleet import BoxRow, active_alerts
+from monitor.api import BoxRow, active_alerts
 from monitor.errors import describe
 from tui.format import cell, safe, size
 from tui.screens.main import MainScreen
@@ -32,7 +32,7 @@ from tui.widgets.device_panel import named_devices
 if TYPE_CHECKING:
     from textual import getters
 
-    from monitor.http.prometheus import PrometheusFleet
+    from monitor.api import PrometheusFleet
     from tui.app import VramscopeApp
 
 COLUMNS = ("box", "state", "devices (used/total)", "models", "headroom", "OOM in", "alerts")

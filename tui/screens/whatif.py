@@ -19,12 +19,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
+from monitor.device_names import device_labels
 from tui.format import plain, size
 from tui.source import Frame
 from tui.widgets.device_panel import DevicePanel, panels_from_frame
 
 if TYPE_CHECKING:
-    from monitor.analysis.predict import Prediction, PredictResult
+    from monitor.api import Prediction, PredictResult
 
 _VERDICT_STYLE = {"oom": "$error", "tight": "$warning", "thrash": "$warning"}
 
@@ -128,10 +129,12 @@ class WhatIfScreen(ModalScreen[None]):
             return
         self.result = message.result
         result = message.result.prediction
-        from monitor.analysis.predict import need_by_device
+        from monitor.api import need_by_device
 
         need = need_by_device(result.estimate, message.result.picture)
         verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
+        pics = self.frame.picture.devices.values()
+        names = device_labels((d.device_id, d.name) for d in pics)  # as the panels
         style = _VERDICT_STYLE.get(result.verdict, "$success")
         model = (result.estimate.model_path or "-").split("/")[-1]
         headline = result.verdict.upper()
@@ -149,7 +152,8 @@ class WhatIfScreen(ModalScreen[None]):
             )
             lines.append(
                 plain(
-                    f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
+                    f"  {names.get(d.device_id, d.device_id)}: needs {size(d.need_bytes)}, "
+                    f"can get "
                     f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
                     f"{tail}"
                 )
@@ -166,7 +170,7 @@ class WhatIfScreen(ModalScreen[None]):
         if result.fixes:
             out = [Content.styled("what would make it fit", "bold")]
             for f in result.fixes:
-                frees = ", ".join(f"{size(v)} on {k}" for k, v in f.frees.items())
+                frees = ", ".join(f"{size(v)} on {names.get(k, k)}" for k, v in f.frees.items())
                 out.append(plain(f"  {f.change}: frees {frees} → {f.verdict}"))
             fixes.update(Content("\n").join(out))
         else:
@@ -176,7 +180,7 @@ class WhatIfScreen(ModalScreen[None]):
 def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -> PredictResult:
     """Blocking (worker threads only): the same workflow as ``vramscope predict --state``
     on the frame's snapshot, with the source's GPUs and GGUF header cache."""
-    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.api import PredictRequest, answer
     from monitor.errors import UsageError
 
     builder = app.source.builder  # type: ignore[attr-defined]
