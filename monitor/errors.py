@@ -89,6 +89,14 @@ def bug_line(exc: BaseException, *, hint: bool = True) -> str:
     return f"{line} — run with --debug (or {DEBUG_ENV}=1) for the traceback" if hint else line
 
 
+def failure_line(exc: BaseException, limit: int = 300) -> str:
+    """The line a view that outlives a failure (the TUI's status line, a dialog) shows: a
+    :class:`VramscopeError`'s own message; anything else said to be a bug."""
+    if isinstance(exc, VramscopeError):
+        return exc.one_line(limit)
+    return bug_line(exc, hint=False)[:limit]
+
+
 def describe(exc: BaseException, limit: int = 300) -> str:
     """One line for any failure: a :class:`VramscopeError`'s own message; anything else
     (a bug) with its type first, so that a report of it says what broke."""

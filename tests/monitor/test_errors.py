@@ -89,6 +89,12 @@ def test_each_kind_carries_its_exit_code_and_http_status() -> None:
     assert InputError("a\nb  c").one_line() == "a b c"
     assert describe(KeyError("k")) == "KeyError: 'k'"
     assert describe(DatabaseError("locked\nby pid 1")) == "locked by pid 1"
+    from monitor.errors import EXIT_BUG, bug_line, failure_line
+
+    assert EXIT_BUG == 70  # EX_SOFTWARE
+    assert failure_line(InputError("bad\nfile")) == "bad file"
+    assert failure_line(KeyError("k")) == "internal error (this is a bug): KeyError: 'k'"
+    assert bug_line(ValueError("v")).endswith("for the traceback")
 
 
 def test_a_vramscope_error_from_any_command_is_one_line_exit_2(tmp_path: Path) -> None:
