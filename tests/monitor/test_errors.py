@@ -343,3 +343,24 @@ def test_no_edge_relabels_value_error_as_the_users_mistake() -> None:
     found = _value_error_handlers()
     assert found - set(ALLOWED) == set(), "relabelling at an edge (raise a VramscopeError)"
     assert set(ALLOWED) - found == set(), "an allowed handler is gone: drop it from ALLOWED"
+
+
+def test_the_console_entry_prints_the_bug_line_and_exits_70(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vramscope` / `python -m monitor` run click outside its standalone mode
+    (monitor/cli/main.py main): the bug's own line, not `vramscope: error: ...`."""
+    from monitor.cli import main as main_mod
+    from monitor.report import status as status_mod
+
+    def broken(*_args: object, **_kwargs: object) -> str:
+        raise ValueError("planted")
+
+    monkeypatch.setattr(status_mod, "render_text", broken)
+    monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
+    monkeypatch.setattr("sys.argv", ["vramscope", *_status_args()])
+    with pytest.raises(SystemExit) as ended:
+        main_mod.main()
+    assert ended.value.code == 70
+    err = capsys.readouterr().err
+    assert err == f"vramscope: internal error (this is a bug): ValueError: planted{BUG_HINT}\n"
