@@ -443,7 +443,8 @@ weights - passes the room); 3: fits at load, OOM once the prompt cache / checkpo
 fill (bound them with the --cache-ram N / -ctxcp N it names); 4: it loads, but its
 mmap'd weights cannot all stay resident: the kernel evicts their page cache instead of
 killing, and every token re-reads them from disk (slow, not dead); 2: error (a bad
-launch value, or no device with a known free figure to judge against).
+launch value, or no device with a known free figure to judge against); 70: a bug in
+vramscope (no verdict).
 
 The room is the smallest of device free memory, host MemAvailable and the memory
 cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
