@@ -364,3 +364,29 @@ def test_the_console_entry_prints_the_bug_line_and_exits_70(
     assert ended.value.code == 70
     err = capsys.readouterr().err
     assert err == f"vramscope: internal error (this is a bug): ValueError: planted{BUG_HINT}\n"
+
+
+HOSTILE_TIMES = [
+    "9" * 5000,  # int() refuses over 4300 digits (ValueError)
+    "9" * 19,  # past int64 epoch ms
+    "0001-01-01",  # astimezone() before the epoch: OverflowError / OSError
+    "9999-12-31T23:59:59-14:00",  # past datetime.max in UTC: OverflowError
+    "１２３",  # fullwidth digits: str.isdigit() is True
+    "\x00",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TIMES, ids=range(len(HOSTILE_TIMES)))
+def test_a_time_the_user_typed_is_a_usage_error_or_a_time_never_another_exception(
+    text: str,
+) -> None:
+    from monitor.store.history import parse_since, parse_time
+
+    for parse in (parse_time, parse_since):
+        try:
+            got = parse(text)
+        except UsageError as exc:
+            assert "\n" not in str(exc) and "cannot read" in str(exc)
+        else:
+            assert isinstance(got, int)
