@@ -73,6 +73,17 @@ class VramscopeApp(App[None]):
     def now_ms(self) -> int:
         return self.clock() if self.clock is not None else time.time_ns() // 1_000_000
 
+    bug: Exception | None = None  # what ended the app, when it was a bug (see _run)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """Textual's hook for an exception nothing handled: the app ends as Textual ends it,
+        without Textual's traceback (rendered with locals: a token may be one); ``_run``
+        raises it again for the CLI's edge, which prints it as a bug."""
+        if self.bug is None:
+            self.bug = error
+        super()._handle_exception(error)
+        self._exit_renderables.clear()
+
     def swap_models(self) -> list[str]:
         """Model ids of the llama-swap config (read once; small YAML)."""
         if self._swap_models is None:
@@ -82,7 +93,7 @@ class VramscopeApp(App[None]):
 
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
-                except Exception as exc:
+                except VramscopeError as exc:  # SwapConfigError: unreadable, bad YAML
                     self.notify(
                         safe(f"cannot read {self.swap_config}: {describe(exc)}"),
                         severity="error",
@@ -299,7 +310,7 @@ def main(
             builder=FrameBuilder(**kwargs) if kwargs else None,
             live=live,
         )
-    except (VramscopeError, ValueError) as exc:
+    except VramscopeError as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
     return _run(
@@ -309,8 +320,12 @@ def main(
 
 def _run(app: VramscopeApp) -> int:
     """Run the app on this terminal; its exit status (0 when quit; EXIT_HANGUP when the
-    terminal went away or SIGHUP came, EXIT_TERMINATED on SIGTERM: tui/terminal.py)."""
+    terminal went away or SIGHUP came, EXIT_TERMINATED on SIGTERM: tui/terminal.py). A
+    bug that ended the app is raised again, the terminal restored, for the CLI's edge (one
+    line, exit 70, ``--debug`` for its traceback)."""
     app.run()
+    if app.bug is not None:
+        raise app.bug
     return app.return_code or 0
 
 

@@ -37,7 +37,7 @@ from monitor.api import (
     picture_from_snapshot,
     servers_cgroup,
 )
-from monitor.errors import VramscopeError
+from monitor.errors import NotRecorded, VramscopeError
 from tui.frames import FrameStore
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
@@ -618,7 +618,7 @@ class StoreSource:
             first, last = self._read(sample_span)
             try:
                 check_moment(self.db_path, at_ms, first, last)
-            except ValueError as exc:
+            except NotRecorded as exc:
                 raise SourceError(str(exc)) from None
 
     def _read(self, query: Callable[..., Any], *args: Any) -> Any:
@@ -656,7 +656,7 @@ class StoreSource:
 
         try:
             state = box_state(DatabaseMoment(self.db_path, ts_ms), self.builder.margin_bytes)
-        except (ValueError, StoreError) as exc:
+        except (NotRecorded, StoreError) as exc:
             raise SourceError(str(exc)) from None
         events = self.events(state.ts_ms - 24 * 3600_000, until_ms=state.ts_ms)
         stored, missing = self._assessments(state.ts_ms)

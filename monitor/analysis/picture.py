@@ -22,6 +22,7 @@ still reports) is a row of its own with its bytes, never folded into "others".
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -231,8 +232,50 @@ def picture_from_snapshot(
     return Picture(snap.ts_ms, devices)
 
 
+# a field's annotation (collectors/base.py, as written) -> the JSON values it takes
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "int | None": (int, type(None)),
+    "float": (int, float),
+    "float | None": (int, float, type(None)),
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "MemoryKind": (str,),
+    "bool | None": (bool, type(None)),
+}
+
+
+def _checked(record: Any) -> Any:
+    """``record`` (a collectors dataclass built from a recorded document) when each scalar
+    field holds a value of its annotated type (a bool is no number), else InputError naming
+    the field: a text where a byte count belongs would break the arithmetic later."""
+    for f in dataclasses.fields(record):
+        allowed = _SCALARS.get(str(f.type))
+        value = getattr(record, f.name)
+        if allowed is None:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise InputError(
+                f"{type(record).__name__}.{f.name} is {type(value).__name__} "
+                f"{str(value)[:40]!r}, expected {f.type}"
+            )
+    return record
+
+
 def snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
-    """A recorded ``vramscope status --json`` document back into a Snapshot."""
+    """A recorded ``vramscope status --json`` document back into a Snapshot (InputError
+    when a scalar field holds a value of another type)."""
+    snap = _snapshot_from_status_json(doc)
+    if type(snap.ts_ms) is not int:
+        raise InputError(f"ts_ms is {type(snap.ts_ms).__name__}, expected int")
+    for record in (*snap.devices, *snap.processes, *snap.memory, *snap.hidden):
+        _checked(record)
+    for record in (*(c.cgroup for c in snap.cgroups), *snap.time_to_oom):
+        _checked(record)
+    return snap
+
+
+def _snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
     if doc.get("schema") != "vramscope.status/1":
         raise InputError(
             "not a vramscope status --json document (schema "
@@ -366,6 +409,8 @@ def load_state(path: Path) -> Snapshot:
         )
     try:
         return snapshot_from_status_json(doc)
+    except InputError as exc:
+        raise InputError(f"the state file {path}: {exc}") from None
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else "a part of the wrong shape"
         raise InputError(

@@ -33,6 +33,7 @@ from monitor.analysis.postmortem_doc import (
     Victim,
 )
 from monitor.device_names import device_labels
+from monitor.errors import NotRecorded
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
@@ -141,7 +142,7 @@ def build_model(
         crash = find_crash(db, pid, at_ms)
         if crash is None:
             what = f" for pid {pid}" if pid is not None else ""
-            raise ValueError(f"no crash or OOM kill recorded{what} in {db_path}")
+            raise NotRecorded(f"no crash or OOM kill recorded{what} in {db_path}")
         return _assemble(db, crash, version)
     finally:
         db.close()

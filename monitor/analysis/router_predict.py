@@ -41,6 +41,7 @@ from monitor.analysis.picture import Picture, ProcessUse
 from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, snapshot_links
 from monitor.engines.router_models import AnsweredModel, RouterModelsError, list_models_dir
 from monitor.engines.router_preset import child_launches, read_preset_file
+from monitor.errors import ServiceError
 from monitor.estimate.kv import EstimateError
 from monitor.units import GIB
 
@@ -240,8 +241,12 @@ def explicit(
     if url is not None:
         from monitor.integrations.loopback import loopback_url
 
-        port = loopback_url(url, "router URL").port  # ValueError (one line) off loopback
-        answered = fetch(url)
+        port = loopback_url(url, "router URL").port  # UsageError (one line) off loopback
+        try:
+            answered = fetch(url)
+        except OSError as exc:  # the URL the user named: which one, and why
+            why = getattr(exc, "reason", None) or exc
+            raise ServiceError(f"--router {url}: cannot read its GET /models: {why}") from None
         match = next((r for r in routers.values() if r.port == port), None)
         children = _child_ids(match, links)
         most = match.models_max if match is not None else DEFAULT_MODELS_MAX

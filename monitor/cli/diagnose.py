@@ -18,6 +18,7 @@ from monitor.config import Config
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.engines.recognise import helper_parents
+from monitor.errors import UsageError
 from monitor.estimate import MemoryEstimate, features_of
 from monitor.logs.server_cache import log_file_of, log_source
 from monitor.units import GIB, gib_or_mib
@@ -72,7 +73,7 @@ def growth_evidence(
         poller = SlotPoller(timeout_s=1.0)
         try:
             slots = poller.poll(slots_url, model, 0.0)
-        except ValueError:
+        except UsageError:  # not loopback: never asked
             slots = None
         if slots is None:
             checked.append(f"{slots_url}/slots: no answer")

@@ -3,8 +3,10 @@
 Errors the user can fix (a broken config, an unusable database, a second daemon) are
 :class:`monitor.errors.VramscopeError`; the group catches them at this one edge and prints
 one line, ``vramscope: error: ...``, exiting with the error's code (2) - never a traceback.
-An unexpected failure in a command is one line too (``COMMAND failed: Type: message``,
-exit 2: exit 1 means OOM to ``predict``).
+Anything else is a bug, one line too: ``vramscope: internal error (this is a bug): Type:
+message``, exit 70 (EX_SOFTWARE; 1 and 3 are ``predict`` verdicts); ``vramscope --debug``
+or VRAMSCOPE_DEBUG=1 prints its traceback. No command relabels ValueError or OSError as
+bad input: a user's path that cannot be read is a typed error where it is opened.
 """
 
 from __future__ import annotations
@@ -17,13 +19,22 @@ import math
 import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from monitor import config as config_mod
-from monitor.errors import EXIT_USAGE, UsageError, VramscopeError, describe
+from monitor.errors import (
+    DEBUG_ENV,
+    EXIT_BUG,
+    EXIT_USAGE,
+    UsageError,
+    VramscopeError,
+    bug_line,
+    debug_wanted,
+)
 from monitor.textsafe import terminal_safe, terminal_safe_lines
 
 UserError = UsageError  # what a command raises for a bad value; any VramscopeError will do
@@ -32,12 +43,15 @@ UserError = UsageError  # what a command raises for a bad value; any VramscopeEr
 class _OneLine(click.ClickException):
     """A failure on its way out through click: ``vramscope: error: MESSAGE``, one line."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+    def __init__(
+        self, message: str, exit_code: int = EXIT_USAGE, prefix: str = "vramscope: error: "
+    ) -> None:
         super().__init__(message)
         self.exit_code = exit_code  # type: ignore[misc]  # click: a class default, per error
+        self.prefix = prefix
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"vramscope: error: {terminal_safe(self.message)}", err=True)
+        click.echo(f"{self.prefix}{terminal_safe(self.message)}", err=True)
 
 
 class _Vramscope(click.Group):
@@ -52,11 +66,19 @@ class _Vramscope(click.Group):
             reader_gone()
         except VramscopeError as exc:
             raise _OneLine(str(exc), exc.exit_code) from None
-        except Exception as exc:  # a bug: still one line, and not exit 1 (predict's OOM)
-            # the daemon's journal keeps the traceback of a bug; a command's user sees one line
-            level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
-            logging.getLogger("vramscope").log(level, "command failed", exc_info=True)
-            raise _OneLine(f"{ctx.invoked_subcommand} failed: {describe(exc)}") from None
+        except Exception as exc:  # a bug: one line saying so, exit 70 (not predict's 1/3)
+            raise _bug(ctx, exc) from None
+
+
+def _bug(ctx: click.Context, exc: Exception) -> _OneLine:
+    """A failure that is not a VramscopeError is a bug: one line, exit EXIT_BUG; its
+    traceback on stderr with --debug / VRAMSCOPE_DEBUG=1, and in the daemon's journal."""
+    debug = bool(ctx.params.get("debug")) or debug_wanted()
+    level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
+    logging.getLogger("vramscope").log(level, "command failed", exc_info=exc)
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    return _OneLine(bug_line(exc, hint=not debug), EXIT_BUG, prefix="vramscope: ")
 
 
 EXIT_PIPE = 128 + 13  # 141: as a process killed by SIGPIPE, which Python ignores
@@ -152,8 +174,13 @@ def _config_in_force(own: Path | None) -> Path | None:
     type=_path(),
     help="TOML config file for the command (the same as the command's own --config).",
 )
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"Print the traceback of an internal error (a bug), as {DEBUG_ENV}=1 does.",
+)
 @click.pass_context
-def cli(ctx: click.Context, config_path: Path | None) -> None:
+def cli(ctx: click.Context, config_path: Path | None, debug: bool) -> None:
     """vramscope: live GPU and unified-memory monitor for local LLM inference boxes.
 
     \b
@@ -377,12 +404,9 @@ def estimate(
     from monitor.cli.estimate import run_estimate
 
     cfg = load_config(**kwargs)
-    try:
-        text = run_estimate(
-            cfg, list(command), pid, as_json, cpu_only, log_path, engine_check, cpu_features
-        )
-    except ValueError as exc:  # bad arguments (EstimateError, GgufError: at the edge)
-        raise UserError(str(exc)) from None
+    text = run_estimate(  # bad arguments: EstimateError, GgufError (one line at the edge)
+        cfg, list(command), pid, as_json, cpu_only, log_path, engine_check, cpu_features
+    )
     click.echo(terminal_safe_lines(text))  # model paths and log lines: hostile
 
 
@@ -419,7 +443,8 @@ weights - passes the room); 3: fits at load, OOM once the prompt cache / checkpo
 fill (bound them with the --cache-ram N / -ctxcp N it names); 4: it loads, but its
 mmap'd weights cannot all stay resident: the kernel evicts their page cache instead of
 killing, and every token re-reads them from disk (slow, not dead); 2: error (a bad
-launch value, or no device with a known free figure to judge against).
+launch value, or no device with a known free figure to judge against); 70: a bug in
+vramscope (no verdict).
 
 The room is the smallest of device free memory, host MemAvailable and the memory
 cgroup's room (this shell's, llama-swap's for a MODEL_ID, or --cgroup/--unit). With no
@@ -652,16 +677,13 @@ def predict(
         check_engine_flags=True,
         cpu_features=None if cpu_features is None else parse_cpu_features(cpu_features),
     )
-    try:
-        result = run_predict(cfg, req)
-        checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
-        if checked is not None:  # said with the verdict: a note, and its own JSON key
-            result = dataclasses.replace(result, notes=(*result.notes, checked.line))
-        text = to_json(result) if as_json else render_text(result)
-        if checked is not None and as_json:
-            text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
-    except (ValueError, OSError) as exc:  # a bad state file, --at, llama-swap's /running
-        raise UserError(str(exc)) from None
+    result = run_predict(cfg, req)  # a bad state file, --at, /running: typed errors
+    checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
+    if checked is not None:  # said with the verdict: a note, and its own JSON key
+        result = dataclasses.replace(result, notes=(*result.notes, checked.line))
+    text = to_json(result) if as_json else render_text(result)
+    if checked is not None and as_json:
+        text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
     click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(result.exit_code)
 
@@ -735,10 +757,7 @@ def diagnose(
     if log_path is not None and pid is None:
         raise UserError("--log needs --pid: the server that wrote the log")
     cfg = load_config(**kwargs)
-    try:
-        found = run_diagnose(cfg, state, at_time, pid, log_path)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
+    found = run_diagnose(cfg, state, at_time, pid, log_path)
     click.echo(terminal_safe_lines(render(found, as_json)))
 
 
@@ -775,10 +794,7 @@ def postmortem(
     from monitor.store.history import parse_time
 
     cfg = load_config(**kwargs)
-    try:
-        doc = build_model(cfg.db_path, pid, parse_time(at_time) if at_time else None)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
+    doc = build_model(cfg.db_path, pid, parse_time(at_time) if at_time else None)
     if html_path is not None:
         try:
             html_path.write_text(render_html(doc), encoding="utf-8")
@@ -811,11 +827,8 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
     from monitor.store.history import parse_since
 
     cfg = load_config(**kwargs)
-    try:
-        rows = list_events(cfg.db_path, parse_since(since), kinds)
-        labels = {} if as_json else list_device_labels(cfg.db_path)
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
+    rows = list_events(cfg.db_path, parse_since(since), kinds)
+    labels = {} if as_json else list_device_labels(cfg.db_path)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -899,6 +912,9 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("vramscope: aborted", err=True)
         sys.exit(130)
+    except _OneLine as exc:  # a VramscopeError or a bug, on its way out: its own line
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         click.echo(f"vramscope: error: {terminal_safe(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)

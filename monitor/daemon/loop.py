@@ -30,7 +30,7 @@ from monitor.daemon.counters import EventCounts
 from monitor.daemon.growth_logs import GrowthLogs
 from monitor.daemon.lock import acquire_lock, lock_database_file
 from monitor.daemon.sampler import Sampler
-from monitor.errors import VramscopeError
+from monitor.errors import UsageError, VramscopeError
 from monitor.store.database import Store, StoreError, WriterHealth
 
 log = logging.getLogger(__name__)
@@ -525,7 +525,7 @@ def poll_slots(ctx: DaemonContext) -> int:
         url = f"http://{host}:{spec.port or 8080}"
         try:
             slots = ctx.slot_poller.poll(url, spec.model_path, snap.ts_ms / 1000)
-        except ValueError:  # not loopback: never polled
+        except UsageError:  # not loopback: never polled
             continue
         if slots and ctx.db_error is None:  # refused: the tick's log line said why
             try:

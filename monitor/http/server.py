@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from collectors.base import Snapshot
-from monitor.errors import SetupError, VramscopeError
+from monitor.errors import SetupError, VramscopeError, bug_line
 from monitor.http.access import Caller, ModelAccess, ModelAccessError
 from monitor.http.deadline import PREDICT_DEADLINE_S, Busy, DeadlineExceeded, DeadlineRunner
 from monitor.http.heads import (
@@ -125,6 +125,8 @@ _JSON = "application/json"
 # GGUF problems that say nothing about the bytes of the file (the rest may quote them:
 # "not a GGUF file (magic b'root')" would read 4 bytes of any file the daemon can read).
 _MODEL_UNREADABLE = "not a readable GGUF model file"  # missing, unreadable or not GGUF
+# a bug's answer: its type and message (paths, bytes of a file) stay in the daemon's log
+_BUG_ANSWER = "internal error (this is a bug; its traceback is in the daemon's log)"
 
 
 class HttpConfigError(SetupError):
@@ -508,8 +510,6 @@ class HttpServer:
         except OSError as exc:  # any other file the command names: the same answer
             name = exc.filename if isinstance(exc.filename, str) else "a file"
             raise _RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
-        except ValueError as exc:  # a value no VramscopeError describes yet
-            raise _RequestError(400, _one_line(str(exc))) from None
         return to_json(result)
 
     def _need_state(self) -> BoxState:
@@ -857,9 +857,9 @@ class _Handler(BaseHTTPRequestHandler):
         except VramscopeError as exc:  # the request (400) or the daemon's store (503)
             log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.http_status, exc)
             self._send(exc.http_status, _JSON, _dump({"error": exc.one_line()}))
-        except Exception:
-            log.exception("HTTP %s %s failed", method, self.path[:200])
-            self._send(500, _JSON, _dump({"error": "internal error (see the daemon's log)"}))
+        except Exception as exc:  # a bug: its traceback in the daemon's log, one line here
+            log.exception("HTTP %s %s failed: %s", method, self.path[:200], bug_line(exc))
+            self._send(500, _JSON, _dump({"error": _BUG_ANSWER}))
 
     def _predict(self) -> tuple[int, str, bytes]:
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()

@@ -19,6 +19,8 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from monitor.errors import UsageError
+
 __all__ = ["LoopbackURL", "is_loopback_host", "loopback_url"]
 
 _LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
@@ -59,20 +61,20 @@ class LoopbackURL:
 
 
 def loopback_url(url: str, what: str = "URL") -> LoopbackURL:
-    """``url`` split, or ValueError (one line naming ``what``) when it is not an http(s)
+    """``url`` split, or UsageError (one line naming ``what``) when it is not an http(s)
     URL on a loopback host. Nothing is resolved or connected here."""
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"bad {what} {url!r}: {exc}") from None
+    except ValueError as exc:  # urlsplit's own: a bad port, a bad IPv6 literal
+        raise UsageError(f"bad {what} {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{what} must be http(s): {url!r}")
+        raise UsageError(f"{what} must be http(s): {url!r}")
     if parts.username is not None or parts.password is not None:
-        raise ValueError(f"{what} must not carry a user name or password: {url!r}")
+        raise UsageError(f"{what} must not carry a user name or password: {url!r}")
     host = parts.hostname or ""
     if not is_loopback_host(host):
-        raise ValueError(
+        raise UsageError(
             f"refusing non-loopback {what} host {host or url!r}: "
             "only 127.0.0.0/8, ::1 and localhost are allowed"
         )

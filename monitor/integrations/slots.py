@@ -521,7 +521,7 @@ class SlotPoller:
 
     def poll(self, base_url: str, model: str, now_s: float) -> list[SlotSample] | None:
         """Fresh slots of the server at ``base_url``, or None (throttled, backing off, or the
-        request failed). ValueError, before any traffic, for a non-loopback URL."""
+        request failed). UsageError, before any traffic, for a non-loopback URL."""
         url = loopback_url(base_url, "llama-server URL")
         scheme, host, port, prefix, query = url.scheme, url.host, url.port, url.path, url.query
         key = base_url.rstrip("/")

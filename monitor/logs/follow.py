@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.errors import UsageError
 from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_journal_json
 
 log = logging.getLogger(__name__)
@@ -231,7 +232,7 @@ class SwapLogTail:
     ) -> None:
         from monitor.integrations.loopback import loopback_url
 
-        parts = loopback_url(base_url, "llama-swap URL")  # ValueError unless loopback
+        parts = loopback_url(base_url, "llama-swap URL")  # UsageError unless loopback
         self.base_url = base_url
         self._host, self._port = parts.host, parts.port
         self._https = parts.scheme == "https"
@@ -330,7 +331,7 @@ def open_tails(
     if swap_url:
         try:
             swap = SwapLogTail(swap_url)
-        except ValueError as exc:
+        except UsageError as exc:
             log.warning("llama-swap log stream not followed: %s", exc)
         else:
             swap.start()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import DeviceSample, HiddenProcess, ProcessInfo, ProcessMemory, Snapshot
+from monitor.errors import NotRecorded, UsageError
 from monitor.store.database import open_readonly
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS
 
@@ -31,15 +32,15 @@ _STATIC = (
 def parse_time(text: str) -> int:
     """``YYYY-MM-DD HH:MM[:SS]`` (local time) or ISO 8601, or epoch ms -> epoch ms."""
     text = text.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) <= 18:  # epoch ms (int64's range)
         return int(text)
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"cannot read the time {text!r}: use 'YYYY-MM-DD HH:MM'") from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as a user types it
-    return int(moment.astimezone(UTC).timestamp() * 1000)
+        if moment.tzinfo is None:
+            moment = moment.astimezone()  # local time, as a user types it
+        return int(moment.astimezone(UTC).timestamp() * 1000)
+    except (ValueError, OverflowError, OSError):  # not a time; a year the C library refuses
+        raise UsageError(f"cannot read the time {text!r}: use 'YYYY-MM-DD HH:MM'") from None
 
 
 SINCE_FORMS = "30m, 6h, 2d, 1w, today, yesterday, a time of day (14:30) or 'YYYY-MM-DD HH:MM'"
@@ -51,14 +52,14 @@ def parse_since(text: str, now: datetime | None = None) -> int:
     ``today`` / ``yesterday`` (local midnight), a time of day (``14:30[:SS]``: its latest
     occurrence, so just after midnight ``23:00`` is last night's) or what
     :func:`parse_time` reads -> epoch ms. ``now`` is an aware local datetime (tests).
-    Raises ValueError with one line naming the forms it reads."""
+    Raises UsageError with one line naming the forms it reads."""
     now = now if now is not None else datetime.now().astimezone()
     word = text.strip().lower()
     span = re.fullmatch(r"(\d{1,12}(?:\.\d{1,6})?)\s*([smhdw])", word)
     if span:
         back_s = float(span.group(1)) * _BACK_S[span.group(2)]
         if not back_s < 1e11:  # ~3000 years: int() of an epoch that far back overflows
-            raise ValueError(f"--since {text}: too far back")
+            raise UsageError(f"--since {text}: too far back")
         return int((now.timestamp() - back_s) * 1000)
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if word in ("today", "yesterday"):
@@ -76,8 +77,8 @@ def parse_since(text: str, now: datetime | None = None) -> int:
             return int(moment.timestamp() * 1000)
     try:
         return parse_time(text)
-    except (ValueError, OverflowError, OSError):
-        raise ValueError(f"--since {text!r}: cannot read it; use {SINCE_FORMS}") from None
+    except UsageError:
+        raise UsageError(f"--since {text!r}: cannot read it; use {SINCE_FORMS}") from None
 
 
 # A moment this far past the last sample still reads that sample (a typed 'HH:MM' just
@@ -92,22 +93,24 @@ def _local(ts_ms: int) -> str:
 def check_moment(
     db_path: Path, ts_ms: int, first_ms: int | None, last_ms: int | None, now_ms: int | None = None
 ) -> None:
-    """Raise ValueError naming the range the database covers when ``ts_ms`` is outside it
+    """Raise NotRecorded naming the range the database covers when ``ts_ms`` is outside it
     (before the first full-resolution sample, or after the last one / in the future)."""
     if first_ms is None or last_ms is None:
-        raise ValueError(f"{db_path} holds no full-resolution samples yet (is the daemon running?)")
+        raise NotRecorded(
+            f"{db_path} holds no full-resolution samples yet (is the daemon running?)"
+        )
     covers = f"the database covers {_local(first_ms)} .. {_local(last_ms)}"
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     if ts_ms < first_ms:
-        raise ValueError(f"{_local(ts_ms)} is before the first sample in {db_path}: {covers}")
+        raise NotRecorded(f"{_local(ts_ms)} is before the first sample in {db_path}: {covers}")
     if ts_ms > last_ms + AFTER_LAST_GRACE_MS:
         where = "in the future" if ts_ms > now_ms else f"after the last sample in {db_path}"
-        raise ValueError(f"{_local(ts_ms)} is {where}: {covers}")
+        raise NotRecorded(f"{_local(ts_ms)} is {where}: {covers}")
 
 
 def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
     """The last tick at or before ``ts_ms`` (raw samples only: the recent window); a
-    moment outside what the database covers is a ValueError naming that range."""
+    moment outside what the database covers is NotRecorded naming that range."""
     from monitor.store.reads import sample_span, tick_at_or_before
 
     db = open_readonly(db_path)
@@ -116,7 +119,7 @@ def snapshot_at(db_path: Path, ts_ms: int) -> Snapshot:
         check_moment(db_path, ts_ms, first, last)
         tick = tick_at_or_before(db, ts_ms)
         if tick is None:
-            raise ValueError(f"{db_path} has no full-resolution sample at or before that time")
+            raise NotRecorded(f"{db_path} has no full-resolution sample at or before that time")
         return snapshot_in(db, tick)
     finally:
         db.close()

@@ -13,6 +13,7 @@ from typing import Any
 from collectors.base import CgroupMemory, Snapshot
 from monitor.analysis.predict import PredictRequest, PredictResult, answer, swap_cgroup
 from monitor.config import Config
+from monitor.errors import UsageError
 from monitor.estimate import EstimateError
 from monitor.estimate.model import DeviceInfo, devices_from_samples
 
@@ -36,11 +37,14 @@ def launch_cgroup(
                 f"--unit {req.unit}: expected a systemd unit name, e.g. llama-swap.service"
             )
         given = req.cgroup if req.cgroup is not None else f"/system.slice/{req.unit}"
-        hier, path = cgroup.resolve(
-            cfg.roots,
-            given,
-            None if req.unit is None or req.cgroup else f"--unit {req.unit} ({given})",
-        )
+        try:
+            hier, path = cgroup.resolve(
+                cfg.roots,
+                given,
+                None if req.unit is None or req.cgroup else f"--unit {req.unit} ({given})",
+            )
+        except ValueError as exc:  # collectors/ raises no VramscopeError: typed here, at source
+            raise UsageError(str(exc)) from None
         limit = cgroup.read_limit(hier, path)
         return limit, f"the launch runs in the memory cgroup {path}" + (
             "" if limit is not None else " (no memory limit on it or its ancestors)"

@@ -32,6 +32,7 @@ from monitor.analysis.state import (
 )
 from monitor.config import Config
 from monitor.daemon.sampler import Sampler
+from monitor.errors import UsageError
 from monitor.http import HttpServer
 from monitor.http.client import DaemonClient, RemoteError
 from monitor.report.status import to_json
@@ -158,7 +159,7 @@ def test_the_options_choose_the_origin(tmp_path: Path) -> None:
     )
     assert chosen_origin(Roots(), None, db, at="1000") == DatabaseMoment(db, 1000)
     assert isinstance(chosen_origin(Roots(), ("procfs",), db), Live)
-    with pytest.raises(ValueError, match="cannot read the time"):
+    with pytest.raises(UsageError, match="cannot read the time"):
         chosen_origin(Roots(), None, db, at="yesterday-ish")
 
 

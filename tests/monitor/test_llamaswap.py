@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.errors import ServiceError, UsageError
 from monitor.integrations.llamaswap.client import fetch_running, parse_event_frame
 from monitor.integrations.llamaswap.config import (
     DEFAULT_GROUP_ID,
@@ -490,7 +491,7 @@ def test_fetch_running_with_path_prefix(server) -> None:
 def test_fetch_running_refuses_redirects(server) -> None:
     base, handler = server
     handler.redirect = True
-    with pytest.raises(OSError):
+    with pytest.raises(ServiceError, match="redirect refused"):
         fetch_running(base)
     assert handler.paths == ["/running"]  # never followed to /upstream/..., which loads
 
@@ -498,10 +499,10 @@ def test_fetch_running_refuses_redirects(server) -> None:
 def test_fetch_running_bad_body(monkeypatch: pytest.MonkeyPatch, server) -> None:
     base, _handler = server
     monkeypatch.setitem(RECORDED_RUNNING, "running", [{"model": 1}])
-    with pytest.raises(ValueError, match="string model/state"):
+    with pytest.raises(ServiceError, match="string model/state"):
         fetch_running(base)
     monkeypatch.setitem(RECORDED_RUNNING, "running", "nope")
-    with pytest.raises(ValueError, match="expected"):
+    with pytest.raises(ServiceError, match="expected"):
         fetch_running(base)
 
 
@@ -530,7 +531,7 @@ def test_fetch_running_refuses_non_loopback_without_traffic(
     monkeypatch.setattr(socket, "create_connection", boom)
     monkeypatch.setattr(socket, "getaddrinfo", boom)
     monkeypatch.setattr(socket.socket, "connect", boom)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         fetch_running(url)
 
 

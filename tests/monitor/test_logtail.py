@@ -12,6 +12,7 @@ from collectors.base import Roots
 from monitor.config import Config
 from monitor.daemon.loop import DaemonContext, tick
 from monitor.daemon.sampler import Sampler
+from monitor.errors import UsageError
 from monitor.logs.follow import FileTail, JournalTail
 from monitor.store.database import Store
 
@@ -236,7 +237,7 @@ def test_swap_log_stream_is_bounded_and_says_why_it_is_not_followed() -> None:
     assert "HTTP 401" in (tail.error or "")
     tail.close()
     denied.close()
-    with pytest.raises(ValueError, match="non-loopback"):
+    with pytest.raises(UsageError, match="non-loopback"):
         SwapLogTail("http://192.0.2.1:8080")
 
 

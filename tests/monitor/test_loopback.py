@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from monitor.errors import ServiceError, UsageError
 from monitor.http import is_loopback
 from monitor.integrations.llamaswap.client import fetch_running
 from monitor.integrations.loopback import is_loopback_host, loopback_url
@@ -84,14 +85,14 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("url", REFUSED)
 def test_every_caller_refuses_before_any_traffic(url: str, no_network: None) -> None:
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(UsageError) as refused:
         loopback_url(url)
     assert "\n" not in str(refused.value)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         fetch_running(url, timeout=0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         SlotPoller(timeout_s=0.2).poll(url, "m", now_s=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         SwapLogTail(url)
 
 
@@ -99,8 +100,8 @@ def test_every_caller_refuses_before_any_traffic(url: str, no_network: None) -> 
 def test_every_caller_accepts_loopback(url: str) -> None:
     parts = loopback_url(url)
     assert parts.port == 1 and is_loopback_host(parts.host)
-    with pytest.raises(OSError):  # refused on port 1; not a ValueError
-        fetch_running(url, timeout=2.0)
+    with pytest.raises(ServiceError, match="cannot read llama-swap's /running"):
+        fetch_running(url, timeout=2.0)  # refused on port 1: reached, not refused by us
     assert SlotPoller(timeout_s=0.5).poll(url, "m", now_s=0.0) is None
     tail = SwapLogTail(url)  # built, not started: no connection yet
     assert (tail._host, tail._port) == (parts.host, 1)
@@ -139,5 +140,5 @@ def test_loopback_url_keeps_what_callers_build_on() -> None:
     )
     assert loopback_url("http://LOCALHOST").port == 80
     assert loopback_url("https://127.0.0.1").port == 443
-    with pytest.raises(ValueError, match="refusing non-loopback llama-swap URL host"):
+    with pytest.raises(UsageError, match="refusing non-loopback llama-swap URL host"):
         loopback_url("http://10.0.0.1:8080", "llama-swap URL")

@@ -681,11 +681,12 @@ def test_nothing_to_judge_names_the_devices_without_a_free_figure(
     )
 
 
-def test_an_unexpected_failure_exits_2_in_one_line_not_1(
+def test_a_text_where_a_byte_count_belongs_is_bad_input_exit_2_not_1(
     laptop: dict[str, str], tmp_path: Path
 ) -> None:
     """A state file of the right schema with a text where a byte count belongs: predict
-    used to die in a traceback with exit 1, which a script reads as "OOM predicted"."""
+    used to die in a traceback with exit 1, which a script reads as "OOM predicted"; then
+    "predict failed: TypeError" (a bug's line); now the state file's own InputError."""
     state = tmp_path / "odd.json"
     state.write_text(
         json.dumps(
@@ -714,7 +715,10 @@ def test_an_unexpected_failure_exits_2_in_one_line_not_1(
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr and result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vramscope: error: predict failed: "), lines
+    assert lines == [
+        f"vramscope: error: the state file {state}: DeviceSample.total_bytes is str 'lots', "
+        "expected int | None"
+    ], lines
 
 
 # -- predict MODEL_ID reads [llama_swap] config from the config file -------------------------

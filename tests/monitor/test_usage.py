@@ -37,6 +37,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.errors import UsageError
 from monitor.integrations.slots import (
     SlotPoller,
     SlotSample,
@@ -482,7 +483,7 @@ def test_non_loopback_raises_before_any_traffic(
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     poller = SlotPoller()
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         poller.poll(url, "m", now_s=0.0)
     assert server.total() == 0
 

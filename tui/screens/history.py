@@ -25,7 +25,7 @@ from textual.widgets import Footer, Header, Label, Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from monitor.errors import describe
+from monitor.errors import failure_line
 from monitor.units import GIB
 from tui.format import clock, plain, safe, size
 from tui.messages import HistoryReady, SourceFailed
@@ -174,7 +174,7 @@ class HistoryScreen(Screen):
         try:
             series = self.app.source.history(None, now - WINDOWS[window], now)
         except Exception as exc:
-            self.post_message(SourceFailed(describe(exc)))
+            self.post_message(SourceFailed(failure_line(exc)))
             return
         if not worker.is_cancelled:
             self.post_message(HistoryReady(window, series))

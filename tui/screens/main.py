@@ -25,7 +25,7 @@ from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
 from monitor.device_names import device_labels
-from monitor.errors import describe
+from monitor.errors import failure_line
 from tui.format import clock, plain
 from tui.messages import FrameReady, SourceFailed, TicksReady
 from tui.source import Frame
@@ -213,7 +213,7 @@ class MainScreen(Screen):
         except Abandoned:
             raise
         except Exception as exc:  # any failure is a message on screen
-            self.post_message(SourceFailed(describe(exc)))
+            self.post_message(SourceFailed(failure_line(exc)))
             return
         if not cancelled():
             self.post_message(FrameReady(frame))
@@ -230,7 +230,7 @@ class MainScreen(Screen):
                 else None
             )
         except Exception as exc:
-            self.post_message(SourceFailed(describe(exc)))
+            self.post_message(SourceFailed(failure_line(exc)))
             return
         if worker.is_cancelled:
             return

@@ -103,12 +103,12 @@ class WhatIfScreen(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="whatif")
     def run_prediction(self, frame: Frame, command: str, model_id: str | None) -> None:
         worker = get_current_worker()
-        from monitor.errors import describe
+        from monitor.errors import failure_line
 
         try:
             message = PredictionReady(predict_for(self.app, frame, command, model_id))
         except Exception as exc:  # one line in the dialog (as the CLI's), never a traceback
-            message = PredictionReady(None, describe(exc))
+            message = PredictionReady(None, failure_line(exc))
         if not worker.is_cancelled:
             self.post_message(message)
 

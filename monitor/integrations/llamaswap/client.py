@@ -13,6 +13,7 @@ import urllib.request
 from email.message import Message
 from typing import IO, NoReturn
 
+from monitor.errors import ServiceError
 from monitor.integrations.loopback import loopback_url
 
 __all__ = ["PROCESS_STATES", "fetch_running", "parse_event_frame"]
@@ -35,34 +36,44 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def fetch_running(base_url: str, timeout: float = 2.0) -> dict[str, str]:
-    """``GET {base_url}/running`` -> {model ID: state}. Loopback hosts only (else ValueError).
+    """``GET {base_url}/running`` -> {model ID: state}. Loopback hosts only (else
+    UsageError).
 
     Reads nothing but ``/running``: it never loads a model. No proxy, no redirects.
-    Network errors propagate as OSError (urllib.error.URLError); a body that is not
-    llama-swap's ``{"running": [...]}`` raises ValueError.
+    A llama-swap that cannot be reached, or a body that is not its ``{"running": [...]}``,
+    is a ServiceError naming the URL.
     """
     parts = loopback_url(base_url, "llama-swap URL")
     url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path + "/running", "", ""))
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with opener.open(request, timeout=timeout) as response:
-        body = response.read(_MAX_RUNNING_BYTES + 1)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            body = response.read(_MAX_RUNNING_BYTES + 1)
+    except OSError as exc:  # URLError, HTTPError, a timeout, a reset
+        why = getattr(exc, "reason", None) or exc
+        raise ServiceError(f"{url}: cannot read llama-swap's /running: {why}") from None
+    return _running_states(url, body)
+
+
+def _running_states(url: str, body: bytes) -> dict[str, str]:
+    """llama-swap's ``{"running": [{"model", "state"}, ...]}`` -> {model ID: state}."""
     if len(body) > _MAX_RUNNING_BYTES:
-        raise ValueError(f"{url}: response larger than {_MAX_RUNNING_BYTES} bytes")
+        raise ServiceError(f"{url}: response larger than {_MAX_RUNNING_BYTES} bytes")
     try:
         payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{url}: not JSON: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ServiceError(f"{url}: not JSON: {str(exc)[:200]}") from None
     entries = payload.get("running") if isinstance(payload, dict) else None
     if not isinstance(entries, list):
-        raise ValueError(f'{url}: expected {{"running": [...]}}')
+        raise ServiceError(f'{url}: expected {{"running": [...]}}')
     out: dict[str, str] = {}
     for entry in entries:
         if not isinstance(entry, dict):
-            raise ValueError(f"{url}: running entry is not an object")
+            raise ServiceError(f"{url}: running entry is not an object")
         model, state = entry.get("model"), entry.get("state")
         if not isinstance(model, str) or not isinstance(state, str):
-            raise ValueError(f"{url}: running entry without string model/state")
+            raise ServiceError(f"{url}: running entry without string model/state")
         out[model] = state
     return out
 
