@@ -429,8 +429,13 @@ def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_pat
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [p.name for p in RULE_FILES],
-            "scrape_configs": [
-                {"job_name": "vramscope", "static_configs": [{"targets": [f"127.0.0.1:{d.port}"]}]}
+            "scrape_configs": [  # any job name: the target carries the exporter label
+                {
+                    "job_name": "gpu-boxes",
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{d.port}"], "labels": {"exporter": "vramscope"}}
+                    ],
+                }
             ],
         }
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -470,9 +475,9 @@ def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_pat
 
         try:
             used = poll("the daemon's device series", "vramscope_device_memory_used_bytes")
-            assert {r["metric"]["job"] for r in used} == {"vramscope"}
+            assert {r["metric"]["job"] for r in used} == {"gpu-boxes"}
             assert any(r["metric"]["device"] == "host" for r in used)
-            up = poll("the target up", 'up{job="vramscope"} == 1')
+            up = poll("the target up", 'up{exporter="vramscope"} == 1')
             assert up[0]["metric"]["instance"] == f"127.0.0.1:{d.port}"
             exits = poll("the exit counters", 'vramscope_process_exits_total{model=""}')
             assert len(exits) == 12  # every class from the start (and as many for "other")
@@ -480,6 +485,11 @@ def test_a_real_prometheus_scrapes_a_real_daemon_and_evaluates_the_rules(tmp_pat
             assert 0 < float(ratio[0]["value"][1]) <= 1
             series = poll("the series list", 'count({__name__=~"vramscope_.+"})')
             assert int(series[0]["value"][1]) > 10
+            # Prometheus (2.42 here) asks for OpenMetrics 1.0.0 and gzip: these came that way
+            own = poll("the daemon's own memory", "process_resident_memory_bytes")
+            assert float(own[0]["value"][1]) > 0
+            assert poll("the build", "vramscope_build_info")[0]["metric"]["version"]
+            assert poll("a counter", "vramscope_db_dropped_ticks_total")
             rules_doc = json.loads(daemon_harness.get(f"{api}/rules"))
             health = {
                 r["name"]: r["health"] for g in rules_doc["data"]["groups"] for r in g["rules"]
