@@ -159,7 +159,7 @@ _PROCESS_KINDS = (
     ("rss_file", "rss_file_bytes"),
 )
 _MAX_LABEL = 200
-MAX_PID_SERIES = 64
+MAX_PID_SERIES = 256
 """At most this many processes get series with a ``pid`` label per scrape (the largest
 first); the rest are summed in ``vramscope_unlabelled_process_memory_bytes``."""
 PID_LABEL_MIN_AGE_S = 30.0

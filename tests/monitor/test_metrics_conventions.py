@@ -42,6 +42,7 @@ from monitor.store.database import WriterHealth
 GIB, MIB = 1024**3, 1024**2
 NVML0, NVML1 = "nvml:GPU-aaaa-0000", "nvml:GPU-bbbb-1111"
 APU = "drm:0000:c3:00.0"
+LAST = 1000 + MAX_PID_SERIES + 16  # one past the last filler server's pid
 OPENMETRICS = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4"
 needs_promtool = pytest.mark.skipif(
     daemon_harness.promtool() is None, reason=daemon_harness.PROMTOOL_MISSING
@@ -66,7 +67,7 @@ def server(pid: int, *, age_s: float, now_ms: int, reasons: tuple[str, ...]) -> 
 
 def box_snapshot(now_ms: int) -> Snapshot:
     """Two NVIDIA GPUs, an APU and the host; one old server, one that started a second
-    ago, 100 compilers of the top-N host list, and 80 more old servers past the cap."""
+    ago, 100 compilers of the top-N host list, and old servers 16 past the cap."""
     devices = (
         DeviceSample(NVML0, "nvml", "nvidia", "NVIDIA RTX 4090", "dedicated", 24 * GIB, GIB),
         DeviceSample(NVML1, "nvml", "nvidia", "NVIDIA RTX 4060", "dedicated", 8 * GIB, GIB),
@@ -80,7 +81,7 @@ def box_snapshot(now_ms: int) -> Snapshot:
     for pid in range(100, 200):  # the top-N host list: any busy process
         procs.append(server(pid, age_s=600, now_ms=now_ms, reasons=("top",)))
         memory.append(ProcessMemory(pid, "host", rss_anon_bytes=MIB, rss_file_bytes=MIB))
-    for pid in range(1000, 1080):  # old servers, smaller than pid 10
+    for pid in range(1000, LAST):  # old servers, smaller than pid 10
         procs.append(server(pid, age_s=600, now_ms=now_ms, reasons=("inference",)))
         memory.append(ProcessMemory(pid, "host", rss_anon_bytes=(pid - 999) * MIB))
     runs = (CollectorRun("procfs", now_ms, 0.01, 0.01, "ok"),)
@@ -226,15 +227,15 @@ def test_pid_series_are_bounded_and_the_rest_summed(live: tuple[HttpServer, Box]
     assert "10" in pids  # the old server holding the most: its series and its estimate
     assert "11" not in pids  # started a second ago
     assert not pids & {str(p) for p in range(100, 200)}  # top-N host list only
-    kept = {str(p) for p in range(1080 - (MAX_PID_SERIES - 1), 1080)}
+    kept = {str(p) for p in range(LAST - (MAX_PID_SERIES - 1), LAST)}
     assert pids == kept | {"10"}  # the largest first
     assert set(m["vramscope_process_estimate_bytes"]) == {
         (("device", NVML0), ("model", "m10.gguf"), ("pid", "10"))
     }
-    left_out = 1 + 100 + 80 - (MAX_PID_SERIES - 1)
+    left_out = 1 + 100 + (LAST - 1000) - (MAX_PID_SERIES - 1)
     assert m["vramscope_unlabelled_processes"] == {(): left_out}
     unlabelled = m["vramscope_unlabelled_process_memory_bytes"]
-    cut = range(1000, 1080 - (MAX_PID_SERIES - 1))
+    cut = range(1000, LAST - (MAX_PID_SERIES - 1))
     anon = 3 * MIB + 100 * MIB + sum((p - 999) * MIB for p in cut)
     assert unlabelled[(("device", "host"), ("memory_kind", "rss_anon"))] == anon
     assert unlabelled[(("device", "host"), ("memory_kind", "rss_file"))] == 100 * MIB
@@ -246,7 +247,7 @@ def test_pid_series_are_bounded_and_the_rest_summed(live: tuple[HttpServer, Box]
 
 
 def _aged(snap: Snapshot, ts_ms: int) -> Snapshot:
-    """The same processes at a later tick, without the 80 filler servers."""
+    """The same processes at a later tick, without the filler servers."""
     procs = tuple(p for p in snap.processes if p.pid < 1000)
     memory = tuple(m for m in snap.memory if m.pid < 1000)
     return Snapshot(ts_ms, snap.devices, procs, memory, (), (), snap.runs)

@@ -466,4 +466,4 @@ def test_a_real_daemon_keeps_series_bounded_while_500_real_servers_come_and_go(
         assert sum(exits.values()) - before >= total
     assert len(seen) == total
     print(f"largest scrape: {largest} series; {total} servers seen")
-    assert largest <= 60 + 8 * MAX_PID_SERIES + (MODEL_SLOTS + 4) * len(EXIT_CAUSES)
+    assert largest <= 60 + 8 * 64 + (MODEL_SLOTS + 4) * len(EXIT_CAUSES)  # 64: max_tracked
