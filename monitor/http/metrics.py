@@ -390,6 +390,7 @@ class SnapshotCollector:
         self, snap: Snapshot, every: dict[int, ProcessInfo], labelled: set[int]
     ) -> Iterator[Metric]:
         infos = {pid: every[pid] for pid in sorted(labelled)}
+        models = {pid: _model(p) for pid, p in infos.items()}  # this scrape's only
         memory = GaugeMetricFamily(
             "vramscope_process_memory_bytes",
             "Memory a tracked process holds on a device, by kind (vram, gtt, rss_anon, rss_file).",
@@ -406,7 +407,7 @@ class SnapshotCollector:
                     str(m.pid),
                     _label(p.comm),
                     _label(p.engine),
-                    _model(p),
+                    models[m.pid],
                     _label(m.device_id),
                     kind,
                 )
@@ -429,7 +430,7 @@ class SnapshotCollector:
                 pid, snap.memory, [h for h, owner in helpers.items() if owner == pid]
             ).total_bytes
             if total is not None:
-                measured.add_metric([str(pid), _label(p.comm), _model(p)], total)
+                measured.add_metric([str(pid), _label(p.comm), models[pid]], total)
         yield measured
         hidden = GaugeMetricFamily(
             "vramscope_hidden_process_memory_bytes",
@@ -455,16 +456,15 @@ class SnapshotCollector:
         ):
             estimate = GaugeMetricFamily(name, help_text, labels=["pid", "model", "device"])
             for pid, by_device in sorted(self._estimate_rows(source).items()):
-                p = infos.get(pid)
-                if p is None:
+                if pid not in models:
                     continue
                 for device_id, value in sorted(by_device.items()):
                     if value is not None:
-                        estimate.add_metric([str(pid), _model(p), _label(device_id)], value)
+                        estimate.add_metric([str(pid), models[pid], _label(device_id)], value)
             yield estimate
-        yield self._reported_growth(infos)
+        yield self._reported_growth(models)
 
-    def _reported_growth(self, infos: dict[int, ProcessInfo]) -> Metric:
+    def _reported_growth(self, models: dict[int, str]) -> Metric:
         family = GaugeMetricFamily(
             "vramscope_process_reported_growth_bytes",
             "What a llama-server's own log says its run-time buffers hold now, by cause.",
@@ -476,11 +476,10 @@ class SnapshotCollector:
             log.exception("the reported growth for /metrics failed")
             rows = {}
         for pid, by_cause in sorted(rows.items()):
-            p = infos.get(pid)
-            if p is None:
+            if pid not in models:  # gone, or without pid series this scrape
                 continue
             for cause, value in sorted(by_cause.items()):
-                family.add_metric([str(pid), _model(p), _label(cause)], value)
+                family.add_metric([str(pid), models[pid], _label(cause)], value)
         return family
 
     @staticmethod
