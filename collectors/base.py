@@ -242,7 +242,7 @@ class ExitedProcess:
     exit_signal: int | None = None
     core_dumped: bool | None = None
     exit_source: str | None = None  # "connector" | "zombie" | "kernel log": status from where
-    # monitor/analysis/exits.py: "exited", "stopped", "crashed", "oom_killed", ...
+    # monitor/exits.py: "exited", "stopped", "crashed", "oom_killed", ...
     cause: str | None = None
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from collectors import _fs, cgroup
 from collectors.base import (
+    CgroupMemory,
     CollectorOptions,
     DeviceSample,
     ExitedProcess,
@@ -236,9 +237,15 @@ class ProcfsCollector:
         infos, rows, hidden, zombies = self._read_tracked(reasons, tick.now_ms)
         exited += zombies
         limits = []
+        seen: dict[str, CgroupMemory | None] = {}  # servers share cgroups: read once
         for info in infos:  # servers only: their cgroup binds a load before host RAM does
             if info.engine is not None and self._cgroups is not None:
-                found = cgroup.pid_limit(self.roots, self._cgroups, info.pid)
+                path = cgroup.pid_cgroup(self.roots, self._cgroups, info.pid)
+                if path is None:
+                    continue
+                if path not in seen:
+                    seen[path] = cgroup.read_limit(self._cgroups, path)
+                found = seen[path]
                 if found is not None:
                     limits.append(ProcessCgroup(info.pid, found))
         return Reading(

@@ -17,12 +17,12 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from collectors.base import CollectorOptions, Roots
-from collectors.registry import REGISTRY
 from monitor.errors import InputError
 from monitor.store.retention import Retention
 
@@ -62,6 +62,16 @@ def default_config_path() -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetBox:
+    """One box of ``[fleet] boxes``: its daemon's URL and the file holding its [http] token
+    (None: the box takes no token). The token is read only when the box is watched
+    (monitor/http/tokens.py), and sent only to that URL."""
+
+    url: str
+    token_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     db_path: Path = field(default_factory=lambda: default_state_dir() / DB_NAME)
     # who named db_path ("--db", "[daemon] db in FILE"); None: the default location, the
@@ -93,6 +103,7 @@ class Config:
     # [predict] growth_horizon_tokens: distinct prompt tokens within which a prompt cache
     # that would overflow counts as an OOM (exit 3); beyond it, a note (docs: README)
     growth_horizon_tokens: int = 1_000_000
+    fleet: tuple[FleetBox, ...] = ()  # [fleet] boxes: per-box tokens for --remote
     source: Path | None = None
 
 
@@ -132,6 +143,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "token": (str, None),
         "model_dirs": (list, None),
     },
+    "fleet": {"boxes": (list, None)},  # [{url = "http://box:9835", token_file = "/abs"}]
     "alerts": {
         "urls": (list, None),  # apprise URLs: ntfy://, slack://, discord://, mailto://, json://
         "command": (str, None),  # run with the alert as JSON on stdin
@@ -252,13 +264,63 @@ def _check(path: Path, text: str, section: str, key: str, value: Any) -> None:
                 raise ConfigError(
                     f"{where}: [http] model_dirs must list absolute folders, not {item!r}"
                 )
+    if section == "fleet" and key == "boxes":
+        _check_fleet(where, value)
     if section == "collectors" and key == "enabled":
+        from collectors.registry import REGISTRY  # every collector: only when asked
+
         names = {spec.name for spec in REGISTRY}
         for item in value:
             if item not in names:
                 raise ConfigError(
                     f"{where}: unknown collector {item!r} (known: {', '.join(sorted(names))})"
                 )
+
+
+def _check_fleet(where: str, boxes: list[Any]) -> None:
+    """``[fleet] boxes``: tables of ``url`` (http(s)://HOST:PORT, each once) and an
+    optional absolute ``token_file``."""
+    seen: set[str] = set()
+    for box in boxes:
+        if not isinstance(box, dict) or not isinstance(box.get("url"), str):
+            raise ConfigError(
+                f'{where}: [fleet] boxes must list tables like {{ url = "http://box:9835", '
+                f'token_file = "/etc/vramscope/box.token" }}, not {str(box)[:60]!r}'
+            )
+        unknown = set(box) - {"url", "token_file"}
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key {sorted(unknown)[0]!r} in a [fleet] box "
+                "(known: url, token_file)"
+            )
+        key = box_key(box["url"])
+        if key is None:
+            raise ConfigError(
+                f"{where}: [fleet] url {box['url'][:80]!r}: expected http://HOST:PORT"
+            )
+        if key in seen:
+            raise ConfigError(f"{where}: [fleet] lists {box['url'][:80]} twice")
+        seen.add(key)
+        token_file = box.get("token_file")
+        if token_file is not None and (
+            not isinstance(token_file, str) or not os.path.isabs(token_file) or "\0" in token_file
+        ):
+            raise ConfigError(f"{where}: [fleet] token_file must be an absolute path")
+
+
+def box_key(url: str) -> str | None:
+    """How a box's URL is matched between ``--remote`` and ``[fleet]``: scheme and host
+    lower-cased, the port explicit, no trailing slash; None: not an http(s) URL."""
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return None
+    scheme = parts.scheme.lower()
+    port = port or (443 if scheme == "https" else 80)
+    return f"{scheme}://{parts.hostname.lower()}:{port}{parts.path.rstrip('/')}"
 
 
 def load(
@@ -330,5 +392,33 @@ def load(
         growth_horizon_tokens=int(
             data.get("predict", {}).get("growth_horizon_tokens", base.growth_horizon_tokens)
         ),
+        fleet=tuple(
+            FleetBox(b["url"], Path(b["token_file"]) if b.get("token_file") else None)
+            for b in data.get("fleet", {}).get("boxes", ())
+        ),
         source=path,
     )
+
+
+_HTTP_KEYS = (("listen", "http_listen"), ("token", "http_token"), ("model_dirs", "http_model_dirs"))
+
+
+def keep_running_http(old: Config, new: Config) -> tuple[Config, str | None]:
+    """SIGHUP does not re-read [http]: the HTTP server keeps its socket, token and model
+    folders until a restart (rebinding would drop the port Prometheus scrapes, and a new
+    address can fail to bind once the old one is closed). Returns ``new`` with the running
+    [http] values (so every reader agrees with the server) and, when the file changed
+    them, the one line to log."""
+    changed = [key for key, name in _HTTP_KEYS if getattr(new, name) != getattr(old, name)]
+    if not changed:
+        return new, None
+    said = f"[http] {', '.join(changed)} changed"
+    if "listen" in changed:
+        others = [key for key in changed if key != "listen"]
+        said = (
+            f"[http] listen changed from {old.http_listen or 'off'} to {new.http_listen or 'off'}"
+        )
+        said += f" (and {', '.join(others)})" if others else ""
+    where = f"on {old.http_listen}" if old.http_listen else "off"
+    kept = replace(new, **{name: getattr(old, name) for _key, name in _HTTP_KEYS})
+    return kept, f"{said}: needs a restart (systemctl restart vramscope); HTTP stays {where}"

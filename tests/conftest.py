@@ -26,10 +26,12 @@ def stop_with_sigterm():
     import signal
     import subprocess
 
+    from stopping import STOP_GUARD_S  # a hang guard: a slow stop on a busy box passes
+
     def stop(proc: subprocess.Popen[str]) -> str:
         try:
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=20)
+            _, err = proc.communicate(timeout=STOP_GUARD_S)
         finally:
             proc.kill()
         return err or ""

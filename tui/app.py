@@ -51,6 +51,8 @@ class VramscopeApp(App[None]):
         swap_config: Path | None = None,
         fleet: list[Any] | None = None,
         terminal: bool = False,
+        prometheus: Any = None,
+        token_of: Callable[[str], str | None] | None = None,
     ) -> None:
         # terminal: a real one (vramscope tui), not a test's pilot: end with it and on
         # SIGTERM/SIGHUP (tui/terminal.py)
@@ -58,6 +60,10 @@ class VramscopeApp(App[None]):
         self.terminal = terminal
         self.source = source
         self.fleet = fleet  # RemoteSources of `tui --remote A --remote B`: the overview first
+        # `tui --prometheus URL`: a monitor.http.prometheus.PrometheusFleet, the overview
+        # first; token_of(box URL): that box's token when Enter opens it
+        self.prometheus = prometheus
+        self.token_of = token_of or (lambda _url: None)
         self.refresh_s = refresh_s
         self.clock = clock
         self.at_ms = at_ms
@@ -72,7 +78,7 @@ class VramscopeApp(App[None]):
         if self._swap_models is None:
             self._swap_models = []
             if self.swap_config is not None:
-                from monitor.integrations.llamaswap import load_config
+                from monitor.api import load_llamaswap_config as load_config
 
                 try:
                     self._swap_models = sorted(load_config(self.swap_config).models)
@@ -94,6 +100,12 @@ class VramscopeApp(App[None]):
     def on_mount(self) -> None:
         if self.terminal:
             install_stop_signals(self)
+        if self.prometheus is not None:
+            from tui.screens.fleet import PrometheusFleetScreen
+
+            self.sub_title = safe(f"fleet from Prometheus {self.prometheus.url}")
+            self.push_screen(PrometheusFleetScreen(self.prometheus, self.token_of, self.refresh_s))
+            return
         if self.fleet:
             from tui.screens.fleet import FleetScreen
 
@@ -141,7 +153,7 @@ def open_source(
         return LiveSource(roots, enabled, builder), None
     at_ms = None
     if at is not None:
-        from monitor.store.history import parse_time
+        from monitor.api import parse_time
 
         at_ms = parse_time(at)
     if (
@@ -165,7 +177,11 @@ def open_source(
 
 
 def _fleet(
-    urls: list[str], token: str | None, refresh_s: float, swap_config: Path | None, local: bool
+    urls: list[str],
+    tokens: dict[str, str | None],
+    refresh_s: float,
+    swap_config: Path | None,
+    local: bool,
 ) -> int:
     """``tui --remote A --remote B ...``: the fleet overview (an unreachable box is a row
     that says so; a URL that is not http(s)://HOST:PORT is an error before the app)."""
@@ -178,11 +194,37 @@ def _fleet(
         )
         return 2
     try:
-        sources = [RemoteSource(url, token) for url in urls]
+        sources = [RemoteSource(url, tokens.get(url)) for url in urls]
     except SourceError as exc:
         print(f"vramscope: error: {exc}", file=sys.stderr)
         return 2
     app = VramscopeApp(sources[0], refresh_s, swap_config=swap_config, fleet=sources, terminal=True)
+    return _run(app)
+
+
+def _prometheus_fleet(
+    url: str, token_of: Callable[[str], str | None], refresh_s: float, local: bool
+) -> int:
+    """``tui --prometheus URL``: the fleet overview from Prometheus (its first answer is
+    awaited in the app: Prometheus down is said above an empty table, not an exit)."""
+    from monitor.api import PrometheusError, PrometheusFleet
+    from tui.format import short_device_name
+
+    if local:
+        print(
+            "vramscope: error: --prometheus reads other daemons: leave out --remote, --live, "
+            "--db and --at",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        fleet = PrometheusFleet(url, namer=short_device_name)
+    except PrometheusError as exc:
+        print(f"vramscope: error: {exc}", file=sys.stderr)
+        return 2
+    # the app's source until a box is opened: never read by the overview (lazy, no sampler)
+    placeholder = LiveSource()
+    app = VramscopeApp(placeholder, refresh_s, prometheus=fleet, token_of=token_of, terminal=True)
     return _run(app)
 
 
@@ -206,18 +248,27 @@ def main(
     overhead_bytes: int | None = None,
     remote: str | list[str] | None = None,
     token: str | None = None,
+    tokens: dict[str, str | None] | None = None,
     live: bool = False,
+    prometheus: str | None = None,
+    token_of: Callable[[str], str | None] | None = None,
 ) -> int:
-    """Entry point for ``vramscope tui``; returns the exit status (2: cannot open)."""
+    """Entry point for ``vramscope tui``; returns the exit status (2: cannot open).
+    ``tokens``: each remote URL's own token (monitor/http/tokens.py); a URL it does not
+    name takes ``token`` only when it is the only remote."""
     kwargs: _BuilderSizes = {}
     if margin_bytes is not None:
         kwargs["margin_bytes"] = margin_bytes
     if overhead_bytes is not None:
         kwargs["overhead_bytes"] = overhead_bytes
     remotes = [remote] if isinstance(remote, str) else list(remote or [])
+    if prometheus is not None:
+        local = bool(remotes) or live or db is not None or at is not None
+        return _prometheus_fleet(prometheus, token_of or (lambda _u: None), refresh_s, local)
+    tokens = tokens if tokens is not None else ({remotes[0]: token} if len(remotes) == 1 else {})
     if len(remotes) > 1:
         return _fleet(
-            remotes, token, refresh_s, swap_config, live or db is not None or at is not None
+            remotes, tokens, refresh_s, swap_config, live or db is not None or at is not None
         )
     remote = remotes[0] if remotes else None
     if remote is not None:
@@ -230,7 +281,9 @@ def main(
             )
             return 2
         try:
-            remote_source = RemoteSource(remote, token, FrameBuilder(**kwargs) if kwargs else None)
+            remote_source = RemoteSource(
+                remote, tokens.get(remote), FrameBuilder(**kwargs) if kwargs else None
+            )
             remote_source.latest()  # fail fast with a message, not a blank screen
         except SourceError as exc:
             print(f"vramscope: error: {exc}", file=sys.stderr)

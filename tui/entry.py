@@ -45,7 +45,16 @@ from monitor.cli.main import main as cli_main
     "for a fleet overview (one row per box, Enter opens one).",
 )
 @click.option(
-    "--token", envvar="VRAMSCOPE_TOKEN", help="The daemon's [http] token (or $VRAMSCOPE_TOKEN)."
+    "--token",
+    envvar="VRAMSCOPE_TOKEN",
+    help="The daemon's [http] token (or $VRAMSCOPE_TOKEN), for one box; a fleet's boxes "
+    "take theirs from [fleet] boxes in the config (a token file each).",
+)
+@click.option(
+    "--prometheus",
+    metavar="URL",
+    help="The fleet overview from this Prometheus server (http://HOST:9090), which scrapes "
+    "the daemons: its targets are the boxes; Enter opens a box's daemon directly.",
 )
 @click.option(
     "--live",
@@ -58,6 +67,7 @@ def tui(
     refresh: float,
     remotes: tuple[str, ...],
     token: str | None,
+    prometheus: str | None,
     live: bool,
     **kwargs: Any,
 ) -> None:
@@ -66,6 +76,7 @@ def tui(
     \b
     What it shows (the header says which, and the daemon's pid for a database):
       --remote URL  a daemon's HTTP API (repeated: the fleet overview);
+      --prometheus URL  the fleet overview from a Prometheus scraping the daemons;
       --db FILE     that database, read-only while the daemon writes it;
       --live        samples taken here, by this process;
       otherwise     the default database (see --db) if a daemon has written it in the
@@ -78,6 +89,13 @@ def tui(
     """
     db_given = kwargs.get("db") is not None
     cfg = load_config(**kwargs)
+    tokens = None
+    if remotes:
+        from monitor.api import tokens_for
+
+        tokens = tokens_for(remotes, cfg, token)
+    from monitor.api import fleet_token
+
     try:
         from tui.app import main as tui_main
     except ImportError as exc:
@@ -94,7 +112,10 @@ def tui(
             overhead_bytes=cfg.gpu_overhead_mib * 1024 * 1024,
             remote=list(remotes),
             token=token,
+            tokens=tokens,
             live=live,
+            prometheus=prometheus,
+            token_of=lambda url: fleet_token(url, cfg),
         )
     )
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.content import Content
 
+from monitor.device_names import (  # one device name for every view
+    VENDOR_PREFIXES as VENDOR_PREFIXES,
+)
+from monitor.device_names import (
+    short_device_name as short_device_name,
+)
 from monitor.textsafe import terminal_safe
 from monitor.units import GIB, MIB
 
@@ -27,6 +34,15 @@ def signed(n: int | None) -> str:
     if n is None:
         return UNKNOWN
     return ("+" if n > 0 else "") + size(n)
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` cells: whole, or cut in the middle with "…", keeping its
+    start and its end (a model file's quant and shard, a legend's figures)."""
+    if cell_len(text) <= width:
+        return text
+    tail = max((width - 1) * 2 // 5, 1)
+    return text[: max(width - 1 - tail, 1)] + "…" + text[-tail:]
 
 
 def clock(ts_ms: int, with_date: bool = False) -> str:
@@ -57,20 +73,3 @@ class CellText(Text):
 def cell(text: object) -> CellText:
     """Hostile text as a one-line DataTable cell (control characters escaped)."""
     return CellText(terminal_safe(text), no_wrap=True, end="")
-
-
-VENDOR_PREFIXES = ("NVIDIA GeForce ", "NVIDIA ", "AMD Radeon ", "AMD ", "Radeon ", "Intel(R) ")
-
-
-def short_device_name(device_id: str, name: str | None, gpu_index: int | None) -> str:
-    """``GPU0 RTX 4090`` for a GPU (the index in the order shown, the name without the
-    vendor's prefixes), ``host RAM`` for the host; the long id only on demand."""
-    if device_id == "host":
-        return "host RAM"
-    model = name or ""
-    for prefix in VENDOR_PREFIXES:
-        if model.startswith(prefix):
-            model = model[len(prefix) :]
-            break
-    label = f"GPU{gpu_index}" if gpu_index is not None else "GPU"
-    return f"{label} {safe(model)}".rstrip()

@@ -29,22 +29,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CollectorOptions, Roots, Snapshot
-from monitor.analysis.exits import classify_legacy
-from monitor.analysis.picture import DEFAULT_MARGIN_BYTES, Picture, picture_from_snapshot
+from monitor.api import (
+    DEFAULT_MARGIN_BYTES,
+    Picture,
+    classify_legacy,
+    model_specific,
+    picture_from_snapshot,
+    servers_cgroup,
+)
 from monitor.errors import VramscopeError
-from monitor.estimate.certainty import model_specific
 from tui.frames import FrameStore
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
-    from monitor.analysis.assess import Assessment, Launch
-    from monitor.analysis.diagnose import Diagnosis
-    from monitor.analysis.growth import Evidence
-    from monitor.analysis.measured import Measured
-    from monitor.analysis.state import BoxState
-    from monitor.engines.router import Router
-    from monitor.estimate import MemoryEstimate
-    from monitor.estimate.model import DeviceInfo
-    from monitor.logs.server_cache import ServerLogFollower
+    from monitor.api import (
+        Assessment,
+        BoxState,
+        DeviceInfo,
+        Diagnosis,
+        Evidence,
+        Launch,
+        Measured,
+        MemoryEstimate,
+        Router,
+        ServerLogFollower,
+    )
 
 HOST = "host"
 
@@ -138,8 +146,10 @@ Assessments = Mapping[tuple[int, int], "Assessment"]
 
 
 class FrameBuilder:
-    """Snapshot -> Frame. Live, each server is assessed here once per process and launch
-    (monitor/analysis/assess.py reads its GGUF headers, each file once); the database and
+    """Snapshot -> Frame. Live, each server is assessed here once per launch, however many
+    processes run it (monitor/analysis/assess_cache.py: keyed by the parsed launch, the
+    model files' identity and the devices; monitor/analysis/assess.py reads its GGUF
+    headers, each file once); the database and
     remote sources hand ``build`` the daemon's stored assessments instead and nothing is
     estimated. The verdict is judged for every frame from the assessment and the frame's
     measured memory (pure)."""
@@ -150,8 +160,12 @@ class FrameBuilder:
         overhead_bytes: int = 300 * 1024 * 1024,
         read_header: HeaderReader | None = None,
         p99_tokens: Callable[[str], int | None] | None = None,
+        env_for: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         self.margin_bytes = margin_bytes
+        # a live process's allow-listed LLAMA_ARG_* etc. (monitor/engines/environ.py), as
+        # the daemon's assessor reads it; LiveSource sets it from its /proc root
+        self.env_for = env_for
         self.overhead_bytes = overhead_bytes
         self.p99_tokens = p99_tokens or (lambda _path: None)
         self.has_usage = p99_tokens is not None
@@ -159,6 +173,7 @@ class FrameBuilder:
         self._reader = read_header
         self._lock = threading.Lock()
         self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
+        self._launches: Any = None  # monitor.analysis.assess_cache.AssessCache, made on use
         self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
 
     def read_header(self, path: str) -> Any:
@@ -172,7 +187,7 @@ class FrameBuilder:
         if self._reader is not None:
             reader = self._reader
         else:
-            from monitor.gguf.reader import read_header as reader
+            from monitor.api import read_header as reader
         try:
             header = reader(path)
         except Exception as exc:  # unreadable file: remembered, so not re-read each tick
@@ -184,7 +199,7 @@ class FrameBuilder:
         return header
 
     def devices(self, snap: Snapshot) -> list[DeviceInfo]:
-        from monitor.estimate.model import devices_from_samples
+        from monitor.api import devices_from_samples
 
         return devices_from_samples(snap.devices, self.overhead_bytes)
 
@@ -212,11 +227,10 @@ class FrameBuilder:
     ) -> Frame:
         """``assessments``: the daemon's, for a database or remote frame (None: assess
         here, live); a server without one shows ``missing`` as its reason, unestimated."""
-        from monitor.engines.capabilities import ESTIMATED
-        from monitor.engines.recognise import helper_parents
+        from monitor.api import ESTIMATED, helper_parents
 
-        if picture is None:
-            picture = picture_from_snapshot(snap, self.margin_bytes)
+        if picture is None:  # the servers' cgroup room binds where it is the smaller
+            picture = picture_from_snapshot(snap, self.margin_bytes, servers_cgroup(snap))
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
         built = [
@@ -245,16 +259,17 @@ class FrameBuilder:
         ts_ms: int,
         cpu_features: tuple[str, ...] | None = None,
     ) -> Assessment | None:
-        """Live only: the one assessment of this process and launch (cached)."""
+        """Live only: the one assessment of this process and launch (cached per process,
+        and per launch across processes)."""
         key = (info.pid, info.start_ticks, tuple(info.argv), info.cwd)
         if key in self._assessed:
             return self._assessed[key]
-        from monitor.analysis.assess import assess
-        from monitor.estimate import features_of
+        if self._launches is None:
+            from monitor.api import AssessCache
 
-        result = assess(
-            info, devices, ts_ms, read_header=self.read_header, cpu=features_of(cpu_features)
-        )
+            self._launches = AssessCache(self.read_header)
+        env = self.env_for(info.pid) if self.env_for is not None else None
+        result = self._launches.assess(info, devices, ts_ms, env=env, cpu_features=cpu_features)
         if len(self._assessed) > 512:
             self._assessed.clear()
         self._assessed[key] = result
@@ -263,8 +278,7 @@ class FrameBuilder:
     def growth_evidence(self, info: Any) -> tuple[list[Evidence], list[str]]:
         """Live only: what the server's own ``--log-file`` says grew (prompt cache,
         checkpoints), followed from frame to frame rather than re-read."""
-        from monitor.analysis.growth import evidence_from_log
-        from monitor.logs.server_cache import ServerLogFollower, log_file_of, log_source
+        from monitor.api import ServerLogFollower, evidence_from_log, log_file_of, log_source
 
         key = (info.pid, info.start_ticks)
         with self._lock:
@@ -291,8 +305,7 @@ class FrameBuilder:
     def unassessed(info: Any, ts_ms: int, reason: str) -> Assessment | None:
         """A server the daemon has no assessment of: its launch from its argv (parsing
         only, no file is read), no estimate, ``reason`` as its error."""
-        from monitor.analysis.assess import Assessment, Launch, launch_key
-        from monitor.engines import parse_command
+        from monitor.api import Assessment, Launch, launch_key, parse_command
 
         spec = parse_command(list(info.argv), cwd=info.cwd)
         if spec is None or spec.role in ("proxy", "worker", "router"):
@@ -318,9 +331,7 @@ class FrameBuilder:
         stored: Assessments | None = None,
         missing: str | None = None,
     ) -> ModelRow | None:
-        from monitor.analysis.assess import judged
-        from monitor.analysis.predict import need_by_device
-        from monitor.engines.capabilities import LLAMACPP_ESTIMATED
+        from monitor.api import LLAMACPP_ESTIMATED, judged, kv_over_p99, need_by_device, times
 
         if stored is None:
             found = self.assess(info, devices, snap.ts_ms, snap.cpu_features)
@@ -341,10 +352,9 @@ class FrameBuilder:
         measured = a.measured.total_bytes if a.measured is not None else None
         flags: list[str] = []
         p99 = self.p99_tokens(launch.model_path) if launch.model_path else None
-        if est is not None and p99 and est.n_ctx_seq:
-            ratio = est.n_ctx_seq / max(1, p99)
-            if ratio >= 2:
-                flags.append(f"KV {ratio:.0f}× the p99 context in use")
+        ratio = kv_over_p99(est, p99) if est is not None else None
+        if ratio is not None and ratio >= 2:  # the figure diagnose gives (one source)
+            flags.append(f"KV {times(ratio)} the p99 context in use")
         if launch.draft_model and launch.draft_cache_type_k == "f16":
             flags.append("draft KV in f16")
         if launch.engine == "llama.cpp" and launch.ctx_size is None:
@@ -384,7 +394,7 @@ def grouped_by_router(rows: list[ModelRow], snap: Snapshot) -> list[ModelRow]:
     sits where its biggest child does; a router with no child shown comes last. The
     router's row holds its own measured memory, ``--models-max`` and how many are loaded
     (monitor/engines/router.py); it has no estimate (it loads no model)."""
-    from monitor.engines.router import process_links
+    from monitor.api import process_links
 
     routers, children = process_links(snap.processes)
     if not routers and not children:
@@ -410,7 +420,7 @@ def grouped_by_router(rows: list[ModelRow], snap: Snapshot) -> list[ModelRow]:
 
 
 def _router_row(router: Router, snap: Snapshot) -> ModelRow:
-    from monitor.analysis.measured import measure
+    from monitor.api import measure
 
     held = measure(router.pid, snap.memory)
     top = "unlimited" if router.models_max == 0 else str(router.models_max)
@@ -491,6 +501,8 @@ class LiveSource:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
+        if self.builder.env_for is None:  # the environment the daemon's assessor reads too
+            self.builder.env_for = self._env_for
         self._sampler: Any = None
         self._lock = threading.Lock()
         # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
@@ -501,12 +513,17 @@ class LiveSource:
         """Where the frames come from, for the header."""
         return "live (sampled by this process)"
 
+    def _env_for(self, pid: int) -> Mapping[str, str]:
+        from monitor.api import read_llama_env
+
+        return read_llama_env(self.roots.proc, pid)
+
     def latest(self) -> Frame:
-        from monitor.analysis.state import Live, box_state
+        from monitor.api import Live, box_state
 
         with self._lock:
             if self._sampler is None:
-                from monitor.daemon.sampler import Sampler
+                from monitor.api import Sampler
 
                 self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0), self.enabled)
             state = box_state(
@@ -568,7 +585,7 @@ class StoreSource:
     def describe(self) -> str:
         """The database and who writes it (the daemon holding ``<db>.lock``), for the header:
         a root TUI may be reading another daemon's database than the one meant."""
-        from monitor.daemon.lock import lock_holder
+        from monitor.api import lock_holder
 
         holder = lock_holder(self.db_path)
         who = (
@@ -582,7 +599,7 @@ class StoreSource:
 
     def _conn(self) -> Any:
         if self._db is None:
-            from monitor.store.database import StoreError, open_readonly
+            from monitor.api import StoreError, open_readonly
 
             try:
                 self._db = open_readonly(self.db_path)
@@ -596,8 +613,7 @@ class StoreSource:
         with self._lock:
             self._conn()
         if at_ms is not None:
-            from monitor.store.history import check_moment
-            from monitor.store.reads import sample_span
+            from monitor.api import check_moment, sample_span
 
             first, last = self._read(sample_span)
             try:
@@ -607,8 +623,7 @@ class StoreSource:
 
     def _read(self, query: Callable[..., Any], *args: Any) -> Any:
         """One read function of monitor/store/reads.py on this source's connection."""
-        from monitor.store.database import StoreError
-        from monitor.store.reads import reading
+        from monitor.api import StoreError, reading
 
         with self._lock:
             try:
@@ -622,16 +637,14 @@ class StoreSource:
         cached = self._p99_cache.get(model_path)
         if cached and now - cached[0] < 60:
             return cached[1]
-        from types import SimpleNamespace
+        from monitor.api import usage_p99
 
-        from monitor.cli.diagnose import usage_p99
-
-        value = usage_p99(SimpleNamespace(db_path=self.db_path), model_path)  # type: ignore[arg-type]
+        value = usage_p99(self.db_path, model_path)
         self._p99_cache[model_path] = (now, value)
         return value
 
     def latest(self) -> Frame:
-        from monitor.store.reads import latest_tick
+        from monitor.api import latest_tick
 
         tick = self._read(latest_tick)
         if tick is None:
@@ -639,8 +652,7 @@ class StoreSource:
         return self.at(tick)
 
     def at(self, ts_ms: int) -> Frame:
-        from monitor.analysis.state import DatabaseMoment, box_state
-        from monitor.store.database import StoreError
+        from monitor.api import DatabaseMoment, StoreError, box_state
 
         try:
             state = box_state(DatabaseMoment(self.db_path, ts_ms), self.builder.margin_bytes)
@@ -653,21 +665,21 @@ class StoreSource:
         )
 
     def _assessments(self, ts_ms: int) -> tuple[Assessments, str]:
-        """The daemon's stored assessments at ``ts_ms`` (monitor/store/estimates.py), and
+        """The daemon's stored assessments at ``ts_ms`` (monitor/analysis/stored.py), and
         what a server without one shows."""
-        from monitor.store import estimates
+        from monitor.api import assessments_at, has_estimates_table
 
-        if not self._read(estimates.has_table):
+        if not self._read(has_estimates_table):
             return {}, "no estimates in this database (an older vramscope wrote it)"
-        return self._read(estimates.at, ts_ms), "not assessed by the daemon yet"
+        return self._read(assessments_at, ts_ms), "not assessed by the daemon yet"
 
     def ticks(self, since_ms: int, until_ms: int) -> list[int]:
-        from monitor.store.reads import ticks_between
+        from monitor.api import ticks_between
 
         return self._read(ticks_between, since_ms, until_ms)
 
     def events(self, since_ms: int, until_ms: int | None = None) -> list[EventRow]:
-        from monitor.store.reads import events_between
+        from monitor.api import events_between
 
         rows = self._read(events_between, since_ms, until_ms if until_ms is not None else 2**62)
         return [EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message) for e in rows]
@@ -677,7 +689,7 @@ class StoreSource:
         ``HISTORY_POINTS`` points each (monitor/store/reads.py: each bucket keeps its peak,
         in SQL, so 30 days of rollups never reach Python row by row). Raw samples up to
         2 h, per-minute rollups beyond."""
-        from monitor.store.reads import device_peaks, last_tick_ms, server_peaks
+        from monitor.api import device_peaks, last_tick_ms, server_peaks
 
         minutes = until_ms - since_ms > 2 * 3600_000
         out: Series = {}
@@ -741,7 +753,7 @@ class RemoteSource(LiveSource):
         timeout_s: float = 5.0,
     ) -> None:
         super().__init__(builder=builder)
-        from monitor.http.client import DaemonClient, RemoteError
+        from monitor.api import DaemonClient, RemoteError
 
         try:
             self._client = DaemonClient(url, token, timeout_s)
@@ -756,8 +768,7 @@ class RemoteSource(LiveSource):
         return f"remote {self.url}"
 
     def latest(self) -> Frame:
-        from monitor.analysis.state import Remote, box_state
-        from monitor.http.client import RemoteError, events_doc_problem
+        from monitor.api import Remote, RemoteError, box_state, events_doc_problem
 
         try:
             state = box_state(Remote(self._client), self.builder.margin_bytes)
@@ -783,8 +794,7 @@ class RemoteSource(LiveSource):
     def _assessments(self) -> tuple[Assessments, str]:
         """The daemon's assessments (``vramscope.estimates/1``): estimated over there, from
         its model files; a daemon without the endpoint gives none (never estimated here)."""
-        from monitor.analysis.assess import assessments_from_document
-        from monitor.http.client import RemoteError
+        from monitor.api import RemoteError, assessments_from_document
 
         try:
             doc = self._client.get("/api/v1/estimates")

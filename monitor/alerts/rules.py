@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from collectors.base import DeviceEvent, DeviceSample, Snapshot
-from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
 from monitor.analysis.judge import Tolerance, is_over
+from monitor.exits import ALERT_CAUSES, classify_legacy
 from monitor.units import GIB, gib
 
 EVENT_TTL_MS = 10 * 60 * 1000  # an event-like alert resolves itself this long after it fired
@@ -385,7 +385,7 @@ def _events(ev: _Eval, snap: Snapshot) -> None:
         if e.kind in ("load_finished", "crash", "process_exit") and pid is not None:
             finished.add(pid)
     for gone in snap.exited:
-        # monitor/analysis/exits.py: crashes, OOM kills and engine OOMs alert; exits and stops
+        # monitor/exits.py: crashes, OOM kills and engine OOMs alert; exits and stops
         # (a llama-swap swap, during load or not) never do
         cause, _, how = classify_legacy(gone)
         if cause in ALERT_CAUSES:

@@ -142,7 +142,7 @@ def assess(
     from monitor.engines import parse_command
     from monitor.estimate import estimate
 
-    spec = parse_command(list(info.argv), dict(env) if env else None, cwd=info.cwd)
+    spec = parse_command(list(info.argv), dict(env) if env is not None else None, cwd=info.cwd)
     if spec is None or spec.role in ("proxy", "worker", "router"):
         return None
     est, error = None, None

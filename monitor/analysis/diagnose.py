@@ -99,6 +99,43 @@ def _paged_out(load_mode: str | None, est: MemoryEstimate, m: Measured) -> Findi
     )
 
 
+def kv_over_p99(est: MemoryEstimate, p99_tokens: int | None) -> float | None:
+    """How many times the p99 of tokens in use per busy slot (the daemon's /slots polls,
+    monitor/cli/diagnose.py ``usage_p99``) one slot's KV cells (``n_ctx_seq``, the most a
+    slot can use) hold: the one figure ``diagnose`` and the TUI show (:func:`times`).
+    None when either is unknown."""
+    if not p99_tokens or not est.n_ctx_seq:
+        return None
+    return est.n_ctx_seq / p99_tokens
+
+
+def times(ratio: float) -> str:
+    """``2.7×``: one decimal, so 2.7 and 4 are never both rounded to the same word."""
+    return f"{ratio:.1f}×"
+
+
+def _under_because(est: MemoryEstimate, m: Measured, tol: Tolerance) -> str | None:
+    """Why a server holds less than its estimate, part by part, each only when it is short
+    by more than the tolerance's bytes: mmap'd weights are page cache, read in as tokens
+    use them and evictable (only ``host_file_bytes`` of them resident); host buffers take
+    pages on first write (llama.cpp clears its KV at load, llama-kv-cache.cpp
+    ``ggml_backend_buffer_clear``, but a compute buffer is touched only by the batches
+    run); GPU memory below the estimate is said as it is."""
+    load = [c for c in est.components if c.when == "load"]
+    parts = []
+    for residency, held, why in (
+        ("file", m.host_file_bytes, "mmap'd weights resident (page cache: read in as tokens "
+         "use them, and evictable)"),
+        ("anon", m.host_anon_bytes, "host buffers resident (pages are taken on first write: "
+         "compute buffers by the batches run so far)"),
+        ("device", m.device_bytes, "estimated GPU memory held"),
+    ):  # fmt: skip
+        want = sum(c.bytes for c in load if c.residency == residency)
+        if held is not None and want - held > tol.over_min_bytes:
+            parts.append(f"only {gib(held)} of the {gib(want)} {why}")
+    return "; ".join(parts) or None
+
+
 def diagnose(
     pid: int,
     model: str,
@@ -208,6 +245,9 @@ def launch_findings(
         elif spec.ctx_size is None:
             frees = _price(spec, est, {"ctx_size": 8192}, estimator)
             fix = "-c 8192 (set a context: fit will not grow it)"
+        ratio = kv_over_p99(est, usage_p99_tokens)
+        if ratio is not None:
+            rule += f" ({times(ratio)} the p99 of {usage_p99_tokens} tokens in use per slot)"
         findings.append(
             Finding(
                 "kv",
@@ -374,6 +414,8 @@ def judge_findings(
         verdict = "under"
     else:
         summary = f"{model} holds {gib(total)}, as expected ({what} {gib(expected)})"
+        under = _under_because(est, measured, tol) if is_over(expected, total, tol) else None
+        summary += f": {under}" if under else ""
         verdict = "as_expected"
     return Diagnosis(
         pid,

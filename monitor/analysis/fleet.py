@@ -117,6 +117,49 @@ class BoxRow:
     headroom_device: str | None = None
     active_alerts: tuple[str, ...] = ()  # the messages of alerts fired and not resolved
     error: str | None = None
+    # the soonest forecast OOM (vramscope_time_to_oom_seconds; from Prometheus only)
+    time_to_oom_s: float | None = None
+    oom_pool: str | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """The error shortened to its meaning (the fleet's state column), or None."""
+        return None if self.error is None else short_reason(self.error)
+
+
+# (words in a client error, what they mean), first match wins; the words are
+# monitor/http/client.py's messages and the OS's strerror texts
+_REASONS = (
+    ("Prometheus target down", "target down"),
+    ("HTTP 401 (wrong token)", "401: wrong token"),
+    ("HTTP 401", "401: token needed"),
+    ("HTTP 403", "403: forbidden"),
+    ("HTTP 404", "not a vramscope daemon"),
+    ("timed out", "timed out"),
+    ("Connection refused", "connection refused"),
+    ("Connection reset", "connection reset"),
+    ("No route to host", "no route to host"),
+    ("Network is unreachable", "network unreachable"),
+    ("Name or service not known", "unknown host"),
+    ("Temporary failure in name resolution", "unknown host"),
+    ("CERTIFICATE_VERIFY_FAILED", "TLS certificate refused"),
+    ("not a vramscope", "not a vramscope daemon"),
+    ("not JSON", "not a vramscope daemon"),
+    ("larger than", "not a vramscope daemon"),
+)
+
+
+def short_reason(error: str) -> str:
+    """What a box's one-line error means, in a few words ("connection refused", "timed
+    out", "401: wrong token", "not a vramscope daemon"); "HTTP N" for another status,
+    "unreachable" for anything else (the whole error is shown on demand)."""
+    for words, meaning in _REASONS:
+        if words in error:
+            return meaning
+    for token in error.split():
+        if token.isdigit() and len(token) == 3 and f"HTTP {token}" in error:
+            return f"HTTP {token}"
+    return "unreachable"
 
 
 def active_alerts(events: list[Any]) -> tuple[str, ...]:

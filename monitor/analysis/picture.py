@@ -118,6 +118,16 @@ def unattributed_bytes(used_bytes: int | None, attributed_bytes: int) -> int | N
     return max(0, used_bytes - attributed_bytes)
 
 
+def servers_cgroup(snap: Snapshot) -> CgroupMemory | None:
+    """The memory cgroup limit the tracked servers run under that leaves the least room
+    (``snap.cgroups``, sampled each tick by collectors/cgroup.py; room = max - (current -
+    reclaimable page cache), as memcg reclaim works); None when none runs under a limit.
+    A box whose servers all run in llama-swap's unit or a container gets host memory up
+    to that room, not up to MemAvailable (:func:`host_room` takes the smaller)."""
+    limited = [c.cgroup for c in snap.cgroups if c.cgroup.room_bytes is not None]
+    return min(limited, key=lambda c: (c.room_bytes or 0, c.path), default=None)
+
+
 def host_room(host: DeviceSample | None, cgroup: CgroupMemory | None) -> tuple[int | None, str]:
     """(what a new load can get of host RAM, which limit binds): ``MemAvailable`` or the
     launch's cgroup room, whichever is smaller."""

@@ -25,6 +25,7 @@ from monitor.analysis.cgroup_budget import (
     minimum_needed,
 )
 from monitor.analysis.picture import DEFAULT_MARGIN_BYTES
+from monitor.device_names import device_labels
 from monitor.store import reads
 from monitor.store.database import KEEP_AFTER_MS, KEEP_BEFORE_MS, open_readonly
 from monitor.units import gib_or_mib as _gib
@@ -301,7 +302,7 @@ def at_death_bytes(points: list[list[int]]) -> int:
 def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
     """ "OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
     post-mortem" for a crash; "exit post-mortem" for anything else."""
-    from monitor.analysis.exits import OOM_CAUSES
+    from monitor.exits import OOM_CAUSES
 
     cause = exit_data.get("cause")
     if kernel is not None or crash["kind"] in ("oom_kill", "oomd_kill") or (cause in OOM_CAUSES):
@@ -369,12 +370,12 @@ def _estimate(
     made now from the model file when it still exists."""
     est, source = None, None
     if pid is not None:
-        from monitor.store import estimates
+        from monitor.analysis.stored import assessments_at
 
         try:
             mine = [
                 a
-                for (p, _start), a in estimates.at(db, t_ms).items()
+                for (p, _start), a in assessments_at(db, t_ms).items()
                 if p == pid and a.estimate is not None
             ]
         except Exception:  # an older database, or a row that no longer parses
@@ -762,5 +763,14 @@ def list_events(
     db = open_readonly(db_path)
     try:
         return [e.as_dict() for e in reads.events_since(db, since_ms, kinds, limit)]
+    finally:
+        db.close()
+
+
+def list_device_labels(db_path: Path) -> dict[str, str]:
+    """Every recorded device's display name (monitor/device_names.py), by its id."""
+    db = open_readonly(db_path)
+    try:
+        return device_labels(reads.device_names(db))
     finally:
         db.close()

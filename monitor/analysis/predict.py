@@ -44,6 +44,7 @@ from monitor.units import gib_number as _gib
 
 if TYPE_CHECKING:
     from collectors.base import CgroupMemory, Snapshot
+    from monitor.analysis.router_predict import RouterView
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
@@ -116,6 +117,7 @@ class Prediction:
     # distinct prompt tokens cached before what grows passes the room (0: the checkpoints
     # alone do); None when nothing passes it or no per-token figure is known
     overflow_tokens: int | None = None
+    evictor: str = "llama-swap"  # who unloads ``evicted`` first: "llama-swap", "the router"
 
     @property
     def verdict(self) -> Verdict:
@@ -342,8 +344,9 @@ def _fix(
 def smaller_drafts(
     spec: LaunchSpec, read_header: Callable[[str], Any] | None, limit: int = 4
 ) -> list[str]:
-    """GGUF files in the draft's folder with the target's vocabulary (a valid -md) and
-    fewer weight bytes than the current draft, smallest last so the list reads down."""
+    """GGUF files in the draft's folder with the target's vocabulary (a valid -md:
+    :func:`same_vocabulary`) and fewer weight bytes than the current draft, smallest last
+    so the list reads down."""
     if not spec.draft_model or not spec.model_path:
         return []
     reader: Callable[[str], Any]
@@ -370,9 +373,33 @@ def smaller_drafts(
             header = reader(str(path))
         except Exception:
             continue
-        if header.n_vocab == target.n_vocab and header.tensor_bytes < current.tensor_bytes:
+        if same_vocabulary(header, target) and header.tensor_bytes < current.tensor_bytes:
             found.append((header.tensor_bytes, str(path)))
     return [p for _, p in sorted(found, reverse=True)[:limit]]
+
+
+_VOCAB_KEYS = (
+    "tokenizer.ggml.model",  # llama_vocab_type: SPM, BPE, WPM, ...
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.add_eos_token",
+    "tokenizer.ggml.eos_token_id",
+)
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether a draft with header ``a`` can speculate for a target with header ``b``, as
+    far as GGUF headers tell: llama.cpp refuses a draft whose vocab type, BOS/EOS tokens
+    differ or whose token count is off by more than 128, then compares the token texts
+    (common/speculative.cpp ``common_speculative_are_compatible``, lines 67-127). The
+    texts are not read here, so this asks more: the same token count (known in both), the
+    same tokenizer model (known in both) and the same pre-tokenizer and BOS/EOS keys."""
+    if a.n_vocab is None or a.n_vocab != b.n_vocab:
+        return False
+    if a.get("tokenizer.ggml.model") is None:
+        return False
+    return all(a.get(key) == b.get(key) for key in _VOCAB_KEYS)
 
 
 def suggest(
@@ -730,6 +757,11 @@ class PredictRequest:
     at: str | None = None
     swap_config: Path | None = None
     swap_url: str | None = None
+    # a llama-server router's model id (monitor/analysis/router_predict.py): --router URL,
+    # --router-config FILE.ini, or (both None, no swap_config) the router on this box
+    router_url: str | None = None
+    router_config: Path | None = None
+    ask_routers: bool = True  # False: a recorded state (the TUI's replay): files only
     margin_gib: float = 0.5
     want_fit_ctx: bool = False
     bandwidth_gbs: dict[str, float] = field(default_factory=dict)
@@ -773,6 +805,7 @@ class PredictResult:
     fit_ctx: int | None = None  # the largest -c that fits (asked with want_fit_ctx)
     throughput: Throughput | None = None
     growth_horizon_tokens: int = 1_000_000
+    command: tuple[str, ...] = ()  # the launch judged (a model id's: as its config renders it)
 
     @property
     def growth_within_horizon(self) -> bool:
@@ -806,6 +839,19 @@ def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
 
     spec = parse_command(list(argv))
     return spec.model_path if spec is not None else None
+
+
+def _spec_of(command: list[str], on_the_launching_box: bool) -> LaunchSpec:
+    """The launch asked about. ``-hf``: the CLI on the launching box finds the model in its
+    user's llama.cpp cache (monitor/engines/hf_cache.py); the daemon's HTTP API does not
+    look in its own."""
+    from monitor.engines import parse_command
+    from monitor.engines.hf_cache import own_cache_env
+
+    spec = parse_command(list(command), own_cache_env() if on_the_launching_box else None)
+    if spec is None:
+        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
+    return spec
 
 
 def running_servers(picture: Picture) -> list[ProcessUse]:
@@ -855,12 +901,65 @@ def swap_target(
     return list(target.cmd), evicted, notes
 
 
+def _target(
+    req: PredictRequest, snap: Snapshot, picture: Picture
+) -> tuple[list[str], list[ProcessUse], list[str], RouterView | None]:
+    """(the launch, what is unloaded first, notes, the router or None): the command as
+    given, or a model id's (a llama-server router's, else llama-swap's)."""
+    if req.model_id is None:
+        return req.command, [], [], None
+    if _for_router(req):
+        from monitor.analysis.router_predict import router_target
+
+        return router_target(
+            req.model_id,
+            snap,
+            picture,
+            req.router_url,
+            req.router_config,
+            live=req.ask_routers and req.state is None and req.at is None,
+        )
+    command, evicted, notes = swap_target(req, picture)
+    return command, evicted, notes, None
+
+
+def _refuse(spec: LaunchSpec, req: PredictRequest, router: bool) -> None:
+    """EstimateError (one line) for a launch with no verdict to give."""
+    if spec.role == "router":  # loads no model itself: its models are predicted by id
+        where = f"llama-swap model {req.model_id} runs" if req.model_id else "the command is"
+        raise EstimateError(
+            f"{where} a llama-server router (--models-dir/--models-preset, no -m), which loads "
+            "no model itself: predict one of its models by id (vramscope predict MODEL_ID, "
+            "--router http://127.0.0.1:PORT or --router-config FILE.ini)"
+        )
+    if spec.refused:  # the engine would not start: no verdict to give
+        what = "router" if router else "llama-swap"
+        where = f"{what} model {req.model_id}: " if req.model_id is not None else ""
+        raise EstimateError(where + spec.refused[0])
+
+
+def _for_router(req: PredictRequest) -> bool:
+    """A model id goes to a router when one is named, or no llama-swap config is."""
+    return req.router_url is not None or req.router_config is not None or req.swap_config is None
+
+
 def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | None, str | None]:
     """For ``predict MODEL_ID``: llama-swap's memory cgroup, as the snapshot recorded it
     (the models it starts inherit it); (None, None) otherwise."""
     if req.model_id is None:
         return None, None
     limits = {c.pid: c.cgroup for c in snap.cgroups}
+    if _for_router(req):
+        from monitor.engines.router import process_links
+
+        routers = [pid for pid in process_links(snap.processes)[0] if pid in limits]
+        if len(routers) == 1:
+            found = limits[routers[0]]
+            return found, (
+                f"the llama-server router (pid {routers[0]}) runs in the memory cgroup "
+                f"{found.path}; the children it starts inherit it"
+            )
+        return None, None
     for proc in snap.processes:
         if proc.engine == "llama-swap" and proc.pid in limits:
             found = limits[proc.pid]
@@ -890,24 +989,15 @@ def answer(
     notes: list[str] = [cgroup_note] if cgroup_note else []
     if limit is not None and limit.memory_max_bytes is not None:
         notes.append(limit.room_parts())
-    evicted: list[ProcessUse] = []
-    command = req.command
-    if req.model_id is not None:
-        command, evicted, swap_notes = swap_target(req, picture)
-        notes += swap_notes
+    command, evicted, target_notes, view = _target(req, snap, picture)
+    notes += target_notes
     if not command:
         raise EstimateError(
             "nothing to predict: give a command after -- or a llama-swap "
             "model id with --swap-config"
         )
-    from monitor.engines import parse_command
-
-    spec = parse_command(list(command))
-    if spec is None:
-        raise EstimateError(f"not an inference server command: {' '.join(command[:3])} ...")
-    if spec.refused:  # the engine would not start: no verdict to give
-        where = f"llama-swap model {req.model_id}: " if req.model_id is not None else ""
-        raise EstimateError(where + spec.refused[0])
+    spec = _spec_of(command, req.check_engine_flags)
+    _refuse(spec, req, view is not None)
     if req.check_engine_flags and spec.engine == "llama.cpp":
         refuse_unknown_flags(list(command), req.model_id)
     running = [u for u in running_servers(picture) if u.pid not in {e.pid for e in evicted}]
@@ -935,6 +1025,10 @@ def answer(
             )
     if not result.devices:  # no verdict is not "fits"
         raise EstimateError("nothing to judge: " + _why_nothing(result))
+    if view is not None:  # the router unloads, its children by id
+        from monitor.analysis.router_predict import as_router
+
+        result = as_router(result, view, snap, picture, req.model_id or "")
 
     def estimator(s: LaunchSpec) -> MemoryEstimate:
         return estimate(s, devices, read_header, cpu=cpu)
@@ -969,6 +1063,7 @@ def answer(
         best_ctx,
         speed,
         req.growth_horizon_tokens,
+        tuple(command),
     )
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from collectors.base import CgroupMemory, CollectorOptions, Roots, Snapshot
+from collectors.base import CgroupMemory, Roots, Snapshot
 from monitor.analysis.picture import (
     DEFAULT_MARGIN_BYTES,
     Picture,
@@ -34,18 +34,33 @@ from monitor.analysis.picture import (
     snapshot_from_status_json,
 )
 
-if TYPE_CHECKING:
-    from monitor.http.client import DaemonClient
+
+class Sampling(Protocol):
+    """What samples this machine: the daemon's Sampler (monitor/daemon/sampler.py, kept
+    open between ticks) or a command's one tick (monitor/daemon/oneshot.py). The edge
+    that samples makes it: the judgements below the daemon never start collectors."""
+
+    def sample(self) -> Snapshot: ...
+
+
+class StatusSource(Protocol):
+    """A daemon's status document, shape-checked: monitor/http/client.py ``DaemonClient``
+    (the edge that talks to the daemon makes it)."""
+
+    url: str
+
+    def status_doc(self) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Live:
-    """Sample this machine now. ``sampler``: the caller's (kept open for the next tick);
-    None: one is made for this tick and closed."""
+    """Sample this machine now with ``sampler`` (the caller's: the TUI's and the daemon's
+    keep theirs open for the next tick; a command's samples once, OneShotSampler). None:
+    :func:`box_state` refuses it (TypeError): sampling is the edge's to start."""
 
     roots: Roots = field(default_factory=Roots)
     enabled: Iterable[str] | None = None
-    sampler: Any = None
+    sampler: Sampling | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +80,7 @@ class DatabaseMoment:
 
 @dataclass(frozen=True, slots=True)
 class Remote:
-    client: DaemonClient
+    client: StatusSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,24 +173,12 @@ def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
             raise ValueError("a database moment needs the database's path")
         return snapshot_at(origin.db_path, origin.ts_ms), "database", str(origin.db_path)
     if isinstance(origin, Remote):
-        from monitor.http.client import RemoteError, status_doc_problem
-
         client = origin.client
-        doc = client.get("/api/v1/snapshot")
-        problem = status_doc_problem(doc)
-        if problem is not None:
-            raise RemoteError(f"{client.url}/api/v1/snapshot: not a vramscope snapshot: {problem}")
-        return snapshot_from_status_json(doc), "remote", client.url
+        return snapshot_from_status_json(client.status_doc()), "remote", client.url
     if isinstance(origin, Live):
-        if origin.sampler is not None:
-            return origin.sampler.sample(), "live", "this machine"
-        from monitor.daemon.sampler import Sampler
-
-        sampler = Sampler(origin.roots, CollectorOptions(pss_per_tick=0), origin.enabled)
-        try:
-            return sampler.sample(), "live", "this machine"
-        finally:
-            sampler.close()
+        if origin.sampler is None:
+            raise TypeError("a live origin needs its sampler (monitor/daemon/oneshot.py)")
+        return origin.sampler.sample(), "live", "this machine"
     raise TypeError(f"not an origin of the box state: {origin!r}")
 
 
@@ -185,13 +188,15 @@ def chosen_origin(
     db_path: Path,
     state: Path | None = None,
     at: str | None = None,
+    sampler: Sampling | None = None,
 ) -> Origin:
     """The origin a command's options name: ``--state FILE``, else ``--at TIME`` (in
-    ``db_path``), else live. A time that cannot be read is a ValueError."""
+    ``db_path``), else live (sampled by ``sampler``, which the command makes: it is not
+    started unless the origin is live). A time that cannot be read is a ValueError."""
     if state is not None:
         return StatusFile(state)
     if at is not None:
         from monitor.store.history import parse_time
 
         return DatabaseMoment(db_path, parse_time(at))
-    return Live(roots, enabled)
+    return Live(roots, enabled, sampler)

@@ -11,6 +11,7 @@ from monitor.analysis.assess import assess, judged
 from monitor.analysis.diagnose import Diagnosis, in_cgroup
 from monitor.analysis.growth import GROWTH_COMPONENTS, UNACCOUNTED, Evidence
 from monitor.analysis.judge import Tolerance
+from monitor.analysis.slot_usage import usage_p99
 from monitor.analysis.state import box_state, chosen_origin
 from monitor.cli.predict import gpu_devices
 from monitor.config import Config
@@ -29,34 +30,6 @@ def budget_for(cfg: Config, spec_model: str | None) -> int | None:
         if key in cfg.budgets_gib:
             return int(cfg.budgets_gib[key] * GIB)
     return None
-
-
-def usage_p99(cfg: Config, model_path: str, days: float = 7.0) -> int | None:
-    """p99 tokens in use per busy slot over the daemon's recorded /slots polls, if any."""
-    from monitor.integrations.slots import SlotSample, UsageTracker
-    from monitor.store.database import StoreError, open_readonly
-    from monitor.store.reads import slot_usage
-
-    try:
-        db = open_readonly(cfg.db_path)
-    except StoreError:
-        return None
-    try:
-        rows = slot_usage(db, model_path, int(days * 86400_000))
-    except Exception:  # an older database without the table
-        return None
-    finally:
-        db.close()
-    tracker = UsageTracker()
-    by_ts: dict[int, list[SlotSample]] = {}
-    for row in rows:
-        by_ts.setdefault(row.ts_ms, []).append(
-            SlotSample(row.slot_id, row.n_ctx or 0, row.tokens, row.busy)
-        )
-    for ts, slots in by_ts.items():
-        tracker.add(model_path, slots, ts)
-    stats = tracker.stats(model_path)
-    return stats.p99 if stats is not None and stats.samples else None
 
 
 def _slots_url(host: str | None, port: int | None) -> str | None:
@@ -124,7 +97,10 @@ def run_diagnose(
     from its model files) and judged against what it holds in the snapshot. Growth over
     the estimate is named from the server's own evidence, asked only when it grew: ``log``
     (for the one server chosen), else on this box now its ``--log-file`` and ``/slots``."""
-    box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at))
+    from monitor.daemon.oneshot import OneShotSampler
+
+    sampler = OneShotSampler(cfg.roots, cfg.collectors)
+    box = box_state(chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, state, at, sampler))
     snap = box.snapshot
     devices = gpu_devices(snap, cfg)
     live = box.live
@@ -145,7 +121,7 @@ def run_diagnose(
             devices,
             snap.ts_ms,
             env=env,
-            usage_p99_tokens=usage_p99(cfg, spec.model_path),
+            usage_p99_tokens=usage_p99(cfg.db_path, spec.model_path),
             cpu=features_of(snap.cpu_features),
         )
         if found is None:

@@ -311,15 +311,16 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def daemon_health(config: Config, timeout_s: float = 5.0) -> tuple[int, str] | None:
-    """(status, body) of the running daemon's /healthz on loopback, or None when it has no
-    HTTP server or does not answer."""
+def daemon_health(config: Config, timeout_s: float = 5.0) -> tuple[int, str, int | None] | None:
+    """(status, body, the answering daemon's pid from its X-Vramscope-Pid header; None when
+    it sends none) of the /healthz on the config's loopback port, or None when it has no
+    HTTP server or nothing answers."""
     if not config.http_listen:
         return None
     import urllib.error
     import urllib.request
 
-    from monitor.http import parse_listen
+    from monitor.http import PID_HEADER, parse_listen
 
     try:
         _host, port = parse_listen(config.http_listen)
@@ -330,11 +331,18 @@ def daemon_health(config: Config, timeout_s: float = 5.0) -> tuple[int, str] | N
     request = urllib.request.Request(f"http://127.0.0.1:{port}/healthz", headers=headers)
     try:
         with opener.open(request, timeout=timeout_s) as resp:
-            return resp.status, resp.read(4096).decode("utf-8", "replace").strip()
+            body = resp.read(4096).decode("utf-8", "replace").strip()
+            return resp.status, body, _pid_of(resp.headers.get(PID_HEADER))
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(4096).decode("utf-8", "replace").strip()
+        body = exc.read(4096).decode("utf-8", "replace").strip()
+        return exc.code, body, _pid_of(exc.headers.get(PID_HEADER))
     except OSError:
         return None
+
+
+def _pid_of(text: str | None) -> int | None:
+    """The X-Vramscope-Pid header's pid (monitor/http/server.py), None when absent or odd."""
+    return int(text) if text is not None and text.strip().isdigit() else None
 
 
 def _database_state(config: Config) -> list[Check]:
@@ -388,6 +396,10 @@ def _daemon_database(config: Config, holder: int) -> list[Check]:
 
     path = config.db_path
     health = daemon_health(config)
+    others: list[Check] = []
+    if health is not None and health[2] != holder:  # another daemon's port, or an old one
+        others.append(_not_this_daemon(config, holder, health[2]))
+        health = None
     corrupt = read_marker(path)
     if corrupt is None and health is not None and health[1].startswith("database corrupt:"):
         corrupt = health[1]
@@ -398,7 +410,8 @@ def _daemon_database(config: Config, holder: int) -> list[Check]:
                 "fail",
                 f"the daemon (pid {holder}) found {path} corrupt: {corrupt}",
                 "restart the daemon: it moves the file aside and starts a new database",
-            )
+            ),
+            *others,
         ]
     why = None
     if health is not None and health[0] != 200 and health[1].startswith("database:"):
@@ -414,9 +427,27 @@ def _daemon_database(config: Config, holder: int) -> list[Check]:
                 "free disk space, stop the other writer, or fix the file's "
                 "permissions; the daemon keeps sampling and writes the backlog "
                 "when it can",
-            )
+            ),
+            *others,
         ]
-    return [Check("database", "ok", f"{path} is being written by the daemon (pid {holder})")]
+    return [
+        Check("database", "ok", f"{path} is being written by the daemon (pid {holder})"),
+        *others,
+    ]
+
+
+def _not_this_daemon(config: Config, holder: int, answered: int | None) -> Check:
+    """The /healthz on the config's port is not from the daemon writing its database: its
+    answer says nothing about this database, and is not read as if it did."""
+    who = f"pid {answered}" if answered is not None else "a daemon that does not say its pid"
+    return Check(
+        "daemon",
+        "warn",
+        f"{config.http_listen} is answered by {who}, not by the daemon writing "
+        f"{config.db_path} (pid {holder}): its health is not this database's",
+        "pass the --config (or --db) of the daemon you mean; each daemon needs its own "
+        "[http] listen",
+    )
 
 
 def _stale_for_s(path: Path) -> float | None:

@@ -17,6 +17,7 @@ from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
 
 if TYPE_CHECKING:
+    from monitor.analysis.predict import PredictRequest
     from monitor.cli.engine_check import EngineCheck
 
 
@@ -121,6 +122,10 @@ def run_estimate(
         refuse_bad_values(command)
     devices = [] if cpu_only else live_devices(cfg)
     cpu = box_cpu(cfg, cpu_features)
+    if env is None:  # a typed command: -hf is looked up in this user's llama.cpp cache
+        from monitor.engines.hf_cache import own_cache_env
+
+        env = own_cache_env()
     est = estimate_command(command, env, devices, cwd=cwd, cpu=cpu)
     if pid is not None:  # a running process: its odd values were skipped; say which
         skipped = tuple(f"skipped the process's {r}" for r in refused_values(command, env))
@@ -199,3 +204,59 @@ def check_with_engine(
     return ec.EngineCheck(
         str(binary), tuple(args), tuple(not_passed), rows, notes + ((note,) if note else ())
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PredictCheck:
+    """``predict --engine-check``: whether llama-fit-params checked the estimate the
+    verdict rests on (``line``, said with the verdict), and its table when it ran."""
+
+    checked: bool
+    line: str
+    check: EngineCheck | None = None
+
+    def to_json(self) -> dict[str, object]:
+        from monitor.cli import engine_check as ec
+
+        doc: dict[str, object] = {"checked": self.checked, "line": self.line}
+        if self.check is not None:
+            doc.update(ec.to_json(self.check))
+            doc["over_5pct"] = sum(r.flagged for r in self.check.rows)
+        return doc
+
+
+def check_predicted_launch(
+    cfg: Config, req: PredictRequest, cpu_features: str | None
+) -> PredictCheck:
+    """Run llama-fit-params on the launch ``predict`` judged, under the rules of ``estimate
+    --engine-check`` (the binary beside the named llama-server, safe to run, on the options
+    it takes; :func:`check_with_engine`), or say why it did not: a llama-swap MODEL_ID (its
+    command is llama-swap's, not run here), a recorded box state (``--state``/``--at``:
+    llama-fit-params measures this box now), or the check's own one-line reason."""
+    from monitor.errors import VramscopeError
+
+    why = None
+    if req.model_id is not None:
+        why = f"llama-swap model {req.model_id}: give the command after -- to check it"
+    elif req.state is not None or req.at is not None:
+        why = "the verdict judges a recorded box state (--state/--at); it measures this box"
+    if why is not None:
+        return PredictCheck(False, f"not checked by llama-fit-params: {why}")
+    argv = req.command[1:] if req.command[:1] == ["--"] else req.command
+    try:
+        devices = live_devices(cfg)
+        check = check_with_engine(
+            argv, None, None, devices, not devices, box_cpu(cfg, cpu_features)
+        )
+    except VramscopeError as exc:
+        reason = str(exc).removeprefix("--engine-check: ")
+        return PredictCheck(False, f"not checked by llama-fit-params: {reason}")
+    flagged = [r for r in check.rows if r.flagged]
+    if not flagged:
+        said = "every figure within 5 % (or the 1 MiB its table rounds to)"
+    else:
+        said = f"{len(flagged)} figure(s) more than 5 % apart: " + "; ".join(
+            f"{r.device} {r.part} llama.cpp {r.engine_mib} MiB, vramscope {r.estimate_mib:.2f} MiB"
+            for r in flagged[:3]
+        )
+    return PredictCheck(True, f"checked by llama-fit-params ({check.binary}): {said}", check)

@@ -10,6 +10,7 @@ exit 2: exit 1 means OOM to ``predict``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -122,8 +123,21 @@ def common_options(func: Any) -> Any:
 
 
 def load_config(**kwargs: Any) -> config_mod.Config:
-    """The config (raises ConfigError, a VramscopeError, for a broken one)."""
-    return config_mod.load(kwargs.pop("config_path", None), **kwargs)
+    """The config (raises ConfigError, a VramscopeError, for a broken one): the command's
+    ``--config``, else the group's (``vramscope --config FILE status``); both given and
+    different is a usage error."""
+    return config_mod.load(_config_in_force(kwargs.pop("config_path", None)), **kwargs)
+
+
+def _config_in_force(own: Path | None) -> Path | None:
+    """The ``--config`` in force: the command's own, or the one given before the command."""
+    ctx = click.get_current_context(silent=True)
+    group = ctx.find_root().params.get("config_path") if ctx is not None else None
+    if own is None or group is None:
+        return own if own is not None else group
+    if Path(own).absolute() != Path(group).absolute():
+        raise _OneLine(f"--config given twice and different: {group} and {own}; give one")
+    return own
 
 
 @click.group(
@@ -132,8 +146,14 @@ def load_config(**kwargs: Any) -> config_mod.Config:
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="vramscope")
+@click.option(
+    "--config",
+    "config_path",
+    type=_path(),
+    help="TOML config file for the command (the same as the command's own --config).",
+)
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, config_path: Path | None) -> None:
     """vramscope: live GPU and unified-memory monitor for local LLM inference boxes.
 
     \b
@@ -230,7 +250,9 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
             )
         )
     else:
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        width = status_mod.output_width(
+            sys.stdout.isatty(), shutil.get_terminal_size().columns, os.environ
+        )
         click.echo(status_mod.render_text(snap, width=width))
 
 
@@ -411,6 +433,8 @@ against the model alone at the most layers that fit without it.
   vramscope predict -- llama-server -m big.gguf -c 32768 -md draft.gguf
   vramscope predict --swap-config /etc/llama-swap.yaml qwen3-122b
   vramscope predict qwen3-122b     ([llama_swap] config in the config file)
+  vramscope predict qwen3-8b       (the llama-server router on this box serving it)
+  vramscope predict --router http://127.0.0.1:8080 qwen3-8b
   vramscope predict --state box.json --fit-ctx -- llama-server -m m.gguf
 Usable as systemd ExecStartPre= or in scripts. Each fix says what it frees.
 
@@ -444,6 +468,18 @@ a box; 3: only at load; 1: on no box; 2: no box answered.
     help="llama-swap config: predict a model by its id, counting what it unloads.",
 )
 @click.option("--swap-url", help="llama-swap on loopback (http://127.0.0.1:PORT) for /running.")
+@click.option(
+    "--router",
+    "router_url",
+    metavar="URL",
+    help="A llama-server router on loopback (http://127.0.0.1:PORT): predict MODEL_ID from "
+    "its GET /models, counting the model its --models-max unloads.",
+)
+@click.option(
+    "--router-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A llama-server router's --models-preset FILE.ini: predict MODEL_ID from it.",
+)
 @click.option(
     "--margin-gib",
     type=Finite(0, 1_000_000),
@@ -511,6 +547,14 @@ a box; 3: only at load; 1: on no box; 2: no box answered.
     "this is a note, not exit 3/4 (default [predict] growth_horizon_tokens, 1000000).",
 )
 @click.option(
+    "--engine-check",
+    "engine_check",
+    is_flag=True,
+    help="Check the estimate the verdict rests on with llama.cpp's llama-fit-params beside "
+    "the llama-server (as estimate --engine-check); the verdict says whether it did, or why "
+    "not.",
+)
+@click.option(
     "--remote",
     "remotes",
     multiple=True,
@@ -519,7 +563,10 @@ a box; 3: only at load; 1: on no box; 2: no box answered.
     "http://HOST:9835; repeat for a fleet) and name where it fits.",
 )
 @click.option(
-    "--token", envvar="VRAMSCOPE_TOKEN", help="The daemons' [http] token (or $VRAMSCOPE_TOKEN)."
+    "--token",
+    envvar="VRAMSCOPE_TOKEN",
+    help="The daemon's [http] token (or $VRAMSCOPE_TOKEN), for one box; a fleet's boxes "
+    "take theirs from [fleet] boxes in the config (a token file each).",
 )
 @click.argument("target", nargs=-1, type=click.UNPROCESSED)
 def predict(
@@ -531,6 +578,8 @@ def predict(
     at_time: str | None,
     swap_config: Path | None,
     swap_url: str | None,
+    router_url: str | None,
+    router_config: Path | None,
     margin_gib: float,
     want_fit_ctx: bool,
     bandwidths: tuple[str, ...],
@@ -540,10 +589,11 @@ def predict(
     unit: str | None,
     growth_horizon: int | None,
     cpu_features: str | None,
+    engine_check: bool = False,
     **kwargs: Any,
 ) -> None:
     """Will this load fit? (help: PREDICT_HELP)"""
-    from monitor.cli.estimate import parse_cpu_features
+    from monitor.cli.estimate import check_predicted_launch, parse_cpu_features
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
@@ -553,6 +603,8 @@ def predict(
                 "--state": state,
                 "--at": at_time,
                 "--swap-config": swap_config,
+                "--router": router_url,
+                "--router-config": router_config,
                 "--fit-ctx": want_fit_ctx,
                 "--bw": bandwidths,
                 "--flops": flops,
@@ -560,18 +612,24 @@ def predict(
                 "--cgroup": cgroup_path,
                 "--unit": unit,
                 "--cpu-features": cpu_features,
+                "--engine-check": engine_check,
             }
         )
-        _predict_on_fleet(list(remotes), token, target, margin_gib, as_json)
+        from monitor.http.tokens import tokens_for
+
+        tokens = tokens_for(remotes, load_config(**kwargs), token)
+        _predict_on_fleet(list(remotes), tokens, target, margin_gib, as_json)
         return
     cfg = load_config(**kwargs)
     bw = _device_figures("--bw", bandwidths, "GB/s", "gpu=272", "bandwidth")
     peak = _device_figures("--flops", flops, "TFLOPS", "host=0.4", "peak")
-    if swap_config is None:
+    if swap_config is None and router_url is None and router_config is None:
         swap_config = cfg.swap_config  # [llama_swap] config
-    model_id = (
-        target[0] if swap_config is not None and len(target) == 1 and target[0] != "--" else None
-    )
+    # one word: a model id (llama-swap's with --swap-config, a llama-server router's with
+    # --router/--router-config, or the router on this box's unless it names a program)
+    model_id = target[0] if len(target) == 1 and target[0] != "--" else None
+    if model_id is not None and swap_config is None and router_url is None and not router_config:
+        model_id = None if _names_a_program(model_id) else model_id
     req = PredictRequest(
         [] if model_id is not None else list(target),
         model_id=model_id,
@@ -579,6 +637,8 @@ def predict(
         at=at_time,
         swap_config=swap_config,
         swap_url=swap_url,
+        router_url=router_url,
+        router_config=router_config,
         margin_gib=margin_gib,
         want_fit_ctx=want_fit_ctx,
         bandwidth_gbs=bw,
@@ -594,15 +654,30 @@ def predict(
     )
     try:
         result = run_predict(cfg, req)
+        checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
+        if checked is not None:  # said with the verdict: a note, and its own JSON key
+            result = dataclasses.replace(result, notes=(*result.notes, checked.line))
         text = to_json(result) if as_json else render_text(result)
+        if checked is not None and as_json:
+            text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
     except (ValueError, OSError) as exc:  # a bad state file, --at, llama-swap's /running
         raise UserError(str(exc)) from None
     click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(result.exit_code)
 
 
+def _names_a_program(word: str) -> bool:
+    """``predict -- ls`` reaches us as ``ls`` (click drops the ``--``): a word that is a
+    program on PATH or an existing path is a command, not a model id."""
+    return shutil.which(word) is not None or os.path.exists(word)
+
+
 def _predict_on_fleet(
-    urls: list[str], token: str | None, target: tuple[str, ...], margin_gib: float, as_json: bool
+    urls: list[str],
+    tokens: dict[str, str | None],
+    target: tuple[str, ...],
+    margin_gib: float,
+    as_json: bool,
 ) -> None:
     from monitor.analysis.fleet import exit_code
     from monitor.cli.predict import predict_on_fleet
@@ -613,7 +688,9 @@ def _predict_on_fleet(
         raise UserError(
             "--remote needs a launch: vramscope predict --remote URL -- llama-server -m M.gguf"
         )
-    answers = predict_on_fleet(urls, token, command, margin_gib)
+    # one word: a llama-server router's model id, judged on each box by its own router
+    model_id = command[0] if len(command) == 1 else None
+    answers = predict_on_fleet(urls, tokens, command, margin_gib, model_id)
     click.echo(fleet_json(answers) if as_json else terminal_safe_lines(fleet_text(answers)))
     sys.exit(exit_code(answers))
 
@@ -730,25 +807,22 @@ def postmortem(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
-    from datetime import datetime
-
-    from monitor.analysis.postmortem import list_events
+    from monitor.analysis.postmortem import list_device_labels, list_events
     from monitor.store.history import parse_since
 
     cfg = load_config(**kwargs)
     try:
         rows = list_events(cfg.db_path, parse_since(since), kinds)
+        labels = {} if as_json else list_device_labels(cfg.db_path)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        when = datetime.fromtimestamp(r["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        click.echo(
-            f"{when}  {terminal_safe(r['severity']):<8} {terminal_safe(r['kind']):<14} "
-            f"{terminal_safe(r['message'])}"
-        )
+    from monitor.report.events import render
+
+    for line in render(rows, labels):  # a crash: one line, its evidence indented (--json: all)
+        click.echo(line)
     if not rows:
         click.echo("no events in that period")
 

@@ -8,6 +8,13 @@ into the ``estimates`` table and published for the HTTP API (``current``). A res
 daemon takes up the stored assessment of a launch it already assessed instead of reading
 the model again (the file may be gone by then). Per tick, with nothing new, the cost is a
 dictionary lookup per server.
+
+Churn costs no more than that (issue 32 item 3): a server is assessed from its second tick
+on (or at once when it holds GPU memory, or on the assessor's first tick, a restarted
+daemon's servers), so a process gone before its second tick costs no estimate and no
+``estimates`` row; and the estimates themselves come from an
+:class:`~monitor.analysis.assess_cache.AssessCache`, so a thousand processes launched with
+one command line, model file and devices cost one estimate.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from collectors.base import ProcessInfo, Snapshot
-from monitor.analysis.assess import Assessment, assess, launch_key
-from monitor.estimate import ESTIMATOR_VERSION, features_of
-from monitor.estimate.model import DeviceInfo, devices_from_samples
+from monitor.analysis.assess import Assessment, launch_key, to_json
+from monitor.analysis.assess_cache import AssessCache
+from monitor.analysis.stored import parsed
+from monitor.estimate import ESTIMATOR_VERSION
+from monitor.estimate.model import HOST, DeviceInfo, devices_from_samples
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +59,7 @@ class Assessor:
     threaded: bool = True  # False: assess inside on_tick (tests, tools)
     read_header: Callable[[str], Any] | None = None  # None: monitor.gguf.reader.read_header
     assessed: int = 0  # assessments computed (model headers read), not taken up from the db
+    deferred: int = 0  # servers seen on one tick only so far, not assessed (yet)
     _current: Mapping[Key, Assessment] = field(default_factory=dict)
     _launch: dict[Key, tuple[tuple[str, ...], str | None, str]] = field(default_factory=dict)
     _wanted: dict[Key, str] = field(default_factory=dict)  # queued or assessed: launch key
@@ -58,6 +68,8 @@ class Assessor:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _queue: queue.Queue[_Job | None] = field(default_factory=lambda: queue.Queue(MAX_QUEUED))
     _thread: threading.Thread | None = None
+    _previous: frozenset[Key] | None = None  # the servers of the last tick; None: first
+    _cache: AssessCache | None = None  # made on the assessing thread's first job
 
     def current(self) -> Mapping[Key, Assessment]:
         """The assessments of the servers of the latest tick; safe from any thread (the
@@ -99,7 +111,11 @@ class Assessor:
         for k in [k for k in self._wanted if k not in servers]:
             del self._wanted[k]
         devices: tuple[DeviceInfo, ...] | None = None
+        holders = {m.pid for m in snap.memory if m.device_id != HOST}
         for k, info in servers.items():
+            if self._previous is not None and k not in self._previous and k[0] not in holders:
+                self.deferred += 1  # its first tick: a short-lived one costs nothing
+                continue
             key = self._key(k, info)
             if self._wanted.get(k) == key:
                 continue
@@ -120,6 +136,7 @@ class Assessor:
                 current[k] = a
                 self._unstored[k] = (a, servers[k].started_at_ms)
         self._current = current
+        self._previous = frozenset(servers)
         if store is not None:
             self._write(store, servers)
 
@@ -136,12 +153,13 @@ class Assessor:
         if store is None:
             return None
         try:
-            return store.stored_assessment(
+            doc = store.stored_assessment(
                 info.pid, info.start_ticks, info.started_at_ms, key, ESTIMATOR_VERSION
             )
         except sqlite3.Error as exc:
             log.debug("stored assessment of pid %d not read: %s", info.pid, exc)
             return None
+        return None if doc is None else parsed(doc)
 
     def _write(self, store: Any, servers: Mapping[Key, ProcessInfo]) -> None:
         for k, (a, started_at_ms) in list(self._unstored.items()):
@@ -149,7 +167,7 @@ class Assessor:
                 del self._unstored[k]
                 continue
             try:
-                written = store.add_assessment(a, started_at_ms)
+                written = store.add_assessment(to_json(a), started_at_ms)
             except sqlite3.Error as exc:
                 log.error("cannot store the estimate of pid %d: %s", a.pid, exc)
                 return
@@ -178,20 +196,18 @@ class Assessor:
     def _run(self, job: _Job) -> None:
         from monitor.engines import read_llama_env
 
+        if self._cache is None:
+            self._cache = AssessCache(self.read_header)
+        before = self._cache.estimated
         try:
             env = read_llama_env(self.proc_root, job.info.pid)
-            a = assess(
-                job.info,
-                job.devices,
-                job.ts_ms,
-                env=env,
-                read_header=self.read_header,
-                cpu=features_of(job.cpu_features),
+            a = self._cache.assess(
+                job.info, job.devices, job.ts_ms, env=env, cpu_features=job.cpu_features
             )
         except Exception as exc:  # a bug here must not stop the thread
             log.error("assessing pid %d failed: %r", job.info.pid, exc)
             return
-        self.assessed += 1
+        self.assessed += self._cache.estimated - before
         if a is None:  # not a server we estimate (a vLLM worker): wanted, never shown
             return
         with self._lock:

@@ -2,7 +2,7 @@
 
 A scrape sees only the latest tick, and an exit is reported on one tick only: counting
 here, on every tick, means no exit between two scrapes is lost. The cause label is a fixed
-set (every exit class of monitor/analysis/exits.py; a value outside it counts as
+set (every exit class of monitor/exits.py; a value outside it counts as
 ``unknown``), and so is the log record kind (monitor/logs/kmsg.py). Every series is present
 at 0 before its first exit, so ``increase()`` sees the first one.
 

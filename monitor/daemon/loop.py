@@ -294,6 +294,9 @@ def reload_config(ctx: DaemonContext) -> bool:
             "reload: the database path cannot change while running; keeping %s", old.db_path
         )
         new = dataclasses.replace(new, db_path=old.db_path)
+    new, http_said = config_mod.keep_running_http(old, new)
+    if http_said is not None:
+        log.warning("reload: %s", http_said)
     if (new.roots, new.options, new.collectors) != (old.roots, old.options, old.collectors):
         ctx.sampler.close()
         ctx.sampler = Sampler(new.roots, new.options, new.collectors)
@@ -323,7 +326,7 @@ def reload_config(ctx: DaemonContext) -> bool:
 
 def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
     """Kernel log records of this tick as events, and how each tracked exit happened,
-    classified by monitor/analysis/exits.py from its exit status (the process-event connector,
+    classified by monitor/exits.py from its exit status (the process-event connector,
     else the zombie's /proc/PID/stat), a kernel OOM kill record naming its pid, an
     engine's out-of-memory line and the load watch."""
     gone_all = (*snap.exited, *_early_exits(ctx, snap))
@@ -411,7 +414,7 @@ def _early_exits(ctx: DaemonContext, snap: Snapshot) -> list[ExitedProcess]:
 
 
 def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: float) -> Any:
-    from monitor.analysis.exits import ExitFacts, classify
+    from monitor.exits import ExitFacts, classify
 
     code, sig, core, source = gone.exit_code, gone.exit_signal, gone.core_dumped, None
     if code is not None or sig is not None:

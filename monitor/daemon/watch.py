@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.base import DeviceEvent, EventValue, ProcessInfo, Snapshot
+from monitor.analysis.assess_cache import EstimateCache
 from monitor.analysis.measured import measure
 from monitor.analysis.picture import picture_from_snapshot
 from monitor.analysis.predict import judge
@@ -26,7 +27,6 @@ from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import ESTIMATED
 from monitor.engines.recognise import helper_parents
 from monitor.errors import VramscopeError
-from monitor.estimate import estimate, features_of
 from monitor.estimate.model import devices_from_samples
 from monitor.units import GIB, gib
 
@@ -58,6 +58,10 @@ class LoadWatch:
     _primed: bool = False
     cgroup_near_pct: float = 90.0
     _near: set[tuple[int, str]] = field(default_factory=set)
+    # a launch estimated once however many processes run it (monitor/analysis/assess_cache.py)
+    estimates: EstimateCache = field(
+        default_factory=lambda: EstimateCache(errors=(ValueError, VramscopeError, OSError))
+    )
 
     def is_loading(self, pid: int, start_ticks: int) -> bool:
         return (pid, start_ticks) in self._loading
@@ -158,7 +162,7 @@ class LoadWatch:
             try:
                 evict = llamaswap.evictions(config, running, model_id)
                 devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
-                est = estimate(spec, devices, cpu=features_of(snap.cpu_features))
+                est = self.estimates.estimate(spec, devices, snap.cpu_features)
             except (ValueError, VramscopeError, OSError) as exc:
                 log.debug("llama-swap watch: %s: %s", model_id, exc)
                 continue
@@ -223,7 +227,7 @@ class LoadWatch:
         devices = devices_from_samples(snap.devices, self.gpu_overhead_bytes)
         subject = f"{info.comm}[{info.pid}]"
         try:
-            est = estimate(spec, devices, cpu=features_of(snap.cpu_features))
+            est = self.estimates.estimate(spec, devices, snap.cpu_features)
         except (ValueError, VramscopeError, OSError) as exc:
             return [
                 DeviceEvent(

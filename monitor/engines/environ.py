@@ -10,7 +10,10 @@ function. Allowed:
 - a fixed list of ``OLLAMA_*`` keys that size models (context, parallel, KV type ...);
 - a fixed list of ``VLLM_*`` keys (``VLLM_PROCESS_NAME_PREFIX`` renames the workers);
 - ``LLAMA_SERVER_ROUTER_PORT``: a llama-server router's port, set in each child it
-  spawns (monitor/engines/router.py).
+  spawns (monitor/engines/router.py);
+- the variables that locate llama.cpp's model cache for ``-hf`` (``LLAMA_CACHE``,
+  ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME``, ``XDG_CACHE_HOME``, ``HOME``:
+  :data:`monitor.engines.hf_cache.CACHE_ENV`), folder paths only.
 
 A process that is gone, not ours to read (another user's, without CAP_SYS_PTRACE), or a
 kernel thread gives ``{}``. Each kept value goes through
@@ -23,6 +26,7 @@ import re
 from pathlib import Path
 
 from collectors.redact import redact_text
+from monitor.engines.hf_cache import CACHE_ENV
 from monitor.engines.llamacpp import ENV_KEYS as LLAMA_KEYS
 from monitor.engines.router import ROUTER_PORT_ENV
 
@@ -70,7 +74,7 @@ def allowed(key: str) -> bool:
     """Whether an environment key may be read and kept."""
     if key.startswith("LLAMA_ARG_"):
         return key in LLAMA_KEYS and not _SECRET_NAME.search(key)
-    return key in OLLAMA_KEYS or key in VLLM_KEYS or key == ROUTER_PORT_ENV
+    return key in OLLAMA_KEYS or key in VLLM_KEYS or key == ROUTER_PORT_ENV or key in CACHE_ENV
 
 
 def filter_env(entries: bytes) -> dict[str, str]:

@@ -486,6 +486,8 @@ _OPTIONS: tuple[_Opt, ...] = (
     _Opt(("--port",), _set("port", _port)),
     _Opt(("-a", "--alias"), _set("_alias", _text)),
     _Opt(("-hf", "-hfr", "--hf-repo"), _set("_hf_repo", _text)),
+    _Opt(("-hff", "--hf-file"), _set("hf_file", _text)),
+    _Opt(("--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft"), _set("hf_draft_repo", _text)),
     # router mode (common/arg.cpp "--models-dir" ... "--models-autoload")
     _Opt(("--models-dir",), _set("models_dir", _text)),
     _Opt(("--models-preset",), _set("models_preset", _text)),
@@ -561,6 +563,8 @@ _ENV: tuple[tuple[str, str, str], ...] = (
     ("LLAMA_ARG_PORT", "--port", "value"),
     ("LLAMA_ARG_ALIAS", "--alias", "value"),
     ("LLAMA_ARG_HF_REPO", "--hf-repo", "value"),
+    ("LLAMA_ARG_HF_FILE", "--hf-file", "value"),
+    ("LLAMA_ARG_SPEC_DRAFT_HF_REPO", "--spec-draft-hf", "value"),
     ("LLAMA_ARG_MODELS_DIR", "--models-dir", "value"),
     ("LLAMA_ARG_MODELS_PRESET", "--models-preset", "value"),
     ("LLAMA_ARG_MODELS_MAX", "--models-max", "value"),
@@ -674,8 +678,6 @@ _SKIP_VALUED = frozenset(
         "--yarn-attn-factor",
         "--yarn-beta-slow",
         "--yarn-beta-fast",
-        "-hff",
-        "--hf-file",
         "-hft",
         "--hf-token",
         "--sleep-idle-seconds",
@@ -1005,6 +1007,12 @@ def parse_args(
         values["model_name"] = st.values["_hf_repo"]
         if "_hf_repo" in from_env:
             from_env.add("model_name")
+    if st.values.get("_hf_repo") and not values.get("model_path"):
+        values["hf_repo"] = st.values["_hf_repo"]
+    if values.get("hf_draft_repo") and values.get("draft_model"):
+        del values["hf_draft_repo"]  # -md wins: the draft is a file
+    if values.get("hf_repo") or values.get("hf_draft_repo"):
+        values["hf_env"] = _hf_env(env)
     if role == "server" and _is_router(values, st.values):
         role = "router"
     mode, source = _load_mode(st)
@@ -1020,6 +1028,16 @@ def parse_args(
         refused=tuple(st.refused),
         from_env=tuple(f for f in _SPEC_FIELDS if f in from_env),
     )
+
+
+def _hf_env(env: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """``-hf``/``-hfd``: the variables that locate llama.cpp's cache (hf_cache.py), from the
+    server's (allow-listed) environment; a typed command is given ours
+    (hf_cache.own_cache_env)."""
+    from monitor.engines.hf_cache import CACHE_ENV
+
+    source = env or {}
+    return tuple((k, source[k]) for k in CACHE_ENV if source.get(k))
 
 
 def parse_llamacpp(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LaunchSpec:

@@ -77,6 +77,13 @@ class LaunchSpec:
     max_num_seqs: int | None = None
     kv_cache_memory_bytes: int | None = None
     tensor_parallel_size: int | None = None
+    # -hf user/model[:quant] (-hff FILE): the model is in llama.cpp's cache
+    # (monitor/engines/hf_cache.py); hf_env: the cache-locating variables of the server's
+    # environment (hf_cache.CACHE_ENV; a typed command: ours)
+    hf_repo: str | None = None
+    hf_file: str | None = None
+    hf_draft_repo: str | None = None  # -hfd user/model[:quant]: the draft from the cache
+    hf_env: tuple[tuple[str, str], ...] = ()
     # what the parser did not know: kept, never fatal
     unknown: tuple[str, ...] = ()
     # which fields came from LLAMA_ARG_* environment keys rather than argv

@@ -8,6 +8,7 @@ vLLM / SGLang (a share of each GPU, whatever the model).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -61,10 +62,26 @@ def estimate(
             "itself: estimate one of its models' command lines"
         )
     if estimator == "llama.cpp" and spec.role != "proxy":
+        spec = _from_hf_cache(spec)
         return estimate_llamacpp(spec, devices, reader, outputs, cpu)
     if estimator == "vllm":
         return estimate_vllm(spec, devices)
     raise EstimateError(f"no estimator for {spec.engine} ({spec.role})")
+
+
+def _from_hf_cache(spec: LaunchSpec) -> LaunchSpec:
+    """``-hf``/``-hfd`` without ``-m``/``-md``: the files llama-server loads from its cache
+    (monitor/engines/hf_cache.py); a draft repo's model GGUF only (a repo of mtp-/eagle3-
+    sidecars alone is not found: said so)."""
+    from monitor.engines.hf_cache import resolve
+
+    if not spec.model_path and spec.hf_repo:
+        path = resolve(spec.hf_repo, spec.hf_file, dict(spec.hf_env))
+        spec = dataclasses.replace(spec, model_path=path)
+    if not spec.draft_model and spec.hf_draft_repo:
+        draft = resolve(spec.hf_draft_repo, None, dict(spec.hf_env), flag="-hfd")
+        spec = dataclasses.replace(spec, draft_model=draft)
+    return spec
 
 
 def estimate_vllm(spec: LaunchSpec, devices: Sequence[DeviceInfo]) -> MemoryEstimate:

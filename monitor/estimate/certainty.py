@@ -6,8 +6,8 @@ each architecture builds its own way (``src/models/<arch>.cpp``); it is derived 
 (within 5 % of the logged buffer, tests/monitor/test_estimate_arch.py) only for the
 architectures in :data:`COMPUTE_CHECKED`, on the CPU backend. Anywhere else the generic
 dense/MoE body is a guess, seen 6-50 % off on architectures it was not derived for
-(nemotron_h -21 to -28 %, deepseek2 at 128 heads -22 %, llama4 before its own rule -47 %;
-before theirs granitehybrid -16 %, phi3 +9 %, cohere2 -6 %, and -7 to -12 % on gemma2,
+(llama4 before its own rule -47 %; before theirs deepseek2 at 128 heads -22 %, nemotron_h
+-21 to -28 %, granitehybrid -16 %, phi3 +9 %, cohere2 -6 %, and -7 to -12 % on gemma2,
 olmo2, cohere2 and llama with a q8_0 K cache).
 """
 
@@ -36,6 +36,8 @@ COMPUTE_CHECKED = frozenset(
         "cohere2",
         "phi3",
         "granitehybrid",
+        # the Mamba2 layers replayed through ggml-alloc's rule (monitor/estimate/replay.py)
+        "nemotron_h",
     }
 )
 # ... of which these are checked on dense models only (Mistral-Small-24B for llama): a MoE
@@ -46,14 +48,24 @@ DENSE_ONLY_CHECKED = frozenset({"llama"})
 # tensor fewer on Qwen3-8B, one more on Mistral-Small-24B, none on Gemma-2 / OLMo-2 /
 # Command-R7B / Granite-4.0-H; Phi-3's head of 96 is not rotated).
 QUANTIZED_KV_CHECKED = frozenset(
-    {"qwen3", "glm4moe", "llama4", "llama", "gemma2", "olmo2", "cohere2", "phi3", "granitehybrid"}
+    {
+        "qwen3",
+        "glm4moe",
+        "llama4",
+        "llama",
+        "gemma2",
+        "olmo2",
+        "cohere2",
+        "phi3",
+        "granitehybrid",
+        "nemotron_h",
+    }
 )
-# deepseek2's MLA attention with flash attention is checked at 16 heads (V2-Lite). At 128
-# heads (V3) the absorbed attention is the peak and is not modelled: logged 412.01 MiB at
-# -ub 512 where the MoE body gives 320.01; a V3 slice at 64 / 32 heads logged 270.01 /
-# 262.01, below that MoE body (tests/fixtures/llamalog/arch/README.md). Without flash
-# attention V3 is within 5 %.
-MLA_FLASH_HEADS_CHECKED = 16
+# deepseek2's MLA attention with flash attention is replayed through ggml-alloc's rule
+# (monitor/estimate/replay.py mla_flash_peak_bytes) and checked at 16 heads (V2-Lite) and
+# at 32, 64 and 128 (DeepSeek-V3 slices; at 128 the absorbed query is the peak: 412.01 MiB
+# at -ub 512, where the generic MoE body said 320.01). Above that it is not checked.
+MLA_FLASH_HEADS_CHECKED = 128
 QUANTIZED = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
 # Said of every launch with its compute on a GPU: not about the model, so a list of models
 # does not flag each row with it (model_specific); the estimate's own text still says it.
@@ -89,7 +101,7 @@ def approximations(
     if shape.is_mla and flash and n_head > MLA_FLASH_HEADS_CHECKED:
         out.append(
             f"compute buffer: MLA attention with flash attention at {n_head} heads is not "
-            f"modelled (checked at {MLA_FLASH_HEADS_CHECKED}); may be ~20 % off"
+            f"checked (16 to {MLA_FLASH_HEADS_CHECKED}); may be ~20 % off"
         )
     if compute_on_gpu:
         out.append(GPU_BACKEND_LINE)

@@ -28,7 +28,10 @@ the peak live set of the graph, the largest of:
 - the logits: ``4 n_outputs n_vocab + 8 ub n_embd``;
 - in a gated-delta-net hybrid (qwen3next, qwen35), the first recurrent layer
   (:func:`delta_net_peak_bytes`): its short-conv tensors, and with speculative rollback
-  (MTP) the delta-net output that carries ``1 + n_rs_seq`` state snapshots per sequence.
+  (MTP) the delta-net output that carries ``1 + n_rs_seq`` state snapshots per sequence;
+- in a Mamba2 hybrid (nemotron_h), the Mamba2 layers' ``zxBCdt``, ``conv_x``, ``ssm_conv``
+  and ``ssm_scan`` outputs replayed through ggml-alloc's placement rule
+  (monitor/estimate/replay.py ``mamba2_peak_bytes``).
 
 ``n_kv`` is the cells of one stream, ``ub = min(n_ubatch, n_ctx)``. ``n_outputs`` is what the
 context reserves logits for: ``n_batch`` by default (what llama-fit-params measures), but
@@ -41,6 +44,7 @@ tools/server/server-context.cpp; ``n_batch`` for embeddings). Fitted to llama-fi
 from __future__ import annotations
 
 from monitor.estimate.kv import Context
+from monitor.estimate.replay import mamba2_peak_bytes, mla_flash_peak_bytes
 from monitor.estimate.shape import ModelShape
 
 # Attention with a sigmoid-gated output: the query projection carries the gate too
@@ -251,8 +255,14 @@ def compute_bytes(
     recurrent = 0
     if not mtp:
         recurrent = delta_net_peak_bytes(shape, ub, masks, ctx.n_seq_max, n_rs_seq)
+        recurrent = max(
+            recurrent,
+            mamba2_peak_bytes(shape, ub, min(ctx.n_seq_max, ub), masks, n_outputs, n_rs_seq),
+        )
     if flash_attn:
-        return max(body, logits, recurrent)
+        # MLA with flash attention: the replayed graph (attention and FFN) is the body
+        mla = 0 if mtp else mla_flash_peak_bytes(shape, ub, masks, n_outputs)
+        return max(mla or body, logits, recurrent)
     n_head = max(shape.n_head) if shape.n_head else 1
     scores = 4 * ub * n_kv * (n_head + 1) + 4 * ub * n_kv_swa
     if shape.is_mla:

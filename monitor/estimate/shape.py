@@ -117,6 +117,9 @@ RS_ROLLBACK = frozenset(
 # Archs whose recurrent layers are the gated delta net of src/models/delta-net-base.cpp
 # with the qwen3next/qwen35 layout (one qkv_mixed projection through a short conv).
 GATED_DELTA_NET = frozenset({"qwen3next", "qwen35", "qwen35moe"})
+# Archs whose recurrent layers are build_mamba2_layer (src/models/mamba-base.cpp) and
+# whose compute peak monitor/estimate/replay.py replays.
+MAMBA2 = frozenset({"nemotron_h"})
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -143,8 +146,12 @@ class DeltaNetDims:
         return self.d_inner // max(1, self.n_v_heads)
 
 
-def delta_net_dims(arch: str, get: Any) -> DeltaNetDims | None:
-    if arch not in GATED_DELTA_NET:
+def delta_net_dims(
+    arch: str, get: Any, archs: frozenset[str] = GATED_DELTA_NET
+) -> DeltaNetDims | None:
+    """The ``ssm.*`` sizes of a gated delta net, or with ``archs`` = MAMBA2 of a Mamba2
+    layer (the same keys: d_inner, d_state, n_group, n_head = time_step_rank)."""
+    if arch not in archs:
         return None
     dims = DeltaNetDims(
         conv_kernel=_first_int(get("ssm.conv_kernel")),
@@ -179,6 +186,7 @@ class ModelShape:
     n_embd_r: int = 0  # f32 per recurrent layer per sequence
     n_embd_s: int = 0
     delta_net: DeltaNetDims | None = None  # gated-delta-net sizes (qwen3next, qwen35)
+    mamba2: DeltaNetDims | None = None  # Mamba2 layer sizes (nemotron_h)
     rs_rollback: bool = False  # keeps per-token state snapshots for draft rollback
     encoder_only: bool = False
     n_layer_kv_from_start: int | None = None  # shared-KV layers: only the first N have KV
@@ -191,6 +199,7 @@ class ModelShape:
     n_layer_dense_lead: int = 0  # leading dense layers of a MoE model (deepseek2)
     expert_bias: bool = False  # ffn_*_exps.bias tensors (gpt-oss): add_id adds copies
     n_lora_kv: int = 0  # MLA kv_lora_rank
+    n_lora_q: int = 0  # MLA q_lora_rank (0: one query projection, DeepSeek-V2-Lite)
     head_k_mla: int = 0  # MLA key_length_mla (qk_nope + qk_rope)
     head_v_mla: int = 0  # MLA value_length_mla
     n_rot: int = 0  # rope.dimension_count (0: head_k)
@@ -379,6 +388,7 @@ def shape_from_header(header: Any) -> ModelShape:
         n_embd_r=n_embd_r,
         n_embd_s=n_embd_s,
         delta_net=delta_net_dims(arch, get) if recurrent else None,
+        mamba2=delta_net_dims(arch, get, MAMBA2) if recurrent else None,
         rs_rollback=arch in RS_ROLLBACK,
         encoder_only=arch in ENCODER_ONLY,
         n_layer_kv_from_start=(n_layer - int(shared))
@@ -393,6 +403,7 @@ def shape_from_header(header: Any) -> ModelShape:
         n_layer_dense_lead=_first_int(get("leading_dense_block_count")),
         expert_bias=tally.expert_bias,
         n_lora_kv=_first_int(get("attention.kv_lora_rank")),
+        n_lora_q=_first_int(get("attention.q_lora_rank")),
         head_k_mla=_first_int(get("attention.key_length_mla")),
         head_v_mla=_first_int(get("attention.value_length_mla")),
         n_rot=_first_int(get("rope.dimension_count")),
@@ -462,7 +473,7 @@ def _weight_tensors(tensors: Sequence[Any]) -> tuple[WeightTensor, ...]:
 
 def _type_name(ggml_type: int | None) -> str:
     """gguf's name of a ggml type ("Q8_0"), or "TYPE_<n>" for one it does not know."""
-    from gguf import GGMLQuantizationType
+    from monitor.gguf.ggml_types import GGMLQuantizationType  # not `gguf`: numpy, yaml
 
     if ggml_type is None:
         return "unknown"

@@ -5,6 +5,6 @@ Public API: :class:`HttpServer`, :class:`HttpConfigError`, :func:`parse_listen`,
 listed in monitor/http/metrics.py.
 """
 
-from monitor.http.server import HttpConfigError, HttpServer, is_loopback, parse_listen
+from monitor.http.server import PID_HEADER, HttpConfigError, HttpServer, is_loopback, parse_listen
 
-__all__ = ["HttpConfigError", "HttpServer", "is_loopback", "parse_listen"]
+__all__ = ["PID_HEADER", "HttpConfigError", "HttpServer", "is_loopback", "parse_listen"]

@@ -74,6 +74,15 @@ class DaemonClient:
         (the daemon's one-line ``error``), not a failure; other errors raise RemoteError."""
         return self._request(path, json.dumps(doc).encode(), accept_codes=(400,))
 
+    def status_doc(self) -> Any:
+        """The daemon's ``/api/v1/snapshot``, shape-checked as ``vramscope.status/1``
+        (:func:`status_doc_problem`); RemoteError when it is not one."""
+        doc = self.get("/api/v1/snapshot")
+        problem = status_doc_problem(doc)
+        if problem is not None:
+            raise RemoteError(f"{self.url}/api/v1/snapshot: not a vramscope snapshot: {problem}")
+        return doc
+
     def _request(
         self, path: str, body: bytes | None = None, accept_codes: tuple[int, ...] = ()
     ) -> Any:
@@ -84,7 +93,9 @@ class DaemonClient:
             headers["Authorization"] = f"Bearer {self.token}"
         status, answer = self._exchange("GET" if body is None else "POST", path, body, headers)
         if not 200 <= status < 300 and status not in accept_codes:
-            hint = " (give --token)" if status == 401 else ""
+            hint = ""
+            if status == 401:  # the words monitor/analysis/fleet.py's short_reason reads
+                hint = " (wrong token)" if self.token else " (give --token)"
             raise RemoteError(f"{self.url}{path}: HTTP {status}{hint}")
         try:
             doc = json.loads(answer)

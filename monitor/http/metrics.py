@@ -35,7 +35,8 @@ Metrics and labels (``D`` = ``device,name,device_type,gpu,UUID,modelName``, see
 - ``vramscope_process_memory_bytes{pid,comm,engine,model,device,memory_kind}``: one
   tracked process's memory on one device, ``memory_kind`` = ``vram`` / ``gtt`` (GPU rows) or
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
-  (``-m``, no directory) or the engine's model id, ``""`` when none; the command line is
+  (``-m``, no directory) or the engine's model id (a llama-server router's child: its
+  model id, the ``--alias`` the router set), ``""`` when none; the command line is
   never a label. Only tracked processes: every inference server and every process a GPU
   collector saw holding memory, whatever ``[collectors] max_tracked`` says; the cap bounds
   the top-N host-memory list only;
@@ -77,7 +78,7 @@ Metrics and labels (``D`` = ``device,name,device_type,gpu,UUID,modelName``, see
   nothing fills steadily;
 - ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
 - ``vramscope_process_exits_total{cause,model}``: tracked processes that ended since the
-  daemon started, by exit class (monitor/analysis/exits.py) and the model the process
+  daemon started, by exit class (monitor/exits.py) and the model the process
   served (its file's base name or model id, at most 64 characters; ``""`` for none). Every
   class is present at 0 for ``model=""`` and ``model="other"`` from the start, and for a
   model from when a tracked server first serves it; at most 16 models have series of their
@@ -173,8 +174,11 @@ def _label(value: object) -> str:
     return text[:_MAX_LABEL]
 
 
-def _model(p: ProcessInfo) -> str:
-    return model_label(p.argv) if p.engine or p.argv else ""
+def _model(p: ProcessInfo, every: Mapping[int, ProcessInfo]) -> str:
+    if not (p.engine or p.argv):
+        return ""
+    parent = every.get(p.ppid) if p.ppid is not None else None  # a router's child: its
+    return model_label(p.argv, parent_argv=parent.argv if parent else None)  # model id
 
 
 def _version() -> str:
@@ -390,7 +394,7 @@ class SnapshotCollector:
         self, snap: Snapshot, every: dict[int, ProcessInfo], labelled: set[int]
     ) -> Iterator[Metric]:
         infos = {pid: every[pid] for pid in sorted(labelled)}
-        models = {pid: _model(p) for pid, p in infos.items()}  # this scrape's only
+        models = {pid: _model(p, every) for pid, p in infos.items()}  # this scrape's only
         memory = GaugeMetricFamily(
             "vramscope_process_memory_bytes",
             "Memory a tracked process holds on a device, by kind (vram, gtt, rss_anon, rss_file).",

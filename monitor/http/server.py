@@ -24,6 +24,8 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
 - ``POST /api/v1/predict`` (``Content-Type: application/json``, body at most 64 KiB):
   ``{"command": ["llama-server", "-m", "/models/x.gguf", ...], "margin_gib": 0.5}`` ->
   the ``vramscope.predict/1`` document judged against the latest snapshot, status 200
+  (or ``{"model_id": "ID"}``: a llama-server router's model on this box, its child
+  launch as the router renders it and its LRU unload, monitor/analysis/router_predict.py)
   whatever the verdict; 400 for a bad request or a command that cannot be estimated;
   403 for a model file outside ``[http] model_dirs`` or one the caller could not read
   itself (monitor/http/access.py); 504 past ``PREDICT_DEADLINE_S`` (monitor/http/deadline.py).
@@ -56,6 +58,7 @@ import io
 import ipaddress
 import json
 import logging
+import os
 import socket
 import socketserver
 import sys
@@ -95,6 +98,7 @@ if TYPE_CHECKING:
     from monitor.config import Config
     from monitor.store.database import WriterHealth
 
+PID_HEADER = "X-Vramscope-Pid"  # on every routed answer: which daemon answered (doctor)
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
@@ -489,19 +493,19 @@ class HttpServer:
 
     def _judge(self, request: dict[str, Any], state: BoxState, access: ModelAccess) -> str:
         """The predict document (runs in the worker thread)."""
-        from monitor.cli.predict import PredictRequest, run_predict
+        from monitor.analysis.predict import PredictRequest
         from monitor.gguf.reader import GgufError
         from monitor.report.predict import to_json
+        from monitor.usecases.predict import judge
 
         req = PredictRequest(
             request["command"],
+            model_id=request.get("model_id"),  # a router's, on this box (router_predict.py)
             margin_gib=request["margin_gib"],
             growth_horizon_tokens=self.config.growth_horizon_tokens,
         )
         try:
-            result = run_predict(
-                self.config, req, snapshot=state.snapshot, read_header=access.reader
-            )
+            result = judge(self.config, req, state.snapshot, live=False, read_header=access.reader)
         except ModelAccessError as exc:  # says nothing of the file's bytes or existence
             raise _RequestError(403, _one_line(str(exc))) from None
         except GgufError as exc:
@@ -635,11 +639,21 @@ def _predict_request(body: bytes) -> dict[str, Any]:
         raise _RequestError(400, f"the body is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise _RequestError(400, 'expected a JSON object: {"command": ["llama-server", ...]}')
-    unknown = set(doc) - {"command", "margin_gib"}
+    unknown = set(doc) - {"command", "margin_gib", "model_id"}
     if unknown:
         raise _RequestError(
-            400, f"unknown field {sorted(unknown)[0]!r}; expected command, margin_gib"
+            400, f"unknown field {sorted(unknown)[0]!r}; expected command, margin_gib, model_id"
         )
+    margin = doc.get("margin_gib", 0.5)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1024:
+        raise _RequestError(400, "margin_gib: expected a number from 0 to 1024")
+    if "model_id" in doc and "command" not in doc:
+        model_id = doc["model_id"]
+        if not isinstance(model_id, str) or not 0 < len(model_id) <= MAX_ARG_CHARS:
+            raise _RequestError(400, "model_id: expected a llama-server router's model id")
+        if not model_id.isprintable():
+            raise _RequestError(400, "model_id: no control characters")
+        return {"command": [], "model_id": model_id, "margin_gib": float(margin)}
     command = doc.get("command")
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         raise _RequestError(
@@ -653,9 +667,6 @@ def _predict_request(body: bytes) -> dict[str, Any]:
             f"command: at most {MAX_COMMAND_ARGS} arguments of at most "
             f"{MAX_ARG_CHARS} characters, no NUL",
         )
-    margin = doc.get("margin_gib", 0.5)
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1024:
-        raise _RequestError(400, "margin_gib: expected a number from 0 to 1024")
     return {"command": list(command), "margin_gib": float(margin)}
 
 
@@ -843,8 +854,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _RequestError(404, f"no such endpoint; try {', '.join(routes)}")
             if route[0] != method:
                 raise _RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
-            answer = route[1]()
-            self._send(*answer)
+            status, content_type, body, *extra = route[1]()
+            headers = dict(extra[0]) if extra else {}
+            # which daemon answered: `doctor` tells its database's daemon from another's
+            headers[PID_HEADER] = str(os.getpid())
+            self._send(status, content_type, body, headers)
         except (ConnectionError, TimeoutError) as exc:  # the client went away
             self.close_connection = True
             app.quiet.note("gone", f"an HTTP client went away before its answer ({exc!r})")

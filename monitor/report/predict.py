@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor.analysis.predict import DeviceVerdict, PredictResult, Throughput
 from monitor.analysis.throughput import DEFAULT_ACCEPT
+from monitor.device_names import device_labels, relabel
 from monitor.units import gib_number as _gib
 
 
@@ -91,12 +92,14 @@ def to_dict(result: PredictResult) -> dict[str, Any]:
         },
         "llama_fit": None if p.fit is None else dataclasses.asdict(p.fit),
         "would_unload": list(p.evicted),
+        "unloaded_by": p.evictor if p.evicted else None,
         "fixes": [dataclasses.asdict(f) for f in p.fixes],
         "fit_ctx": result.fit_ctx if result.want_fit_ctx else None,
         "throughput": None if result.throughput is None else _throughput(result.throughput),
         "estimate_by_device": est.by_device(),
         "notes": list(result.all_notes),
         "approximate": list(est.approximate),
+        "launch": {"argv": list(result.command), "n_ctx": est.n_ctx},
     }
 
 
@@ -157,7 +160,7 @@ def render_text(result: PredictResult) -> str:
                 frees = ", ".join(f"{_gib(v)} GiB on {k}" for k, v in f.frees.items())
                 lines.append(f"    {f.change}: frees {frees} -> {f.verdict}")
     if p.evicted:
-        lines.append(f"llama-swap would unload first: {', '.join(p.evicted)}")
+        lines.append(f"{p.evictor} would unload first: {', '.join(p.evicted)}")
     if p.fixes:
         lines.append("what would make it fit:")
         for f in p.fixes:
@@ -179,7 +182,9 @@ def render_text(result: PredictResult) -> str:
     if p.verdict == "thrash":
         verdict += " (it loads; slow, not killed)"
     lines.append(f"verdict: {verdict}")
-    return "\n".join(lines)
+    # every device by the name status and the TUI print (GPU0 RTX 4060); JSON keeps the id
+    pics = result.picture.devices.values()
+    return relabel("\n".join(lines), device_labels((d.device_id, d.name) for d in pics))
 
 
 def fleet_text(answers: list[Any]) -> str:
@@ -200,9 +205,20 @@ def fleet_text(answers: list[Any]) -> str:
             room = f", {what} {_gib(abs(a.headroom_bytes))} GiB on {a.binding_device}"
         unload = f"; llama-swap would unload {', '.join(a.would_unload)}" if a.would_unload else ""
         lines.append(f"{a.url}: {verdict}{room}{unload}")
-    fits = [a.url for a in ranked(answers) if a.fits]
-    lines.append(f"fits on: {', '.join(fits)}" if fits else "fits on: no box")
+    lines.append(_fleet_summary(ranked(answers)))
     return "\n".join(lines)
+
+
+def _fleet_summary(answers: list[Any]) -> str:
+    """The last line: where it fits once full too; else where it fits only at load
+    (exit 3: monitor/analysis/fleet.py); else no box."""
+    fits = [a.url for a in answers if a.fits]
+    if fits:
+        return f"fits on: {', '.join(fits)}"
+    at_load = [a.url for a in answers if a.error is None and a.fits_at_load]
+    if at_load:
+        return f"fits at load on {', '.join(at_load)}; no box once caches fill"
+    return "fits on: no box"
 
 
 def fleet_json(answers: list[Any]) -> str:

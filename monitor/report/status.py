@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,10 +21,11 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
-from monitor.analysis.exits import classify_legacy
 from monitor.analysis.measured import Measured, measure
+from monitor.device_names import device_labels, device_tag, display_order
 from monitor.engines.recognise import helper_parents
 from monitor.engines.router import Router, RouterChild, process_links
+from monitor.exits import classify_legacy
 
 if TYPE_CHECKING:
     from monitor.engines.spec import LaunchSpec
@@ -37,7 +39,7 @@ _MEMORY_FIELDS = [
 
 
 def _exit_json(x: ExitedProcess) -> dict[str, Any]:
-    """The exit record with its classification (monitor/analysis/exits.py) filled in:
+    """The exit record with its classification (monitor/exits.py) filled in:
     ``cause`` and ``how`` say what the exit status shows, not only what the collector saw."""
     cause, _severity, how = classify_legacy(x)
     return dataclasses.asdict(x) | {"cause": cause, "how": how}
@@ -193,9 +195,7 @@ def to_json(
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
+    widths = _widths(headers, rows)
 
     def fmt(cells: list[str]) -> str:
         return "  ".join(
@@ -236,33 +236,88 @@ def _device_details(d: DeviceSample) -> list[str]:
     return parts
 
 
-def render_text(snap: Snapshot, width: int | None = None) -> str:
-    """Devices, then tracked processes with their memory per device, then what is hidden."""
-    out: list[str] = []
-    dev_rows = []
-    for d in snap.devices:
+def output_width(is_tty: bool, columns: int, env: Mapping[str, str]) -> int | None:
+    """The width ``status`` lays its tables out for: the terminal's (``columns``, from
+    ``shutil.get_terminal_size``, which reads ``COLUMNS`` first); when piped, ``COLUMNS``
+    if set (as ``ps`` does), else None: a pipe gets every line whole."""
+    if is_tty:
+        return max(columns, 20)
+    value = env.get("COLUMNS", "")
+    return max(int(value), 20) if value.isdigit() else None
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, ending in an ellipsis where it was cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)].rstrip() + "…"
+
+
+def wrapped(line: str, width: int | None, indent: str = "    ") -> list[str]:
+    """``line`` wrapped at spaces to ``width`` (continuations indented); a word longer
+    than a line is cut with an ellipsis. ``width`` None: the line whole."""
+    if width is None or len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    lines = textwrap.wrap(
+        line,
+        width,
+        initial_indent="",
+        subsequent_indent=lead + indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    )
+    return [fit(lead + x if i == 0 else x, width) for i, x in enumerate(lines)]
+
+
+def _device_lines(snap: Snapshot, labels: Mapping[str, str], width: int | None) -> list[str]:
+    """The devices in display order (monitor/device_names.py): one row each, its DETAIL
+    on the row, or on lines of its own under it when the row would pass ``width``."""
+    by_id = {d.device_id: d for d in snap.devices}
+    rows, details = [], []
+    for device_id in display_order(by_id):
+        d = by_id[device_id]
         used, total = d.used_bytes, d.total_bytes
         pct = f"{100 * used / total:.0f}%" if used is not None and total else "-"
-        parts = _device_details(d)
-        dev_rows.append(
-            [
-                terminal_safe(d.device_id),
-                terminal_safe(d.name or "-"),
-                d.memory_kind,
-                human_bytes(used),
-                human_bytes(total),
-                pct,
-                ", ".join(parts),
-            ]
-        )
-    out += _table(["DEVICE", "NAME", "KIND", "USED", "TOTAL", "USE", "DETAIL"], dev_rows, {3, 4, 5})
+        rows.append([labels[device_id], d.memory_kind, human_bytes(used), human_bytes(total), pct])
+        details.append(", ".join(_device_details(d)))
+    head = ["DEVICE", "KIND", "USED", "TOTAL", "USE"]
+    wide = _table(
+        [*head, "DETAIL"], [[*r, x] for r, x in zip(rows, details, strict=True)], {2, 3, 4}
+    )
+    if width is None or max(map(len, wide)) <= width:
+        return wide
+    table = _table(head, rows, {2, 3, 4})
+    out = [fit(table[0], width)]
+    for line, detail in zip(table[1:], details, strict=True):
+        out.append(fit(line, width))
+        if detail:
+            out += wrapped("    " + detail, width, indent="")
+    return out
+
+
+def render_text(snap: Snapshot, width: int | None = None) -> str:
+    """Devices, then tracked processes with their memory per device, then what is hidden.
+    ``width``: the columns to fit (see :func:`output_width`); None: every line whole."""
+    labels = device_labels((d.device_id, d.name) for d in snap.devices)
+    out = _device_lines(snap, labels, width)
     out.append("")
-    gpu_devices = [d.device_id for d in snap.devices if d.device_id != "host"]
+    out += _process_lines(snap, labels, width)
+    tail = _hidden_lines(snap) + _left_out_and_filling(snap) + _exited_and_failed(snap)
+    out += [x for line in tail for x in wrapped(line, width)]
+    return "\n".join(out)
+
+
+def _process_rows(snap: Snapshot, labels: Mapping[str, str]) -> list[list[str]]:
+    """PID, ENGINE, MEASURED, ANON, FILE, PSS, GPU, WHY, COMMAND for each tracked
+    process (biggest first, a router's children under it) and each hidden one."""
+    gpu_devices = [d for d in display_order(labels) if d != "host"]
     mem = {(m.pid, m.device_id): m for m in snap.memory}
     helpers = helper_parents({p.pid: p for p in snap.processes})
     held = _measured_of(snap, helpers)
     routers, children = router_links(snap)
-    proc_rows = []
+    rows = []
     order = sorted(snap.processes, key=lambda p: _sort_key(p.pid, mem, gpu_devices))
     for p in _grouped(order, routers):
         host = mem.get((p.pid, "host"))
@@ -275,9 +330,8 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                     if m.vram_bytes is None and m.gtt_bytes is None
                     else (m.vram_bytes or 0) + (m.gtt_bytes or 0)
                 )  # None: not reported
-                gpu.append(f"{dev.split(':', 1)[-1]} {human_bytes(on_gpu)}")
-        command = _command_cell(p, routers.get(p.pid), children.get(p.pid))
-        proc_rows.append(
+                gpu.append(f"{device_tag(labels[dev])} {human_bytes(on_gpu)}")
+        rows.append(
             [
                 str(p.pid),
                 (f"helper of {helpers[p.pid]}" if p.pid in helpers else p.engine or "-"),
@@ -287,35 +341,52 @@ def render_text(snap: Snapshot, width: int | None = None) -> str:
                 human_bytes(host.pss_bytes if host else None),
                 ", ".join(gpu) or "-",
                 ",".join(p.reasons),
-                command,
+                _command_cell(p, routers.get(p.pid), children.get(p.pid)),
             ]
         )
     for h in snap.hidden:  # NVML still reports its memory: a row with its size
         if h.used_bytes is not None and h.device_id is not None:
-            where = f"{h.device_id.split(':', 1)[-1]} {human_bytes(h.used_bytes)}"
-            proc_rows.append(
-                [
-                    str(h.pid),
-                    "-",
-                    human_bytes(h.used_bytes),
-                    "-",
-                    "-",
-                    "-",
-                    where,
-                    "hidden",
-                    "[not visible in this PID namespace]",
-                ]
-            )
-    lines = _table(
-        ["PID", "ENGINE", "MEASURED", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"],
-        proc_rows,
-        {2, 3, 4, 5},
-    )
-    out += [line[:width] for line in lines] if width else lines
-    out += _hidden_lines(snap)
-    out += _left_out_and_filling(snap)
-    out += _exited_and_failed(snap)
-    return "\n".join(out)
+            tag = device_tag(labels.get(h.device_id, terminal_safe(h.device_id)))
+            where = f"{tag} {human_bytes(h.used_bytes)}"
+            row = [str(h.pid), "-", human_bytes(h.used_bytes), "-", "-", "-", where, "hidden"]
+            rows.append([*row, "[not visible in this PID namespace]"])
+    return rows
+
+
+_PROCESS_HEAD = ["PID", "ENGINE", "MEASURED", "ANON", "FILE", "PSS", "GPU", "WHY", "COMMAND"]
+_DROP_ORDER = ("PSS", "FILE", "ANON", "WHY", "ENGINE")
+"""What a narrow terminal loses first (as nvitop and htop choose): the host RSS parts,
+then the reasons, then the engine; PID, MEASURED, GPU and COMMAND always stay."""
+_COMMAND_MIN = 40
+
+
+def _process_lines(snap: Snapshot, labels: Mapping[str, str], width: int | None) -> list[str]:
+    """The process table; at ``width``, columns dropped in :data:`_DROP_ORDER` until the
+    command has room, and the command cut with an ellipsis after that. The GPU column
+    only where the box has a GPU."""
+    rows = _process_rows(snap, labels)
+    keep = list(_PROCESS_HEAD)
+    if all(d == "host" for d in labels):
+        keep.remove("GPU")
+    drops = list(_DROP_ORDER)
+    while True:
+        idx = [_PROCESS_HEAD.index(c) for c in keep]
+        cut = [[r[i] for i in idx] for r in rows]
+        if width is None:
+            break
+        room = width - sum(_widths(keep[:-1], [r[:-1] for r in cut])) - 2 * (len(keep) - 1)
+        longest = max((len(r[-1]) for r in cut), default=0)
+        if room >= min(longest, _COMMAND_MIN) or not drops:
+            cut = [[*r[:-1], fit(r[-1], max(room, 8))] for r in cut]
+            break
+        keep.remove(drops.pop(0))
+    right = {i for i, c in enumerate(keep) if c in ("MEASURED", "ANON", "FILE", "PSS")}
+    lines = _table(keep, cut, right)
+    return [fit(line, width) for line in lines] if width else lines
+
+
+def _widths(headers: list[str], rows: list[list[str]]) -> list[int]:
+    return [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
 
 def _command_cell(p: ProcessInfo, router: Router | None, child: RouterChild | None) -> str:

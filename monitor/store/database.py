@@ -27,16 +27,17 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils import Database
 
-from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, Snapshot
+from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from collectors.proc_events import is_server_comm
-from monitor.analysis.exits import signal_name
 from monitor.errors import DatabaseError
+from monitor.exits import signal_name
 from monitor.store import integrity, rollups
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
 from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
@@ -50,6 +51,16 @@ _DEVICE_STATIC = (
     "vram_total_bytes", "vis_vram_total_bytes", "gtt_total_bytes",
     "hugepages_total_bytes", "swap_total_bytes", "mig_enabled",
 )  # fmt: skip
+
+
+_PKey = tuple[int, int, int | None]  # (pid, start_ticks, started_at_ms)
+
+
+def _alerts(gone: ExitedProcess) -> bool:
+    """Whether an exit alerts (crash, OOM kill): its process gets its row at once."""
+    from monitor.exits import ALERT_CAUSES, classify_legacy
+
+    return classify_legacy(gone)[0] in ALERT_CAUSES
 
 
 SHORT_LIVED_MS = 60_000  # an exit of a process seen for less than this is no event ...
@@ -298,6 +309,13 @@ class Store:
         # (pid, start_ticks, started_at_ms) -> processes.id. started_at_ms (boot time +
         # start ticks) tells apart two processes with one pid and start tick in two boots.
         self._process_ids: dict[tuple[int, int, int | None], int] = {}
+        # processes seen on one tick so far (issue 32 item 3): no ``processes`` row until
+        # their second tick (then written with that first tick's samples), so a churn of
+        # short-lived ones costs one ``meta.short_lived_processes`` count each, not a row.
+        # key -> (first tick's ts_ms, info, that tick's memory rows)
+        self._pending: dict[_PKey, tuple[int, ProcessInfo, list[ProcessMemory]]] = {}
+        self._writes = 0  # the first write defers nothing: a restarted daemon's processes
+        self.short_lived = 0  # processes dropped unwritten by this Store
         self._devices: dict[str, tuple[Any, ...]] = {}
         self._wal_ino: int | None = None  # the -wal file we write (see wal_lost)
 
@@ -421,21 +439,27 @@ class Store:
     def write(self, snap: Snapshot) -> None:
         """Everything of one tick in one transaction."""
         conn = self.db.conn
-        saved = (dict(self._process_ids), dict(self._devices))
+        saved = (dict(self._process_ids), dict(self._devices), dict(self._pending))
+        counts = (self._writes, self.short_lived)
         try:
             self._write(conn, snap)
         except BaseException:
-            self._process_ids, self._devices = saved  # the transaction was rolled back
+            # the transaction was rolled back
+            self._process_ids, self._devices, self._pending = saved
+            self._writes, self.short_lived = counts
             raise
+        self._writes += 1
 
     def _write(self, conn: sqlite3.Connection, snap: Snapshot) -> None:
         with self.db.atomic():
             self._write_devices(conn, snap)
-            ids = self._process_rows(conn, snap.ts_ms, snap.processes)
-            rows = []
+            ids, waiting = self._process_rows(conn, snap)
+            rows = self._pending_samples(ids)
             for m in snap.memory:
                 pid_key = ids.get(m.pid)
                 if pid_key is None:
+                    if m.pid in waiting:
+                        waiting[m.pid].append(m)
                     continue  # a GPU client beyond max_tracked or gone: counted in the device
                 rows.append(
                     (
@@ -522,22 +546,79 @@ class Store:
         )
 
     def _process_rows(
-        self, conn: sqlite3.Connection, ts_ms: int, infos: tuple[ProcessInfo, ...]
-    ) -> dict[int, int]:
-        """pid -> processes.id for this tick, inserting processes seen for the first time."""
+        self, conn: sqlite3.Connection, snap: Snapshot
+    ) -> tuple[dict[int, int], dict[int, list[ProcessMemory]]]:
+        """pid -> processes.id for this tick, inserting processes seen on their second
+        tick (or at once: GPU holders, alerting exits, processes a warning or critical event
+        of this tick names, the Store's first write); and pid ->
+        the memory-row list of each process seen for the first time (filled by the caller,
+        written if it is seen again)."""
+        ts_ms = snap.ts_ms
+        holders = {m.pid for m in snap.memory if m.device_id != "host"}
+        holders |= {g.pid for g in snap.exited if _alerts(g)}
+        holders |= {  # a warning or critical event names it (oom_predicted at its first tick)
+            pid
+            for e in snap.events
+            if e.severity != "info" and isinstance(pid := e.data.get("pid"), int)
+        }
         ids: dict[int, int] = {}
-        for p in infos:
+        waiting: dict[int, list[ProcessMemory]] = {}
+        seen: set[_PKey] = set()
+        for p in snap.processes:
             key = (p.pid, p.start_ticks, p.started_at_ms)
+            seen.add(key)
             row_id = self._process_ids.get(key)
             if row_id is None:
-                row_id = self._process_id(conn, p, ts_ms)
+                first = self._pending.get(key)
+                if first is None and self._writes and p.pid not in holders:
+                    waiting[p.pid] = []
+                    self._pending[key] = (ts_ms, p, waiting[p.pid])
+                    continue
+                row_id = self._process_id(conn, p, first[0] if first else ts_ms)
                 self._process_ids[key] = row_id
             ids[p.pid] = row_id
+        for g in snap.exited:  # a crash or OOM kill keeps its record, however short
+            for key in [k for k in self._pending if k[:2] == (g.pid, g.start_ticks)]:
+                if key not in seen and _alerts(g):
+                    first_ts, info, _ = self._pending[key]
+                    self._process_ids[key] = self._process_id(conn, info, first_ts)
+        gone = [
+            k
+            for k, (t, _, _) in self._pending.items()
+            if k not in seen and t < ts_ms and k not in self._process_ids
+        ]
+        if gone:
+            for k in gone:
+                del self._pending[k]
+            self.short_lived += len(gone)
+            conn.execute(
+                "INSERT INTO meta VALUES ('short_lived_processes', ?) ON CONFLICT(key)"
+                " DO UPDATE SET value = CAST(value AS INTEGER) + excluded.value",
+                (str(len(gone)),),
+            )
         conn.executemany(
             "UPDATE processes SET last_seen_ms = ? WHERE id = ?",
             [(ts_ms, row_id) for row_id in ids.values()],
         )
-        return ids
+        return ids, waiting
+
+    def _pending_samples(self, ids: Mapping[int, int]) -> list[tuple[Any, ...]]:
+        """The first tick's memory rows of the processes written this tick for the first
+        time after a tick of waiting."""
+        rows = []
+        for key in [k for k in self._pending if k in self._process_ids]:
+            ts_ms, _, memory = self._pending.pop(key)
+            row_id = self._process_ids[key]
+            for m in memory:
+                rows.append(
+                    (
+                        ts_ms,
+                        row_id,
+                        m.device_id,
+                        *(_sql_value(getattr(m, f)) for f in PROCESS_SAMPLE_FIELDS),
+                    )
+                )
+        return rows
 
     def _process_id(self, conn: sqlite3.Connection, p: ProcessInfo, ts_ms: int) -> int:
         conn.execute(
@@ -574,7 +655,7 @@ class Store:
         for an exit that alerts (crash, OOM kill, engine OOM). A process that has no row
         (it died before the tick that would have written it) still gets its events when
         its exit alerts: every alert has its record."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
@@ -612,7 +693,7 @@ class Store:
     ) -> None:
         """The ``process_exit`` event of an exit, and its ``crash`` event when it alerts;
         ``who``: (process row id or None, comm, engine)."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         _, severity, how = classify_legacy(gone)
         process_id, comm, engine = who
@@ -706,22 +787,26 @@ class Store:
                 ],
             )
 
-    def add_assessment(self, a: Any, started_at_ms: int | None) -> bool:
-        """Store one server's assessment (monitor/analysis/assess.py); False while its
-        process row is not written yet (its tick waits for the database): try again."""
+    def add_assessment(self, doc: dict[str, Any], started_at_ms: int | None) -> bool:
+        """Store one server's assessment, as its document (monitor/analysis/assess.py
+        ``to_json``); False while its process row is not written yet (its tick waits for
+        the database): try again."""
         from monitor.store import estimates
 
         with self.db.atomic():
-            process_id = estimates.process_row(self.db.conn, a.pid, a.start_ticks, started_at_ms)
+            process_id = estimates.process_row(
+                self.db.conn, doc["pid"], doc["start_ticks"], started_at_ms
+            )
             if process_id is None:
                 return False
-            estimates.insert(self.db.conn, process_id, a)
+            estimates.insert(self.db.conn, process_id, doc)
         return True
 
     def stored_assessment(
         self, pid: int, start_ticks: int, started_at_ms: int | None, key: str, version: int
-    ) -> Any:
-        """The assessment stored for this process and launch, or None."""
+    ) -> dict[str, Any] | None:
+        """The document of the assessment stored for this process and launch, or None
+        (monitor/analysis/stored.py parses it)."""
         from monitor.store import estimates
 
         process_id = estimates.process_row(self.db.conn, pid, start_ticks, started_at_ms)

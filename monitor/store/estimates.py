@@ -1,8 +1,10 @@
 """The ``estimates`` table (migration m007): the daemon's assessment of each server, written
 once per launch, read by every non-live view (the TUI's database source, ``--at``).
 
-Rows hold the JSON of monitor/analysis/assess.py ``to_json`` split into columns; a row that
-no longer parses (hand-edited, a newer writer) is skipped, never shown as a guess.
+Rows hold the document of monitor/analysis/assess.py ``to_json`` split into columns, and
+are read back as that document: the store stores; monitor/analysis/stored.py parses them
+into assessments. A row whose JSON no longer reads (hand-edited, a newer writer) is
+skipped here, one that no longer parses there, never shown as a guess.
 """
 
 from __future__ import annotations
@@ -12,30 +14,30 @@ import logging
 import sqlite3
 from typing import Any
 
-from monitor.analysis.assess import Assessment, from_json, to_json
-
 log = logging.getLogger(__name__)
 
+AssessmentDoc = dict[str, Any]
+"""A ``vramscope.assessment/1`` document (monitor/analysis/assess.py ``to_json``)."""
 
-def insert(conn: sqlite3.Connection, process_id: int, a: Assessment) -> None:
-    doc = to_json(a)
-    est = a.estimate
+
+def insert(conn: sqlite3.Connection, process_id: int, doc: AssessmentDoc) -> None:
+    est, launch = doc["estimate"], doc["launch"]
     conn.execute(
         "INSERT INTO estimates (process_id, ts_ms, launch_key, estimator_version, engine,"
         " model, total_bytes, launch, estimate, findings, error)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (
             process_id,
-            a.ts_ms,
-            a.launch_key,
-            a.estimator_version,
-            a.launch.engine,
-            a.launch.model,
-            est.total_bytes() if est is not None else None,
-            json.dumps(doc["launch"]),
-            json.dumps(doc["estimate"]) if est is not None else None,
+            doc["ts_ms"],
+            doc["launch_key"],
+            doc["estimator_version"],
+            launch["engine"],
+            launch["model"],
+            est["total_bytes"] if est is not None else None,
+            json.dumps(launch),
+            json.dumps(est) if est is not None else None,
             json.dumps(doc["findings"]),
-            a.error,
+            doc["error"],
         ),
     )
 
@@ -58,29 +60,29 @@ _COLUMNS = (
 )
 
 
-def _assessment(row: tuple[Any, ...]) -> Assessment | None:
+def _document(row: tuple[Any, ...]) -> AssessmentDoc | None:
     ts, key, version, launch, estimate, findings, error, pid, start_ticks = row
     try:
-        return from_json(
-            {
-                "schema": "vramscope.assessment/1",
-                "pid": pid,
-                "start_ticks": start_ticks,
-                "ts_ms": ts,
-                "launch_key": key,
-                "estimator_version": version,
-                "launch": json.loads(launch),
-                "findings": json.loads(findings or "[]"),
-                "estimate": json.loads(estimate) if estimate else None,
-                "error": error,
-            }
-        )
+        return {
+            "schema": "vramscope.assessment/1",
+            "pid": pid,
+            "start_ticks": start_ticks,
+            "ts_ms": ts,
+            "launch_key": key,
+            "estimator_version": version,
+            "launch": json.loads(launch),
+            "findings": json.loads(findings or "[]"),
+            "estimate": json.loads(estimate) if estimate else None,
+            "error": error,
+        }
     except (ValueError, TypeError, RecursionError) as exc:
         log.debug("estimates row of pid %s skipped: %s", pid, exc)
         return None
 
 
-def stored(conn: sqlite3.Connection, process_id: int, key: str, version: int) -> Assessment | None:
+def stored(
+    conn: sqlite3.Connection, process_id: int, key: str, version: int
+) -> AssessmentDoc | None:
     """The newest assessment of this process for this launch by this estimator version
     (a restarted daemon takes it up instead of reading the model again)."""
     row = conn.execute(
@@ -89,10 +91,10 @@ def stored(conn: sqlite3.Connection, process_id: int, key: str, version: int) ->
         " ORDER BY e.id DESC LIMIT 1",
         (process_id, key, version),
     ).fetchone()
-    return _assessment(row) if row else None
+    return _document(row) if row else None
 
 
-def at(conn: Any, ts_ms: int) -> dict[tuple[int, int], Assessment]:
+def at(conn: Any, ts_ms: int) -> dict[tuple[int, int], AssessmentDoc]:
     """Each process's newest assessment made at or before ``ts_ms``, by (pid,
     start_ticks); {} for a database written before the table existed."""
     try:
@@ -108,9 +110,9 @@ def at(conn: Any, ts_ms: int) -> dict[tuple[int, int], Assessment]:
         raise
     out = {}
     for row in rows:
-        a = _assessment(row)
-        if a is not None:
-            out[(a.pid, a.start_ticks)] = a
+        doc = _document(row)
+        if doc is not None:
+            out[(doc["pid"], doc["start_ticks"])] = doc
     return out
 
 

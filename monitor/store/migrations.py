@@ -154,7 +154,7 @@ def m005_process_cwd(db: Database) -> None:
 @migrations()
 def m006_exit_status(db: Database) -> None:
     """How each process ended (issue 19): its exit code or terminating signal, a core
-    dump, the cause monitor/analysis/exits.py gave it and where the status came from."""
+    dump, the cause monitor/exits.py gave it and where the status came from."""
     for name, kind in (
         ("exit_code", int),
         ("exit_signal", int),

@@ -76,6 +76,11 @@ def _events(db: Any, where: str, params: Sequence[Any]) -> list[StoredEvent]:
     ]
 
 
+def device_names(db: Any) -> list[tuple[str, str | None]]:
+    """Every device the database has seen, as ``(id, name)`` (the ``devices`` table)."""
+    return [(r[0], r[1]) for r in db.execute("SELECT id, name FROM devices")]
+
+
 def events_of_kinds(db: Any, kinds: Sequence[str]) -> list[StoredEvent]:
     """Every event of these kinds, oldest first."""
     marks = ",".join("?" for _ in kinds)

@@ -152,7 +152,7 @@ def test_gb10_holds_its_gpu_total_beside_the_shared_host_pool(procs: dict[str, i
     jsonschema.validate(doc, SCHEMA)
     gb10 = next(d for d in doc["devices"] if d["device_id"] == dev.device_id)
     assert gb10["shares_pool_with"] == "host" and gb10["processes_used_bytes"] == held
-    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith(dev.device_id))
+    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith("GPU0 "))
     assert "shares the host pool" in line and f"GPU processes {held // GIB}.0 GiB" in line
     assert "more than the pool" not in line
     assert not [e for e in snap.events if e.kind == "unified_pool_exceeded"]
@@ -172,9 +172,7 @@ def test_gb10_warns_once_when_the_gpu_holds_more_than_the_pool(procs: dict[str, 
     (event,) = [e for e in first.events if e.kind == "unified_pool_exceeded"]
     assert event.severity == "warning" and event.data["processes_used_bytes"] == over
     assert not [e for e in second.events if e.kind == "unified_pool_exceeded"]  # once
-    line = next(
-        ln for ln in render_text(second).splitlines() if ln.startswith(nvidia(second).device_id)
-    )
+    line = next(ln for ln in render_text(second).splitlines() if ln.startswith("GPU0 "))
     assert "more than the pool" in line
 
 
@@ -191,7 +189,7 @@ def test_the_memory_clock_on_every_surface(procs: dict[str, int], tmp_path: Path
     dev = nvidia(snap)
     assert dev.mem_clock_mhz == 8500.0
 
-    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith(dev.device_id))
+    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith("GPU0 "))
     assert "mem 8500 MHz" in line, line
 
     doc = to_json(snap)
@@ -217,7 +215,7 @@ def test_the_memory_clock_on_every_surface(procs: dict[str, int], tmp_path: Path
     scenario = nvml_fake.load("rtx4060")
     scenario["devices"][0]["clock_mem_mhz"] = "not_supported"
     snap = sample(scenario, procs)
-    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith(dev.device_id))
+    line = next(ln for ln in render_text(snap).splitlines() if ln.startswith("GPU0 "))
     assert "MHz" not in line, line
     assert (
         "vramscope_device_memory_clock_hertz{" not in render(build_registry(lambda: snap)).decode()

@@ -215,4 +215,8 @@ NEXT_MODELS: dict[str, Callable[[], ArchModel]] = {
     "nemotron-nano-9b-v2": nemotron_nano_9b_v2,
     "deepseek-v3": deepseek_v3,
     "deepseek-v3-5l": lambda: deepseek_v3(5),
+    # the same slice at fewer heads: MLA with flash attention below 128 heads, where the
+    # first MoE layer's FFN is the peak, not the absorbed query (replay.py)
+    "deepseek-v3-5l-64h": lambda: deepseek_v3(5, 64),
+    "deepseek-v3-5l-32h": lambda: deepseek_v3(5, 32),
 }

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stopping import STOP_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy
 
@@ -29,8 +31,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def get(url: str, timeout_s: float = 10.0) -> str:
-    with OPENER.open(url, timeout=timeout_s) as resp:
+def get(url: str, timeout_s: float = 10.0, token: str | None = None) -> str:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as resp:
         return resp.read().decode()
 
 
@@ -41,9 +44,10 @@ class LiveDaemon:
     db: Path
     process: subprocess.Popen[str]
     stderr: str = ""  # what it wrote, once stopped (at the end of ``running``)
+    token: str | None = None  # its [http] token, sent by metrics()
 
     def metrics(self) -> str:
-        return get(f"{self.url}/metrics")
+        return get(f"{self.url}/metrics", token=self.token)
 
     def poll(self, what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
         """Call ``check`` until it returns something true (an OSError counts as not yet)."""
@@ -69,15 +73,18 @@ def running(
     daemon_args: tuple[str, ...] = (),
     start_timeout_s: float = 60.0,
     python_args: tuple[str, ...] = ("-m", "monitor"),
+    token: str | None = None,
 ) -> Iterator[LiveDaemon]:
     """The daemon, stopped with SIGTERM at the end (its stderr must hold no traceback;
     it is kept on the LiveDaemon). ``daemon_args``: more arguments (``--proc-root``/
     ``--sys-root`` of a recorded box); ``start_timeout_s``: how long its first tick may
     take; ``python_args``: how Python starts the ``vramscope`` command (a ``-c`` that
-    swaps a kernel source, :data:`KMSG_FROM_FILE`)."""
+    swaps a kernel source, :data:`KMSG_FROM_FILE`); ``token``: its ``[http] token``
+    (written into its config, and sent by :meth:`LiveDaemon.metrics`)."""
     port = free_port()
     cfg = tmp_path / "vramscope.toml"
-    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n{extra_config}')
+    secret = f'token = "{token}"\n' if token else ""
+    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n{secret}{extra_config}')
     db = tmp_path / "v.db"
     process = subprocess.Popen(
         [
@@ -97,7 +104,7 @@ def running(
         stderr=subprocess.PIPE,
         text=True,
     )
-    live = LiveDaemon(f"http://127.0.0.1:{port}", port, db, process)
+    live = LiveDaemon(f"http://127.0.0.1:{port}", port, db, process, token=token)
     err = ""
     try:
         live.poll(
@@ -109,7 +116,7 @@ def running(
     finally:
         try:
             process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=30)
+            _, err = process.communicate(timeout=STOP_GUARD_S)
         finally:
             process.kill()
             live.stderr = err or ""

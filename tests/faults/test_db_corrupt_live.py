@@ -20,6 +20,7 @@ from pathlib import Path
 
 import daemon_harness
 import pytest
+from stopping import STOP_GUARD_S
 
 # the slow tier: a real daemon for many seconds (the default suite stays under 5 min)
 pytestmark = pytest.mark.slow
@@ -150,7 +151,7 @@ def test_doctor_fails_while_the_database_refuses_writes_without_healthz(tmp_path
             blocker.rollback()
             blocker.close()
         daemon.terminate()
-        _, err = daemon.communicate(timeout=30)
+        _, err = daemon.communicate(timeout=STOP_GUARD_S)
     print(f"doctor while locked: rc {rc}, {check['level']}: {check['detail']}")
     assert rc != 0 and check["level"] == "fail" and "cannot write" in check["detail"], check
     assert "Traceback" not in err, err

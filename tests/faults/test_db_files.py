@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,7 +137,7 @@ def test_empty_file_is_taken_and_a_corrupt_vramscope_database_is_moved_aside(
     try:
         wait_for_ticks(db, 3, proc)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=STOP_GUARD_S)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
@@ -161,7 +162,7 @@ def test_empty_file_is_taken_and_a_corrupt_vramscope_database_is_moved_aside(
             time.sleep(0.05)
         wait_for_ticks(db, 1, proc)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=STOP_GUARD_S)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
@@ -205,7 +206,7 @@ def test_a_database_this_user_cannot_write_is_one_line(tmp_path: Path) -> None:
     try:
         wait_for_ticks(db, 1, proc)
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=STOP_GUARD_S)
     finally:
         proc.kill()
     if os.geteuid() != 0:

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 # the slow tier: a real daemon for many seconds (the default suite stays under 5 min)
 pytestmark = pytest.mark.slow
@@ -91,7 +92,7 @@ class Daemon:
     def stop(self) -> str:
         try:
             self.proc.send_signal(signal.SIGTERM)
-            _, err = self.proc.communicate(timeout=30)
+            _, err = self.proc.communicate(timeout=STOP_GUARD_S)
         finally:
             self.proc.kill()
         return err

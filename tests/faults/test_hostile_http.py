@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 from monitor.store.database import Store
 
@@ -101,7 +102,7 @@ def running_daemon(tmp_path: Path, db: Path, token: str | None = TOKEN) -> Itera
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
         try:
-            proc.communicate(timeout=30)
+            proc.communicate(timeout=STOP_GUARD_S)
         finally:
             proc.kill()
 
@@ -109,7 +110,7 @@ def running_daemon(tmp_path: Path, db: Path, token: str | None = TOKEN) -> Itera
 def stop(daemon: Daemon) -> str:
     """SIGTERM, wait, and the daemon's stderr."""
     daemon.proc.send_signal(signal.SIGTERM)
-    _, err = daemon.proc.communicate(timeout=30)
+    _, err = daemon.proc.communicate(timeout=STOP_GUARD_S)
     return err
 
 

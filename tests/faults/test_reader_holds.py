@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from stopping import STOP_GUARD_S
+
 from monitor.store.database import open_readonly
 
 INTERVAL_S = 0.1
@@ -65,7 +67,7 @@ def test_long_reader_never_stalls_the_writer_beyond_one_tick(tmp_path: Path) -> 
         assert count - seen >= 0.6 * HOLD_S / INTERVAL_S, (seen, count)
         probe.close()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=STOP_GUARD_S)
     finally:
         proc.kill()
     assert proc.returncode == 0, err

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from stopping import STOP_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "reserved-slots-token-0123456789"
 MAX_CONNECTIONS = 32  # monitor.http.server.MAX_CONNECTIONS
@@ -83,7 +85,7 @@ def running_daemon(tmp_path: Path) -> Iterator[Daemon]:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
         try:
-            _, err = proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=STOP_GUARD_S)
         finally:
             proc.kill()
     assert "Traceback" not in err, err

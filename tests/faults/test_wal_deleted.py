@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 # the slow tier: a real daemon for many seconds (the default suite stays under 5 min)
 pytestmark = pytest.mark.slow
@@ -69,7 +70,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 
     try:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=STOP_GUARD_S)
     finally:
         proc.kill()
     return err or ""

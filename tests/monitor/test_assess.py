@@ -366,6 +366,39 @@ def test_the_database_source_shows_stored_estimates_and_reads_no_model(
         source.close()
 
 
+def test_the_store_keeps_documents_and_a_row_that_no_longer_parses_is_skipped(
+    tmp_path: Path, model: Path
+) -> None:
+    """The store stores (monitor/store/estimates.py reads back the document it was given);
+    monitor/analysis/stored.py parses it, skipping a row a hand edit broke, never guessing."""
+    from monitor.analysis.stored import assessments_at
+    from monitor.store import estimates
+
+    db = tmp_path / "v.db"
+    store = Store.open(db)
+    assessor = Assessor(tmp_path / "no-proc", threaded=False)
+    argv = ["llama-server", "-m", str(model), "-c", "512", "-np", "1"]
+    good, broken = _server(argv), _server(argv, pid=4343)
+    for i in range(3):
+        snap = _snap(T0 + i * 1000, [good, broken])
+        store.write(snap)
+        assessor.on_tick(snap, store)
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE estimates SET launch = '{\"engine\": 5}' WHERE process_id ="
+        " (SELECT id FROM processes WHERE pid = 4343)"
+    )
+    conn.commit()
+    docs = estimates.at(conn, T0 + 5000)
+    assert set(docs) == {(4242, 9999), (4343, 9999)}
+    assert docs[(4343, 9999)]["launch"] == {"engine": 5}
+    parsed = assessments_at(conn, T0 + 5000)
+    assert set(parsed) == {(4242, 9999)}
+    assert parsed[(4242, 9999)] == assessor.current()[(4242, 9999)]
+    conn.close()
+
+
 # -- the served form --------------------------------------------------------------------------
 
 

@@ -129,8 +129,10 @@ def test_every_origin_gives_the_same_box_state(live, tmp_path: Path) -> None:
         remote = box_state(Remote(DaemonClient(url, "tok-1")))
         assert (remote.origin, remote.where) == ("remote", url)
         assert remote == state
-        with pytest.raises(RemoteError, match=r"HTTP 401 \(give --token\)"):
+        with pytest.raises(RemoteError, match=r"HTTP 401 \(wrong token\)"):
             box_state(Remote(DaemonClient(url, "wrong")))
+        with pytest.raises(RemoteError, match=r"HTTP 401 \(give --token\)"):
+            box_state(Remote(DaemonClient(url)))
     finally:
         server.stop()
 
@@ -158,6 +160,20 @@ def test_the_options_choose_the_origin(tmp_path: Path) -> None:
     assert isinstance(chosen_origin(Roots(), ("procfs",), db), Live)
     with pytest.raises(ValueError, match="cannot read the time"):
         chosen_origin(Roots(), None, db, at="yesterday-ish")
+
+
+def test_a_live_origin_samples_with_the_sampler_its_edge_made() -> None:
+    """analysis/ starts no collectors (the layers of docs/architecture.md): a command's
+    live origin carries the one-tick sampler the command made, and none is refused."""
+    from monitor.daemon.oneshot import OneShotSampler
+
+    sampler = OneShotSampler(Roots(), ("procfs",))
+    origin = chosen_origin(Roots(), ("procfs",), Path("v.db"), sampler=sampler)
+    assert isinstance(origin, Live) and origin.sampler is sampler
+    state = box_state(origin)
+    assert state.origin == "live" and state.snapshot.ts_ms > 0
+    with pytest.raises(TypeError, match="needs its sampler"):
+        box_state(Live(Roots(), ("procfs",)))
 
 
 def test_each_origin_fails_in_one_line(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def test_status_table_is_readable() -> None:
     result = vramscope("status")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:5] == ["DEVICE", "NAME", "KIND", "USED", "TOTAL"]
+    assert lines[0].split()[:4] == ["DEVICE", "KIND", "USED", "TOTAL"]
     assert any(line.startswith("host") and "GiB" in line for line in lines)
     assert any(line.startswith("PID") and "COMMAND" in line for line in lines)
 
@@ -191,3 +191,31 @@ def test_usage_errors_are_one_line(args: list[str], message: str) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"vramscope: error: {result.stderr.strip()[18:]}"]
     assert message in result.stderr
+
+
+def test_config_before_the_command_is_applied(tmp_path: Path) -> None:
+    """README: every command takes --config, also given before it (issue 34)."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[collectors]\nenabled = ['procfs']\n")
+    result = vramscope("--config", str(cfg), "status", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [r["collector"] for r in json.loads(result.stdout)["collectors"]] == ["procfs"]
+    same = vramscope("--config", str(cfg), "status", "--json", "--config", str(cfg))
+    assert same.returncode == 0, same.stderr
+    # bare `vramscope --config FILE` (no command, not a terminal: status) reads it too
+    bare = vramscope("--config", str(tmp_path / "nope.toml"))
+    assert bare.returncode == 2
+    assert bare.stderr.strip().splitlines() == [
+        f"vramscope: error: config file {tmp_path / 'nope.toml'} does not exist"
+    ]
+
+
+def test_config_given_twice_and_different_is_one_line(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text("")
+    b.write_text("")
+    result = vramscope("--config", str(a), "status", "--config", str(b))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"vramscope: error: --config given twice and different: {a} and {b}; give one"
+    ]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 from collectors.base import Roots
 from monitor.config import Config
@@ -102,7 +103,7 @@ def test_kill_9_keeps_every_committed_tick(tmp_path: Path) -> None:
     try:
         wait_for_ticks(db, committed + 2)
         again.send_signal(signal.SIGTERM)
-        again.communicate(timeout=20)
+        again.communicate(timeout=STOP_GUARD_S)
     finally:
         again.kill()
     assert again.returncode == 0
@@ -122,7 +123,7 @@ def test_second_daemon_on_the_same_database_is_refused(tmp_path: Path) -> None:
         assert lock_holder(db) == first.pid
     finally:
         first.send_signal(signal.SIGTERM)
-        first.communicate(timeout=20)
+        first.communicate(timeout=STOP_GUARD_S)
     assert lock_holder(db) is None
 
 
@@ -196,7 +197,7 @@ def test_sigterm_during_a_slow_tick_commits_that_tick(tmp_path: Path) -> None:
             time.sleep(0.02)
         assert marker.exists()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=STOP_GUARD_S)
     finally:
         proc.kill()
     assert proc.returncode == 0, err

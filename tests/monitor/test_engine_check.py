@@ -167,3 +167,82 @@ def test_a_tool_that_prints_no_table_is_one_line(tmp_path: Path) -> None:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "printed no memory breakdown (exit 1)" in lines[0], out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _predict(tmp_path: Path, folder: Path, model: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``predict`` on this box with only the procfs collector (no GPU, whatever the box
+    has): llama-fit-params gets ``-dev none``, the CPU path."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[collectors]\nenabled = ["procfs"]\n')
+    cmd = [
+        sys.executable, "-m", "monitor", "predict", "--config", str(cfg),
+        "--cpu-features", "avx2", *extra,
+        "--", str(folder / "llama-server"), "-m", str(model), "-c", "8192", "-np", "2",
+        "--port", "8080",
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_predict_says_its_estimate_was_checked_by_llama_fit_params(tmp_path: Path) -> None:
+    """``predict --engine-check`` runs the llama-fit-params beside the server as estimate
+    does (recorded table, the CPU path) and says so with the verdict, text and JSON;
+    without the flag it runs nothing and says nothing of it."""
+    model = model_for("qwen3moe-30b-a3b").write(tmp_path)
+    folder = tmp_path / "bin"
+    tool = _tool(folder)
+    seen = tmp_path / "argv.txt"
+    log = FIXTURES / "qwen3moe-c8192-np2.log"
+    tool.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\ncat {log} >&2\n')
+    plain = _predict(tmp_path, folder, model, "--json")
+    assert plain.returncode in (0, 1, 3, 4), plain.stderr
+    assert "engine_check" not in json.loads(plain.stdout)
+    assert "llama-fit-params" not in plain.stdout and not seen.exists()
+
+    out = _predict(tmp_path, folder, model, "--engine-check", "--json")
+    assert out.returncode in (0, 1, 3, 4), out.stderr
+    doc = json.loads(out.stdout)
+    check = doc["engine_check"]
+    assert check["checked"] is True and check["over_5pct"] == 0
+    assert check["line"].startswith(f"checked by llama-fit-params ({tool}): every figure")
+    assert check["line"] in doc["notes"]
+    assert {r["part"] for r in check["rows"]} == {"weights", "context", "compute"}
+    assert "-dev" in seen.read_text().split()  # the CPU path: -dev none
+    text = _predict(tmp_path, folder, model, "--engine-check")
+    lines = text.stdout.strip().splitlines()
+    assert f"note: {check['line']}" in lines
+    assert lines[-1].startswith("verdict: ")
+
+
+def test_predict_says_why_llama_fit_params_did_not_check_it(tmp_path: Path) -> None:
+    """No llama-fit-params beside the server, or one writable by others: the verdict is
+    given and says why it was not checked; with --remote the flag is one line, exit 2."""
+    model = model_for("qwen3-0.6b").write(tmp_path)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "llama-server").write_text("#!/bin/sh\n")
+    (bare / "llama-server").chmod(0o755)
+    unsafe = tmp_path / "unsafe"
+    _tool(unsafe, stat.S_IRWXU | stat.S_IRWXG)
+    for folder, why in (
+        (bare, f"no llama-fit-params beside the server in {bare}"),
+        (unsafe, "writable by others; not run"),
+    ):
+        out = _predict(tmp_path, folder, model, "--engine-check", "--json")
+        assert out.returncode in (0, 1, 3, 4), out.stderr
+        check = json.loads(out.stdout)["engine_check"]
+        assert check["checked"] is False
+        assert check["line"].startswith("not checked by llama-fit-params: ")
+        assert why in check["line"], check["line"]
+        assert "rows" not in check
+    remote = subprocess.run(
+        [
+            sys.executable, "-m", "monitor", "predict", "--engine-check", "--remote",
+            "http://127.0.0.1:9", "--", "llama-server", "-m", str(model),
+        ],  # fmt: skip
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert remote.returncode == 2
+    assert remote.stderr.strip().splitlines() == [
+        "vramscope: error: --engine-check judges on this box; with --remote each box's "
+        "daemon judges against its own state (leave it out)"
+    ]

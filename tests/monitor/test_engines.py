@@ -929,7 +929,8 @@ def test_read_llama_env_from_a_real_process() -> None:
             if env:
                 break
             time.sleep(0.01)
-        assert env == {"LLAMA_ARG_CTX_SIZE": "4096"}
+        # HOME locates llama.cpp's -hf cache (monitor/engines/hf_cache.py): a folder, kept
+        assert env == {"LLAMA_ARG_CTX_SIZE": "4096", "HOME": "/root"}
     finally:
         child.kill()
         child.wait()

@@ -1,4 +1,4 @@
-"""The classification of exits (monitor/analysis/exits.py): a pure function, every branch."""
+"""The classification of exits (monitor/exits.py): a pure function, every branch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from monitor.analysis.exits import ExitFacts, classify
+from monitor.exits import ExitFacts, classify
 
 CASES = {
     "exit 0": (ExitFacts(0), "exited", "info", False),

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.store.database import Store
@@ -68,7 +69,8 @@ def test_only_exits_worth_telling_become_events(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     store = Store.open(db)
     store.write(tick(T0, [6]))  # 6 lives for two minutes
-    store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # the rest for 2 s
+    store.write(tick(T0 + 117_000, [1, 2, 3, 4, 5, 6]))  # the rest for 3 s (two ticks:
+    store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # one tick is not even a row)
     end = T0 + 120_000
     store.write(
         tick(
@@ -195,7 +197,7 @@ def test_a_real_daemon_records_a_server_that_died_before_its_first_tick(tmp_path
     with daemon_harness.running(tmp_path, interval_s=2.0) as d:
         time.sleep(0.5)  # just after a tick: the server lives and dies between two
         proc = sp.Popen([str(server), "--no-mmap"], stderr=sp.DEVNULL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=STOP_GUARD_S)
 
         def recorded() -> list[dict]:
             conn = sqlite3.connect(d.db)

@@ -129,3 +129,23 @@ def test_ranking_and_exit_codes() -> None:
     assert exit_code([ok("grows", "fits", 20, "oom"), ok("t", "oom", -5)]) == 3
     assert exit_code([ok("t", "oom", -5)]) == 1
     assert exit_code([BoxAnswer("down", error="x")]) == 2
+
+
+def test_fits_at_load_only_is_said_so_not_no_box() -> None:
+    """Issue 34: a box where it fits at load but no box once the caches fill says so
+    (exit 3, as the help documents), instead of "fits on: no box"."""
+    from monitor.report.predict import fleet_text
+
+    grows = BoxAnswer("http://a:9835", "fits", "oom", 5 * GIB, "g")
+    also = BoxAnswer("http://c:9835", "fits", "thrash", 1 * GIB, "g")
+    short = BoxAnswer("http://b:9835", "oom", None, -GIB, "g")
+    down = BoxAnswer("http://d:9835", error="timed out")
+    answers = [short, grows, down, also]
+    last = fleet_text(answers).splitlines()[-1]
+    assert last == "fits at load on http://a:9835, http://c:9835; no box once caches fill"
+    assert exit_code(answers) == 3
+    # the noise cases: it fits somewhere once full too, or nowhere even at load
+    fits = BoxAnswer("http://e:9835", "fits", "fits", GIB, "g")
+    assert fleet_text([grows, fits]).splitlines()[-1] == "fits on: http://e:9835"
+    assert fleet_text([short, down]).splitlines()[-1] == "fits on: no box"
+    assert exit_code([short, down]) == 1

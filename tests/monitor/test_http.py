@@ -14,6 +14,7 @@ import gguf_models as g
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from stopping import STOP_GUARD_S
 
 from collectors.base import CollectorRun, DeviceSample, ProcessInfo, ProcessMemory, Snapshot
 from monitor.config import Config
@@ -612,7 +613,7 @@ def test_the_daemon_serves_metrics_and_refuses_open_binds_without_token(tmp_path
             assert exc.code == 401
     finally:
         daemon.send_signal(signal.SIGTERM)
-        daemon.communicate(timeout=20)
+        daemon.communicate(timeout=STOP_GUARD_S)
     open_cfg = tmp_path / "open.toml"
     open_cfg.write_text('[http]\nlisten = "0.0.0.0:0"\n')
     refused = subprocess.run(

@@ -83,11 +83,25 @@ def test_journal_tail_follows_a_unit(tmp_path: Path) -> None:
     assert not missing.start() and "cannot run" in (missing.error or "")
 
 
+def quiet_roots(tmp_path: Path) -> Roots:
+    """A /proc with no processes (the real meminfo copied in) and an empty /sys: a tick
+    sees nothing that runs on the box, so no other server's exit lands among the events
+    (issue 34: on a busy box the real /proc's exits did)."""
+    proc, sys_root = tmp_path / "proc", tmp_path / "sys"
+    proc.mkdir()
+    sys_root.mkdir()
+    (proc / "meminfo").write_bytes(Path("/proc/meminfo").read_bytes())
+    return Roots(proc=proc, sys=sys_root)
+
+
 def test_daemon_records_engine_oom_lines_as_events(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("")
     store = Store.open(tmp_path / "v.db")
-    ctx = DaemonContext(Config(db_path=tmp_path / "v.db"), store, Sampler(Roots()))
+    roots = quiet_roots(tmp_path)
+    ctx = DaemonContext(
+        Config(db_path=tmp_path / "v.db", roots=roots), store, Sampler(roots, enabled=["procfs"])
+    )
     ctx.tails = [FileTail(log)]
     tick(ctx)
     with log.open("a") as f:
@@ -95,6 +109,7 @@ def test_daemon_records_engine_oom_lines_as_events(tmp_path: Path) -> None:
     time.sleep(0.002)
     tick(ctx)
     rows = store.db.execute("SELECT kind, severity, message FROM events").fetchall()
+    assert not [r for r in rows if r[0] == "process_exit"], rows  # the box's exits: none
     assert rows[-1][:2] == ("engine_oom", "critical") and "cudaMalloc" in rows[-1][2]
     store.close()
     os.remove(log)

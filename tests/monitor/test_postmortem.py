@@ -16,6 +16,7 @@ from xml.etree import ElementTree
 
 import pytest
 from memcg import make_cgroup
+from stopping import STOP_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024**2
@@ -92,7 +93,7 @@ def test_a_real_oom_kill_is_explained(tmp_path: Path, wait_for_ticks) -> None:
         wait_for_exit_recorded(db, victim.pid)
     finally:
         daemon.send_signal(signal.SIGTERM)
-        daemon.communicate(timeout=30)
+        daemon.communicate(timeout=STOP_GUARD_S)
         group.rmdir()
     # --pid, not --last: another OOM kill on this busy box may come after ours
     result = vramscope("postmortem", "--pid", str(victim.pid), "--json", "--db", str(db))
@@ -241,7 +242,7 @@ def test_a_real_cgroup_kill_names_both_servers_and_the_budget(
             holder.kill()
             holder.wait(timeout=30)
         daemon.send_signal(signal.SIGTERM)
-        daemon.communicate(timeout=30)
+        daemon.communicate(timeout=STOP_GUARD_S)
         group.rmdir()
     result = vramscope("postmortem", "--pid", str(victim.pid), "--json", "--db", str(db))
     assert result.returncode == 0, result.stderr

@@ -180,7 +180,7 @@ def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
 ) -> None:
     """The model file is gone (/models/x.gguf never existed here): the estimate the daemon
     stored at launch sizes the fix, not 1.2 x the memory held at the kill."""
-    from monitor.analysis.assess import Assessment, Launch
+    from monitor.analysis.assess import Assessment, Launch, to_json
     from monitor.engines import parse_command
     from monitor.estimate.model import Component, MemoryEstimate
 
@@ -199,7 +199,7 @@ def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
         ),
     )
     a = Assessment(500, 5000, T0, "key", Launch.from_spec(spec), est)
-    assert store.add_assessment(a, None)  # server() has no start time
+    assert store.add_assessment(to_json(a), None)  # server() has no start time
     kill = DeviceEvent(
         T0 + 1000,
         "host",

@@ -942,6 +942,7 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
     document back); both renderings carry the same figures."""
     from monitor.analysis.picture import load_state
     from monitor.analysis.predict import PredictRequest, answer
+    from monitor.device_names import short_device_name
     from monitor.estimate.model import devices_from_samples
     from monitor.report.predict import render_text
     from monitor.report.predict import to_json as predict_json_doc
@@ -966,8 +967,11 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
     assert doc["fixes"] and doc["fit_ctx"] is not None and doc["throughput"]["tokens_per_s"]
     assert text.splitlines()[-1] == "verdict: OOM"
     gpu = next(d for d in doc["devices"] if d["device_id"] == "nvml:GPU-laptop")
+    name = result.picture.devices["nvml:GPU-laptop"].name
+    label = short_device_name("nvml:GPU-laptop", name, 0)  # the one name status prints
+    assert "nvml:GPU-laptop" not in text
     assert (
-        f"nvml:GPU-laptop: needs {round(gpu['need_bytes'] / GIB, 2)} GiB, can get "
+        f"{label}: needs {round(gpu['need_bytes'] / GIB, 2)} GiB, can get "
         f"{round(gpu['room_bytes'] / GIB, 2)} GiB"
     ) in text
     assert [f["change"] for f in doc["fixes"]] == [

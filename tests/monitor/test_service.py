@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "vramscope.service"
@@ -104,7 +105,7 @@ def test_daemon_sends_ready_watchdog_and_stopping(tmp_path: Path) -> None:
             got += sock.recv(4096).decode().splitlines()
         daemon.send_signal(signal.SIGTERM)
         got += sock.recv(4096).decode().splitlines()
-        daemon.communicate(timeout=20)
+        daemon.communicate(timeout=STOP_GUARD_S)
     finally:
         daemon.kill()
         sock.close()
@@ -182,7 +183,7 @@ def test_sighup_reloads_and_a_broken_config_keeps_the_old_one(tmp_path: Path) ->
         wait_until("10 ticks after the failed reload", lambda: len(_tick_times(db)) >= still + 11)
         after_broken = _median_gap_s(_tick_times(db)[still:])
         daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
+        daemon.wait(timeout=STOP_GUARD_S)
     finally:
         daemon.kill()
         reader.join(timeout=10)

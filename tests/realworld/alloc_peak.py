@@ -30,8 +30,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-ALLOC = re.compile(r"allocating (\S+) \((\d+) bytes\) - block \d+, offset (\d+)")
-FREE = re.compile(r"freeing (\S+) at \{chunk=\d+, offset=(\d+)\}")
+ALLOC = re.compile(r"allocating (.*?) \((\d+) bytes\) - block \d+, offset (\d+)")
+FREE = re.compile(r"freeing (.*?) at \{chunk=\d+, offset=(\d+)\}")
 MIB = 1024 * 1024
 
 

@@ -325,6 +325,8 @@ CASES: tuple[ArchCase, ...] = (
     _c("deepseek-v3-c16384-np4", "deepseek-v3-5l", "-c", "16384", "-np", "4"),
     _c("deepseek-v3-fa-off", "deepseek-v3-5l", "-c", "4096", "-np", "1", "-fa", "off"),
     _c("deepseek-v3-ub2048", "deepseek-v3-5l", "-c", "4096", "-np", "1", "-ub", "2048"),
+    _c("deepseek-v3-h64-c4096-np1", "deepseek-v3-5l-64h", "-c", "4096", "-np", "1"),
+    _c("deepseek-v3-h32-ub2048", "deepseek-v3-5l-32h", "-c", "4096", "-np", "1", "-ub", "2048"),
     # Issue 33, more families: Mistral-Small-24B (llama), Gemma-2, OLMo-2, Command-R7B
     # (cohere2), Phi-3 and Granite-4.0-H
     *(

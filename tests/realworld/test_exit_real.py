@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stopping import STOP_GUARD_S
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def test_a_real_llama_server_stopped_during_load_is_no_crash_and_no_alert(
             server.kill()
             server.wait()
         daemon.send_signal(signal.SIGTERM)
-        daemon.communicate(timeout=30)
+        daemon.communicate(timeout=STOP_GUARD_S)
     assert not any(e["data"].get("pid") == pid for e in _events(db, "load_finished"))
     (exit_event,) = exits
     data = exit_event["data"]

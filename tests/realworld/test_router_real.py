@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "docs" / "status.schema.json").read_text())
 HANG_GUARD_S = 180.0
+GIB = 1 << 30
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -208,3 +210,238 @@ def _check_the_tui(router_pid: int, model: str, child_pid: int) -> None:
     assert [(r.pid, r.role) for r in rows] == [(router_pid, "router"), (child_pid, "server")]
     assert rows[0].flags == ("1 loaded, max 1",)
     assert rows[1].model.startswith(f"└ {model} · {model}.gguf")
+
+
+@pytest.fixture
+def preset_router(
+    llama_server_bin: Path, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen, int, Path, dict[str, str]]]:
+    """A router over three tiny models (ids unique to this run: other routers on the box
+    never serve them) with a preset file giving each its own -c / -np / -ctk, and
+    --models-max 1. The router itself passes no -c/-np: its own options would win over
+    every preset (server-models.cpp lines 707-711)."""
+    helped = subprocess.run(
+        [str(llama_server_bin), "--help"], capture_output=True, text=True, timeout=60
+    )
+    if "--models-preset" not in helped.stdout + helped.stderr:
+        pytest.skip(f"{llama_server_bin} has no --models-preset")
+    tag = f"vs{os.getpid()}"
+    ids = {k: f"{k}-{tag}" for k in ("a", "b", "c")}
+    models = tmp_path / "models"
+    models.mkdir()
+    for n, (key, model_id) in enumerate(ids.items(), 1):
+        tiny_models.write_llama(models / f"{model_id}.gguf", seed=n, name=key)
+    preset = tmp_path / "models.ini"
+    preset.write_text(
+        "[*]\ncache-ram = 0\n"
+        f"[{ids['a']}]\nc = 1024\nparallel = 2\n"
+        f"[{ids['b']}]\nctx-size = 2048\nLLAMA_ARG_N_PARALLEL = 1\ncache-type-k = q8_0\n"
+        f"[{ids['c']}]\nc = 512\n"
+    )
+    port = _free_port()
+    argv = [str(llama_server_bin), "--models-dir", str(models), "--models-preset", str(preset)]
+    argv += ["--models-max", "1", "--host", "127.0.0.1", "--port", str(port), "-lv", "4"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+    log = tmp_path / "router.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait("the router's /health", lambda: _http(port, "/health")[0] == 200, log)
+        yield proc, port, log, ids
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _predict(*args: str) -> tuple[int, dict, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor", "predict", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
+    return result.returncode, doc, result.stderr
+
+
+def _child_of(router_pid: int, model_id: str) -> int | None:
+    """The router's child serving ``model_id`` (its --alias), from /proc."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == router_pid and model_id.encode() in argv:
+            return int(entry)
+    return None
+
+
+def _kv_logged_mib(log: Path, port: int) -> float | None:
+    """The child's logged KV size (``llama_kv_cache: ... size = N MiB``): the router
+    forwards each child's output to its own, prefixed with the child's port."""
+    sizes = [
+        float(m.group(1))
+        for line in log.read_text(errors="replace").splitlines()
+        if f"[{port}]" in line
+        and (m := re.search(r"llama_kv_cache: size =\s+([0-9.]+) MiB", line)) is not None
+    ]
+    return sizes[-1] if sizes else None
+
+
+def _without_port(argv: list[str]) -> list[str]:
+    args = list(argv)
+    args[args.index("--port") + 1] = "N"
+    return args
+
+
+def test_predict_names_the_lru_unload_and_the_real_load_confirms_it(
+    preset_router: tuple[subprocess.Popen, int, Path, dict[str, str]],
+) -> None:
+    proc, port, log, ids = preset_router
+    a, b = ids["a"], ids["b"]
+    code, body = _http(port, "/models/load", {"model": a})
+    assert code == 200, body
+    _wait(f"{a} loaded", lambda: _loaded(port) == {a}, log)
+    a_pid = _wait(f"{a}'s child", lambda: _child_of(proc.pid, a), log)
+
+    code, doc, err = _predict(b)  # the router on this box that serves b: found by its id
+    assert doc, err
+    assert doc["would_unload"] == [f"{a} (pid {a_pid})"]
+    assert doc["unloaded_by"] == "the router"
+    assert any(f"loading {b} first unloads {a}" in n for n in doc["notes"]), doc["notes"]
+    launch = doc["launch"]["argv"]
+    # the preset's per-model options reach the launch judged
+    assert launch[launch.index("--ctx-size") + 1] == "2048"
+    assert launch[launch.index("--parallel") + 1] == "1"
+    assert launch[launch.index("--cache-type-k") + 1] == "q8_0"
+    assert doc["launch"]["n_ctx"] == 2048
+    verdict = doc["verdict"]
+
+    code_load, body = _http(port, "/models/load", {"model": b})
+    loaded = code_load == 200 and _wait(f"{b} loaded", lambda: _loaded(port) == {b}, log)
+    # the verdict the real load confirms: it fits and loads (this box has the room)
+    assert (verdict == "fits") == bool(loaded), (verdict, body)
+    b_pid = _wait(f"{b}'s child", lambda: _child_of(proc.pid, b), log)
+    real = [x.decode() for x in Path(f"/proc/{b_pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    assert _without_port(real[1:]) == _without_port(launch[1:])
+    assert _child_of(proc.pid, a) is None or _wait(
+        f"{a}'s child gone", lambda: _child_of(proc.pid, a) is None, log
+    )
+
+    from monitor.engines import parse_command
+    from monitor.estimate import estimate
+
+    spec = parse_command(launch)
+    assert spec is not None
+    est = estimate(spec, [])
+    kv_mib = sum(c.bytes for c in est.components if c.name == "kv") / (1 << 20)
+    child_port = int(real[real.index("--port") + 1])
+    logged = _wait("b's logged KV size", lambda: _kv_logged_mib(log, child_port), log)
+    assert abs(kv_mib - logged) < 0.01, (kv_mib, logged)
+
+
+def _oom_kills(group: Path) -> int:
+    """The cgroup's OOM-kill counter (v1 memory.oom_control, v2 memory.events)."""
+    for name in ("memory.oom_control", "memory.events"):
+        path = group / name
+        if path.exists():
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return 0
+
+
+def _failed(port: int, model_id: str) -> bool:
+    status, body = _http(port, "/models")
+    if status != 200:
+        return False
+    for model in json.loads(body)["data"]:
+        if model["id"] == model_id:
+            return bool(model["status"].get("failed"))
+    return False
+
+
+def test_predict_oom_for_a_router_child_in_its_routers_cgroup(
+    llama_server_bin: Path, tmp_path: Path
+) -> None:
+    """The router runs in a 2 GiB memory cgroup; its children inherit it. A preset model
+    that reads an 8 GB model into anonymous memory (``load-mode = none``): predict says
+    OOM against the router's cgroup (and names the LRU child it unloads first); the real
+    load is OOM-killed by the kernel in that cgroup. The tiny model (noise): fits."""
+    from arch_models import model_for
+    from memcg import make_cgroup
+
+    group, procs = make_cgroup(2 * GIB)
+    tag = f"vs{os.getpid()}"
+    small, big = f"small-{tag}", f"big-{tag}"
+    models = tmp_path / "models"
+    models.mkdir()
+    tiny_models.write_llama(models / f"{small}.gguf", seed=1, name="small")
+    big_path = model_for("qwen3-8b").write(tmp_path)
+    preset = tmp_path / "models.ini"
+    preset.write_text(
+        f"[*]\ncache-ram = 0\n[{small}]\nc = 512\n"
+        f"[{big}]\nmodel = {big_path}\nc = 4096\nnp = 1\nload-mode = none\n"
+    )
+    port = _free_port()
+    argv = [str(llama_server_bin), "--models-dir", str(models), "--models-preset", str(preset)]
+    argv += ["--models-max", "1", "--host", "127.0.0.1", "--port", str(port), "-t", "2"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+    log = tmp_path / "router.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh", *argv],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+    try:
+        _wait("the router's /health", lambda: _http(port, "/health")[0] == 200, log)
+        assert _http(port, "/models/load", {"model": small})[0] == 200
+        _wait(f"{small} loaded", lambda: _loaded(port) == {small}, log)
+        small_pid = _wait(f"{small}'s child", lambda: _child_of(proc.pid, small), log)
+
+        code, doc, err = _predict(big)
+        assert (code, doc.get("verdict")) == (1, "oom"), err or doc
+        assert doc["would_unload"] == [f"{small} (pid {small_pid})"]
+        assert any("router" in n and "memory cgroup" in n for n in doc["notes"]), doc["notes"]
+        code, doc, err = _predict(small)  # already loaded, tiny: the noise case
+        assert (code, doc.get("verdict")) == (0, "fits"), err or doc
+
+        assert _http(port, "/models/load", {"model": big})[0] == 200
+        _wait(f"{big}'s load to fail", lambda: _failed(port, big), log)
+        assert _oom_kills(group) >= 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        time.sleep(0.5)
+        group.rmdir()
+
+
+def test_the_option_table_is_the_real_servers(llama_server_bin: Path) -> None:
+    """monitor/engines/router_args.py (generated from common/arg.cpp) lists exactly the
+    spellings the real llama-server's --help lists: the router's presets are read and
+    rendered with the options this build has."""
+    from monitor.engines.router_args import OPTIONS
+    from monitor.engines.server_help import parse_help
+
+    helped = subprocess.run(
+        [str(llama_server_bin), "--help"], capture_output=True, text=True, timeout=60
+    )
+    listed = parse_help(helped.stdout)
+    mine = {a for args, neg, _, _ in OPTIONS for a in (*args, *neg)}
+    assert len(listed) > 300
+    assert sorted(listed - mine) == [] and sorted(mine - listed) == []

@@ -254,3 +254,60 @@ EVENTS = [
     ),
     EventRow(T0 - 60_000, "alert", "warning", "nvml:GPU-0", "GPU-0 memory above 85% for 60 s"),
 ]
+
+
+LONG_NAME = "qwen3-coder-30b-a3b-instruct-ud-q4_k_xl-{:02d}.gguf"
+GPU_A, GPU_B = "nvml:GPU-3f2c9a1e-0000-1111-2222-333344445555", "nvml:GPU-7d41b0c2-6666"
+
+
+def long_named(models: dict[str, str], folder: Path, count: int = 12) -> dict[str, str]:
+    """``count`` model files with long names (links to the Q4_K header)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for i in range(count):
+        path = folder / LONG_NAME.format(i)
+        if not path.exists():
+            path.symlink_to(models["qwen3-8b-q4_k.gguf"])
+        out[path.name] = str(path)
+    return out
+
+
+def two_gpus_twelve(files: dict[str, str], ticks: int = 2, count: int = 12) -> list[Snapshot]:
+    """Two RTX 4090s (24 GiB each) and ``count`` llama-servers with long model names,
+    alternating between them; each tick the second one grows, so the rows re-sort."""
+    names = sorted(files)[:count]
+    procs = [
+        server(6100 + i, ["llama-server", "-m", files[n], "-c", "8192", "-np", "2",
+                          "--port", str(9000 + i)])
+        for i, n in enumerate(names)
+    ]  # fmt: skip
+    out = []
+    for t in range(ticks):
+        mem, used = [], {GPU_A: 0, GPU_B: 0}
+        for i, p in enumerate(procs):
+            dev = (GPU_A, GPU_B)[i % 2]
+            held = (300 + 60 * i) * MIB + (t * 2 * GIB if i == 1 else 0)
+            used[dev] += held
+            mem.append(ProcessMemory(p.pid, dev, vram_bytes=held))
+            mem.append(ProcessMemory(p.pid, "host", rss_anon_bytes=200 * MIB))
+        gpus = [
+            DeviceSample(d, "nvml", "nvidia", "NVIDIA GeForce RTX 4090", "dedicated", 24 * GIB,
+                         used[d] + GIB, 23 * GIB - used[d] - 300 * MIB, 300 * MIB,
+                         util_pct=30.0, temp_c=55.0)
+            for d in (GPU_A, GPU_B)
+        ]  # fmt: skip
+        out.append(snap(T0 + t * 1000, [*gpus, host(128 * GIB, 90 * GIB)], procs, mem))
+    return out
+
+
+LONG_EVENTS = [
+    *EVENTS,
+    EventRow(
+        T0 - 30_000,
+        "surprise",
+        "warning",
+        "llama-server[6101]",
+        f"memory surprise: llama-server uses 2.9 GiB on {GPU_B}, 1.2 GiB more than "
+        "the estimate of 1.7 GiB (context 8192 x 2 slots, KV f16)",
+    ),
+]

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from daemon_harness import free_port, running
 from pilot_helpers import settle, sync
+from textual.widgets import DataTable, Static
 
 from monitor.analysis.fleet import active_alerts
 from tui.app import VramscopeApp
@@ -53,7 +54,7 @@ async def test_three_daemons_and_a_dead_url_in_one_overview(tmp_path: Path) -> N
             assert dead.error is not None and "cannot reach" in dead.error
             table = screen.query_one("#fleet")
             assert table.row_count == 4
-            assert "unreachable: " in str(table.get_row_at(3)[1])
+            assert str(table.get_row_at(3)[1]) == "connection refused"
             # Enter opens the first box; Esc comes back to the overview
             await pilot.press("enter")
             await settle(pilot)
@@ -79,3 +80,70 @@ def test_active_alerts_are_fired_and_not_resolved() -> None:
     ]
     (only,) = active_alerts(events)
     assert only.startswith("GPU0 memory pressure 99%") and "\x1b" not in only
+
+
+@sync
+async def test_unreachable_boxes_say_why_in_their_own_column_at_160x45(tmp_path: Path) -> None:
+    """One box's error never widens the devices column nor pushes the alerts off-screen
+    (issue 34): each error is its meaning in the state column; the whole error is on the
+    line above the table when that box is highlighted."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Garbage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"hello")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    garbage = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=garbage.serve_forever, daemon=True).start()
+    silent = socket.socket()  # listens, never answers: the connect works, the read waits
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    nobody = f"http://127.0.0.1:{free_port()}"
+    try:
+        with running(tmp_path, daemon_args=tree("rx7900xtx"), token="right-token") as box:
+            sources = [
+                RemoteSource(box.url, "right-token"),
+                RemoteSource(box.url + "/", "wrong-token"),
+                RemoteSource(nobody),
+                RemoteSource(f"http://127.0.0.1:{garbage.server_address[1]}"),
+                RemoteSource(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0),
+            ]
+            app = VramscopeApp(sources[0], refresh_s=None, fleet=sources)
+            async with app.run_test(size=(160, 45)) as pilot:
+                screen = app.screen
+                assert isinstance(screen, FleetScreen)
+                for _ in range(400):
+                    await pilot.pause(0.05)
+                    if all(r is not None for r in screen.rows):
+                        break
+                await pilot.pause()
+                table = screen.query_one("#fleet", DataTable)
+                states = [str(table.get_row_at(i)[1]) for i in range(5)]
+                assert states == [
+                    "ok",
+                    "401: wrong token",
+                    "connection refused",
+                    "not a vramscope daemon",
+                    "timed out",
+                ]
+                lines = [table.render_line(y).text for y in range(7)]
+                assert "alerts" in lines[0] and lines[0].rstrip().endswith("alerts"), lines[0]
+                assert all(len(line) <= 160 for line in lines)
+                assert "GPU0 RX 7900 XTX 22.1G/24.0G" in lines[1]
+                # the whole error of the highlighted box, above the table
+                await pilot.press("down", "down")
+                await pilot.pause()
+                title = str(screen.query_one("#fleet-title", Static).render())
+                assert title.startswith(f"{nobody}: cannot reach the vramscope daemon"), title
+    finally:
+        garbage.shutdown()
+        garbage.server_close()
+        silent.close()

@@ -36,7 +36,7 @@ def test_remote_source_renders_the_daemons_latest_tick(tmp_path: Path) -> None:
         assert "host" in frame.picture.devices
         assert frame.picture.devices["host"].capacity_bytes == snap.devices[-1].total_bytes
         assert any(e.kind == "oom_predicted" for e in frame.events)
-        with pytest.raises(SourceError, match=r"HTTP 401 \(give --token\)"):
+        with pytest.raises(SourceError, match=r"HTTP 401 \(wrong token\)"):
             RemoteSource(url, "wrong").latest()
     finally:
         server.stop()

@@ -120,6 +120,16 @@ def test_kv_far_above_the_p99_context_in_use_is_flagged(tmp_path: Path, models) 
     assert any(f.startswith("KV ") and "× the p99 context in use" in f for f in rows[4101].flags), (
         rows[4101].flags
     )
+    # the figure diagnose gives for the same p99 (one source: analysis.diagnose.kv_over_p99)
+    from monitor.analysis.diagnose import kv_over_p99, times
+    from monitor.analysis.slot_usage import usage_p99
+
+    p99 = usage_p99(path, q4)
+    est = rows[4101].estimate
+    assert p99 is not None and est is not None
+    ratio = kv_over_p99(est, p99)
+    assert ratio is not None
+    assert f"KV {times(ratio)} the p99 context in use" in rows[4101].flags
 
 
 def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from tui.app import VramscopeApp
 from tui.screens.whatif import WhatIfScreen
 
 ROOT = Path(__file__).resolve().parents[2]
+GIB_ = 1024**3
 
 
 def cli_predict(home: Path, *args: str) -> tuple[int, str]:
@@ -158,3 +159,48 @@ async def test_predict_with_no_model_chosen_asks_for_one(models, tmp_path: Path)
         shown = str(dialog.query_one("#verdict").render())
     assert "Select" not in shown and "unknown model" not in shown
     assert "paste a command line or choose a model" in shown
+
+
+@sync
+async def test_a_router_model_id_typed_in_the_dialog_is_predict_model_id(
+    models, tmp_path: Path
+) -> None:
+    """One word that names no program: a llama-server router's model id, judged as
+    ``vramscope predict ID`` judges it (the router's child launch, its LRU unload)."""
+    import socket
+    from dataclasses import replace
+
+    from fake_source import server
+
+    from collectors.base import ProcessMemory
+
+    with socket.socket() as s:  # a port nothing listens on: the router's files are read
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("qwen3-8b-q4_k.gguf", "qwen3-8b-q8_0.gguf"):
+        (folder / name).symlink_to(models[name])
+    q4 = folder / "qwen3-8b-q4_k.gguf"
+    router = server(9100, ["llama-server", "--models-dir", str(folder), "--models-max", "1"])
+    router = replace(router, argv=(*router.argv, "--port", str(port)))
+    child = server(9101, ["llama-server", "--host", "127.0.0.1", "--port", "40000"])
+    child = replace(
+        child,
+        ppid=9100,
+        argv=(*child.argv, "--alias", "qwen3-8b-q4_k", "--model", str(q4)),
+    )
+    base = full_gpu(models)[0]
+    mem = (ProcessMemory(9101, "nvml:GPU-0", vram_bytes=int(7.5 * GIB_)),)
+    snaps = [replace(base, processes=(router, child), memory=mem)]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(status_json(snaps[0])))
+    code, expected = cli_predict(tmp_path, "--state", str(state), "qwen3-8b-q8_0")
+    assert json.loads(expected)["would_unload"] == ["qwen3-8b-q4_k (pid 9101)"]
+    # a replayed frame, as --state: the router's files (a live one would ask its /models)
+    app = VramscopeApp(FakeSource(snaps, live=False), refresh_s=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        dialog = await ask_dialog(app, pilot, "qwen3-8b-q8_0")
+        assert dialog.result is not None, str(dialog.query_one("#verdict").render())
+        assert to_json(dialog.result) + "\n" == expected
+        assert dialog.result.exit_code == code

@@ -12,6 +12,7 @@ read again (issue 28 item 10). Quitting never waits for a read.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from monitor.analysis.fleet import BoxRow, active_alerts
+from monitor.api import BoxRow, active_alerts
 from monitor.errors import describe
 from tui.format import cell, safe, size
 from tui.screens.main import MainScreen
@@ -31,9 +32,27 @@ from tui.widgets.device_panel import named_devices
 if TYPE_CHECKING:
     from textual import getters
 
+    from monitor.api import PrometheusFleet
     from tui.app import VramscopeApp
 
-COLUMNS = ("box", "devices (used/total)", "models", "headroom", "alerts")
+COLUMNS = ("box", "state", "devices (used/total)", "models", "headroom", "OOM in", "alerts")
+WIDTHS = {
+    "box": 30,
+    "state": 22,
+    "devices (used/total)": 44,
+    "models": 6,
+    "headroom": 22,
+    "OOM in": 7,
+}
+"""Fixed widths (characters) of every column but the alerts: a long device list or a
+box's error never widens a column and never pushes the alerts off-screen at 160 columns
+(issue 34); a cell cut to its width ends in "…", and the highlighted box's whole row
+(its error, every device, every alert) is on the line above the table."""
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, "…" where it was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def box_row(url: str, frame: Frame) -> BoxRow:
@@ -86,18 +105,20 @@ class FleetScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(
-            f"{len(self.sources)} boxes · Enter opens one · Esc there comes back", id="fleet-title"
-        )
+        yield Static(cell(self.first_title()), id="fleet-title")
         yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
         yield Footer()
+
+    def first_title(self) -> str:
+        return f"{len(self.sources)} boxes · Enter opens one · Esc there comes back"
 
     def on_mount(self) -> None:
         table = self.query_one("#fleet", DataTable)
         for name in COLUMNS:
-            table.add_column(name, key=name)
+            table.add_column(name, key=name, width=WIDTHS.get(name))
         for i, source in enumerate(self.sources):
-            table.add_row(cell(source.url), cell("connecting…"), "-", "-", "-", key=str(i))
+            first = (cell(clip(source.url, WIDTHS["box"])), "connecting…")
+            table.add_row(*first, *["-"] * (len(COLUMNS) - 2), key=str(i))
         self.fetch()
         if self.refresh_s:
             self.set_interval(self.refresh_s, self.fetch, name="fleet-poll")
@@ -127,18 +148,47 @@ class FleetScreen(Screen):
         self.rows[message.index] = message.row
         table = self.query_one("#fleet", DataTable)
         for name, value in zip(COLUMNS, self.cells(message.row), strict=True):
-            table.update_cell(str(message.index), name, value, update_width=True)
+            table.update_cell(str(message.index), name, value, update_width=name not in WIDTHS)
+        if table.cursor_row == message.index:
+            self.show_whole(message.index)
 
     @staticmethod
     def cells(row: BoxRow) -> tuple[object, ...]:
+        url = cell(clip(row.url, WIDTHS["box"]))
         if row.error is not None:
-            reason = row.error if len(row.error) <= 80 else row.error[:79] + "…"
-            return (cell(row.url), cell(f"unreachable: {reason}"), "-", "-", "-")
+            reason = cell(clip(row.reason or "", WIDTHS["state"]))
+            return (url, reason, *["-"] * (len(COLUMNS) - 2))
         room = "-"
         if row.headroom_bytes is not None:
             room = f"{size(row.headroom_bytes)} on {row.headroom_device}"
         alerts = f"{len(row.active_alerts)}: {row.active_alerts[-1]}" if row.active_alerts else "-"
-        return (cell(row.url), cell(row.devices), str(row.models), cell(room), cell(alerts))
+        return (
+            url,
+            "ok",
+            cell(clip(row.devices, WIDTHS["devices (used/total)"])),
+            str(row.models),
+            cell(clip(room, WIDTHS["headroom"])),
+            duration(row.time_to_oom_s),
+            cell(alerts),
+        )
+
+    def whole(self, index: int) -> str:
+        """The line above the table for the highlighted box: its whole error, or its
+        URL, every device and its newest alert."""
+        row = self.rows[index] if 0 <= index < len(self.rows) else None
+        if row is None:
+            return f"{len(self.sources)} boxes · Enter opens one · Esc there comes back"
+        if row.error is not None:
+            return f"{row.url}: {row.error}"
+        alerts = f" · alerts: {'; '.join(row.active_alerts)}" if row.active_alerts else ""
+        return f"{row.url}: {row.devices or 'no devices'}{alerts}"
+
+    def show_whole(self, index: int) -> None:
+        self.query_one("#fleet-title", Static).update(cell(self.whole(index)))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.show_whole(event.cursor_row)
 
     def action_open(self) -> None:
         table = self.query_one("#fleet", DataTable)
@@ -150,6 +200,108 @@ class FleetScreen(Screen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         self.action_open()
+
+
+def duration(seconds: float | None) -> str:
+    """A time to OOM in one unit: ``45s``, ``12m``, ``3.5h``, ``2.0d``; ``-``: none."""
+    if seconds is None:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+@dataclass
+class FleetRows(Message, bubble=False):
+    """Prometheus answered (``rows``) or could not be read (``error``)."""
+
+    rows: list[BoxRow]
+    error: str | None = None
+
+
+class PrometheusFleetScreen(FleetScreen):
+    """``vramscope tui --prometheus URL``: the same overview, its boxes the scrape targets
+    Prometheus knows (monitor/http/prometheus.py: every metric name and query is there),
+    all read in one round of queries on a daemon thread. Enter opens a box's daemon
+    directly (its API at its scrape URL, its token from ``[fleet]``); a box whose target
+    is down is not opened."""
+
+    def __init__(
+        self,
+        fleet: PrometheusFleet,
+        token_of: Callable[[str], str | None],
+        refresh_s: float | None,
+    ) -> None:
+        super().__init__([], refresh_s)
+        self.prometheus = fleet
+        self.token_of = token_of
+        self._boxes: dict[str, RemoteSource] = {}  # by URL: a box keeps its frames
+        self._asking = False
+        self._token_errors: dict[str, str] = {}  # box URL -> why its token is not read
+
+    def first_title(self) -> str:
+        return f"asking Prometheus {self.prometheus.url} for its vramscope targets…"
+
+    def fetch(self) -> None:
+        if self._asking:
+            return
+        self._asking = True
+        threading.Thread(target=self._ask, name="vramscope-prometheus", daemon=True).start()
+
+    def _ask(self) -> None:
+        try:
+            message = FleetRows(self.prometheus.rows())
+        except Exception as exc:  # Prometheus down: say so above the table
+            message = FleetRows([], error=describe(exc))
+        self.post_message(message)
+
+    def on_fleet_rows(self, message: FleetRows) -> None:
+        self._asking = False
+        title = self.query_one("#fleet-title", Static)
+        if message.error is not None:
+            title.update(cell(f"Prometheus {self.prometheus.url}: {message.error}"))
+            return
+        self.rows = list(message.rows)
+        self.sources = [self._box(row.url) for row in message.rows]
+        table = self.query_one("#fleet", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for i, row in enumerate(message.rows):
+            table.add_row(*self.cells(row), key=str(i))
+        if message.rows:
+            table.move_cursor(row=min(max(cursor, 0), len(message.rows) - 1))
+            self.show_whole(table.cursor_row)
+        else:
+            title.update(cell(f"Prometheus {self.prometheus.url} knows no vramscope target"))
+
+    def _box(self, url: str) -> RemoteSource:
+        if url not in self._boxes:
+            try:
+                token = self.token_of(url)
+            except Exception as exc:  # its [fleet] token file: said when Enter opens it
+                self._token_errors[url] = describe(exc)
+                token = None
+            self._boxes[url] = RemoteSource(url, token)
+        return self._boxes[url]
+
+    def action_open(self) -> None:
+        table = self.query_one("#fleet", DataTable)
+        index = table.cursor_row
+        if not 0 <= index < len(self.sources):
+            return
+        row = self.rows[index]
+        if row is not None and row.error is not None:
+            self.notify(safe(f"{row.url}: {row.reason}"), severity="warning", markup=False)
+            return
+        source = self.sources[index]
+        if source.url in self._token_errors:
+            self.notify(safe(self._token_errors[source.url]), severity="error", markup=False)
+            return
+        self.app.push_screen(BoxScreen(self, source))
 
 
 class BoxScreen(MainScreen):

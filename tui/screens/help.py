@@ -55,7 +55,11 @@ DETAIL = {  # action -> what the key does, where the binding's short description
 }
 
 COLUMNS = (
-    ("model", "the model file (or the engine's model name)"),
+    (
+        "model",
+        "the model file (or the engine's model name); a long one cut in the middle (…),"
+        " whole in the breakdown",
+    ),
     ("measured", "what the process holds: VRAM + GTT + RssAnon + RssFile (its helpers included)"),
     ("estimate", "what llama.cpp allocates at load by the estimate (growth ceilings not counted)"),
     ("Δ", "measured − estimate: + holds more than expected, − less"),

@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
+from monitor.device_names import device_labels
 from monitor.errors import describe
 from tui.format import clock, plain
 from tui.messages import FrameReady, SourceFailed, TicksReady
@@ -285,6 +286,8 @@ class MainScreen(Screen):
         table.show(frame.models)
         # Now rather than on the table's Selected message: the breakdown is drawn with the
         # rest of this frame, not in a second screen update.
+        labels = device_labels((d.device_id, d.name) for d in frame.picture.devices.values())
+        self._breakdown.labels = self._events_pane.labels = labels
         self._breakdown.row = table.selected_row()
         self._events_pane.show(frame.events)
         if self.replay_ts is not None:

@@ -1,4 +1,6 @@
-"""What-if: choose a llama-swap model or paste a command line; see the projected bar,
+"""What-if: choose a llama-swap model, paste a command line or type a llama-server router's
+model id (one word: the router on the box serving it, as ``vramscope predict ID``); see the
+projected bar,
 the verdict and the fixes. The estimate and prediction run in a worker (GGUF reads)."""
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
+from monitor.device_names import device_labels
 from tui.format import plain, size
 from tui.source import Frame
 from tui.widgets.device_panel import DevicePanel, panels_from_frame
 
 if TYPE_CHECKING:
-    from monitor.analysis.predict import Prediction, PredictResult
+    from monitor.api import Prediction, PredictResult
 
 _VERDICT_STYLE = {"oom": "$error", "tight": "$warning", "thrash": "$warning"}
 
@@ -58,7 +61,9 @@ class WhatIfScreen(ModalScreen[None]):
                 yield Select([(m, m) for m in swap], prompt="a llama-swap model", id="swap-model")
             with Horizontal(id="whatif-row"):
                 yield Input(
-                    placeholder="or paste a command line: llama-server -m … -c …", id="command"
+                    placeholder="or paste a command line: llama-server -m … -c … (or a router "
+                    "model id)",
+                    id="command",
                 )
                 yield Button("Predict", id="predict", variant="primary")
             with VerticalScroll(id="whatif-result"):
@@ -124,10 +129,12 @@ class WhatIfScreen(ModalScreen[None]):
             return
         self.result = message.result
         result = message.result.prediction
-        from monitor.analysis.predict import need_by_device
+        from monitor.api import need_by_device
 
         need = need_by_device(result.estimate, message.result.picture)
         verdicts: dict[str, str] = {d.device_id: d.verdict for d in result.devices}
+        pics = self.frame.picture.devices.values()
+        names = device_labels((d.device_id, d.name) for d in pics)  # as the panels
         style = _VERDICT_STYLE.get(result.verdict, "$success")
         model = (result.estimate.model_path or "-").split("/")[-1]
         headline = result.verdict.upper()
@@ -145,7 +152,8 @@ class WhatIfScreen(ModalScreen[None]):
             )
             lines.append(
                 plain(
-                    f"  {d.device_id}: needs {size(d.need_bytes)}, can get "
+                    f"  {names.get(d.device_id, d.device_id)}: needs {size(d.need_bytes)}, "
+                    f"can get "
                     f"{size(d.room_bytes)} ({d.binding or '-'}) → {d.verdict}, "
                     f"{tail}"
                 )
@@ -162,7 +170,7 @@ class WhatIfScreen(ModalScreen[None]):
         if result.fixes:
             out = [Content.styled("what would make it fit", "bold")]
             for f in result.fixes:
-                frees = ", ".join(f"{size(v)} on {k}" for k, v in f.frees.items())
+                frees = ", ".join(f"{size(v)} on {names.get(k, k)}" for k, v in f.frees.items())
                 out.append(plain(f"  {f.change}: frees {frees} → {f.verdict}"))
             fixes.update(Content("\n").join(out))
         else:
@@ -172,7 +180,7 @@ class WhatIfScreen(ModalScreen[None]):
 def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -> PredictResult:
     """Blocking (worker threads only): the same workflow as ``vramscope predict --state``
     on the frame's snapshot, with the source's GPUs and GGUF header cache."""
-    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.api import PredictRequest, answer
     from monitor.errors import UsageError
 
     builder = app.source.builder  # type: ignore[attr-defined]
@@ -185,7 +193,29 @@ def predict_for(app: object, frame: Frame, command: str, model_id: str | None) -
             argv = shlex.split(command)
         except ValueError as exc:  # an unclosed quote
             raise UsageError(f"cannot split the command line: {exc}") from None
-        req = PredictRequest(argv, margin_gib=margin_gib)
+        if len(argv) == 1 and not _names_a_program(argv[0]):  # a router's model id
+            from tui.source import RemoteSource
+
+            if isinstance(app.source, RemoteSource):  # type: ignore[attr-defined]
+                raise UsageError(
+                    "a router's model is judged on its own box: "
+                    f"vramscope predict --remote URL {argv[0]}"
+                )
+            # a replayed frame (the database): the routers' files, never a live answer
+            req = PredictRequest(
+                [], model_id=argv[0], margin_gib=margin_gib, ask_routers=frame.live
+            )
+        else:
+            req = PredictRequest(argv, margin_gib=margin_gib)
     return answer(
         req, frame.snapshot, builder.devices(frame.snapshot), read_header=builder.read_header
     )
+
+
+def _names_a_program(word: str) -> bool:
+    """One word that is a program on PATH or an existing path is a command (as the CLI's
+    ``predict WORD`` reads it), else a model id."""
+    import os
+    import shutil
+
+    return shutil.which(word) is not None or os.path.exists(word)

@@ -6,7 +6,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from monitor.estimate.certainty import model_specific
+from monitor.api import model_specific
+from monitor.device_names import device_tag, relabel
 from tui.format import plain, safe, size
 from tui.source import ModelRow
 
@@ -22,13 +23,16 @@ class Breakdown(Static):
     """The model whose breakdown is shown (``_show`` repaints only when the text changes:
     a new frame brings a new row each time)."""
 
+    labels: dict[str, str] = {}
+    """Device names by id (monitor/device_names.py), set by the screen from its frame."""
+
     _shown: str | None = None
     _height: tuple[int, int] | None = None
     """(width, wrapped height) of the shown text."""
 
     def _show(self) -> None:
         width = self.content_size.width
-        content = self.describe(self.row, width)
+        content = self.describe(self.row, width, self.labels)
         markup = content.markup
         if markup == self._shown:
             return
@@ -50,9 +54,13 @@ class Breakdown(Static):
         self._show()
 
     @staticmethod
-    def describe(row: ModelRow | None, width: int = 0) -> Content:
+    def describe(
+        row: ModelRow | None, width: int = 0, labels: dict[str, str] | None = None
+    ) -> Content:
         """The breakdown text; component lines are cut to ``width`` (0: never). Text from
-        the process (model name, arguments, errors) is never parsed as markup."""
+        the process (model name, arguments, errors) is never parsed as markup. Devices by
+        their short name (``GPU0``; ``labels``: monitor/device_names.py), as the panels."""
+        labels = labels or {}
         if row is None:
             return Content.from_markup("[$text-muted]select a model to see its breakdown[/]")
         lines = [
@@ -68,6 +76,8 @@ class Breakdown(Static):
         if est is not None:
 
             def component(name: str, device: str, nbytes: int, formula: str) -> Content:
+                device = device_tag(labels[device]) if device in labels else safe(device)
+                formula = relabel(formula, labels)
                 device = device if len(device) <= 12 else device[:11] + "…"
                 head = f"  {name:<13} {device:<12} {size(nbytes):>7}  "
                 if width and len(head) + len(formula) > width:
@@ -79,7 +89,7 @@ class Breakdown(Static):
             load = [c for c in est.components if c.when != "grows"]
             grows = [c for c in est.components if c.when == "grows"]
             for c in sorted(load, key=lambda c: (c.device, -c.bytes)):
-                lines.append(component(safe(c.name), safe(c.device), c.bytes, safe(c.formula)))
+                lines.append(component(safe(c.name), c.device, c.bytes, safe(c.formula)))
             lines.append(
                 Content(
                     f"  {'at load':<13} {'':<12} {size(est.total_bytes()):>7}  "
@@ -91,9 +101,7 @@ class Breakdown(Static):
             if grows:
                 lines.append(plain("  grows with use, up to (ceilings, not held now):", "bold"))
                 for c in sorted(grows, key=lambda c: (c.device, -c.bytes)):
-                    lines.append(
-                        component(safe(c.name), safe(c.device), c.bytes, "↑ " + safe(c.formula))
-                    )
+                    lines.append(component(safe(c.name), c.device, c.bytes, "↑ " + safe(c.formula)))
         diag = row.diagnosis
         if diag is not None:
             excess = diag.excess_bytes  # None: measured is unknown, so is the excess

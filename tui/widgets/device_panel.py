@@ -24,8 +24,9 @@ from textual.visual import Visual
 from textual.widget import Widget
 
 from collectors.base import DeviceSample
-from monitor.analysis.picture import DevicePicture, Picture
-from tui.format import safe, short_device_name, size
+from monitor.api import DevicePicture, Picture
+from monitor.device_names import device_labels, display_order
+from tui.format import middle_cut, safe, size
 
 if TYPE_CHECKING:
     from tui.source import Frame
@@ -82,13 +83,8 @@ def sensor_text(sample: DeviceSample | None) -> str:
 def named_devices(picture: Picture) -> list[tuple[DevicePicture, str]]:
     """The picture's devices in display order (GPUs by id, host RAM last), each with its
     short name (GPU0 RTX 4090, GPU1 ..., host RAM): the panels and the fleet rows agree."""
-    pics = sorted(picture.devices.values(), key=lambda p: (p.device_id == "host", p.device_id))
-    out, index = [], 0
-    for pic in pics:
-        gpu = None if pic.device_id == "host" else index
-        index += pic.device_id != "host"
-        out.append((pic, short_device_name(pic.device_id, pic.name, gpu)))
-    return out
+    labels = device_labels((p.device_id, p.name) for p in picture.devices.values())
+    return [(picture.devices[d], labels[d]) for d in display_order(labels)]
 
 
 def part_of(memory_kind: str) -> str:
@@ -236,7 +232,7 @@ class DevicePanel(Widget):
         kind = pic.memory_kind
         used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
-        room_text = f"room {size(room)}" + (f" ({pic.binding})" if pic.binding else "")
+        room_text = f"room {size(room)}" + (f" ({safe(pic.binding)})" if pic.binding else "")
         # one Content per line (assemble): each ``+`` copies the text and strips control
         # codes from all of it again, a large part of drawing a panel
         parts = [piece(title, "bold"), " ", piece(kind, "$text-muted"), " ", f"{used_text} · "]
@@ -316,7 +312,11 @@ class DevicePanel(Widget):
             held = f"{m.part} {size(m.bytes)}" if m.part else size(m.bytes)
             if m.has_measured and (m.measured_bytes != m.bytes or m.bytes is None):
                 held += f" (measured {size(m.measured_bytes)})"
-            parts.append((("■ ", PALETTE[i % len(PALETTE)]), f"{safe(m.label)} {held}{est}"))
+            figures = f" {held}{est}"
+            label = safe(m.label)
+            if i == 0 and cell_len(label) + cell_len(figures) + 2 > width:  # cut the name
+                label = middle_cut(label, max(width - 4 - cell_len(figures), 8))  # and " …"
+            parts.append((("■ ", PALETTE[i % len(PALETTE)]), label + figures))
         if pic.others_bytes:
             parts.append((("▓ ", OTHERS), f"others {size(pic.others_bytes)}"))
         if pic.reserved_bytes:
@@ -332,8 +332,12 @@ class DevicePanel(Widget):
         length = 0
         for mark, text in parts:
             n = cell_len(mark[0]) + cell_len(text)
+            if not pieces and n > width:  # still too long: cut whole (the figures too)
+                text = text[: max(width - cell_len(mark[0]) - 1, 1)] + "…"
+                n = cell_len(mark[0]) + cell_len(text)
             if pieces and length + 2 + n > width:
-                pieces.append(" …")
+                if length + 2 <= width:
+                    pieces.append(" …")
                 break
             if pieces:
                 pieces.append("  ")

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.cache import LRUCache
 from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
-from tui.format import cell, signed, size
+from tui.format import cell, middle_cut, safe, signed, size
 from tui.source import ModelRow
 
 # what an operator acts on first (an 80-column terminal shows these), then the launch
 COLUMNS = ("model", "measured", "estimate", "Δ", "flags", "ctx×slots", "cache", "KV", "engine")
+MODEL_MIN = 20
+"""The model column's narrowest (80 columns: the rest of the row scrolls)."""
 
 
 class ModelsTable(DataTable):
@@ -49,13 +53,18 @@ class ModelsTable(DataTable):
             self.add_column(name, key=name)
 
     @staticmethod
-    def cells(row: ModelRow) -> tuple[object, ...]:
+    def cells(row: ModelRow, model_width: int | None = None) -> tuple[object, ...]:
         """Text from the process (its command line, its model's file name) is Content: a
-        str cell would be parsed as markup (``[/]x.gguf`` raises)."""
+        str cell would be parsed as markup (``[/]x.gguf`` raises). ``model_width``: the
+        model column's width; a longer name is cut in the middle with "…", keeping its end
+        (quant, shard), and the breakdown shows it whole."""
         flags = "; ".join(row.flags)
         delta = row.delta_bytes
+        model = safe(row.model)
+        if model_width is not None:  # the end tells models apart
+            model = middle_cut(model, model_width)
         return (
-            cell(row.model),
+            cell(model),
             size(row.measured_bytes),
             size(row.estimate_bytes),
             signed(delta),
@@ -75,21 +84,59 @@ class ModelsTable(DataTable):
         old = list(self._rows)
         selected = self.selected_key()
         self._rows = dict(zip(keys, rows, strict=True))
+        width = self._fit_model_column(rows)
         if sorted(keys) != sorted(old) or (keys != old and not self._reorder(keys)):
             self.clear()
             for key, row in zip(keys, rows, strict=True):
-                self.add_row(*self.cells(row), key=key)
+                self.add_row(*self.cells(row, width), key=key)
             if selected in self._rows:
                 self.move_cursor(row=keys.index(selected))
             return
         for key, row in zip(keys, rows, strict=True):
-            for col, value in zip(COLUMNS, self.cells(row), strict=True):
+            for col, value in zip(COLUMNS, self.cells(row, width), strict=True):
                 if self.get_cell(key, col) != value:
                     count = self._update_count
                     self.update_cell(key, col, value)
                     self._cell_updates += self._update_count - count
         if keys != old and selected is not None:
             self.move_cursor(row=keys.index(selected))  # the cursor stays on its model
+
+    def _fit_model_column(self, rows: tuple[ModelRow, ...]) -> int:
+        """The model column's width: the longest CURRENT name (so it shrinks when long
+        names go; DataTable's auto width only grows), capped so that every other column
+        still fits the table's width (at least ``MODEL_MIN``)."""
+        pad = 2 * self.cell_padding
+        others = [
+            max([cell_len(name), *(cell_len(str(c)) for c in cols)]) + pad
+            for name, cols in zip(
+                COLUMNS[1:], zip(*(self.cells(r)[1:] for r in rows), strict=True), strict=True
+            )
+        ] if rows else [cell_len(name) + pad for name in COLUMNS[1:]]  # fmt: skip
+        region = self.scrollable_content_region.width or 120
+        room = region - sum(others) - pad - self._scrollbar_room(len(rows))
+        longest = max([cell_len("model"), *(cell_len(safe(r.model)) for r in rows)])
+        width = min(longest, max(room, MODEL_MIN))
+        column = self.columns.get(ColumnKey("model"))
+        if column is not None and (column.auto_width or column.width != width):
+            column.auto_width, column.width = False, width
+            self._require_update_dimensions = True
+            self.refresh()
+        return width
+
+    def _scrollbar_room(self, count: int) -> int:
+        """The columns the vertical scrollbar that ``count`` rows bring will take (the
+        table's height is auto up to its max-height; a shown one is already left out of
+        ``scrollable_content_region``)."""
+        cap = self.styles.max_height
+        if cap is None or not cap.is_cells or self.show_vertical_scrollbar:
+            return 0
+        visible = int(cap.value) - self.styles.gutter.height - 1  # the header's line
+        return self.styles.scrollbar_size_vertical if count > visible else 0
+
+    def on_resize(self) -> None:
+        """A new width: the model column fitted again (its names cut or whole)."""
+        if self._rows:
+            self.show(tuple(self._rows.values()))
 
     def _reorder(self, keys: list[str]) -> bool:
         """Put the rows in the order of ``keys`` without rebuilding them (as

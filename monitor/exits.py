@@ -6,6 +6,10 @@ The exit status comes from the kernel's process-event connector
 (collectors/procfs.py), else it is unknown; a kernel OOM kill record naming the pid says
 who sent a SIGKILL. Only OOM kills, crashes and engine OOMs alert: a server stopped by
 SIGTERM (llama-swap swapping models does it all the time) or exiting 0 never pages anyone.
+
+It imports nothing of ours and sits at the bottom of monitor/ with ``errors`` and ``units``
+(docs/architecture.md): the daemon that judges each exit, the writer that records it, the
+alert rules and the reports share this one table.
 """
 
 from __future__ import annotations

@@ -1,0 +1,136 @@
+"""One-shot start-up: CPU of ``status``, ``status --json``, a cold ``predict`` and
+``--help``, this tree beside the code before the change and beside ``nvitop -1``
+(issue 32 item 4).
+
+Method (results in bench/RESULTS.md, "One-shot start-up"):
+- Every command is a fresh interpreter (this venv's python), so every ``predict`` is
+  cold: nothing of the model or the estimator is cached. Bytecode is cached
+  (``PYTHONPYCACHEPREFIX``) as an installed package's is; one unmeasured run of each
+  command writes it first.
+- Each runs under a small launcher that first installs the fake NVML driver
+  (tests/fakes/nvml_fake.py: one H100 with one real fake llama-server on it,
+  tests/fakes/fake_server.py), so vramscope and nvitop see the same GPU; the launcher's
+  own cost is in every figure alike.
+- CPU = user + system time of the child (``RUSAGE_CHILDREN``), not wall time.
+- ``--pairs`` rounds (default 7); in each, every command runs from this tree ("new")
+  and from ``--baseline DIR`` ("old": ``git archive main | tar -x -C DIR``), in
+  alternating order, and ``nvitop -1`` when ``--nvitop DIR`` names a folder it was
+  installed in (``pip install --no-deps --target DIR nvitop``). The table gives each
+  median and the median of the per-round ratios.
+
+Run: .venv/bin/python bench/bench_startup.py --baseline /tmp/base [--nvitop /tmp/nvitop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "fakes")]
+
+LAUNCHER = textwrap.dedent("""
+    import json, sys
+    root, ui, scenario, extra = sys.argv[1:5]
+    sys.path[:0] = [root + "/tests/fakes", root]
+    import nvml_fake
+    nvml_fake.install(json.loads(open(scenario).read()))
+    if ui == "nvitop":
+        sys.path.insert(0, extra)
+        from nvitop.cli import main
+        sys.argv = ["nvitop", *sys.argv[5:]]
+        sys.exit(main())
+    from monitor.cli.main import main
+    sys.argv = ["vramscope", *sys.argv[5:]]
+    main()
+""")
+
+COMMANDS = {
+    "status": ["status"],
+    "status --json": ["status", "--json"],
+    "predict (cold)": ["predict", "--json", "--", "llama-server", "-m", "tiny.gguf", "-c", "512"],
+    "--help": ["--help"],
+}
+
+
+def cpu_ms(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return 1000 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, required=True)
+    parser.add_argument("--nvitop", type=Path, help="folder nvitop was pip-installed in")
+    parser.add_argument("--pairs", type=int, default=7)
+    args = parser.parse_args()
+    import fake_server
+    import tiny_models
+    from bench_tui_vs_nvitop import scenario
+
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=tempfile.gettempdir() + "/bench-startup-pyc")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    trees = {"new": ROOT, "old": args.baseline.resolve()}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        tiny_models.write_llama(work / "tiny.gguf")
+        server = stack.enter_context(
+            fake_server.running(["llama-server", "-m", "tiny.gguf", "-c", "512"], cwd=work)
+        )
+        (work / "scenario.json").write_text(json.dumps(scenario([server.pid])))
+        (work / "launch.py").write_text(LAUNCHER)
+
+        def run(who: str, argv: list[str]) -> float:
+            tree = trees.get(who, ROOT)
+            ui = "nvitop" if who == "nvitop" else "vramscope"
+            cmd = [sys.executable, str(work / "launch.py"), str(tree), ui]
+            cmd += [str(work / "scenario.json"), str(args.nvitop or ""), *argv]
+            return cpu_ms(cmd, work, {**env, "PYTHONPATH": str(tree), "HOME": str(work)})
+
+        runs: dict[tuple[str, str], list[float]] = {}
+        jobs = [(name, who) for name in COMMANDS for who in ("new", "old")]
+        if args.nvitop:
+            jobs.append(("nvitop -1", "nvitop"))
+        argv_of = {**COMMANDS, "nvitop -1": ["-1"]}
+        for name, who in jobs:  # bytecode written, not measured
+            run(who, argv_of[name])
+        for i in range(args.pairs):
+            for name, who in jobs if i % 2 == 0 else reversed(jobs):
+                runs.setdefault((name, who), []).append(run(who, argv_of[name]))
+            print(
+                f"round {i + 1}: " + ", ".join(f"{n}/{w} {v[-1]:.0f}" for (n, w), v in runs.items())
+            )
+        report(runs, args.pairs)
+
+
+def report(runs: dict[tuple[str, str], list[float]], pairs: int) -> None:
+    nvitop = runs.get(("nvitop -1", "nvitop"))
+    print(f"\n| command | new ms CPU | old ms CPU | new/old | new/nvitop -1 |  ({pairs} rounds)")
+    print("|---|---|---|---|---|")
+    if nvitop:
+        print(f"| nvitop -1 | {statistics.median(nvitop):.0f} | | | 1.00 |")
+    for name in COMMANDS:
+        new, old = runs[(name, "new")], runs[(name, "old")]
+        ratio = statistics.median(a / b for a, b in zip(new, old, strict=True))
+        vs = "-"
+        if nvitop:
+            vs = f"{statistics.median(a / b for a, b in zip(new, nvitop, strict=True)):.2f}"
+        print(
+            f"| {name} | {statistics.median(new):.0f} | {statistics.median(old):.0f} | "
+            f"{ratio:.2f} | {vs} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
