@@ -275,7 +275,7 @@ class SnapshotCollector:
         yield from self._processes(snap, infos, labelled)
         yield from self._unlabelled(snap, infos, labelled)
         yield from self._untracked(snap)
-        yield from self._cgroups(snap, {pid: infos[pid] for pid in labelled})
+        yield from self._cgroups(snap, infos, labelled)
         yield from self._time_to_oom(snap)
         yield from self._collectors(snap)
         tick = GaugeMetricFamily(
@@ -553,7 +553,9 @@ class SnapshotCollector:
         yield rate
 
     @staticmethod
-    def _cgroups(snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
+    def _cgroups(
+        snap: Snapshot, infos: dict[int, ProcessInfo], labelled: set[int]
+    ) -> Iterator[Metric]:
         families = {
             "memory_max_bytes": GaugeMetricFamily(
                 "vramscope_cgroup_memory_max_bytes",
@@ -587,7 +589,8 @@ class SnapshotCollector:
             if pc.pid not in infos:
                 continue
             path = _label(pc.cgroup.path)
-            link.add_metric([str(pc.pid), path], 1)
+            if pc.pid in labelled:  # the cgroup's own series whatever its servers' age
+                link.add_metric([str(pc.pid), path], 1)
             if path in seen:
                 continue
             seen.add(path)

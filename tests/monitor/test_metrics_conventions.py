@@ -27,7 +27,15 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from collectors.base import CollectorRun, DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import (
+    CgroupMemory,
+    CollectorRun,
+    DeviceSample,
+    ProcessCgroup,
+    ProcessInfo,
+    ProcessMemory,
+    Snapshot,
+)
 from monitor.config import Config
 from monitor.http import HttpServer
 from monitor.http.metrics import (
@@ -85,7 +93,9 @@ def box_snapshot(now_ms: int) -> Snapshot:
         procs.append(server(pid, age_s=600, now_ms=now_ms, reasons=("inference",)))
         memory.append(ProcessMemory(pid, "host", rss_anon_bytes=(pid - 999) * MIB))
     runs = (CollectorRun("procfs", now_ms, 0.01, 0.01, "ok"),)
-    return Snapshot(now_ms, devices, tuple(procs), tuple(memory), (), (), runs)
+    young = CgroupMemory("/young.slice", 8 * GIB, None, 7 * GIB)  # binds pid 11 alone
+    cgroups = (ProcessCgroup(11, young),)
+    return Snapshot(now_ms, devices, tuple(procs), tuple(memory), (), (), runs, cgroups=cgroups)
 
 
 class Box:
@@ -239,18 +249,22 @@ def test_pid_series_are_bounded_and_the_rest_summed(live: tuple[HttpServer, Box]
     anon = 3 * MIB + 100 * MIB + sum((p - 999) * MIB for p in cut)
     assert unlabelled[(("device", "host"), ("memory_kind", "rss_anon"))] == anon
     assert unlabelled[(("device", "host"), ("memory_kind", "rss_file"))] == 100 * MIB
+    # the young server's cgroup keeps its own series; only the pid link waits
+    assert m["vramscope_cgroup_memory_max_bytes"] == {(("cgroup", "/young.slice"),): 8 * GIB}
+    assert m.get("vramscope_process_cgroup_info", {}) == {}
     # the young server ages past the minimum: it gets its series (a later tick)
     later = box.snap.ts_ms + int(PID_LABEL_MIN_AGE_S * 1000)
     box.snap = _aged(box.snap, later)
     m = samples(get(srv, {})[2].decode())
     assert "11" in {dict(k)["pid"] for k in m["vramscope_process_measured_bytes"]}
+    assert m["vramscope_process_cgroup_info"] == {(("cgroup", "/young.slice"), ("pid", "11")): 1}
 
 
 def _aged(snap: Snapshot, ts_ms: int) -> Snapshot:
     """The same processes at a later tick, without the filler servers."""
     procs = tuple(p for p in snap.processes if p.pid < 1000)
     memory = tuple(m for m in snap.memory if m.pid < 1000)
-    return Snapshot(ts_ms, snap.devices, procs, memory, (), (), snap.runs)
+    return Snapshot(ts_ms, snap.devices, procs, memory, (), (), snap.runs, cgroups=snap.cgroups)
 
 
 def test_nothing_is_kept_between_scrapes(live: tuple[HttpServer, Box]) -> None:
