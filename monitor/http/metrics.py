@@ -1,35 +1,48 @@
 """Prometheus metrics built from the daemon's latest snapshot at scrape time.
 
-A custom collector on its own :class:`CollectorRegistry` (no module-level metrics, no
-process/platform collectors): every scrape re-reads the latest :class:`Snapshot`, so the
-series of a process that exited vanish on the next scrape. All values are gauges; sizes
+A custom collector on its own :class:`CollectorRegistry` (no module-level metrics; the
+daemon's own ``process_*`` from prometheus-client's ProcessCollector beside it): every
+scrape re-reads the latest :class:`Snapshot` and keeps nothing, so the series of a
+process that exited vanish on the next scrape. Values are gauges unless ``_total``; sizes
 are bytes, durations seconds, timestamps epoch seconds. A value the collectors did not
-know (``None``) is left out, never exported as 0.
+know (``None``) is left out, never exported as 0. :func:`encode` answers in
+prometheus-client's text format, OpenMetrics when ``Accept`` asks, gzip when allowed.
+docs/metrics-changes.md lists the renames.
 
-Metrics and labels:
+``pid`` labels are bounded (:func:`labelled_pids`): only servers and GPU holders, once
+``PID_LABEL_MIN_AGE_S`` old, at most ``MAX_PID_SERIES`` per scrape; the rest are summed
+in ``vramscope_unlabelled_process_memory_bytes``.
 
-- ``vramscope_device_memory_total_bytes{device,name,kind}``: what the device can address
-  (``kind`` = ``dedicated`` / ``unified`` / ``host``; ``device`` = the device id, e.g.
-  ``nvml:GPU-...``, ``drm:0000:c3:00.0``, ``host``);
-- ``vramscope_device_memory_used_bytes{device,name,kind}``;
-- ``vramscope_device_memory_free_bytes{device,name,kind}``;
-- ``vramscope_device_memory_gtt_used_bytes{device,name,kind}``: GTT in use (AMD; for an
+Metrics and labels (``D`` = ``device,name,device_type,gpu,UUID,modelName``, see
+:func:`device_labels`):
+
+- ``vramscope_build_info{version,python}``: 1;
+- ``vramscope_device_memory_total_bytes{D}``: what the device can address
+  (``device_type`` = ``dedicated`` / ``unified`` / ``host``; ``device`` = the device id,
+  e.g. ``nvml:GPU-...``, ``drm:0000:c3:00.0``, ``host``; ``gpu`` / ``UUID`` /
+  ``modelName`` as dcgm-exporter names them);
+- ``vramscope_device_memory_used_bytes{D}``;
+- ``vramscope_device_memory_free_bytes{D}``;
+- ``vramscope_device_memory_gtt_used_bytes{D}``: GTT in use (AMD; for an
   APU part of ``used``, never to be added to it);
-- ``vramscope_device_temperature_celsius{device,name,kind}``,
-  ``vramscope_device_power_watts{device,name,kind}``,
-  ``vramscope_device_memory_clock_hertz{device,name,kind}`` (MHz x 1e6; the clock as the
+- ``vramscope_device_temperature_celsius{D}``,
+  ``vramscope_device_power_watts{D}``,
+  ``vramscope_device_memory_clock_hertz{D}`` (MHz x 1e6; the clock as the
   driver counts it: NVML / amdsmi / amdgpu ``pp_dpm_mclk``, GDDR6 at half the data rate on
-  AMD) and ``vramscope_device_utilization_ratio{device,name,kind}`` (0..1): what NVML /
+  AMD) and ``vramscope_device_utilization_ratio{D}`` (0..1): what NVML /
   amdsmi / DRM sysfs report for a GPU; absent when the device does not report it;
 - ``vramscope_host_memory_available_bytes``: MemAvailable of the host;
-- ``vramscope_process_memory_bytes{pid,comm,engine,model,device,kind}``: one tracked
-  process's memory on one device, ``kind`` = ``vram`` / ``gtt`` (GPU rows) or
+- ``vramscope_process_memory_bytes{pid,comm,engine,model,device,memory_kind}``: one
+  tracked process's memory on one device, ``memory_kind`` = ``vram`` / ``gtt`` (GPU rows) or
   ``rss_anon`` / ``rss_file`` (the ``host`` row). ``model`` is the model file's name
   (``-m``, no directory) or the engine's model id (a llama-server router's child: its
   model id, the ``--alias`` the router set), ``""`` when none; the command line is
   never a label. Only tracked processes: every inference server and every process a GPU
   collector saw holding memory, whatever ``[collectors] max_tracked`` says; the cap bounds
   the top-N host-memory list only;
+- ``vramscope_unlabelled_processes`` and
+  ``vramscope_unlabelled_process_memory_bytes{device,memory_kind}``: the tracked processes
+  with no ``pid`` series this scrape, and what they hold summed;
 - ``vramscope_untracked_processes`` and ``vramscope_untracked_bytes``: how many processes
   of the top-N host-memory list ``max_tracked`` left out this tick, and the resident
   memory they hold (0 and 0 when nothing is left out; absent while unknown);
@@ -82,8 +95,8 @@ Metrics and labels:
 - ``vramscope_db_write_ok``: 1 while the daemon's writes reach the database, 0 while it
   refuses them (locked by another writer, disk full, read-only);
 - ``vramscope_db_backlog_ticks``: ticks kept in memory waiting for the database;
-- ``vramscope_db_dropped_ticks``: ticks dropped since the start because the backlog was
-  full (a count that only grows while the daemon runs);
+- ``vramscope_db_dropped_ticks_total``: a counter, ticks dropped since the start because
+  the backlog was full;
 - ``vramscope_db_integrity_ok``: 1 when the last ``SQLite quick_check`` of the database
   passed (at the start, then every ``[daemon] integrity_check_s`` and after any
   SQLITE_CORRUPT), 0 when it failed: the next start moves the file aside;
@@ -92,13 +105,25 @@ Metrics and labels:
 
 from __future__ import annotations
 
+import gzip
+import importlib.metadata
 import logging
-import threading
+import platform
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import (
+    CONTENT_TYPE_LATEST,
+    CONTENT_TYPE_PLAIN_0_0_4,
+    choose_encoder,
+    generate_latest,
+)
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import ProcessInfo, Snapshot
@@ -116,6 +141,7 @@ __all__ = [
     "Growth",
     "SnapshotCollector",
     "build_registry",
+    "encode",
     "ceilings_from_assessments",
     "estimates_from_assessments",
     "model_label",
@@ -126,7 +152,7 @@ Estimates = Callable[[], dict[int, dict[str, int]]]
 Assessments = Callable[[], Mapping[tuple[int, int], Any]]  # (pid, start_ticks) -> Assessment
 Counts = Callable[[], Any]  # () -> monitor.daemon.counters.CountTotals | None
 Growth = Callable[[], Mapping[int, Mapping[str, int]]]  # pid -> cause -> bytes
-_DEVICE_LABELS = ["device", "name", "kind"]
+_DEVICE_LABELS = ["device", "name", "device_type", "gpu", "UUID", "modelName"]
 _PROCESS_KINDS = (
     ("vram", "vram_bytes"),
     ("gtt", "gtt_bytes"),
@@ -134,6 +160,13 @@ _PROCESS_KINDS = (
     ("rss_file", "rss_file_bytes"),
 )
 _MAX_LABEL = 200
+MAX_PID_SERIES = 256
+"""At most this many processes get series with a ``pid`` label per scrape (the largest
+first); the rest are summed in ``vramscope_unlabelled_process_memory_bytes``."""
+PID_LABEL_MIN_AGE_S = 30.0
+"""A process gets ``pid`` series once it has run this long (``ProcessInfo.started_at_ms``;
+unknown start: at once): a launch that ends within seconds makes no series of its own."""
+GZIP_MIN_BYTES = 1024  # smaller answers go out uncompressed even when gzip is accepted
 
 
 def _label(value: object) -> str:
@@ -141,8 +174,64 @@ def _label(value: object) -> str:
     return text[:_MAX_LABEL]
 
 
+def _model(p: ProcessInfo, every: Mapping[int, ProcessInfo]) -> str:
+    if not (p.engine or p.argv):
+        return ""
+    parent = every.get(p.ppid) if p.ppid is not None else None  # a router's child: its
+    return model_label(p.argv, parent_argv=parent.argv if parent else None)  # model id
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("vramscope")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def labelled_pids(snap: Snapshot, infos: Mapping[int, ProcessInfo]) -> set[int]:
+    """The tracked processes whose series carry a ``pid`` label this scrape: every one but
+    those tracked only for the top-N host-memory list (``reasons == ("top",)``: any busy
+    process can enter it) and those younger than ``PID_LABEL_MIN_AGE_S`` at the snapshot;
+    at most ``MAX_PID_SERIES``, the most memory first (so the pid label's series count
+    stays bounded however many processes come and go)."""
+    held: dict[int, int] = {}
+    for m in snap.memory:
+        for _, field in _PROCESS_KINDS:
+            held[m.pid] = held.get(m.pid, 0) + (getattr(m, field) or 0)
+    chosen = [
+        pid
+        for pid, p in infos.items()
+        if not (p.reasons and set(p.reasons) <= {"top"})
+        and (p.started_at_ms is None or snap.ts_ms - p.started_at_ms >= PID_LABEL_MIN_AGE_S * 1000)
+    ]
+    chosen.sort(key=lambda pid: (-held.get(pid, 0), pid))
+    return set(chosen[:MAX_PID_SERIES])
+
+
+def device_labels(snap: Snapshot) -> dict[str, list[str]]:
+    """device id -> the values of ``_DEVICE_LABELS``: ``device_type`` is the memory kind
+    of the device (``dedicated`` / ``unified`` / ``host``); ``gpu``, ``UUID`` and
+    ``modelName`` are dcgm-exporter's labels, so dashboards built on it join on them:
+    ``gpu`` is NVML's index (the NVML collector samples its devices in index order) and
+    ``UUID`` NVML's ``GPU-...`` (both ``""`` for a device NVML does not list);
+    ``modelName`` is the device's name (``""`` for host memory)."""
+    out: dict[str, list[str]] = {}
+    nvml_index = 0
+    for d in snap.devices:
+        gpu = uuid = ""
+        if d.collector == "nvml":
+            gpu = str(nvml_index)
+            nvml_index += 1
+            if d.device_id.startswith("nvml:GPU-"):
+                uuid = d.device_id.removeprefix("nvml:")
+        model = "" if d.memory_kind == "host" else _label(d.name)
+        out[d.device_id] = [_label(d.device_id), _label(d.name), d.memory_kind, gpu, uuid, model]
+    return out
+
+
 class SnapshotCollector:
-    """Builds every family from ``latest()`` when the registry is scraped."""
+    """Builds every family from ``latest()`` when the registry is scraped; keeps nothing
+    between scrapes."""
 
     def __init__(
         self,
@@ -159,80 +248,34 @@ class SnapshotCollector:
         self._ceilings = ceilings
         self._health = health  # () -> monitor.store.database.WriterHealth | None
         self._counts = counts
-        # (pid, start_ticks) -> model label; pruned to the processes present at each scrape
-        self._models: dict[tuple[int, int], str] = {}
-        self._infos: dict[int, ProcessInfo] = {}  # the latest scrape's processes, by pid
-        self._lock = threading.Lock()  # scrapes run in the server's request threads
+        self._version = _version()
 
     def describe(self) -> list[Metric]:
         return []  # no fixed description: the families depend on the snapshot
 
-    def _model(self, p: ProcessInfo) -> str:
-        key = (p.pid, p.start_ticks)
-        if key not in self._models:
-            parent = self._infos.get(p.ppid) if p.ppid is not None else None  # a router's child:
-            self._models[key] = (  # its model id
-                model_label(p.argv, parent_argv=parent.argv if parent else None)
-                if p.engine or p.argv
-                else ""
-            )
-        return self._models[key]
-
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            return iter(list(self._collect()))
+        return iter(list(self._collect()))
 
     def _collect(self) -> Iterator[Metric]:
-        health = self._health() if self._health is not None else None
-        if health is not None:
-            for name, value, text in (
-                (
-                    "vramscope_db_write_ok",
-                    int(health.write_ok),
-                    "1 while writes reach the database, 0 while it refuses them.",
-                ),
-                (
-                    "vramscope_db_backlog_ticks",
-                    health.backlog_ticks,
-                    "Ticks kept in memory waiting for the database.",
-                ),
-                (
-                    "vramscope_db_dropped_ticks",
-                    health.dropped_ticks,
-                    "Ticks dropped since the start because the backlog was full.",
-                ),
-                (
-                    "vramscope_db_integrity_ok",
-                    None if health.integrity_ok is None else int(health.integrity_ok),
-                    "1 when the last SQLite quick_check of the database passed, 0 when it failed.",
-                ),
-                (
-                    "vramscope_db_integrity_checked_timestamp_seconds",
-                    None
-                    if health.integrity_checked_ms is None
-                    else health.integrity_checked_ms / 1000,
-                    "When the database's integrity was last checked.",
-                ),
-            ):
-                if value is None:
-                    continue
-                family = GaugeMetricFamily(name, text)
-                family.add_metric([], value)
-                yield family
+        build = GaugeMetricFamily(  # a gauge, as node_exporter's *_info: promtool reads it
+            "vramscope_build_info",
+            "1, labelled with the running daemon's version and Python.",
+            labels=["version", "python"],
+        )
+        build.add_metric([self._version, platform.python_version()], 1)
+        yield build
+        yield from self._db_health()
         yield from self._counters()
         snap = self._latest()
         if snap is None:
             return
         yield from self._devices(snap)
-        infos = self._infos = {p.pid: p for p in snap.processes}
-        self._models = {
-            k: v
-            for k, v in self._models.items()
-            if (p := infos.get(k[0])) is not None and p.start_ticks == k[1]
-        }
-        yield from self._processes(snap, infos)
+        infos = {p.pid: p for p in snap.processes}
+        labelled = labelled_pids(snap, infos)
+        yield from self._processes(snap, infos, labelled)
+        yield from self._unlabelled(snap, infos, labelled)
         yield from self._untracked(snap)
-        yield from self._cgroups(snap, infos)
+        yield from self._cgroups(snap, infos, labelled)
         yield from self._time_to_oom(snap)
         yield from self._collectors(snap)
         tick = GaugeMetricFamily(
@@ -242,7 +285,75 @@ class SnapshotCollector:
         tick.add_metric([], snap.ts_ms / 1000)
         yield tick
 
+    def _db_health(self) -> Iterator[Metric]:
+        health = self._health() if self._health is not None else None
+        if health is None:
+            return
+        for name, value, text in (
+            (
+                "vramscope_db_write_ok",
+                int(health.write_ok),
+                "1 while writes reach the database, 0 while it refuses them.",
+            ),
+            (
+                "vramscope_db_backlog_ticks",
+                health.backlog_ticks,
+                "Ticks kept in memory waiting for the database.",
+            ),
+            (
+                "vramscope_db_integrity_ok",
+                None if health.integrity_ok is None else int(health.integrity_ok),
+                "1 when the last SQLite quick_check of the database passed, 0 when it failed.",
+            ),
+            (
+                "vramscope_db_integrity_checked_timestamp_seconds",
+                None if health.integrity_checked_ms is None else health.integrity_checked_ms / 1000,
+                "When the database's integrity was last checked.",
+            ),
+        ):
+            if value is None:
+                continue
+            family = GaugeMetricFamily(name, text)
+            family.add_metric([], value)
+            yield family
+        dropped = CounterMetricFamily(
+            "vramscope_db_dropped_ticks",
+            "Ticks dropped since the daemon started because the backlog was full.",
+        )
+        dropped.add_metric([], health.dropped_ticks)
+        yield dropped
+
+    def _unlabelled(
+        self, snap: Snapshot, infos: Mapping[int, ProcessInfo], labelled: set[int]
+    ) -> Iterator[Metric]:
+        count = GaugeMetricFamily(
+            "vramscope_unlabelled_processes",
+            "Tracked processes with no pid series this scrape (top-N host list only, "
+            "younger than the minimum age, or past the cap).",
+        )
+        memory = GaugeMetricFamily(
+            "vramscope_unlabelled_process_memory_bytes",
+            "Memory those processes hold, summed by device and memory kind.",
+            labels=["device", "memory_kind"],
+        )
+        rest = {pid for pid in infos if pid not in labelled}
+        count.add_metric([], len(rest))
+        sums: dict[tuple[str, str], int] = {}
+        for m in snap.memory:
+            if m.pid not in rest:
+                continue
+            for kind, field in _PROCESS_KINDS:
+                value = getattr(m, field)
+                if value is not None:
+                    key = (_label(m.device_id), kind)
+                    sums[key] = sums.get(key, 0) + value
+        for (device, kind), value in sorted(sums.items()):
+            memory.add_metric([device, kind], value)
+        yield count
+        yield memory
+
     def _devices(self, snap: Snapshot) -> Iterator[Metric]:
+        labels = device_labels(snap)
         helps = {
             "total_bytes": "Memory the device can address.",
             "used_bytes": "Memory in use on the device.",
@@ -256,7 +367,7 @@ class SnapshotCollector:
             for d in snap.devices:
                 value = getattr(d, field)
                 if value is not None:
-                    family.add_metric([_label(d.device_id), _label(d.name), d.memory_kind], value)
+                    family.add_metric(labels[d.device_id], value)
             yield family
         for name, field, scale, help_text in (
             ("temperature_celsius", "temp_c", 1.0, "GPU temperature."),
@@ -268,8 +379,7 @@ class SnapshotCollector:
             for d in snap.devices:
                 value = getattr(d, field)
                 if value is not None:
-                    labels = [_label(d.device_id), _label(d.name), d.memory_kind]
-                    family.add_metric(labels, value * scale)
+                    family.add_metric(labels[d.device_id], value * scale)
             yield family
         available = GaugeMetricFamily(
             "vramscope_host_memory_available_bytes",
@@ -280,11 +390,15 @@ class SnapshotCollector:
             available.add_metric([], host.available_bytes)
         yield available
 
-    def _processes(self, snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
+    def _processes(
+        self, snap: Snapshot, every: dict[int, ProcessInfo], labelled: set[int]
+    ) -> Iterator[Metric]:
+        infos = {pid: every[pid] for pid in sorted(labelled)}
+        models = {pid: _model(p, every) for pid, p in infos.items()}  # this scrape's only
         memory = GaugeMetricFamily(
             "vramscope_process_memory_bytes",
             "Memory a tracked process holds on a device, by kind (vram, gtt, rss_anon, rss_file).",
-            labels=["pid", "comm", "engine", "model", "device", "kind"],
+            labels=["pid", "comm", "engine", "model", "device", "memory_kind"],
         )
         seen: set[tuple[str, ...]] = set()
         for m in snap.memory:
@@ -297,7 +411,7 @@ class SnapshotCollector:
                     str(m.pid),
                     _label(p.comm),
                     _label(p.engine),
-                    self._model(p),
+                    models[m.pid],
                     _label(m.device_id),
                     kind,
                 )
@@ -312,7 +426,7 @@ class SnapshotCollector:
             "(absent when unknown).",
             labels=["pid", "comm", "model"],
         )
-        helpers = helper_parents(infos)
+        helpers = helper_parents(every)
         for pid, p in sorted(infos.items()):
             if pid in helpers:
                 continue  # counted in its server's: a sum over pids stays true
@@ -320,16 +434,17 @@ class SnapshotCollector:
                 pid, snap.memory, [h for h, owner in helpers.items() if owner == pid]
             ).total_bytes
             if total is not None:
-                measured.add_metric([str(pid), _label(p.comm), self._model(p)], total)
+                measured.add_metric([str(pid), _label(p.comm), models[pid]], total)
         yield measured
         hidden = GaugeMetricFamily(
             "vramscope_hidden_process_memory_bytes",
             "Memory the driver reports for a process not visible here (another PID namespace).",
             labels=["pid", "device"],
         )
-        for h in snap.hidden:
-            if h.used_bytes is not None and h.device_id is not None:
-                hidden.add_metric([str(h.pid), _label(h.device_id)], h.used_bytes)
+        known = [h for h in snap.hidden if h.used_bytes is not None and h.device_id is not None]
+        known.sort(key=lambda h: (-(h.used_bytes or 0), h.pid))
+        for h in known[:MAX_PID_SERIES]:  # bounded like the tracked processes' pids
+            hidden.add_metric([str(h.pid), _label(h.device_id)], h.used_bytes or 0)
         yield hidden
         for name, source, help_text in (
             (
@@ -345,16 +460,15 @@ class SnapshotCollector:
         ):
             estimate = GaugeMetricFamily(name, help_text, labels=["pid", "model", "device"])
             for pid, by_device in sorted(self._estimate_rows(source).items()):
-                p = infos.get(pid)
-                if p is None:
+                if pid not in models:
                     continue
                 for device_id, value in sorted(by_device.items()):
                     if value is not None:
-                        estimate.add_metric([str(pid), self._model(p), _label(device_id)], value)
+                        estimate.add_metric([str(pid), models[pid], _label(device_id)], value)
             yield estimate
-        yield self._reported_growth(infos)
+        yield self._reported_growth(models)
 
-    def _reported_growth(self, infos: dict[int, ProcessInfo]) -> Metric:
+    def _reported_growth(self, models: dict[int, str]) -> Metric:
         family = GaugeMetricFamily(
             "vramscope_process_reported_growth_bytes",
             "What a llama-server's own log says its run-time buffers hold now, by cause.",
@@ -366,11 +480,10 @@ class SnapshotCollector:
             log.exception("the reported growth for /metrics failed")
             rows = {}
         for pid, by_cause in sorted(rows.items()):
-            p = infos.get(pid)
-            if p is None:
+            if pid not in models:  # gone, or without pid series this scrape
                 continue
             for cause, value in sorted(by_cause.items()):
-                family.add_metric([str(pid), self._model(p), _label(cause)], value)
+                family.add_metric([str(pid), models[pid], _label(cause)], value)
         return family
 
     @staticmethod
@@ -440,7 +553,9 @@ class SnapshotCollector:
         yield rate
 
     @staticmethod
-    def _cgroups(snap: Snapshot, infos: dict[int, ProcessInfo]) -> Iterator[Metric]:
+    def _cgroups(
+        snap: Snapshot, infos: dict[int, ProcessInfo], labelled: set[int]
+    ) -> Iterator[Metric]:
         families = {
             "memory_max_bytes": GaugeMetricFamily(
                 "vramscope_cgroup_memory_max_bytes",
@@ -474,7 +589,8 @@ class SnapshotCollector:
             if pc.pid not in infos:
                 continue
             path = _label(pc.cgroup.path)
-            link.add_metric([str(pc.pid), path], 1)
+            if pc.pid in labelled:  # the cgroup's own series whatever its servers' age
+                link.add_metric([str(pc.pid), path], 1)
             if path in seen:
                 continue
             seen.add(path)
@@ -553,12 +669,47 @@ def build_registry(
     counts: Counts | None = None,
     growth: Growth | None = None,
 ) -> CollectorRegistry:
-    """A fresh registry holding only the snapshot collector."""
+    """A fresh registry holding the snapshot collector and the daemon's own process
+    collector (nothing registered globally)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts, growth))
+    # process_*: this daemon's own CPU seconds, resident and virtual memory, open and max
+    # fds and start time, read from /proc/self at each scrape (absent where there is none)
+    registry.register(ProcessCollector(registry=None))
     return registry
 
 
 def render(registry: CollectorRegistry) -> bytes:
     """The text exposition format (``CONTENT_TYPE_LATEST``)."""
     return generate_latest(registry)
+
+
+def encode(
+    registry: CollectorRegistry, accept: str | None, accept_encoding: str | None
+) -> tuple[bytes, str, dict[str, str]]:
+    """One scrape of ``registry`` as the client asked: (body, content type, headers).
+
+    prometheus-client's own encoders: OpenMetrics when ``Accept`` names
+    ``application/openmetrics-text`` (as Prometheus sends it), else the text format 0.0.4;
+    gzip when ``Accept-Encoding`` lists ``gzip`` (not refused with ``q=0``) and the body
+    is at least ``GZIP_MIN_BYTES``."""
+    try:
+        encoder, content_type = choose_encoder((accept or "")[:1024])
+    except Exception:  # a malformed version= or escaping= the library cannot parse
+        encoder, content_type = generate_latest, CONTENT_TYPE_PLAIN_0_0_4
+    body = encoder(registry)
+    headers = {"Vary": "Accept, Accept-Encoding"}
+    if len(body) >= GZIP_MIN_BYTES and _accepts_gzip(accept_encoding):
+        body = gzip.compress(body, compresslevel=6, mtime=0)
+        headers["Content-Encoding"] = "gzip"
+    return body, content_type, headers
+
+
+def _accepts_gzip(header: str | None) -> bool:
+    for part in (header or "").split(",")[:32]:
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "x-gzip"):
+            continue
+        q = params.strip().lower().replace(" ", "")
+        return q not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False

@@ -8,7 +8,8 @@ Endpoints (JSON unless said; every error is one line ``{"error": "..."}``):
   refuses writes (``database: cannot write ...``: the reason, since when, the backlog),
   or while its last ``SQLite quick_check`` failed (``database corrupt: ...``, the first
   problem; monitor/store/integrity.py);
-- ``GET /metrics``: Prometheus text format (monitor/http/metrics.py lists the metrics);
+- ``GET /metrics``: Prometheus text format, OpenMetrics when ``Accept`` asks for it,
+  gzip when ``Accept-Encoding`` allows (monitor/http/metrics.py lists the metrics);
 - ``GET /api/v1/snapshot``: the latest snapshot as ``vramscope.status/1``
   (monitor/report/status.py), 503 before the first tick;
 - ``GET /api/v1/events?since_ms=MS&kind=K[&kind=K2|,K2]&limit=N``: events from the
@@ -80,15 +81,14 @@ from monitor.http.heads import (
     turn_away,
 )
 from monitor.http.metrics import (
-    CONTENT_TYPE_LATEST,
     Assessments,
     Counts,
     Estimates,
     Growth,
     build_registry,
     ceilings_from_assessments,
+    encode,
     estimates_from_assessments,
-    render,
 )
 from monitor.http.peer import peer_uid
 from monitor.integrations.loopback import is_loopback_host as is_loopback
@@ -120,6 +120,8 @@ RESERVED_CONNECTIONS = 4
 ``/healthz`` and requests with the valid token (a health check or the owner's client
 gets in while anyone else holds every general thread)."""
 DEFAULT_PORT = 9835
+# an endpoint's answer: status, content type, body and, for some, extra headers
+_Answer = tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]]
 
 _JSON = "application/json"
 # GGUF problems that say nothing about the bytes of the file (the rest may quote them:
@@ -407,8 +409,13 @@ class HttpServer:
             )
         return 200, "text/plain; charset=utf-8", f"ok: last tick {max(age, 0):.1f} s ago\n".encode()
 
-    def metrics(self) -> tuple[int, str, bytes]:
-        return 200, CONTENT_TYPE_LATEST, render(self.registry)
+    def metrics(
+        self, accept: str | None = None, accept_encoding: str | None = None
+    ) -> tuple[int, str, bytes, dict[str, str]]:
+        """The registry encoded as asked (monitor/http/metrics.py: OpenMetrics on
+        ``Accept``, gzip on ``Accept-Encoding``)."""
+        body, content_type, headers = encode(self.registry, accept, accept_encoding)
+        return 200, content_type, body, headers
 
     def snapshot(self) -> tuple[int, str, bytes]:
         from monitor.engines import read_llama_env
@@ -831,9 +838,14 @@ class _Handler(BaseHTTPRequestHandler):
             if not app.token_required and not _dns_safe_host(self.headers.get("Host")):
                 raise _RequestError(403, "the Host header must be an IP address or localhost")
             url = urlsplit(self.path)
-            routes: dict[str, tuple[str, Callable[[], tuple[int, str, bytes]]]] = {
+            routes: dict[str, tuple[str, Callable[[], _Answer]]] = {
                 "/healthz": ("GET", app.healthz),
-                "/metrics": ("GET", app.metrics),
+                "/metrics": (
+                    "GET",
+                    lambda: app.metrics(
+                        self.headers.get("Accept"), self.headers.get("Accept-Encoding")
+                    ),
+                ),
                 "/api/v1/snapshot": ("GET", app.snapshot),
                 "/api/v1/estimates": ("GET", app.estimates),
                 "/api/v1/events": ("GET", lambda: app.events(_query(url.query))),
@@ -844,9 +856,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _RequestError(404, f"no such endpoint; try {', '.join(routes)}")
             if route[0] != method:
                 raise _RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
-            status, content_type, body = route[1]()
+            status, content_type, body, *extra = route[1]()
+            headers = dict(extra[0]) if extra else {}
             # which daemon answered: `doctor` tells its database's daemon from another's
-            self._send(status, content_type, body, {PID_HEADER: str(os.getpid())})
+            headers[PID_HEADER] = str(os.getpid())
+            self._send(status, content_type, body, headers)
         except (ConnectionError, TimeoutError) as exc:  # the client went away
             self.close_connection = True
             app.quiet.note("gone", f"an HTTP client went away before its answer ({exc!r})")

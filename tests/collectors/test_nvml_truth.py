@@ -200,8 +200,11 @@ def test_the_memory_clock_on_every_surface(procs: dict[str, int], tmp_path: Path
     assert nvidia(remote).mem_clock_mhz == 8500.0
 
     body = render(build_registry(lambda: snap)).decode()
+    uuid = dev.device_id.removeprefix("nvml:")  # NVML's UUID, as dcgm-exporter labels it
+    assert uuid.startswith("GPU-")
     assert (
-        f'vramscope_device_memory_clock_hertz{{device="{dev.device_id}",kind="dedicated",'
+        f'vramscope_device_memory_clock_hertz{{UUID="{uuid}",device="{dev.device_id}",'
+        'device_type="dedicated",gpu="0",modelName="NVIDIA GeForce RTX 4060",'
         'name="NVIDIA GeForce RTX 4060"} 8.5e+09'
     ) in body
 

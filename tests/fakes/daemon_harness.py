@@ -145,6 +145,47 @@ def promtool() -> str | None:
     return shutil.which("promtool")
 
 
+_CAMEL = "label names should be written in 'snake_case' not 'camelCase'"
+
+
+def check_metrics_problems(body: str | bytes) -> list[str]:
+    """What ``promtool check metrics`` finds wrong in ``body`` (an exposition), less the
+    one lint vramscope breaks on purpose: dcgm-exporter's camelCase GPU labels (``UUID``,
+    ``modelName``) on the ``vramscope_device_*`` families, kept so that dashboards join
+    on them, and the HELP of an OpenMetrics counter that promtool (which reads the text
+    format) does not tie to its ``_total`` sample. A parse error or any other lint stays
+    in the list."""
+    tool = promtool()
+    assert tool is not None
+    data = body.encode() if isinstance(body, str) else body
+    done = subprocess.run([tool, "check", "metrics"], input=data, capture_output=True, timeout=120)
+    out = (done.stdout + done.stderr).decode("utf-8", "replace")
+    text = data.decode("utf-8", "replace")
+    problems = [
+        line
+        for line in out.splitlines()
+        if line.strip()
+        and not (line.startswith("vramscope_device_") and line.endswith(_CAMEL))
+        and not _openmetrics_counter_help(line, text)
+    ]
+    if done.returncode not in (0, 3) and not problems:  # 3: lint problems only
+        problems.append(f"promtool exited {done.returncode}")
+    return problems
+
+
+def _openmetrics_counter_help(line: str, text: str) -> bool:
+    """promtool reads the text format: in OpenMetrics a counter's HELP names the family
+    (``x``) and its sample ``x_total``, which promtool calls "no help text"."""
+    name, _, rest = line.partition(" ")
+    family = name.removesuffix("_total")
+    return (
+        rest == "no help text"
+        and name != family
+        and text.rstrip().endswith("# EOF")
+        and f"\n# TYPE {family} counter\n" in "\n" + text
+    )
+
+
 PROMTOOL_MISSING = (
     "promtool not found: bash scripts/install --test installs Debian's prometheus package "
     "when run as root with apt-get"

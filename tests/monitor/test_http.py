@@ -199,20 +199,34 @@ def labels(**kw: str) -> tuple[tuple[str, str], ...]:
 
 def test_metrics_exact_device_process_and_collector_values(server: HttpServer) -> None:
     m = scrape(server)
-    gpu = labels(device=GPU, name="RTX 4090", kind="dedicated")
+    gpu = labels(
+        device=GPU,
+        name="RTX 4090",
+        device_type="dedicated",
+        gpu="0",
+        UUID="GPU-0123",
+        modelName="RTX 4090",
+    )
     assert m["vramscope_device_memory_total_bytes"][gpu] == 24 * GIB
     assert m["vramscope_device_memory_used_bytes"][gpu] == 10 * GIB
     assert m["vramscope_device_memory_free_bytes"][gpu] == 14 * GIB
-    apu = labels(device=APU, name="Radeon 8060S", kind="unified")
+    apu = labels(
+        device=APU,
+        name="Radeon 8060S",
+        device_type="unified",
+        gpu="",
+        UUID="",
+        modelName="Radeon 8060S",
+    )
     assert m["vramscope_device_memory_gtt_used_bytes"] == {apu: 28 * GIB}
     assert apu not in m["vramscope_device_memory_free_bytes"]  # unknown is absent, not 0
     assert m["vramscope_host_memory_available_bytes"] == {(): 88 * GIB}
 
     proc = dict(pid=str(PID), comm="llama-server", engine="llama.cpp", model="Qwen3-8B-Q8_0.gguf")
     assert m["vramscope_process_memory_bytes"] == {
-        labels(**proc, device=GPU, kind="vram"): 9 * GIB,
-        labels(**proc, device="host", kind="rss_anon"): GIB,
-        labels(**proc, device="host", kind="rss_file"): 5 * GIB,
+        labels(**proc, device=GPU, memory_kind="vram"): 9 * GIB,
+        labels(**proc, device="host", memory_kind="rss_anon"): GIB,
+        labels(**proc, device="host", memory_kind="rss_file"): 5 * GIB,
     }
     assert m["vramscope_process_estimate_bytes"] == {
         labels(pid=str(PID), model="Qwen3-8B-Q8_0.gguf", device=GPU): 9 * GIB + 300 * MIB
@@ -243,7 +257,14 @@ def test_a_process_that_leaves_the_snapshot_vanishes_on_the_next_scrape(
     m = scrape(server)
     assert m.get("vramscope_process_memory_bytes", {}) == {}
     assert m.get("vramscope_process_estimate_bytes", {}) == {}
-    gpu = labels(device=GPU, name="RTX 4090", kind="dedicated")
+    gpu = labels(
+        device=GPU,
+        name="RTX 4090",
+        device_type="dedicated",
+        gpu="0",
+        UUID="GPU-0123",
+        modelName="RTX 4090",
+    )
     assert m["vramscope_device_memory_used_bytes"][gpu] == GIB
     box.snap = snapshot()  # it comes back (a new tick): so do its series
     assert len(scrape(server)["vramscope_process_memory_bytes"]) == 3
@@ -251,7 +272,9 @@ def test_a_process_that_leaves_the_snapshot_vanishes_on_the_next_scrape(
 
 def test_metrics_before_the_first_tick_are_empty_not_an_error(server: HttpServer, box: Box) -> None:
     box.snap = None
-    assert scrape(server) == {}
+    m = scrape(server)  # only what the daemon knows of itself: its build and process_*
+    assert {n for n in m if n.startswith("vramscope_")} == {"vramscope_build_info"}
+    assert m["process_resident_memory_bytes"][()] > 0
 
 
 def test_nothing_is_registered_globally(server: HttpServer) -> None:
