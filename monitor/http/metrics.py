@@ -78,8 +78,10 @@ Metrics and labels (``D`` = ``device,name,device_type,gpu,UUID,modelName``, see
   nothing fills steadily;
 - ``vramscope_process_cgroup_info{pid,cgroup}``: 1, linking a tracked server to that cgroup;
 - ``vramscope_process_exits_total{cause,model}``: tracked processes that ended since the
-  daemon started, by exit class (monitor/exits.py) and the model the process
-  served (its file's base name or model id, at most 64 characters; ``""`` for none). Every
+  daemon started (one seen on a single tick included, which the database keeps only as
+  ``meta.short_lived_processes`` unless its exit alerts), by exit class (monitor/exits.py)
+  and the model the process served (its file's base name or model id, at most 64
+  characters; ``""`` for none). Every
   class is present at 0 for ``model=""`` and ``model="other"`` from the start, and for a
   model from when a tracked server first serves it; at most 16 models have series of their
   own, the rest count as ``other`` (monitor/daemon/counters.py says when a model's place

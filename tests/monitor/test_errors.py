@@ -146,7 +146,7 @@ def test_an_unexpected_failure_in_any_command_is_one_line_this_is_a_bug_exit_70(
 # (command line, module, function): each command's work, where a planted bug is raised
 PLANTED = [
     (["events", "--since", "1h"], "monitor.analysis.postmortem", "list_events"),
-    (["postmortem", "--last"], "monitor.analysis.postmortem", "build"),
+    (["postmortem", "--last"], "monitor.analysis.postmortem", "build_model"),
     (["diagnose"], "monitor.cli.diagnose", "run_diagnose"),
     (["estimate", "--", "llama-server", "-m", "m.gguf"], "monitor.cli.estimate", "run_estimate"),
     (["predict", "--", "llama-server", "-m", "m.gguf"], "monitor.cli.predict", "run_predict"),

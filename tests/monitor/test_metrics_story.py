@@ -332,6 +332,10 @@ def _by_cause(
     return out
 
 
+def _covers(counted: dict, db: Path) -> bool:
+    return all(counted.get(cause, 0.0) >= n for cause, n in _db_exit_counts(db).items())
+
+
 def _db_exit_counts(db: Path) -> dict[tuple[tuple[str, str], ...], float]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
@@ -369,11 +373,13 @@ def test_a_real_daemon_counts_a_crash_and_an_engine_oom_line(tmp_path: Path) -> 
         )
         os.kill(fake.pid, signal.SIGSEGV)  # not reaped here until the block ends
         d.poll("the crash recorded", lambda: _exit_cause(d.db, fake.pid) == "crashed")
-        # every exit the daemon recorded (ours, and any tracked process of this busy box
-        # that ended meanwhile) is counted once, under its class
+        # every exit the database recorded (ours, and any tracked process of this busy box
+        # that ended meanwhile) is counted under its class; the counter also counts a
+        # process seen on one tick only, which the database keeps as a number
+        # (meta.short_lived_processes), so on a busy box it may be the larger
         d.poll(
-            "the counters to match the database",
-            lambda: _by_cause(counters()["vramscope_process_exits_total"]) == _db_exit_counts(d.db),
+            "the counters to cover the database",
+            lambda: _covers(_by_cause(counters()["vramscope_process_exits_total"]), d.db),
         )
         exits = counters()["vramscope_process_exits_total"]
         assert exits[L(cause="crashed", model="crash-me.gguf")] == 1  # the crash names its model

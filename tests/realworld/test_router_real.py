@@ -18,19 +18,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
 import tiny_models
+from router_http import child_of, free_port, http, loaded, predict, wait_for
 
 from monitor.engines.router_models import list_models_dir, models_answer
 from tui.source import LiveSource
@@ -39,42 +36,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "docs" / "status.schema.json").read_text())
-HANG_GUARD_S = 180.0
 GIB = 1 << 30
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http(port: int, path: str, body: dict | None = None) -> tuple[int, str]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}",
-        data=data,
-        headers={"Content-Type": "application/json"},
-        method="POST" if body is not None else "GET",
-    )
-    try:
-        with _OPENER.open(req, timeout=120) as resp:
-            return resp.status, resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
-    except (OSError, urllib.error.URLError):
-        return 0, ""
-
-
-def _wait(what: str, check: Callable[[], Any], log: Path) -> Any:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if got := check():
-            return got
-        time.sleep(0.2)
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-    raise AssertionError(f"timed out waiting for {what}; router log tail:\n{tail}")
 
 
 def _status(port_pid: int) -> tuple[dict, dict[int, dict]]:
@@ -96,13 +58,6 @@ def _status(port_pid: int) -> tuple[dict, dict[int, dict]]:
     return doc, rows
 
 
-def _loaded(port: int) -> set[str]:
-    status, body = _http(port, "/models")
-    if status != 200:
-        return set()
-    return {m["id"] for m in json.loads(body)["data"] if m["status"]["value"] == "loaded"}
-
-
 @pytest.fixture
 def router(llama_server_bin: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, int, Path]]:
     helped = subprocess.run(
@@ -119,7 +74,7 @@ def router(llama_server_bin: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
     for name in ("c/c.gguf", "mmproj-a.gguf", "mtp-a.gguf", "twice.gguf.gguf"):
         (models / name).write_bytes((models / "a.gguf").read_bytes())
     (models / "notes.txt").write_text("not a model")
-    port = _free_port()
+    port = free_port()
     argv = [str(llama_server_bin), "--models-dir", str(models), "--models-max", "1"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "-c", "512", "-np", "1"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
@@ -127,7 +82,7 @@ def router(llama_server_bin: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        _wait("the router's /health", lambda: _http(port, "/health")[0] == 200, log)
+        wait_for("the router's /health", lambda: http(port, "/health")[0] == 200, log)
         yield proc, port, log
     finally:
         proc.send_signal(signal.SIGTERM)  # the router stops its children itself
@@ -142,7 +97,7 @@ def test_the_models_dir_lists_what_the_router_lists(
     router: tuple[subprocess.Popen, int, Path],
 ) -> None:
     proc, port, log = router
-    code, body = _http(port, "/models")
+    code, body = http(port, "/models")
     assert code == 200, body
     answered = models_answer(body.encode())
     folder = Path(proc.args[proc.args.index("--models-dir") + 1])  # type: ignore[union-attr]
@@ -174,11 +129,11 @@ def test_router_children_are_grouped_under_their_router(
     assert rows[proc.pid]["router"]["port"] == port
 
     for model, gone in (("a", None), ("b", "a")):
-        code, body = _http(port, "/models/load", {"model": model})
+        code, body = http(port, "/models/load", {"model": model})
         assert code == 200, body
-        _wait(f"{model} loaded", lambda m=model: _loaded(port) == {m}, log)  # type: ignore[misc]
+        wait_for(f"{model} loaded", lambda m=model: loaded(port) == {m}, log)  # type: ignore[misc]
         # the router unloads `a` (LRU at --models-max 1): its child exits, maybe a moment late
-        doc, rows = _wait(
+        doc, rows = wait_for(
             f"only {model}'s child under the router", lambda: _one_child(proc.pid), log
         )
         jsonschema.validate(doc, SCHEMA)
@@ -238,7 +193,7 @@ def preset_router(
         f"[{ids['b']}]\nctx-size = 2048\nLLAMA_ARG_N_PARALLEL = 1\ncache-type-k = q8_0\n"
         f"[{ids['c']}]\nc = 512\n"
     )
-    port = _free_port()
+    port = free_port()
     argv = [str(llama_server_bin), "--models-dir", str(models), "--models-preset", str(preset)]
     argv += ["--models-max", "1", "--host", "127.0.0.1", "--port", str(port), "-lv", "4"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
@@ -246,7 +201,7 @@ def preset_router(
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        _wait("the router's /health", lambda: _http(port, "/health")[0] == 200, log)
+        wait_for("the router's /health", lambda: http(port, "/health")[0] == 200, log)
         yield proc, port, log, ids
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -255,35 +210,6 @@ def preset_router(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-
-
-def _predict(*args: str) -> tuple[int, dict, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
-    return result.returncode, doc, result.stderr
-
-
-def _child_of(router_pid: int, model_id: str) -> int | None:
-    """The router's child serving ``model_id`` (its --alias), from /proc."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == router_pid and model_id.encode() in argv:
-            return int(entry)
-    return None
 
 
 def _kv_logged_mib(log: Path, port: int) -> float | None:
@@ -309,12 +235,12 @@ def test_predict_names_the_lru_unload_and_the_real_load_confirms_it(
 ) -> None:
     proc, port, log, ids = preset_router
     a, b = ids["a"], ids["b"]
-    code, body = _http(port, "/models/load", {"model": a})
+    code, body = http(port, "/models/load", {"model": a})
     assert code == 200, body
-    _wait(f"{a} loaded", lambda: _loaded(port) == {a}, log)
-    a_pid = _wait(f"{a}'s child", lambda: _child_of(proc.pid, a), log)
+    wait_for(f"{a} loaded", lambda: loaded(port) == {a}, log)
+    a_pid = wait_for(f"{a}'s child", lambda: child_of(proc.pid, a), log)
 
-    code, doc, err = _predict(b)  # the router on this box that serves b: found by its id
+    code, doc, err = predict(b)  # the router on this box that serves b: found by its id
     assert doc, err
     assert doc["would_unload"] == [f"{a} (pid {a_pid})"]
     assert doc["unloaded_by"] == "the router"
@@ -327,15 +253,15 @@ def test_predict_names_the_lru_unload_and_the_real_load_confirms_it(
     assert doc["launch"]["n_ctx"] == 2048
     verdict = doc["verdict"]
 
-    code_load, body = _http(port, "/models/load", {"model": b})
-    loaded = code_load == 200 and _wait(f"{b} loaded", lambda: _loaded(port) == {b}, log)
+    code_load, body = http(port, "/models/load", {"model": b})
+    b_loaded = code_load == 200 and wait_for(f"{b} loaded", lambda: loaded(port) == {b}, log)
     # the verdict the real load confirms: it fits and loads (this box has the room)
-    assert (verdict == "fits") == bool(loaded), (verdict, body)
-    b_pid = _wait(f"{b}'s child", lambda: _child_of(proc.pid, b), log)
+    assert (verdict == "fits") == bool(b_loaded), (verdict, body)
+    b_pid = wait_for(f"{b}'s child", lambda: child_of(proc.pid, b), log)
     real = [x.decode() for x in Path(f"/proc/{b_pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     assert _without_port(real[1:]) == _without_port(launch[1:])
-    assert _child_of(proc.pid, a) is None or _wait(
-        f"{a}'s child gone", lambda: _child_of(proc.pid, a) is None, log
+    assert child_of(proc.pid, a) is None or wait_for(
+        f"{a}'s child gone", lambda: child_of(proc.pid, a) is None, log
     )
 
     from monitor.engines import parse_command
@@ -346,7 +272,7 @@ def test_predict_names_the_lru_unload_and_the_real_load_confirms_it(
     est = estimate(spec, [])
     kv_mib = sum(c.bytes for c in est.components if c.name == "kv") / (1 << 20)
     child_port = int(real[real.index("--port") + 1])
-    logged = _wait("b's logged KV size", lambda: _kv_logged_mib(log, child_port), log)
+    logged = wait_for("b's logged KV size", lambda: _kv_logged_mib(log, child_port), log)
     assert abs(kv_mib - logged) < 0.01, (kv_mib, logged)
 
 
@@ -363,7 +289,7 @@ def _oom_kills(group: Path) -> int:
 
 
 def _failed(port: int, model_id: str) -> bool:
-    status, body = _http(port, "/models")
+    status, body = http(port, "/models")
     if status != 200:
         return False
     for model in json.loads(body)["data"]:
@@ -394,7 +320,7 @@ def test_predict_oom_for_a_router_child_in_its_routers_cgroup(
         f"[*]\ncache-ram = 0\n[{small}]\nc = 512\n"
         f"[{big}]\nmodel = {big_path}\nc = 4096\nnp = 1\nload-mode = none\n"
     )
-    port = _free_port()
+    port = free_port()
     argv = [str(llama_server_bin), "--models-dir", str(models), "--models-preset", str(preset)]
     argv += ["--models-max", "1", "--host", "127.0.0.1", "--port", str(port), "-t", "2"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
@@ -405,20 +331,20 @@ def test_predict_oom_for_a_router_child_in_its_routers_cgroup(
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )  # fmt: skip
     try:
-        _wait("the router's /health", lambda: _http(port, "/health")[0] == 200, log)
-        assert _http(port, "/models/load", {"model": small})[0] == 200
-        _wait(f"{small} loaded", lambda: _loaded(port) == {small}, log)
-        small_pid = _wait(f"{small}'s child", lambda: _child_of(proc.pid, small), log)
+        wait_for("the router's /health", lambda: http(port, "/health")[0] == 200, log)
+        assert http(port, "/models/load", {"model": small})[0] == 200
+        wait_for(f"{small} loaded", lambda: loaded(port) == {small}, log)
+        small_pid = wait_for(f"{small}'s child", lambda: child_of(proc.pid, small), log)
 
-        code, doc, err = _predict(big)
+        code, doc, err = predict(big)
         assert (code, doc.get("verdict")) == (1, "oom"), err or doc
         assert doc["would_unload"] == [f"{small} (pid {small_pid})"]
         assert any("router" in n and "memory cgroup" in n for n in doc["notes"]), doc["notes"]
-        code, doc, err = _predict(small)  # already loaded, tiny: the noise case
+        code, doc, err = predict(small)  # already loaded, tiny: the noise case
         assert (code, doc.get("verdict")) == (0, "fits"), err or doc
 
-        assert _http(port, "/models/load", {"model": big})[0] == 200
-        _wait(f"{big}'s load to fail", lambda: _failed(port, big), log)
+        assert http(port, "/models/load", {"model": big})[0] == 200
+        wait_for(f"{big}'s load to fail", lambda: _failed(port, big), log)
         assert _oom_kills(group) >= 1
     finally:
         proc.send_signal(signal.SIGTERM)

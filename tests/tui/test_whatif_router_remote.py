@@ -51,10 +51,12 @@ def test_a_live_frames_router_id_is_priced_with_the_routers_environment(tmp_path
     models.mkdir()
     tiny_models.write_llama(models / "a.gguf", seed=1, name="a", n_ctx_train=16384)
     proc = subprocess.Popen(["sleep", "600"], env={"LLAMA_ARG_CTX_SIZE": "8192", "PATH": "/bin"})
+    # the port stays bound (never listening) for the whole test, so nothing answers there
+    # and no other router on a busy box can take it: the router's files are read
+    held = socket.socket()
     try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = str(s.getsockname()[1])  # nothing answers there: the router's files
+        held.bind(("127.0.0.1", 0))
+        port = str(held.getsockname()[1])
         argv = ("llama-server", "--models-dir", str(models), "--port", port)
         router = ProcessInfo(proc.pid, 1, 1000, 1, 1000, "llama-server", argv, "llama.cpp")
         snap = Snapshot(1000, (host(64 * GIB),), (router,), (), (), (), ())
@@ -63,6 +65,7 @@ def test_a_live_frames_router_id_is_priced_with_the_routers_environment(tmp_path
         live = predict_for(app, SimpleNamespace(snapshot=snap, live=True), "a", None)  # type: ignore[arg-type]
         replay = predict_for(app, SimpleNamespace(snapshot=snap, live=False), "a", None)  # type: ignore[arg-type]
     finally:
+        held.close()
         proc.kill()
         proc.wait(timeout=30)
     assert live.prediction.estimate.n_ctx == 8192
