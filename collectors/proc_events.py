@@ -54,7 +54,6 @@ EXIT_EVENT = struct.Struct("=iiIIii")  # pid, tgid, exit_code, exit_signal, ppid
 MAX_KEPT = 8192  # pids whose events are remembered (oldest dropped first): minutes
 MAX_PER_PID = 8  # events kept per pid (fork, exec, exit of the last few holders)
 MAX_MESSAGES = 64  # per datagram parsed at most
-MAX_DRAIN = 256  # datagrams read per wake-up at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,27 +230,6 @@ def listen_request() -> bytes:
     )
 
 
-def drain(
-    sock: socket.socket, first: tuple[bytes, object], most: int = MAX_DRAIN
-) -> list[tuple[bytes, object]]:
-    """``first`` and the datagrams already queued behind it (at most ``most`` in all),
-    read without blocking: a process's fork, exec and exit, and a burst of launches,
-    arrive together, and are then parsed and kept under one lock and one notify instead
-    of one wake-up each (issue 32 item 1). An error ends the batch; the next blocking
-    read reports it."""
-    out = [first]
-    timeout = sock.gettimeout()
-    sock.settimeout(0)  # with a timeout, CPython polls before reading, even MSG_DONTWAIT
-    try:
-        while len(out) < most:
-            out.append(sock.recvfrom(65536))
-    except OSError:  # BlockingIOError: nothing queued; ENOBUFS etc.: the next read's
-        pass
-    finally:
-        sock.settimeout(timeout)
-    return out
-
-
 class ProcEventListener:
     """A background thread reading events into a bounded ``pid -> events`` map (at most
     ``max_kept`` pids, ``MAX_PER_PID`` events each)."""
@@ -338,13 +316,11 @@ class ProcEventListener:
                 if not self._closed:
                     self.error = f"process events connector failed: {exc}"
                 break
+            if not _from_kernel(sender):
+                self._forged(sender)
+                continue
             now_ms = int(time.time() * 1000)
-            events: list[ProcEvent] = []
-            for got, by in drain(sock, (data, sender)):  # one wake-up, one lock
-                if not _from_kernel(by):
-                    self._forged(by)
-                    continue
-                events += parse_proc_events(got, now_ms)
+            events = parse_proc_events(data, now_ms)
             execs = [e.pid for e in events if e.kind == "exec"]
             young = [y for pid in execs if (y := young_server(pid, now_ms)) is not None]
             if events:

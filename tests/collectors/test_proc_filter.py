@@ -101,35 +101,3 @@ def test_the_live_listener_is_filtered_and_still_sees_a_threaded_process_exit() 
         assert got is not None and got.exit_code == 7
     finally:
         listener.close()
-
-
-def test_one_wake_up_reads_every_datagram_already_queued_and_does_not_wait() -> None:
-    """The listener's drain: 50 datagrams queued behind the first are read in one go (one
-    parse, one lock), the read stops at an empty queue even on a socket with a timeout
-    (CPython would otherwise poll for it), and the timeout is put back."""
-    from collectors.proc_events import drain
-
-    try:
-        rx = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
-        tx = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
-    except OSError as exc:
-        pytest.skip(f"no netlink connector here: {exc}")
-    with rx, tx:
-        rx.bind((0, 0))
-        rx.settimeout(30.0)  # were it used by the drain, the test would hang 30 s per call
-        port = rx.getsockname()[0]
-        sent = [datagram(PROC_EVENT_EXEC, EXEC_EVENT.pack(pid, pid)) for pid in range(1, 52)]
-        try:
-            for data in sent:
-                tx.sendto(data, (port, 0))
-        except PermissionError as exc:
-            pytest.skip(f"cannot send to a connector socket: {exc}")
-        first = rx.recvfrom(65536)
-        got = drain(rx, first)
-        assert [data for data, _ in got] == sent
-        assert drain(rx, first) == [first]  # nothing queued: back at once
-        assert rx.gettimeout() == 30.0
-        tx.sendto(sent[0], (port, 0))
-        tx.sendto(sent[1], (port, 0))
-        assert len(drain(rx, first, most=2)) == 2  # bounded
-        assert rx.recvfrom(65536)[0] == sent[1]  # the rest waits for the next wake-up
