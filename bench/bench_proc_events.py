@@ -1,6 +1,6 @@
 """CPU of the process-event connector's listener, this tree beside the code before the
-change (issue 32 item 1: the in-kernel filter of collectors/proc_filter.py and the drain of
-queued datagrams per wake-up), on the box as it is.
+change (issue 32 item 1: the in-kernel filter of collectors/proc_filter.py), on the box as
+it is.
 
 Method (results in bench/RESULTS.md, "Churn"): fresh interpreters at the same time, each
 opening one ``ProcEventListener`` and sleeping ``--seconds``: "new" from this tree, "old"
