@@ -15,8 +15,8 @@ Method (results in bench/RESULTS.md, "Churn"):
 - After ``--warmup-s``, ``--pairs`` windows of ``--seconds`` each: utime + stime of each
   process (``/proc/PID/stat``, all threads) at each window's start and end. Each window
   gives the ratios new/psutil, old/psutil and new/old; the table gives their medians.
-- At the end, each database's ``processes`` and ``estimates`` row counts and ``meta``'s
-  ``short_lived_processes``.
+- At the end, each database's ``processes`` and ``estimates`` row counts, ``meta``'s
+  ``short_lived_processes`` and its ``load_started`` events.
 - Bytecode is cached (``PYTHONPYCACHEPREFIX``) for all of them, as an installed package is.
 
 Run: .venv/bin/python bench/bench_churn.py --baseline /tmp/base [--pairs 5] [--seconds 30]
@@ -118,7 +118,11 @@ def counts(db: Path) -> str:
         procs = conn.execute("SELECT count(*) FROM processes").fetchone()[0]
         ests = conn.execute("SELECT count(*) FROM estimates").fetchone()[0]
         row = conn.execute("SELECT value FROM meta WHERE key='short_lived_processes'").fetchone()
-        return f"{procs} processes rows, {ests} estimates rows, short-lived count {row and row[0]}"
+        started = conn.execute("SELECT count(*) FROM events WHERE kind='load_started'").fetchone()
+        return (
+            f"{procs} processes rows, {ests} estimates rows, short-lived count {row and row[0]},"
+            f" {started[0]} load_started events"
+        )
     finally:
         conn.close()
 

@@ -32,6 +32,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from collectors import proc_filter
+
 log = logging.getLogger(__name__)
 
 NETLINK_CONNECTOR = 11
@@ -236,6 +238,7 @@ class ProcEventListener:
         self.max_kept = max_kept
         self.error: str | None = None
         self.forged_dropped = 0  # datagrams from a user-space sender (nl_pid != 0)
+        self.filtered = False  # whether the kernel drops threads' events (proc_filter)
         self._events: OrderedDict[int, tuple[ProcEvent, ...]] = OrderedDict()
         self._young: OrderedDict[int, YoungServer] = OrderedDict()
         self._early: list[tuple[YoungServer, ExitStatus]] = []
@@ -257,6 +260,7 @@ class ProcEventListener:
             return False
         try:
             sock.bind((0, CN_IDX_PROC))
+            self.filtered = proc_filter.attach(sock)
             sock.send(listen_request())
             sock.settimeout(0.5)
         except OSError as exc:

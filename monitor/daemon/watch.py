@@ -5,7 +5,10 @@ A process the collectors newly see with an inference engine is parsed (argv + al
 ``LLAMA_ARG_*`` env), estimated for the devices of this tick, and judged against the
 picture of this tick with its own already-measured memory given back (it is mid-load).
 ``oom_predicted`` (critical) is recorded at once when it will not fit (a server in a memory
-cgroup is judged against its cgroup's room); ``load_started`` always. ``cgroup_near_limit``
+cgroup is judged against its cgroup's room); ``load_started`` always, stamped with the
+first tick but written on the second (issue 32 item 2: a server gone before its second tick,
+a test harness's or a refused flag's, leaves no event, as it leaves no ``processes`` row; one
+that already holds GPU memory on its first tick gets it at once). ``cgroup_near_limit``
 (warning) when a server's cgroup charge passes ``cgroup_near_pct`` of its ``memory.max``,
 once until it falls back below. ``load_finished`` follows when its memory has been steady
 for ``steady_ticks`` ticks (or after ``max_load_s``), with the load time and measured vs
@@ -58,6 +61,9 @@ class LoadWatch:
     _primed: bool = False
     cgroup_near_pct: float = 90.0
     _near: set[tuple[int, str]] = field(default_factory=set)
+    # load_started events of last tick's new servers, written if they live to this one
+    _pending: dict[tuple[int, int], DeviceEvent] = field(default_factory=dict)
+    dropped_one_tick: int = 0  # load_started events not written: gone before a second tick
     # a launch estimated once however many processes run it (monitor/analysis/assess_cache.py)
     estimates: EstimateCache = field(
         default_factory=lambda: EstimateCache(errors=(ValueError, VramscopeError, OSError))
@@ -74,18 +80,52 @@ class LoadWatch:
             self._seen.update(current)
             self._primed = True
             return events
+        events += self._release(snap, current)
         helpers = helper_parents({p.pid: p for p in snap.processes})
         for key, info in current.items():
             if key in self._seen:
                 continue
             self._seen.add(key)
             if info.engine in ESTIMATED and info.pid not in helpers:
-                events += self._on_new(snap, info)
+                events += self._defer(snap, info, self._on_new(snap, info))
         events += self._progress(snap, current)
         events += self._swap(snap)
         events += self._cgroups(snap)
         self._seen &= set(current) | set(self._loading)
         return events
+
+    def _release(self, snap: Snapshot, current: dict) -> list[DeviceEvent]:  # noqa: ANN001
+        """Last tick's deferred ``load_started`` events of the servers still running, or
+        gone by an exit that alerts (a crash, an OOM kill: the post-mortem's evidence; the
+        store keeps such a process's row too, monitor/store/database.py)."""
+        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+
+        crashed = {
+            (g.pid, g.start_ticks)
+            for g in snap.exited
+            if (g.pid, g.start_ticks) in self._pending and classify_legacy(g)[0] in ALERT_CAUSES
+        }
+        kept = [e for key, e in self._pending.items() if key in current or key in crashed]
+        self.dropped_one_tick += len(self._pending) - len(kept)
+        self._pending = {}
+        return kept
+
+    def _defer(
+        self, snap: Snapshot, info: ProcessInfo, events: list[DeviceEvent]
+    ) -> list[DeviceEvent]:
+        """``events`` less their ``load_started``, kept for the next tick, unless the
+        server already holds memory on a GPU (its VRAM or GTT in this tick's samples)."""
+        holds_gpu = any(
+            m.pid == info.pid and m.device_id != "host" and (m.vram_bytes or m.gtt_bytes)
+            for m in snap.memory
+        )
+        out = []
+        for e in events:
+            if e.kind == "load_started" and not holds_gpu:
+                self._pending[(info.pid, info.start_ticks)] = e
+            else:
+                out.append(e)
+        return out
 
     def _cgroups(self, snap: Snapshot) -> list[DeviceEvent]:
         """A server's memory cgroup near its limit: the kernel kills inside it next. Near

@@ -292,3 +292,39 @@ def test_servers_sharing_a_cgroup_read_its_limit_once_a_tick(
                 assert len(mine) <= 1 and (set(pids) <= limited or not limited & set(pids))
     finally:
         sampler.close()
+
+
+def test_one_tick_servers_write_no_load_started_and_a_long_lived_one_does(
+    tmp_path: Path,
+) -> None:
+    """Issue 32 item 2: the load watch's ``load_started`` waits for a server's second tick.
+    200 real servers gone before it write none (counted instead); a long-lived one started
+    beside them writes one, stamped with the tick that first saw it (the post-mortem reads
+    that time as the load's start)."""
+    tiny_models.write_llama(tmp_path / "tiny.gguf")
+    box = Box(tmp_path)
+    try:
+        box.tick()  # the watch's first tick: what runs then is not new
+        long_argv = ["llama-server", "-m", "tiny.gguf", "-c", "512", "--port", "8999"]
+        with many([long_argv], tmp_path) as (long_pid,):
+            box.mine.add(long_pid)
+            first_seen = box.tick().ts_ms
+            box.tick()
+            port = 9000
+            for _ in range(20):
+                argvs = [
+                    ["llama-server", "-m", "tiny.gguf", "-c", "256", "--port", str(port + i)]
+                    for i in range(10)
+                ]
+                port += 10
+                with many(argvs, tmp_path) as pids:
+                    box.mine.update(pids)
+                    assert {p.pid for p in box.tick().processes} >= set(pids)
+                box.tick()
+                box.mine.difference_update(pids)
+    finally:
+        box.close()
+    started = box.query("SELECT ts_ms, data FROM events WHERE kind = 'load_started'")
+    assert [(ts, json.loads(data)["pid"]) for ts, data in started] == [(first_seen, long_pid)]
+    assert box.watch.dropped_one_tick == 200
+    assert box.watch.estimates.hits + box.watch.estimates.estimated == 201  # all judged

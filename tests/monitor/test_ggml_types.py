@@ -43,3 +43,24 @@ def test_loaded_after_gguf_it_reuses_gguf_constants():
         "print(t.GGMLQuantizationType is gguf.GGMLQuantizationType)"
     )
     assert fresh_python(code) == "True"
+
+
+def test_the_copied_tables_agree_with_the_installed_gguf_package():
+    """Issue 32 item 4: the tables are copied (gguf/constants.py costs 11-24 ms to run);
+    loaded before gguf in a fresh interpreter they are the copies, and every type, size,
+    value type and key must equal the installed package's (an upgrade adding a type fails
+    here)."""
+    code = (
+        "import json, monitor.gguf.ggml_types as t, gguf.constants as c;"
+        "own = t.GGMLQuantizationType is not c.GGMLQuantizationType;"
+        "q = lambda e: sorted((m.name, int(m)) for m in e);"
+        "s = lambda d: sorted((int(k), v) for k, v in d.items());"
+        "keys = [(a, b) for a, b in (('General', 'ARCHITECTURE'), ('General', 'ALIGNMENT'),"
+        " ('Tokenizer', 'LIST'), ('Split', 'LLM_KV_SPLIT_NO'), ('Split', 'LLM_KV_SPLIT_COUNT'),"
+        " ('Split', 'LLM_KV_SPLIT_TENSORS_COUNT'))];"
+        "k = lambda m: [getattr(getattr(m.Keys, a), b) for a, b in keys];"
+        "print(json.dumps([own, q(t.GGMLQuantizationType) == q(c.GGMLQuantizationType),"
+        " q(t.GGUFValueType) == q(c.GGUFValueType),"
+        " s(t.GGML_QUANT_SIZES) == s(c.GGML_QUANT_SIZES), k(t) == k(c)]))"
+    )
+    assert fresh_python(code) == "[true, true, true, true, true]"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import gguf_models as g
 
-from collectors.base import DeviceSample, ProcessInfo, ProcessMemory, Snapshot
+from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
 from monitor.daemon.watch import LoadWatch
 
 GIB = 1024**3
@@ -140,22 +140,22 @@ def test_load_started_then_finished_with_measured_vs_estimated(tmp_path: Path) -
             )
         )
 
-    started = tick(1000, 100 * 2**20)
-    assert [e.kind for e in started] == ["load_started"]
+    assert tick(1000, 100 * 2**20) == []  # its load_started waits for a second tick
+    started = tick(2000, GIB)
+    assert [(e.kind, e.ts_ms) for e in started] == [("load_started", 1000)]  # the first tick's
     assert "estimate host" in started[0].message
     # growing, then steady for 3 ticks after reaching 2 GiB
     grown = [
         tick(t, m)
         for t, m in (
-            (2000, GIB),
             (3000, 2 * GIB),
             (4000, 2 * GIB),
             (5000, 2 * GIB),
             (6000, 2 * GIB),
         )
     ]
-    assert grown[:4] == [[], [], [], []]
-    (done,) = grown[4]
+    assert grown[:3] == [[], [], []]
+    (done,) = grown[3]
     assert done.kind == "load_finished" and done.data["load_time_ms"] == 5000
     assert done.data["measured_host"] == 2 * GIB and done.data["estimate_host"] > 0
     assert tick(7000, 2 * GIB) == []  # reported once
@@ -183,10 +183,11 @@ def test_a_truncated_model_is_flagged_not_fatal(tmp_path: Path) -> None:
     )
     watch = LoadWatch(Path("/proc"), steady_ticks=3)
     assert watch.observe(Snapshot(0, (host,), (), (), (), (), ())) == []
-    (started,) = watch.observe(Snapshot(1000, (host,), (proc,), (), (), (), ()))
-    assert started.kind == "load_started"
+    assert watch.observe(Snapshot(1000, (host,), (proc,), (), (), (), ())) == []
+    (started,) = watch.observe(Snapshot(2000, (host,), (proc,), (), (), (), ()))
+    assert started.kind == "load_started" and started.ts_ms == 1000
     assert "no estimate:" in started.message and "truncated: the file is" in started.message
-    assert watch.observe(Snapshot(2000, (host,), (proc,), (), (), (), ())) == []
+    assert watch.observe(Snapshot(3000, (host,), (proc,), (), (), (), ())) == []
 
 
 def test_load_finished_never_counts_unknown_gpu_memory_as_0(tmp_path: Path) -> None:
@@ -270,3 +271,40 @@ def test_a_server_whose_cgroup_nears_its_limit_is_warned_once() -> None:
     assert tick(3000, int(3.9 * GIB)) == []  # once
     assert tick(4000, 3 * GIB) == []
     assert [e.kind for e in tick(5000, int(3.9 * GIB))] == ["cgroup_near_limit"]  # again
+
+
+def test_a_server_holding_gpu_memory_on_its_first_tick_gets_load_started_at_once(
+    tmp_path: Path,
+) -> None:
+    """The deferral's exception (issue 32 item 2): a new server already in a GPU's process
+    list is recorded on the tick that saw it, and once; one with host memory only waits
+    for its second tick, and one gone by then writes nothing."""
+    md, tensors = g.qwen3_8b(n_layer=2)
+    md["qwen3.block_count"] = 2
+    model = g.write_model(tmp_path / "m.gguf", "qwen3", md, tensors, vocab_size=151936)[0]
+    host = DeviceSample(
+        "host", "procfs", "host", "Host RAM", "host", 64 * GIB, 10 * GIB, available_bytes=54 * GIB
+    )
+
+    def server(pid: int) -> ProcessInfo:
+        argv = ("llama-server", "-m", str(model), "-c", "4096")
+        return ProcessInfo(pid, 90 + pid % 10, None, 1, 0, "llama-server", argv, "llama.cpp", ())
+
+    gpu, cpu, brief, killed = (server(4_000_010 + i) for i in range(4))
+    held = ProcessMemory(gpu.pid, "gpu0", vram_bytes=512 * 2**20)
+    watch = LoadWatch(Path("/proc"))
+    assert watch.observe(Snapshot(0, (host,), (), (), (), (), ())) == []
+    new = (gpu, cpu, brief, killed)
+    first = watch.observe(Snapshot(1000, (host,), new, (held,), (), (), ()))
+    assert [(e.kind, e.data["pid"]) for e in first] == [("load_started", gpu.pid)]
+    exits = (
+        ExitedProcess(brief.pid, brief.start_ticks, 1000, exit_code=0),  # clean: no event
+        ExitedProcess(killed.pid, killed.start_ticks, 1000, exit_signal=9, cause="oom_killed"),
+    )
+    second = watch.observe(Snapshot(2000, (host,), (gpu, cpu), (held,), (), exits, ()))
+    assert sorted((e.kind, e.data["pid"], e.ts_ms) for e in second) == [
+        ("load_started", cpu.pid, 1000),
+        ("load_started", killed.pid, 1000),  # the post-mortem's evidence of what was loading
+    ]
+    assert watch.dropped_one_tick == 1
+    assert watch.observe(Snapshot(3000, (host,), (gpu, cpu), (held,), (), (), ())) == []

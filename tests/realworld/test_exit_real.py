@@ -3,7 +3,8 @@ crash: its exit event says "stopped during load", info, and no alert
 fires (issue 19's done-when; llama-swap unloading a model mid-load must page no one).
 
 The daemon judges a load finished after its memory holds steady for 3 ticks; at a 1 s
-interval the server is stopped as soon as its ``load_started`` event is stored, well
+interval the server is stopped as soon as its ``load_started`` event is stored (on its
+second tick, stamped with its first: monitor/daemon/watch.py), well
 inside that window.
 """
 
