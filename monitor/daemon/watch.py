@@ -98,7 +98,7 @@ class LoadWatch:
         """Last tick's deferred ``load_started`` events of the servers still running, or
         gone by an exit that alerts (a crash, an OOM kill: the post-mortem's evidence; the
         store keeps such a process's row too, monitor/store/database.py)."""
-        from monitor.analysis.exits import ALERT_CAUSES, classify_legacy
+        from monitor.exits import ALERT_CAUSES, classify_legacy
 
         crashed = {
             (g.pid, g.start_ticks)
