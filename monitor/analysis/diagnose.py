@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from collectors.base import CgroupMemory
 from monitor.analysis.growth import GROWTH_COMPONENTS, Evidence, attribute_growth
@@ -64,7 +65,7 @@ class Diagnosis:
 def _price(
     spec: LaunchSpec,
     est: MemoryEstimate,
-    change: dict,
+    change: dict[str, Any],
     estimator: Callable[[LaunchSpec], MemoryEstimate],
     include_growth: bool = False,
 ) -> int:

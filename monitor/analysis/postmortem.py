@@ -72,7 +72,9 @@ def find_crash(db: Any, pid: int | None = None, at_ms: int | None = None) -> dic
     return events[-1]
 
 
-def _series(db: Any, start: int, end: int) -> tuple[list[dict], list[dict], dict[int, dict]]:
+def _series(
+    db: Any, start: int, end: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, dict[str, Any]]]:
     devices: dict[str, dict[str, Any]] = {}
     for dp in reads.device_points(db, start, end):
         d = devices.setdefault(
@@ -87,7 +89,7 @@ def _series(db: Any, start: int, end: int) -> tuple[list[dict], list[dict], dict
         if dp.used_bytes is not None:
             d["points"].append([dp.ts_ms, dp.used_bytes])
     procs: dict[tuple[int, str], dict[str, Any]] = {}
-    infos: dict[int, dict] = {}
+    infos: dict[int, dict[str, Any]] = {}
     for pp in reads.process_points(db, start, end):
         if pp.device_id == "host":
             held = sum(v or 0 for v in (pp.rss_anon_bytes, pp.rss_file_bytes, pp.rss_shmem_bytes))
@@ -341,7 +343,7 @@ def at_death_bytes(points: list[list[int]]) -> int:
     return max(v for ts, v in points if ts >= end - AT_DEATH_WINDOW_MS)
 
 
-def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None) -> str:
+def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict[str, Any] | None) -> str:
     """ "OOM post-mortem" only for an OOM (a kernel or oomd kill, an engine OOM); "crash
     post-mortem" for a crash; "exit post-mortem" for anything else."""
     from monitor.exits import OOM_CAUSES
@@ -354,7 +356,7 @@ def _title(crash: dict[str, Any], exit_data: dict[str, Any], kernel: dict | None
     return "exit post-mortem"
 
 
-def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
+def _loading_at(db: Any, nearby: list[dict[str, Any]], t: int) -> list[dict[str, Any]]:
     """Servers that had started loading and not finished at ``t``, and were still alive
     then (a load whose process exited earlier is over), named from the processes table."""
     out = []
@@ -384,7 +386,9 @@ def _loading_at(db: Any, nearby: list[dict], t: int) -> list[dict[str, Any]]:
     return out
 
 
-def _measured_at_death(db: Any, pid: int | None, mine: list[dict]) -> MeasuredAtDeath | None:
+def _measured_at_death(
+    db: Any, pid: int | None, mine: list[dict[str, Any]]
+) -> MeasuredAtDeath | None:
     """What the victim held at its last recorded tick by the one definition every view
     uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
     from monitor.analysis.measured import measure
@@ -412,7 +416,7 @@ def _kb(value: Any) -> int | None:
 
 
 def _estimate(
-    db: Any, info: dict | None, at_death: dict[str, int], pid: int | None, t_ms: int
+    db: Any, info: dict[str, Any] | None, at_death: dict[str, int], pid: int | None, t_ms: int
 ) -> dict[str, Any] | None:
     """The victim's launch estimate: the daemon's own, stored when it first saw the server
     (monitor/store/estimates.py: right even when the model file has gone since), else one
@@ -456,7 +460,7 @@ def _estimate(
 CGROUP_FIX_MARGIN = 1.10  # 10 % above the launch's need: page cache and allocator slack
 
 
-def _held_at_kill(kernel: dict, rss: int) -> str:
+def _held_at_kill(kernel: dict[str, Any], rss: int) -> str:
     """The kernel record's anon/file/shmem split, naming only the parts it gave."""
     parts = [
         f"{_gib(kernel[key])} {label}"
@@ -473,7 +477,9 @@ def _held_at_kill(kernel: dict, rss: int) -> str:
     return split + " memory" + (f" ({_gib(rss)} in all)" if len(parts) > 1 else "")
 
 
-def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[str]) -> str:
+def cgroup_fix(
+    rss_bytes: int, est: dict[str, Any] | None, memcg: str | None, argv: list[str]
+) -> str:
     """The limit a memory cgroup needs for this launch: its host part by the estimate,
     growth included, plus a margin (never less than 1.2 x what it held at the kill), and
     the ``predict`` command that judges the launch against that cgroup first."""
@@ -503,15 +509,15 @@ def cgroup_fix(rss_bytes: int, est: dict | None, memcg: str | None, argv: list[s
 
 
 def _cause(
-    info: dict | None,
+    info: dict[str, Any] | None,
     how: str,
-    kernel: dict | None,
+    kernel: dict[str, Any] | None,
     peak: dict[str, int],
-    devices: list[dict],
-    processes: list[dict],
-    loading: list[dict],
-    est: dict | None,
-    nearby: list[dict],
+    devices: list[dict[str, Any]],
+    processes: list[dict[str, Any]],
+    loading: list[dict[str, Any]],
+    est: dict[str, Any] | None,
+    nearby: list[dict[str, Any]],
     pid: int | None,
 ) -> tuple[str, str]:
     name = f"{(info or {}).get('comm', '?')} (pid {pid})"
@@ -598,7 +604,7 @@ def _cause(
 
 def list_events(
     db_path: Path, since_ms: int, kinds: tuple[str, ...] = (), limit: int | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Events from ``since_ms`` in time order, at most ``limit`` of them: the limit is
     SQL's, read along the ``events_ts`` index, so a long history is never loaded whole."""
     db = open_readonly(db_path)

@@ -22,7 +22,7 @@ from monitor.units import gib_or_mib as _gib
 
 
 def _members(
-    db: Any, cgroup: str, kernel_fig: dict, victim: dict, start: int, t: int
+    db: Any, cgroup: str, kernel_fig: dict[str, Any], victim: dict[str, Any], start: int, t: int
 ) -> list[Member]:
     """Every tracked process whose last sampled cgroup (by ``t``) is ``cgroup`` or under
     it, with its last nonzero host split and GPU memory; the victim with the kernel
@@ -89,7 +89,7 @@ def _members(
     return sorted(out, key=lambda m: (m.victim, -m.charged_bytes))
 
 
-def _growth_evidence(db: Any, victim: dict, t: int) -> tuple[str, str, str] | None:
+def _growth_evidence(db: Any, victim: dict[str, Any], t: int) -> tuple[str, str, str] | None:
     """(what grew, the log line it comes from, which cache: growth.py's cause) when the
     victim's own ``--log-file`` (monitor/logs/server_cache.py, read as the daemon reads
     it: a bounded tail, never through a symlink, only a file the server's user owns) says
@@ -134,11 +134,11 @@ def _gpus_at(db: Any, t: int) -> list[Any]:
 
 def budget_of(
     db: Any,
-    kdata: dict,
-    kernel_fig: dict,
-    info: dict | None,
-    loading: list[dict],
-    est: dict | None,
+    kdata: dict[str, Any],
+    kernel_fig: dict[str, Any],
+    info: dict[str, Any] | None,
+    loading: list[dict[str, Any]],
+    est: dict[str, Any] | None,
     window: tuple[int, int],
     version: int | None,
 ) -> Budget | None:

@@ -276,7 +276,7 @@ def _offload_ngl(
 
     for ngl in (*range(now + 1, now + 8), *range(now + 8, now + 258, 4)):
         if fits(ngl):
-            return ngl
+            return int(ngl)
     return None
 
 

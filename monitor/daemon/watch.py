@@ -94,7 +94,9 @@ class LoadWatch:
         self._seen &= set(current) | set(self._loading)
         return events
 
-    def _release(self, snap: Snapshot, current: dict) -> list[DeviceEvent]:  # noqa: ANN001
+    def _release(
+        self, snap: Snapshot, current: dict[tuple[int, int], ProcessInfo]
+    ) -> list[DeviceEvent]:
         """Last tick's deferred ``load_started`` events of the servers still running, or
         gone by an exit that alerts (a crash, an OOM kill: the post-mortem's evidence; the
         store keeps such a process's row too, monitor/store/database.py)."""
@@ -322,7 +324,9 @@ class LoadWatch:
                 log.warning("OOM predicted: %s", events[-1].message)
         return events
 
-    def _progress(self, snap: Snapshot, current: dict) -> list[DeviceEvent]:  # noqa: ANN001
+    def _progress(
+        self, snap: Snapshot, current: dict[tuple[int, int], ProcessInfo]
+    ) -> list[DeviceEvent]:
         events = []
         for key, state in list(self._loading.items()):
             if key not in current:
