@@ -47,7 +47,7 @@ def error_classes() -> dict[str, type[BaseException]]:
 
 # raised and caught inside their own module; never reach a user
 PRIVATE = {
-    "monitor.engines.llamacpp._Bad",
+    "monitor.engines.llamacpp_values._Bad",
     "monitor.analysis.assess._Bad",
     "monitor.http.server._RequestError",
     "monitor.integrations.slots._HttpError",
