@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from monitor.analysis.picture import Picture, ProcessUse
     from monitor.analysis.predict_request import PredictRequest
     from monitor.analysis.router_predict import RouterView
-    from monitor.integrations.llamaswap.config import SwapConfig, SwapModel
+    from monitor.integrations.llamaswap.schema import SwapConfig, SwapModel
 
 
 @dataclass(frozen=True, slots=True)

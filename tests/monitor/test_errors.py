@@ -67,7 +67,7 @@ def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
         "monitor.store.database.StoreError",
         "monitor.cli.capture.CaptureError",
         "monitor.config.ConfigError",
-        "monitor.integrations.llamaswap.config.SwapConfigError",
+        "monitor.integrations.llamaswap.schema.SwapConfigError",
         "monitor.http.server.HttpConfigError",
         "monitor.service.install.InstallError",
         "monitor.report.outdir.OutDirError",
