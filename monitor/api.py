@@ -37,11 +37,11 @@ if TYPE_CHECKING:  # the same table as _WHERE (tests/test_import_hygiene.py)
     from monitor.analysis.picture import Picture as Picture
     from monitor.analysis.picture import picture_from_snapshot as picture_from_snapshot
     from monitor.analysis.picture import servers_cgroup as servers_cgroup
-    from monitor.analysis.predict import Prediction as Prediction
-    from monitor.analysis.predict import PredictRequest as PredictRequest
-    from monitor.analysis.predict import PredictResult as PredictResult
     from monitor.analysis.predict import answer as answer
-    from monitor.analysis.predict import need_by_device as need_by_device
+    from monitor.analysis.predict_request import PredictRequest as PredictRequest
+    from monitor.analysis.predict_request import PredictResult as PredictResult
+    from monitor.analysis.predict_verdicts import Prediction as Prediction
+    from monitor.analysis.predict_verdicts import need_by_device as need_by_device
     from monitor.analysis.slot_usage import usage_p99 as usage_p99
     from monitor.analysis.state import BoxState as BoxState
     from monitor.analysis.state import DatabaseMoment as DatabaseMoment
@@ -114,10 +114,10 @@ _WHERE: dict[str, tuple[str, str]] = {
     "picture_from_snapshot": ("monitor.analysis.picture", "picture_from_snapshot"),
     "servers_cgroup": ("monitor.analysis.picture", "servers_cgroup"),
     "answer": ("monitor.analysis.predict", "answer"),
-    "need_by_device": ("monitor.analysis.predict", "need_by_device"),
-    "Prediction": ("monitor.analysis.predict", "Prediction"),
-    "PredictRequest": ("monitor.analysis.predict", "PredictRequest"),
-    "PredictResult": ("monitor.analysis.predict", "PredictResult"),
+    "need_by_device": ("monitor.analysis.predict_verdicts", "need_by_device"),
+    "Prediction": ("monitor.analysis.predict_verdicts", "Prediction"),
+    "PredictRequest": ("monitor.analysis.predict_request", "PredictRequest"),
+    "PredictResult": ("monitor.analysis.predict_request", "PredictResult"),
     "usage_p99": ("monitor.analysis.slot_usage", "usage_p99"),
     "box_state": ("monitor.analysis.state", "box_state"),
     "BoxState": ("monitor.analysis.state", "BoxState"),

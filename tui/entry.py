@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from monitor.cli.main import Finite, UserError, cli, common_options, load_config
+from monitor.cli.main import cli
 from monitor.cli.main import main as cli_main
+from monitor.cli.options import Finite, UserError, common_options, load_config
 
 
 @cli.command()

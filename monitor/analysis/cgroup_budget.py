@@ -244,7 +244,8 @@ def budget_fixes(
     -ngl put them (not all to the host), and a GPU's room is what it had free plus what
     the victim held there."""
     from monitor.analysis.picture import DevicePicture, Picture, ProcessUse
-    from monitor.analysis.predict import bound_growth, need_by_device, suggest
+    from monitor.analysis.predict_fixes import bound_growth, suggest
+    from monitor.analysis.predict_verdicts import need_by_device
     from monitor.engines import parse_command
     from monitor.estimate import estimate
     from monitor.estimate.model import HOST, MemoryEstimate

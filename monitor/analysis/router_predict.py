@@ -47,7 +47,7 @@ from monitor.units import GIB
 
 if TYPE_CHECKING:
     from collectors.base import ProcessInfo, Snapshot
-    from monitor.analysis.predict import Fix, Prediction
+    from monitor.analysis.predict_verdicts import Fix, Prediction
 
 RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
 EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep
@@ -356,7 +356,7 @@ def as_router(
 ) -> Prediction:
     """A router's model: its evictions are the router's, its children unloaded by id, and
     what raising ``--models-max`` (keeping the unloaded model) would give."""
-    from monitor.analysis.predict import judge
+    from monitor.analysis.predict_verdicts import judge
 
     started = {p.pid: p.started_at_ms for p in snap.processes}
     fixes = tuple(relabel_fixes(result.fixes, view, started))

@@ -37,9 +37,9 @@ from monitor.engines.spec import LaunchSpec
 if TYPE_CHECKING:
     from collectors.base import Snapshot
     from monitor.analysis.picture import Picture, ProcessUse
-    from monitor.analysis.predict import PredictRequest
+    from monitor.analysis.predict_request import PredictRequest
     from monitor.analysis.router_predict import RouterView
-    from monitor.integrations.llamaswap.config import SwapConfig, SwapModel
+    from monitor.integrations.llamaswap.schema import SwapConfig, SwapModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ def swap_router_target(
     runs now: its LRU applies); None when it is not such an ID."""
     from dataclasses import replace
 
-    from monitor.analysis.predict import swap_target
+    from monitor.analysis.predict_target import swap_target
     from monitor.integrations import llamaswap
 
     if req.swap_config is None or req.model_id is None:

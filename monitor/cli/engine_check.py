@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.engines.environ import allowed as env_allowed
-from monitor.engines.llamacpp import ENV_KEYS, OPTIONAL, OPTIONS, SWITCH
+from monitor.engines.llamacpp_flags import ENV_KEYS, OPTIONAL, OPTIONS, SWITCH
 from monitor.engines.server_help import named_path
 from monitor.errors import InputError, SetupError
 from monitor.estimate.model import HOST, MemoryEstimate

@@ -17,7 +17,7 @@ from monitor.estimate.model import DeviceInfo, devices_from_samples
 from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
 
 if TYPE_CHECKING:
-    from monitor.analysis.predict import PredictRequest
+    from monitor.analysis.predict_request import PredictRequest
     from monitor.cli.engine_check import EngineCheck
 
 

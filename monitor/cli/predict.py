@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collectors.base import Snapshot
-from monitor.analysis.predict import (
+from monitor.analysis.predict_request import (
     EXIT_FITS,
     EXIT_GROWS_OOM,
     EXIT_OOM,

@@ -25,7 +25,7 @@ from collectors.base import DeviceEvent, EventValue, ProcessInfo, Snapshot
 from monitor.analysis.assess_cache import EstimateCache
 from monitor.analysis.measured import measure
 from monitor.analysis.picture import picture_from_snapshot
-from monitor.analysis.predict import judge
+from monitor.analysis.predict_verdicts import judge
 from monitor.engines import parse_command, read_llama_env
 from monitor.engines.capabilities import ESTIMATED
 from monitor.engines.recognise import helper_parents
@@ -178,7 +178,7 @@ class LoadWatch:
         if not self.swap_url or not self.swap_config or snap.ts_ms < self._swap_next_ms:
             return []
         self._swap_next_ms = snap.ts_ms + int(self.swap_poll_s * 1000)
-        from monitor.analysis.predict import freed_by
+        from monitor.analysis.predict_verdicts import freed_by
         from monitor.integrations import llamaswap
 
         try:

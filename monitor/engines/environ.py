@@ -5,7 +5,7 @@ only allow-listed keys, and returns a fresh dict of those; the raw bytes never l
 function. Allowed:
 
 - the ``LLAMA_ARG_*`` keys the estimator reads (llama.cpp's flag environment,
-  ``common/arg.cpp`` ``set_env``; the list is :data:`monitor.engines.llamacpp.ENV_KEYS`),
+  ``common/arg.cpp`` ``set_env``; the list is :data:`monitor.engines.llamacpp_flags.ENV_KEYS`),
   minus any key whose name says it holds a secret (``..._KEY``, ``..._TOKEN`` ...);
 - a fixed list of ``OLLAMA_*`` keys that size models (context, parallel, KV type ...);
 - a fixed list of ``VLLM_*`` keys (``VLLM_PROCESS_NAME_PREFIX`` renames the workers);
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from collectors.redact import redact_text
 from monitor.engines.hf_cache import CACHE_ENV
-from monitor.engines.llamacpp import ENV_KEYS as LLAMA_KEYS
+from monitor.engines.llamacpp_flags import ENV_KEYS as LLAMA_KEYS
 from monitor.engines.router import ROUTER_PORT_ENV
 
 # /proc/PID/environ is at most the exec-time environment (ARG_MAX-bounded); read a bounded

@@ -497,7 +497,7 @@ class HttpServer:
 
     def _judge(self, request: dict[str, Any], state: BoxState, access: ModelAccess) -> str:
         """The predict document (runs in the worker thread)."""
-        from monitor.analysis.predict import PredictRequest
+        from monitor.analysis.predict_request import PredictRequest
         from monitor.gguf.reader import GgufError
         from monitor.report.predict import to_json
         from monitor.usecases.predict import judge

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.errors import UsageError
-from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_journal_json
+from monitor.logs.kernel import KernelLogParser, parse_journal_json
+from monitor.logs.kernel_records import KernelEvent
 
 log = logging.getLogger(__name__)
 MAX_BYTES_PER_TICK = 1 << 20

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.base import DeviceEvent, DeviceSample, EventValue, Severity
-from monitor.logs.kernel import KernelEvent, KernelLogParser, parse_kmsg_record
+from monitor.logs.kernel import KernelLogParser
+from monitor.logs.kernel_patterns import parse_kmsg_record
+from monitor.logs.kernel_records import KernelEvent
 
 log = logging.getLogger(__name__)
 MAX_RECORDS_PER_TICK = 2000

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor.logs.follow import MAX_LINES_PER_TICK
-from monitor.logs.kernel import KernelEvent
+from monitor.logs.kernel_records import KernelEvent
 from monitor.store.retention import is_log_derived
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ import dataclasses
 import json
 from typing import Any
 
-from monitor.analysis.predict import DeviceVerdict, PredictResult, Throughput
+from monitor.analysis.predict_request import PredictResult, Throughput
+from monitor.analysis.predict_verdicts import DeviceVerdict
 from monitor.analysis.throughput import DEFAULT_ACCEPT
 from monitor.device_names import device_labels, relabel
 from monitor.units import gib_number as _gib

@@ -11,7 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from collectors.base import CgroupMemory, Snapshot
-from monitor.analysis.predict import PredictRequest, PredictResult, answer, swap_cgroup
+from monitor.analysis.predict import answer
+from monitor.analysis.predict_request import PredictRequest, PredictResult
+from monitor.analysis.predict_target import swap_cgroup
 from monitor.config import Config
 from monitor.errors import UsageError
 from monitor.estimate import EstimateError

@@ -18,7 +18,7 @@ from pathlib import Path
 import daemon_harness
 import pytest
 
-from monitor.logs.kernel import KernelEvent
+from monitor.logs.kernel_records import KernelEvent
 from monitor.store.database import Store
 from monitor.store.retention import Retention
 

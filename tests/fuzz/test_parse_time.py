@@ -35,6 +35,8 @@ from monitor.integrations import slots as usage
 from monitor.integrations.llamaswap import config as llamaswap
 from monitor.logs import engine as llamalog
 from monitor.logs import kernel as kernlog
+from monitor.logs.kernel_patterns import parse_kmsg_record
+from monitor.logs.kernel_records import MAX_MESSAGE_CHARS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LINE_CHARS = 4096
@@ -67,7 +69,7 @@ def _kernel(text: str) -> None:
     parser.feed(text, kernel=False)
     parser.flush()
     kernlog.parse_journal_json(json.dumps({"MESSAGE": text, "_TRANSPORT": "kernel"}))
-    kernlog.parse_kmsg_record(f"6,1,2,-;{text}")
+    parse_kmsg_record(f"6,1,2,-;{text}")
 
 
 def _engine(text: str) -> None:
@@ -354,7 +356,7 @@ def _check(per_seed: int, total_bound_s: float) -> None:
 
 def test_issue_14_oom_summary_line_parses_fast() -> None:
     line = "oom-kill:constraint=X,nodemask=" + _SUMMARY_UNIT * 90 + "x"
-    assert len(line) <= kernlog.MAX_MESSAGE_CHARS
+    assert len(line) <= MAX_MESSAGE_CHARS
     parser = kernlog.KernelLogParser()
     took = _cpu_time(lambda text: parser.feed(text, kernel=True), line)
     assert took < CALL_BOUND_S, f"{took:.3f} s"

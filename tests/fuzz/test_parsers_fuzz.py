@@ -24,6 +24,8 @@ from monitor import config as config_mod
 from monitor.integrations.llamaswap import config as llamaswap
 from monitor.logs import engine as llamalog
 from monitor.logs import kernel as kernlog
+from monitor.logs.kernel_patterns import parse_kmsg_record
+from monitor.logs.kernel_records import KernelEvent, KmsgRecord
 
 FAST = settings(
     max_examples=300, deadline=500, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -205,10 +207,10 @@ def _mutated(seeds: list[str]) -> st.SearchStrategy[str]:
 )
 def test_kernel_log_lines_never_raise(lines: list[str | bytes]) -> None:
     events = kernlog.parse_lines(lines)  # type: ignore[arg-type]
-    assert all(isinstance(e, kernlog.KernelEvent) for e in events)
+    assert all(isinstance(e, KernelEvent) for e in events)
     for line in lines:
-        got = kernlog.parse_kmsg_record(line)
-        assert got is None or isinstance(got, kernlog.KmsgRecord)
+        got = parse_kmsg_record(line)
+        assert got is None or isinstance(got, KmsgRecord)
         if isinstance(line, str):
             kernlog.parse_journal_json(line)
 

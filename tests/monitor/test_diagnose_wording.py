@@ -11,7 +11,7 @@ import pytest
 
 from monitor.analysis.diagnose import judge_findings, kv_over_p99, launch_findings, times
 from monitor.analysis.measured import Measured
-from monitor.analysis.predict import smaller_drafts
+from monitor.analysis.predict_fixes import smaller_drafts
 from monitor.engines import parse_command
 from monitor.estimate import estimate
 from monitor.estimate.model import Component, MemoryEstimate

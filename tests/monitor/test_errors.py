@@ -47,11 +47,11 @@ def error_classes() -> dict[str, type[BaseException]]:
 
 # raised and caught inside their own module; never reach a user
 PRIVATE = {
-    "monitor.engines.llamacpp._Bad",
+    "monitor.engines.llamacpp_values._Bad",
     "monitor.analysis.assess._Bad",
     "monitor.http.server._RequestError",
     "monitor.integrations.slots._HttpError",
-    "monitor.cli.main._OneLine",
+    "monitor.cli.options._OneLine",
 }
 
 
@@ -67,7 +67,7 @@ def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
         "monitor.store.database.StoreError",
         "monitor.cli.capture.CaptureError",
         "monitor.config.ConfigError",
-        "monitor.integrations.llamaswap.config.SwapConfigError",
+        "monitor.integrations.llamaswap.schema.SwapConfigError",
         "monitor.http.server.HttpConfigError",
         "monitor.service.install.InstallError",
         "monitor.report.outdir.OutDirError",
@@ -76,7 +76,7 @@ def test_every_user_facing_error_class_derives_from_the_one_base() -> None:
         assert name in public, name
     # none of them is a ValueError (an `except ValueError` would swallow them)
     assert sorted(n for n, c in public.items() if issubclass(c, ValueError)) == []
-    from monitor.cli.main import UserError
+    from monitor.cli.options import UserError
 
     assert UserError is UsageError
 
@@ -309,7 +309,7 @@ EDGES = (
 # (module, function): why its `except ValueError` is no relabelling (the value is read in
 # the `try` itself: a parse caught at its source, its meaning known)
 ALLOWED = {
-    ("monitor/cli/main.py", "_device_figures"): "float() of --bw/--flops: the flag's parse",
+    ("monitor/cli/commands_predict.py", "_device_figures"): "float() of --bw/--flops",
     ("monitor/cli/doctor.py", "_has_capability"): "int() of /proc's CapEff: absent is False",
     ("monitor/cli/capture.py", "place"): "PurePath.relative_to: not under this root",
     ("monitor/cli/engine_check.py", "refuse_foreign"): "int() of /proc's Uid: line, at source",

@@ -10,16 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.base import DeviceSample
-from monitor.logs.kernel import (
-    PENDING_RECORDS,
-    KernelEvent,
-    KernelLogParser,
-    KmsgRecord,
-    OomKill,
-    parse_journal_json,
-    parse_kmsg_record,
-    parse_lines,
-)
+from monitor.logs.kernel import PENDING_RECORDS, KernelLogParser, parse_journal_json, parse_lines
+from monitor.logs.kernel_patterns import parse_kmsg_record
+from monitor.logs.kernel_records import KernelEvent, KmsgRecord, OomKill
 from monitor.logs.kmsg import device_for_pci, to_device_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kernlog"

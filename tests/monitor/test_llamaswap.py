@@ -16,13 +16,9 @@ import pytest
 
 from monitor.errors import ServiceError, UsageError
 from monitor.integrations.llamaswap.client import fetch_running, parse_event_frame
-from monitor.integrations.llamaswap.config import (
-    DEFAULT_GROUP_ID,
-    SwapConfigError,
-    load_config,
-    resolve,
-)
+from monitor.integrations.llamaswap.config import load_config, resolve
 from monitor.integrations.llamaswap.evictions import evictions
+from monitor.integrations.llamaswap.schema import DEFAULT_GROUP_ID, SwapConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llamaswap"
 

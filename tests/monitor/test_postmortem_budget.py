@@ -235,7 +235,7 @@ def test_the_fixes_are_predicts_sized_to_the_budget(tmp_path: Path) -> None:
     cache at its ceiling) and omitted predict's launch fixes. Now: predict's own fixes
     for the victim's launch with the cgroup's limit less the other members as its room,
     and raising the limit to the sum that was needed, named for the cgroup version."""
-    from monitor.analysis.predict import suggest  # noqa: F401  (the fixes are its)
+    from monitor.analysis.predict_fixes import suggest  # noqa: F401  (the fixes are its)
 
     model = big_model(tmp_path)
     argv = ("llama-server", "-m", model, "-c", "98304", "--no-mmap")
@@ -256,7 +256,7 @@ def test_the_fixes_are_predicts_sized_to_the_budget(tmp_path: Path) -> None:
     assert "raise MemoryMax= (memory.max) of /llm to at least 3." in v2["fix"]
     assert f"{-(-minimum // MIB)}M:" in v2["fix"]
     # the -c fix fits the budget by predict's own judgement
-    from monitor.analysis.predict import judge  # noqa: F401
+    from monitor.analysis.predict_verdicts import judge  # noqa: F401
 
     c_fix = next(f for f in v1["cgroup_budget"]["fixes"] if f["change"].startswith("-c "))
     assert c_fix["verdict"] == "fits" and c_fix["frees_bytes"] > 0

@@ -945,7 +945,8 @@ def test_text_and_json_render_the_typed_result_and_text_does_not_parse_json(
     """The text is written from the PredictResult itself (it used to parse the JSON
     document back); both renderings carry the same figures."""
     from monitor.analysis.picture import load_state
-    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.analysis.predict import answer
+    from monitor.analysis.predict_request import PredictRequest
     from monitor.device_names import short_device_name
     from monitor.estimate.model import devices_from_samples
     from monitor.report.predict import render_text

@@ -20,7 +20,8 @@ import tiny_models
 from box_states import host
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
-from monitor.analysis.predict import PredictRequest, PredictResult, answer
+from monitor.analysis.predict import answer
+from monitor.analysis.predict_request import PredictRequest, PredictResult
 from monitor.engines import read_llama_env
 from monitor.estimate.model import devices_from_samples
 

@@ -161,7 +161,8 @@ def test_get_models_is_the_truth_where_the_router_answers(
 ) -> None:
     """Live (the daemon's latest tick): the router on this box is asked; a recorded state
     (--state) reads the files (its router may be gone); --router URL is asked either way."""
-    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.analysis.predict import answer
+    from monitor.analysis.predict_request import PredictRequest
     from monitor.analysis.state import StatusFile, box_state
 
     state = _state(tmp_path, models, 1, 64 * GIB, answering)

@@ -129,7 +129,8 @@ def test_a_moe_reads_only_its_active_experts_per_token(tmp_path: Path) -> None:
     from arch_models import qwen3moe_30b_a3b
 
     from collectors.base import DeviceSample, Snapshot
-    from monitor.analysis.predict import PredictRequest, answer
+    from monitor.analysis.predict import answer
+    from monitor.analysis.predict_request import PredictRequest
     from monitor.estimate.model import devices_from_samples
 
     path = str(qwen3moe_30b_a3b().write(tmp_path))

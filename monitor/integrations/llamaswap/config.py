@@ -29,367 +29,54 @@ are still read (mixing both styles is an error). Group defaults: swap=true,
 exclusive=true, persistent=false. Models in no group go to the ``(default)`` group
 (swap and exclusive); with no groups at all every model is in it: one model at a time.
 
-Matrix sets are parsed and checked here (:mod:`.matrix` holds the DSL); which models a
-swap unloads is :mod:`.evictions`.
+The loading is here; the typed result is :mod:`.schema`, the YAML reads :mod:`.yaml_nodes`,
+macros :mod:`.macros`, matrix sets :mod:`.matrix_sets` (:mod:`.matrix` holds the DSL); which
+models a swap unloads is :mod:`.evictions`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from decimal import Decimal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import yaml
 
-from monitor.errors import InputError
-from monitor.integrations.llamaswap.matrix import Node, parse_dsl, support, walk
+from monitor.integrations.llamaswap.macros import (
+    _macro_list,
+    _macro_text,
+    _split_cmd,
+    _strip_comment_lines,
+    _substitute_env,
+)
+from monitor.integrations.llamaswap.matrix_sets import _load_matrix
+from monitor.integrations.llamaswap.schema import (
+    DEFAULT_GROUP_ID,
+    DEFAULT_PROXY,
+    DEFAULT_START_PORT,
+    SwapConfig,
+    SwapConfigError,
+    SwapGroup,
+    SwapModel,
+)
+from monitor.integrations.llamaswap.yaml_nodes import (
+    _NULL,
+    _bool,
+    _Doc,
+    _int,
+    _is_null,
+    _items,
+    _str,
+    _str_list,
+)
 
-__all__ = [
-    "DEFAULT_GROUP_ID",
-    "SwapConfig",
-    "SwapConfigError",
-    "SwapGroup",
-    "SwapMatrix",
-    "SwapModel",
-    "load_config",
-    "resolve",
-]
-
-DEFAULT_GROUP_ID = "(default)"
-DEFAULT_START_PORT = 5800
-DEFAULT_PROXY = "http://localhost:${PORT}"
-
-_MACRO_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 _MACRO_REF = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
-_ENV_REF = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
-_VAR_KEY = re.compile(r"^[a-zA-Z0-9.-]{1,32}$")
-_YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _MAX_CMD_CHARS = 1 << 20  # a cmd whose macros expand past this is refused (nested macros)
 
 
-class SwapConfigError(InputError):
-    """A llama-swap config vramscope cannot use; the message is one line."""
-
-
-@dataclass(frozen=True, slots=True)
-class SwapModel:
-    model_id: str
-    cmd: tuple[str, ...]
-    env: tuple[str, ...]
-    aliases: tuple[str, ...]
-    ttl: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class SwapGroup:
-    name: str
-    swap: bool
-    exclusive: bool
-    persistent: bool
-    members: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SwapMatrix:
-    vars: dict[str, str]
-    evict_costs: dict[str, int]  # model ID -> multiplier (vars resolved)
-    sets: tuple[tuple[str, str], ...]  # (name, DSL) in file order
-    _program: tuple[Any, ...]  # compiled sets in solve order: (name, root node, models)
-
-
-@dataclass(frozen=True, slots=True)
-class SwapConfig:
-    models: dict[str, SwapModel]
-    groups: tuple[SwapGroup, ...]
-    router: str  # "groups" | "matrix" | "default"
-    matrix: SwapMatrix | None
-
-
-# --------------------------------------------------------------------------- YAML nodes
-
-
-class _Doc:
-    """Error context: the file name, for ``file:line: message``."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        # mappings already read, by node: YAML aliases share nodes, and a merge key
-        # (``<<: [*a, *a]``) repeated down a chain would read them 2**depth times
-        self.items: dict[int, list[tuple[str, yaml.Node, yaml.Node]]] = {}
-
-    def error(self, node: yaml.Node | None, message: str) -> SwapConfigError:
-        message = " ".join(str(message).split())
-        if node is not None:
-            return SwapConfigError(f"{self.path}:{node.start_mark.line + 1}: {message}")
-        return SwapConfigError(f"{self.path}: {message}")
-
-
-def _kind(node: yaml.Node) -> str:
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    return f"'{node.value}'"
-
-
-def _is_null(node: yaml.Node) -> bool:
-    return (
-        isinstance(node, yaml.ScalarNode)
-        and node.style is None
-        and node.value in ("", "~", "null", "Null", "NULL")
-    )
-
-
-def _items(doc: _Doc, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
-    """(key, key node, value node) of a mapping, in order, YAML merge keys applied."""
-    if _is_null(node):
-        return []
-    if not isinstance(node, yaml.MappingNode):
-        raise doc.error(node, f"{what}: expected a mapping, got {_kind(node)}")
-    if id(node) in doc.items:
-        return doc.items[id(node)]
-    doc.items[id(node)] = []  # a mapping that merges itself (``&a {<<: *a}``) adds nothing
-    merged: list[tuple[str, yaml.Node, yaml.Node]] = []
-    explicit: list[tuple[str, yaml.Node, yaml.Node]] = []
-    seen: dict[str, int] = {}
-    for key_node, value_node in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            sources = (
-                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-            )
-            for source in sources:
-                for item in _items(doc, source, what):
-                    if all(item[0] != m[0] for m in merged):
-                        merged.append(item)
-            continue
-        if not isinstance(key_node, yaml.ScalarNode):
-            raise doc.error(key_node, f"{what}: keys must be strings")
-        key = key_node.value
-        if key in seen:
-            raise doc.error(
-                key_node, f"{what}: mapping key '{key}' already defined at line {seen[key]}"
-            )
-        seen[key] = key_node.start_mark.line + 1
-        explicit.append((key, key_node, value_node))
-    out = [m for m in merged if m[0] not in seen] + explicit
-    doc.items[id(node)] = out
-    return out
-
-
-def _scalar(node: yaml.ScalarNode) -> Any:
-    """A scalar's value as yaml.v3 decodes it into ``any`` (YAML 1.2 core resolution)."""
-    text = node.value
-    if node.style is not None:
-        return text
-    if text in ("", "~", "null", "Null", "NULL"):
-        return None
-    if text in ("true", "True", "TRUE"):
-        return True
-    if text in ("false", "False", "FALSE"):
-        return False
-    number = _go_int(text.replace("_", ""))
-    if number is not None:
-        return number
-    plain = text.replace("_", "")
-    if _YAML_FLOAT.match(plain):
-        return float(plain)
-    if plain.lower() in (".inf", "+.inf"):
-        return float("inf")
-    if plain.lower() == "-.inf":
-        return float("-inf")
-    if plain.lower() == ".nan":
-        return float("nan")
-    return text
-
-
-def _go_int(text: str) -> int | None:
-    """``strconv.ParseInt(text, 0, 64)``: 0x / 0o / 0b prefixes, a leading 0 is octal."""
-    sign, body = 1, text
-    if body[:1] in "+-" and body:
-        sign, body = (-1 if body[0] == "-" else 1), body[1:]
-    base, digits = 10, body
-    lowered = body.lower()
-    if lowered.startswith(("0x", "0o", "0b")):
-        base, digits = {"x": 16, "o": 8, "b": 2}[lowered[1]], body[2:]
-    elif len(body) > 1 and body.startswith("0"):
-        base, digits = 8, body[1:]
-    if not digits or not all(c in "0123456789abcdef"[:base] for c in digits.lower()):
-        return None
-    value = sign * int(digits, base)
-    return value if -(2**63) <= value < 2**63 else None
-
-
-def _str(doc: _Doc, node: yaml.Node, what: str, default: str = "") -> str:
-    if _is_null(node):
-        return default
-    if not isinstance(node, yaml.ScalarNode):
-        raise doc.error(node, f"{what}: expected a string, got {_kind(node)}")
-    return node.value
-
-
-def _int(doc: _Doc, node: yaml.Node, what: str, default: int) -> int:
-    if _is_null(node):
-        return default
-    value = _scalar(node) if isinstance(node, yaml.ScalarNode) else None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise doc.error(node, f"{what}: expected an integer, got {_kind(node)}")
-    return value
-
-
-def _bool(doc: _Doc, node: yaml.Node, what: str, default: bool) -> bool:
-    if _is_null(node):
-        return default
-    if isinstance(node, yaml.ScalarNode):
-        value = _scalar(node)
-        if isinstance(value, bool):
-            return value
-        # yaml.v3 keeps YAML 1.1 words for bool fields
-        if node.style is None and node.value in ("y", "Y", "yes", "Yes", "YES", "on", "On", "ON"):
-            return True
-        if node.style is None and node.value in ("n", "N", "no", "No", "NO", "off", "Off", "OFF"):
-            return False
-    raise doc.error(node, f"{what}: expected true or false, got {_kind(node)}")
-
-
-def _str_list(doc: _Doc, node: yaml.Node, what: str) -> list[str]:
-    if _is_null(node):
-        return []
-    if not isinstance(node, yaml.SequenceNode):
-        raise doc.error(node, f"{what}: expected a list of strings, got {_kind(node)}")
-    out = []
-    for item in node.value:
-        if not isinstance(item, yaml.ScalarNode):
-            raise doc.error(item, f"{what}: expected a string, got {_kind(item)}")
-        out.append(item.value)
-    return out
-
-
-# --------------------------------------------------------------------------- macros
-
-
-def _strings_in(value: Any) -> Iterable[str]:
-    """Every string in a loaded YAML tree, each list or mapping visited once: an alias
-    (``*a``) shares its object, so a "billion laughs" file stays as small as its text."""
-    seen: set[int] = set()
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict | list) and id(item) not in seen:
-            seen.add(id(item))
-            if isinstance(item, dict):
-                for key, sub in item.items():
-                    yield str(key)
-                    stack.append(sub)
-            else:
-                stack.extend(reversed(item))
-
-
-def _substitute_env(doc: _Doc, text: str) -> str:
-    """``substituteEnvMacros``: only references outside YAML comments count."""
-    if "${env." not in text:
-        return text
-    try:
-        scan = list(_strings_in(yaml.safe_load(text)))
-    except (yaml.YAMLError, RecursionError):
-        scan = [text]
-    for chunk in scan:
-        for match in _ENV_REF.finditer(chunk):
-            name = match.group(1)
-            value = os.environ.get(name)
-            if value is None:
-                raise doc.error(None, f"environment variable '{name}' is not set")
-            if any(c in value for c in "\n\r\x00"):
-                raise doc.error(
-                    None,
-                    f"environment variable '{name}' contains newlines or null bytes, "
-                    "which llama-swap does not allow",
-                )
-            value = value.replace("\\", "\\\\").replace('"', '\\"')
-            text = text.replace(match.group(0), value)
-    return text
-
-
-def _go_float(value: float) -> str:
-    """Go's ``%v`` for a float64 (``strconv.FormatFloat(f, 'g', -1, 64)``, %e from 1e+06)."""
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if str(value).startswith("-") else "0"
-    sign, digit_tuple, exponent = Decimal(repr(value)).as_tuple()
-    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
-    assert isinstance(exponent, int)
-    point = len(digit_tuple) + exponent  # digits before the decimal point
-    neg = "-" if sign else ""
-    exp = point - 1
-    if exp < -4 or exp >= 6:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{neg}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{neg}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return f"{neg}{digits}{'0' * (point - len(digits))}"
-    return f"{neg}{digits[:point]}.{digits[point:]}"
-
-
-def _macro_text(value: Any) -> str | None:
-    """The text Go's ``%v`` gives a scalar macro value; None for a mapping macro."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _go_float(value)
-    if isinstance(value, (int, str)):
-        return str(value)
-    return None
-
-
-def _macro_list(doc: _Doc, node: yaml.Node, where: str) -> list[tuple[str, Any, yaml.Node]]:
-    out: list[tuple[str, Any, yaml.Node]] = []
-    for name, key_node, value_node in _items(doc, node, f"{where}macros"):
-        if len(name) >= 64:
-            raise doc.error(key_node, f"{where}macro name '{name}' exceeds 63 characters")
-        if not _MACRO_NAME.match(name):
-            raise doc.error(key_node, f"{where}macro name '{name}' must match ^[a-zA-Z0-9_-]+$")
-        if name in ("PORT", "MODEL_ID"):
-            raise doc.error(key_node, f"{where}macro name '{name}' is reserved")
-        value: Any
-        if isinstance(value_node, yaml.MappingNode):
-            value = {"__mapping__": True}  # only usable as a whole YAML value, never in cmd
-        elif isinstance(value_node, yaml.ScalarNode) and not _is_null(value_node):
-            value = _scalar(value_node)
-            if isinstance(value, str) and f"${{{name}}}" in value:
-                raise doc.error(value_node, f"{where}macro '{name}' contains self-reference")
-        else:
-            raise doc.error(
-                value_node,
-                f"{where}macro '{name}' must be a scalar (string, number, bool) or a mapping",
-            )
-        out.append((name, value, value_node))
-    return out
-
-
-def _split_cmd(text: str) -> list[str]:
-    """``SanitizeCommand``: drop comment lines, join trailing backslashes, POSIX split."""
-    lines = []
-    for line in text.split("\n"):
-        trimmed = line.strip()
-        if trimmed.startswith("#"):
-            continue
-        lines.append(trimmed[:-1] + " " if trimmed.endswith("\\") else line)
-    return shlex.split("\n".join(lines), comments=False, posix=True)
-
-
-def _strip_comment_lines(text: str) -> str:
-    return "\n".join(line for line in text.split("\n") if not line.strip().startswith("#"))
-
+__all__ = ["load_config", "resolve"]
 
 # --------------------------------------------------------------------------- loading
 
@@ -627,9 +314,6 @@ def _param_aliases(
     return extra
 
 
-_NULL = yaml.ScalarNode("tag:yaml.org,2002:null", "")
-
-
 def _routing(
     doc: _Doc, top: dict[str, tuple[yaml.Node, yaml.Node]]
 ) -> tuple[yaml.Node | None, yaml.Node | None]:
@@ -732,102 +416,6 @@ def _load_groups(
     if orphans:
         groups.append(SwapGroup(DEFAULT_GROUP_ID, True, True, False, orphans))
     return tuple(groups)
-
-
-# --------------------------------------------------------------------------- matrix sets
-
-
-def _load_matrix(doc: _Doc, node: yaml.Node, models: dict[str, SwapModel]) -> SwapMatrix:
-    fields = {k: (kn, v) for k, kn, v in _items(doc, node, "matrix")}
-    known = {"vars", "evict_costs", "sets"}
-    for key, (key_node, _v) in fields.items():
-        if key not in known:
-            raise doc.error(key_node, f"matrix feature '{key}' not supported")
-    variables: dict[str, str] = {}
-    for key, key_node, value in _items(doc, fields.get("vars", (None, _NULL))[1], "matrix.vars"):
-        if not _VAR_KEY.match(key):
-            raise doc.error(
-                key_node, f"matrix: var key '{key}' must be 1-32 characters of [a-zA-Z0-9.-]"
-            )
-        target = _str(doc, value, f"matrix.vars.{key}")
-        if target not in models:
-            raise doc.error(value, f"matrix: var key '{key}' references unknown model '{target}'")
-        variables[key] = target
-
-    def lookup(ident: str) -> str | None:
-        if ident in variables:
-            return variables[ident]
-        return ident if ident in models else None
-
-    costs: dict[str, int] = {}
-    for key, key_node, value in _items(
-        doc, fields.get("evict_costs", (None, _NULL))[1], "matrix.evict_costs"
-    ):
-        cost = _int(doc, value, f"matrix.evict_costs.{key}", 0)
-        if cost <= 0:
-            raise doc.error(
-                value, f"matrix: evict_cost multiplier for '{key}' must be a positive integer"
-            )
-        real = lookup(key)
-        if real is None:
-            raise doc.error(key_node, f"matrix: evict_costs: unknown var or model '{key}'")
-        costs[real] = cost
-
-    set_items = _items(doc, fields.get("sets", (None, _NULL))[1], "matrix.sets")
-    if not set_items:
-        raise doc.error(node, "matrix must define at least one set")
-    names = {name for name, _, _ in set_items}
-    roots: dict[str, Node] = {}
-    deps: dict[str, list[str]] = {}
-    sets: list[tuple[str, str]] = []
-    for name, _key_node, value in set_items:
-        dsl = _str(doc, value, f"matrix.sets.{name}")
-        try:
-            root = parse_dsl(dsl)
-        except ValueError as exc:
-            raise doc.error(value, f"matrix: set '{name}': {exc}") from None
-        refs: list[str] = []
-        for item in walk(root):
-            if item.kind == "leaf":
-                real = lookup(item.name)
-                if real is None:
-                    raise doc.error(
-                        value, f"matrix: set '{name}': unknown var or model '{item.name}'"
-                    )
-                item.name = real
-            elif item.kind == "ref":
-                if item.name not in names:
-                    raise doc.error(
-                        value, f"matrix: set '{name}' references undefined set '{item.name}'"
-                    )
-                if item.name not in refs:
-                    refs.append(item.name)
-        roots[name], deps[name] = root, refs
-        sets.append((name, dsl))
-
-    order: list[str] = []
-    state: dict[str, int] = {}
-
-    def visit(name: str) -> None:
-        if state.get(name) == 1:
-            raise doc.error(node, f"matrix: circular reference detected involving set '{name}'")
-        if state.get(name) == 2:
-            return
-        state[name] = 1
-        for dep in deps[name]:
-            visit(dep)
-        state[name] = 2
-        order.append(name)
-
-    for name, _dsl in sets:
-        visit(name)
-    for root in roots.values():
-        for item in walk(root):
-            if item.kind == "ref":
-                item.ref = roots[item.name]
-
-    program = tuple((name, roots[name], frozenset(support(roots[name]))) for name in order)
-    return SwapMatrix(vars=variables, evict_costs=costs, sets=tuple(sets), _program=program)
 
 
 # --------------------------------------------------------------------------- queries

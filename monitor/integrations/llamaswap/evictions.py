@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from monitor.integrations.llamaswap.config import SwapConfig, SwapMatrix, resolve
+from monitor.integrations.llamaswap.config import resolve
 from monitor.integrations.llamaswap.matrix import evaluate
+from monitor.integrations.llamaswap.schema import SwapConfig, SwapMatrix
 
 __all__ = ["evictions"]
 
