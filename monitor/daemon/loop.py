@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from collectors.base import CollectorRun, DeviceEvent, ExitedProcess, Snapshot, now_ms
+from monitor.analysis.exits_judged import JUDGE
 from monitor.config import Config, require_db_folder
 from monitor.daemon.counters import EventCounts
 from monitor.daemon.growth_logs import GrowthLogs
@@ -84,6 +85,11 @@ class DaemonContext:
     counts: EventCounts = field(default_factory=EventCounts)  # exits and log records, /metrics
     growth: GrowthLogs = field(default_factory=GrowthLogs)  # servers' own growth, /metrics
     integrity: Any = None  # monitor.store.integrity.IntegrityWatch: quick_check, hourly
+
+    def __post_init__(self) -> None:
+        # the daemon judges exits (monitor/analysis/exits_judged.py); its store writes them
+        if self.store.exit_judge is None:
+            self.store.exit_judge = JUDGE
 
     def health(self) -> WriterHealth:
         """Safe from any thread: reads a few fields the worker thread swaps."""
@@ -691,7 +697,7 @@ def run(config: Config) -> int:
 def _open_store(config: Config) -> tuple[Any, Store]:
     """The database, locked (a file moved aside at open leaves the new one locked)."""
     file_lock = lock_database_file(config.db_path)
-    store = Store.open(config.db_path)
+    store = Store.open(config.db_path, exit_judge=JUDGE)
     if store.recovered_from:  # a new file now: lock it, not the one moved aside
         file_lock.close()
         file_lock = lock_database_file(config.db_path)
