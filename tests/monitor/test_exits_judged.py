@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+from pathlib import Path
 
-from collectors.base import ExitedProcess
+import pytest
+
+from collectors.base import ExitedProcess, ProcessInfo, Snapshot
 from monitor.analysis.exits_judged import JUDGE, SHORT_LIVED_MS, judge_exit, keeps_record
 from monitor.exits import ExitFacts, classify
-from monitor.store.records import ProcessRow
+from monitor.store.database import Store
+from monitor.store.records import EventRecord, ExitRecord, ProcessRow
 
 T0 = 1_700_000_000_000
 SERVER = ProcessRow(7, "llama-server", "llama.cpp", json.dumps(["llama-server"]), T0)
@@ -97,3 +101,67 @@ def test_an_exit_record_without_the_daemons_cause_is_classified_from_its_status(
     record = judge_exit(raw, SERVER, T0 + 1_000)
     assert record.cause == "crashed" and record.events[-1].kind == "crash"
     assert keeps_record(raw)
+
+
+class _Says:
+    """A judge of the test's own: the store must write exactly what it decides."""
+
+    def __init__(self, record: ExitRecord, keep: bool = False) -> None:
+        self.record, self.keep = record, keep
+        self.asked: list[ProcessRow | None] = []
+
+    def keeps_record(self, gone: ExitedProcess) -> bool:
+        return self.keep
+
+    def judge(self, gone: ExitedProcess, row: ProcessRow | None, ts_ms: int) -> ExitRecord:
+        self.asked.append(row)
+        return self.record
+
+
+def _tick(ts_ms: int, *, alive: bool, exited: tuple[ExitedProcess, ...] = ()) -> Snapshot:
+    proc = ProcessInfo(4242, 777, None, 1, 1000, "llama-server", ("llama-server",), "llama.cpp")
+    return Snapshot(ts_ms, (), (proc,) if alive else (), (), (), exited, ())
+
+
+def _rows(store: Store, sql: str) -> list[tuple[object, ...]]:
+    return [tuple(r) for r in store.db.execute(sql).fetchall()]
+
+
+def test_the_store_writes_what_the_judge_decided_and_decides_nothing(tmp_path: Path) -> None:
+    said = EventRecord(T0 + 5, "process_exit", "warning", "s", "the judge's words", {"k": 1})
+    judge = _Says(ExitRecord("signalled", (said,)))
+    store = Store.open(tmp_path / "v.db", exit_judge=judge)
+    store.write(_tick(T0, alive=True))
+    store.write(_tick(T0 + 1000, alive=True))
+    # a SIGSEGV that monitor/exits.py calls a crash: still only what the judge returned
+    segv = ExitedProcess(4242, 777, T0 + 1000, comm="llama-server", exit_signal=11)
+    store.write(_tick(T0 + 2000, alive=False, exited=(segv,)))
+    (row,) = judge.asked
+    assert row is not None and (row.comm, row.engine, row.first_seen_ms) == (
+        "llama-server",
+        "llama.cpp",
+        T0,
+    )
+    assert _rows(store, "SELECT exit_cause, exit_signal, exited_ms FROM processes") == [
+        ("signalled", 11, T0 + 2000)
+    ]
+    assert _rows(store, "SELECT ts_ms, kind, severity, message, data FROM events") == [
+        (T0 + 5, "process_exit", "warning", "the judge's words", '{"k": 1}')
+    ]
+    store.close()
+
+
+def test_a_store_without_a_judge_refuses_a_tick_with_exits_and_keeps_it_unwritten(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "v.db")
+    store.write(_tick(T0, alive=True))  # no exit: written
+    gone = ExitedProcess(4242, 777, T0, comm="llama-server", exit_code=0)
+    with pytest.raises(RuntimeError, match="without an exit judge"):
+        store.write(_tick(T0 + 1000, alive=False, exited=(gone,)))
+    assert _rows(store, "SELECT count(*) FROM events") == [(0,)]
+    store.exit_judge = JUDGE  # the daemon's judge: the same tick now writes
+    store.write(_tick(T0 + 1000, alive=False, exited=(gone,)))
+    assert _rows(store, "SELECT exit_cause FROM processes") == [("exited",)]
+    assert _rows(store, "SELECT kind, severity FROM events") == [("process_exit", "info")]
+    store.close()
