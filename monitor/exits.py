@@ -8,8 +8,8 @@ who sent a SIGKILL. Only OOM kills, crashes and engine OOMs alert: a server stop
 SIGTERM (llama-swap swapping models does it all the time) or exiting 0 never pages anyone.
 
 It imports nothing of ours and sits at the bottom of monitor/ with ``errors`` and ``units``
-(docs/architecture.md): the daemon that judges each exit, the writer that records it, the
-alert rules and the reports share this one table.
+(docs/architecture.md): the daemon that classifies each exit, the exit judge
+(analysis/exits_judged.py), the alert rules and the reports share this one table.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ PACKAGES = ("collectors", "monitor", "tui")
 
 # module -> its line count when listed (a ceiling; split the module, then drop it here)
 STILL_OVER = {
-    "monitor/daemon/loop.py": 975,
-    "monitor/store/database.py": 951,
     "monitor/http/server.py": 908,
     "tui/source.py": 810,
 }

@@ -16,95 +16,25 @@ import os
 import signal
 import sqlite3
 import time
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collectors.base import CollectorRun, DeviceEvent, ExitedProcess, Snapshot, now_ms
+from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
+from monitor.analysis.exits_judged import JUDGE
 from monitor.config import Config, require_db_folder
-from monitor.daemon.counters import EventCounts
-from monitor.daemon.growth_logs import GrowthLogs
+from monitor.daemon.context import PENDING_MAX as PENDING_MAX
+from monitor.daemon.context import DaemonContext as DaemonContext
+from monitor.daemon.exits import kernel_and_exits
 from monitor.daemon.lock import acquire_lock, lock_database_file
 from monitor.daemon.sampler import Sampler
 from monitor.errors import UsageError, VramscopeError
-from monitor.store.database import Store, StoreError, WriterHealth
+from monitor.store.database import Store, StoreError
 
 log = logging.getLogger(__name__)
 
-# Ticks kept in memory while the database refuses writes (locked, disk full); written
-# in order when it accepts them again. One hour at 1 s; the oldest go first past that.
-PENDING_MAX = 3600
 POISON_TRIES = 3
-LOG_WAIT_S = 0.1
-"""The most a tick waits for the engine-log round it starts (at most a quarter of the
-interval): a round within budget ends in a few ms, so an engine's out-of-memory line is
-on the tick after it was written; a flood's round goes on, taken by the next tick."""
-EXIT_LOG_WAIT_S = 1.0
-"""A tick that sees a process exit waits for its log round up to this: the engine's
-out-of-memory line written just before it died explains the exit (a round is bounded by
-its budget; this only matters on a box too busy to run it in ``LOG_WAIT_S``)."""
-
-
-@dataclass
-class DaemonContext:
-    config: Config
-    store: Store
-    sampler: Sampler
-    pending: deque[Snapshot] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
-    last_errors: dict[str, str | None] = field(default_factory=dict)
-    failures: dict[int, int] = field(default_factory=dict)  # ts_ms -> failed writes
-    watch: Any = None  # monitor.daemon.watch.LoadWatch: judges new servers on the tick they appear
-    assessor: Any = None  # monitor.daemon.assessor.Assessor: each server estimated once per launch
-    slot_poller: Any = None  # monitor.integrations.slots.SlotPoller
-    last_snapshot: Snapshot | None = None
-    kmsg: Any = None  # monitor.logs.kmsg.KmsgFollower
-    notify: Any = None  # monitor.daemon.notify.Notifier (systemd)
-    reload_requested: bool = False  # set by SIGHUP, acted on by the next tick
-    scheduler: Any = None
-    tails: list[Any] = field(default_factory=list)  # monitor.logs.follow: engine logs
-    log_reader: Any = None  # monitor.logs.reader.LogReader: reads the tails off the tick
-    log_merger: Any = None  # monitor.logs.reader.LogMerger, for tails read on the tick
-    recent_kills: dict[int, tuple[int, str, str | None]] = field(
-        default_factory=dict
-    )  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
-    last_app_oom_ms: int | None = None  # an engine log's out-of-memory line
-    proc_events: Any = None  # collectors.proc_events.ProcEventListener: exit statuses
-    alerts: Any = None  # monitor.alerts.engine.AlertEngine (rules + delivery)
-    startup_events: list[DeviceEvent] = field(default_factory=list)  # for the first tick
-    ticks: int = 0
-    dropped: int = 0
-    db_error: str | None = None  # why the database refuses writes now (locked, disk full)
-    db_error_since_ms: int | None = None
-    dropped_logged: bool = False  # the first drop of a refusal is logged, the rest counted
-    replay_files: list[Path] = field(default_factory=list)  # backlog files queued, unwritten
-    counts: EventCounts = field(default_factory=EventCounts)  # exits and log records, /metrics
-    growth: GrowthLogs = field(default_factory=GrowthLogs)  # servers' own growth, /metrics
-    integrity: Any = None  # monitor.store.integrity.IntegrityWatch: quick_check, hourly
-
-    def health(self) -> WriterHealth:
-        """Safe from any thread: reads a few fields the worker thread swaps."""
-        checked = self.integrity.result() if self.integrity is not None else None
-        return WriterHealth(
-            self.db_error is None,
-            self.db_error,
-            self.db_error_since_ms,
-            len(self.pending),
-            self.dropped,
-            None if checked is None else checked.ok,
-            None if checked is None else checked.problem,
-            None if checked is None else checked.checked_ms,
-        )
-
-    def note_error(self, exc: BaseException) -> None:
-        """SQLITE_CORRUPT from a write or a prune: check the whole file now."""
-        from monitor.store.integrity import is_corrupt_error
-
-        if self.integrity is not None and is_corrupt_error(exc):
-            self.integrity.request()
 
 
 def tick(ctx: DaemonContext) -> Snapshot:
@@ -121,7 +51,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
     snap = ctx.sampler.sample()
     ctx.ticks += 1
     _log_collector_changes(ctx, snap)
-    snap = _kernel_and_exits(ctx, snap)
+    snap = kernel_and_exits(ctx, snap)
     if ctx.watch is not None:
         try:
             found = ctx.watch.observe(snap)
@@ -324,152 +254,6 @@ def reload_config(ctx: DaemonContext) -> bool:
     return True
 
 
-def _kernel_and_exits(ctx: DaemonContext, snap: Snapshot) -> Snapshot:
-    """Kernel log records of this tick as events, and how each tracked exit happened,
-    classified by monitor/exits.py from its exit status (the process-event connector,
-    else the zombie's /proc/PID/stat), a kernel OOM kill record naming its pid, an
-    engine's out-of-memory line and the load watch."""
-    gone_all = (*snap.exited, *_early_exits(ctx, snap))
-    found = _log_events(ctx, snap, EXIT_LOG_WAIT_S if gone_all else LOG_WAIT_S)
-    for ev in found:
-        pid = ev.data.get("pid")
-        if ev.kind in ("oom_kill", "oomd_kill") and isinstance(pid, int):
-            constraint = ev.data.get("constraint")
-            ctx.recent_kills[pid] = (
-                ev.ts_ms,
-                ev.kind,
-                constraint if isinstance(constraint, str) else None,
-            )
-        elif ev.kind in ("app_oom", "engine_oom"):  # an engine log's out-of-memory line
-            ctx.last_app_oom_ms = ev.ts_ms
-    ctx.recent_kills = {p: k for p, k in ctx.recent_kills.items() if snap.ts_ms - k[0] < 120_000}
-    wait_until = time.monotonic() + 0.2  # for exit datagrams not read yet, per tick
-    exited = [_classify_exit(ctx, snap, gone, wait_until) for gone in gone_all]
-    if not found and not exited:
-        return snap
-    return dataclasses.replace(snap, events=snap.events + tuple(found), exited=tuple(exited))
-
-
-def _log_events(ctx: DaemonContext, snap: Snapshot, wait_s: float) -> list[DeviceEvent]:
-    """This tick's kernel records, converted and kept before any engine log is read (a
-    log that fails can never cost them: issue 28 item 5), then the engine logs' events."""
-    from monitor.logs.kmsg import to_device_events
-
-    found: list[DeviceEvent] = []
-    if ctx.kmsg is not None:
-        try:
-            found = to_device_events(ctx.kmsg.read(), snap.ts_ms, snap.devices)
-        except Exception as exc:  # the logs must never cost a sample
-            log.error("kernel log: %r", exc)
-    try:
-        found += to_device_events(_engine_log_events(ctx, wait_s), snap.ts_ms, snap.devices)
-    except Exception as exc:  # the logs must never cost a sample
-        log.error("engine logs: %r", exc)
-    return found
-
-
-def _engine_log_events(ctx: DaemonContext, wait_s: float) -> list[Any]:
-    """What the log reader thread found, in the round this starts (waited for at most
-    ``wait_s``, and a quarter of the interval but for an exit) and earlier ones; without
-    one (a test's context), one round read here. Either way each tail is read on its own,
-    within its budget, and floods are merged (monitor/logs/reader.py)."""
-    from monitor.logs.reader import LogMerger, read_round
-
-    if ctx.log_reader is not None:  # kicked after the sample: a line an exit left is read
-        ctx.log_reader.kick()
-        if wait_s < EXIT_LOG_WAIT_S:
-            wait_s = min(wait_s, ctx.config.interval_s / 4)
-        got: list[Any] = ctx.log_reader.take(wait_s)
-        return got
-    if not ctx.tails:
-        return []
-    if ctx.log_merger is None:
-        ctx.log_merger = LogMerger()
-    return read_round(ctx.tails, ctx.log_merger, now_ms())
-
-
-def _early_exits(ctx: DaemonContext, snap: Snapshot) -> list[ExitedProcess]:
-    """Servers the connector saw exec and exit that no sample ever tracked (a launch
-    llama-server refused dies in half a second): exits of their own, so they leave a record."""
-    if ctx.proc_events is None:
-        return []
-    seen = {(p.pid, p.start_ticks) for p in snap.processes}
-    seen |= {(g.pid, g.start_ticks) for g in snap.exited}
-    if ctx.last_snapshot is not None:
-        seen |= {(p.pid, p.start_ticks) for p in ctx.last_snapshot.processes}
-    return [
-        ExitedProcess(
-            young.pid,
-            young.start_ticks,
-            young.exec_ms,
-            comm=young.comm,
-            exit_code=status.exit_code,
-            exit_signal=status.exit_signal,
-            core_dumped=status.core_dumped,
-            exit_source="connector",
-        )
-        for young, status in ctx.proc_events.take_early_exits()
-        if (young.pid, young.start_ticks) not in seen
-    ]
-
-
-def _classify_exit(ctx: DaemonContext, snap: Snapshot, gone: Any, wait_until: float) -> Any:
-    from monitor.exits import ExitFacts, classify
-
-    code, sig, core, source = gone.exit_code, gone.exit_signal, gone.core_dumped, None
-    if code is not None or sig is not None:
-        source = "zombie"
-    if ctx.proc_events is not None:
-        # the exit datagram comes before the process is reaped; the reader thread may
-        # not have read it yet: wait for it a little. The pid may have been reused since:
-        # the exit picked is the one after this process's start (and fork)
-        status = ctx.proc_events.exit_of(
-            gone.pid,
-            wait_s=max(0.0, wait_until - time.monotonic()),
-            since_ms=gone.last_seen_ms - 1000,
-            start_ticks=gone.start_ticks,
-        )
-        if status is not None:
-            code, sig, core = status.exit_code, status.exit_signal, status.core_dumped
-            source = "connector"
-    kill = ctx.recent_kills.get(gone.pid)
-    if source is None and kill is not None:
-        sig, source = signal.SIGKILL.value, "kernel log"
-    previous = {p.pid: p for p in ctx.last_snapshot.processes} if ctx.last_snapshot else {}
-    info = previous.get(gone.pid)
-    engine_oom = (
-        info is not None
-        and info.engine is not None
-        and ctx.last_app_oom_ms is not None
-        and snap.ts_ms - ctx.last_app_oom_ms < 120_000
-    )
-    loading = ctx.watch is not None and ctx.watch.is_loading(gone.pid, gone.start_ticks)
-    verdict = classify(
-        ExitFacts(
-            code,
-            sig,
-            core,
-            loading=loading,
-            kernel_kill=kill[1] if kill is not None else None,
-            constraint=kill[2] if kill is not None else None,
-            engine_oom=engine_oom,
-        )
-    )
-    how = verdict.text
-    if gone.state == "Z":
-        how += "; not reaped by its parent (state Z)"
-    return dataclasses.replace(
-        gone,
-        how=how,
-        exit_code=code,
-        exit_signal=sig,
-        core_dumped=core,
-        exit_source=source,
-        cause=verdict.cause,
-        comm=gone.comm or (info.comm if info is not None else None),
-    )
-
-
 def start_line(interval_s: float, db_path: object, runs: Iterable[CollectorRun]) -> str:
     """The daemon's start line, from its first tick: the collectors that apply here.
 
@@ -658,7 +442,7 @@ def run(config: Config) -> int:
         config,
         lambda: holder[0].last_snapshot if holder else None,
         lambda: holder[0].health() if holder else None,
-        lambda: holder[0].assessor.current() if holder else {},
+        lambda: holder[0].assessor.current() if holder and holder[0].assessor else {},
         lambda: holder[0].counts.totals() if holder else None,
         lambda: holder[0].growth.rows() if holder else {},
     )
@@ -691,7 +475,7 @@ def run(config: Config) -> int:
 def _open_store(config: Config) -> tuple[Any, Store]:
     """The database, locked (a file moved aside at open leaves the new one locked)."""
     file_lock = lock_database_file(config.db_path)
-    store = Store.open(config.db_path)
+    store = Store.open(config.db_path, exit_judge=JUDGE)
     if store.recovered_from:  # a new file now: lock it, not the one moved aside
         file_lock.close()
         file_lock = lock_database_file(config.db_path)
@@ -873,14 +657,17 @@ def _close(ctx: DaemonContext, http: Any) -> None:
         http.stop()
     if ctx.alerts is not None:
         ctx.alerts.close()
-    ctx.assessor.close()
+    if ctx.assessor is not None:
+        ctx.assessor.close()
     ctx.growth.close()
     if ctx.kmsg is not None:
         ctx.kmsg.close()
     if ctx.proc_events is not None:
         ctx.proc_events.close()
-    ctx.integrity.close()
-    ctx.log_reader.close()  # and its tails
+    if ctx.integrity is not None:
+        ctx.integrity.close()
+    if ctx.log_reader is not None:
+        ctx.log_reader.close()  # and its tails
 
 
 FINAL_FLUSH_WAIT_S = 2.0

@@ -35,17 +35,19 @@ from typing import Any
 from sqlite_utils import Database
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
-from collectors.proc_events import is_server_comm
 from monitor.errors import DatabaseError
-from monitor.exits import signal_name
-from monitor.store import integrity, rollups
+from monitor.store import integrity
 from monitor.store.migrations import DEVICE_SAMPLE_FIELDS, PROCESS_SAMPLE_FIELDS, migrations
-from monitor.store.retention import KEPT_KINDS, LOG_DERIVED_KINDS, Retention
+from monitor.store.prune import KEEP_AFTER_MS as KEEP_AFTER_MS  # the post-mortem's window
+from monitor.store.prune import KEEP_BEFORE_MS as KEEP_BEFORE_MS
+from monitor.store.prune import LATE_MS as LATE_MS
+from monitor.store.prune import MINUTE_MS as MINUTE_MS
+from monitor.store.prune import prune as prune_tables
+from monitor.store.records import ExitJudge, ProcessRow
+from monitor.store.retention import Retention
 
 log = logging.getLogger(__name__)
 
-MINUTE_MS = 60_000
-LATE_MS = 3_600_000  # how late a tick may be written and still reach its minute's rollup
 _DEVICE_STATIC = (
     "collector", "vendor", "name", "memory_kind", "pci_bus_id", "total_bytes",
     "vram_total_bytes", "vis_vram_total_bytes", "gtt_total_bytes",
@@ -54,43 +56,6 @@ _DEVICE_STATIC = (
 
 
 _PKey = tuple[int, int, int | None]  # (pid, start_ticks, started_at_ms)
-
-
-def _alerts(gone: ExitedProcess) -> bool:
-    """Whether an exit alerts (crash, OOM kill): its process gets its row at once."""
-    from monitor.exits import ALERT_CAUSES, classify_legacy
-
-    return classify_legacy(gone)[0] in ALERT_CAUSES
-
-
-SHORT_LIVED_MS = 60_000  # an exit of a process seen for less than this is no event ...
-OWN_NAMES = ("vramscope",)  # ... nor one of our own CLI runs (unless they alert)
-
-
-def exit_is_event(
-    comm: str,
-    engine: str | None,
-    argv_json: str | None,
-    first_seen_ms: int | None,
-    last_seen_ms: int,
-) -> bool:
-    """An inference server's exit is always an event; vramscope's own CLI runs never are;
-    any other process only when it was seen for at least ``SHORT_LIVED_MS`` (a busy box
-    has short-lived top-N processes come and go every minute)."""
-    if engine is not None:
-        return True
-    try:
-        argv = json.loads(argv_json or "[]")
-    except ValueError:
-        argv = []
-    words = [str(a) for a in argv[:4]] if isinstance(argv, list) else []
-    if (
-        comm in OWN_NAMES
-        or any(w.rsplit("/", 1)[-1] in OWN_NAMES for w in words)
-        or ("-m" in words and "monitor" in words)
-    ):
-        return False
-    return first_seen_ms is None or last_seen_ms - first_seen_ms >= SHORT_LIVED_MS
 
 
 class StoreError(DatabaseError):
@@ -302,8 +267,17 @@ def open_readonly(path: Path) -> Database:
 class Store:
     """The daemon's writer. Not thread-safe: the daemon has exactly one worker thread."""
 
-    def __init__(self, db: Database, path: Path | None, recovered_from: str | None = None):
+    def __init__(
+        self,
+        db: Database,
+        path: Path | None,
+        recovered_from: str | None = None,
+        exit_judge: ExitJudge | None = None,
+    ):
         self.db = db
+        # what to record about each exit (monitor/analysis/exits_judged.py, handed in by
+        # the daemon): the store decides nothing; without one it cannot write exits
+        self.exit_judge = exit_judge
         self.path = path
         self.recovered_from = recovered_from
         # (pid, start_ticks, started_at_ms) -> processes.id. started_at_ms (boot time +
@@ -320,7 +294,7 @@ class Store:
         self._wal_ino: int | None = None  # the -wal file we write (see wal_lost)
 
     @classmethod
-    def open(cls, path: Path) -> Store:
+    def open(cls, path: Path, exit_judge: ExitJudge | None = None) -> Store:
         flagged = _move_flagged(path)
         kind, detail = classify(path)
         if kind == "directory":
@@ -378,7 +352,7 @@ class Store:
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"cannot prepare the database {path}: {exc}") from exc
-        store = cls(db, path, recovered_from)
+        store = cls(db, path, recovered_from, exit_judge)
         store.note_wal()
         if moved is not None:
             store.add_event(
@@ -555,7 +529,7 @@ class Store:
         written if it is seen again)."""
         ts_ms = snap.ts_ms
         holders = {m.pid for m in snap.memory if m.device_id != "host"}
-        holders |= {g.pid for g in snap.exited if _alerts(g)}
+        holders |= {g.pid for g in snap.exited if self._exit_judge().keeps_record(g)}
         holders |= {  # a warning or critical event names it (oom_predicted at its first tick)
             pid
             for e in snap.events
@@ -579,7 +553,7 @@ class Store:
             ids[p.pid] = row_id
         for g in snap.exited:  # a crash or OOM kill keeps its record, however short
             for key in [k for k in self._pending if k[:2] == (g.pid, g.start_ticks)]:
-                if key not in seen and _alerts(g):
+                if key not in seen and self._exit_judge().keeps_record(g):
                     first_ts, info, _ = self._pending[key]
                     self._process_ids[key] = self._process_id(conn, info, first_ts)
         gone = [
@@ -650,90 +624,42 @@ class Store:
         return int(row[0])
 
     def _record_exit(self, conn: sqlite3.Connection, ts_ms: int, gone: ExitedProcess) -> None:
-        """Mark the process row exited with its status; a ``process_exit`` event (see
-        :func:`exit_is_event` for which exits are not worth one), and a ``crash`` event
-        for an exit that alerts (crash, OOM kill, engine OOM). A process that has no row
-        (it died before the tick that would have written it) still gets its events when
-        its exit alerts: every alert has its record."""
-        from monitor.exits import ALERT_CAUSES, classify_legacy
-
-        pid, start_ticks, last_seen_ms = gone.pid, gone.start_ticks, gone.last_seen_ms
+        """Mark the process row exited with its status and cause, and write the events the
+        exit judge (monitor/store/records.py) decided, with or without a row."""
+        pid, start_ticks = gone.pid, gone.start_ticks
         for key in [k for k in self._process_ids if k[:2] == (pid, start_ticks)]:
             del self._process_ids[key]
-        row = conn.execute(
+        found = conn.execute(
             "SELECT id, comm, engine, argv, first_seen_ms FROM processes WHERE pid = ?"
             " AND start_ticks = ? AND exited_ms IS NULL ORDER BY id DESC",
             (pid, start_ticks),
         ).fetchone()
-        cause, severity, how = classify_legacy(gone)
-        alerts = cause in ALERT_CAUSES
-        if row is None:
-            # a server the connector saw exec and die before any sample: always told
-            server = gone.exit_source == "connector" and is_server_comm(gone.comm or "")
-            if alerts or server:
-                self._exit_events(conn, ts_ms, gone, (None, gone.comm or "?", None), cause)
-            return
-        core = None if gone.core_dumped is None else int(gone.core_dumped)
-        conn.execute(
-            "UPDATE processes SET exited_ms = ?, exit_code = ?, exit_signal = ?,"
-            " core_dumped = ?, exit_cause = ?, exit_source = ? WHERE id = ?",
-            (ts_ms, gone.exit_code, gone.exit_signal, core, cause, gone.exit_source, row[0]),
-        )
-        if not alerts and not exit_is_event(row[1], row[2], row[3], row[4], last_seen_ms):
-            return
-        self._exit_events(conn, ts_ms, gone, (row[0], row[1], row[2]), cause)
-
-    def _exit_events(
-        self,
-        conn: sqlite3.Connection,
-        ts_ms: int,
-        gone: ExitedProcess,
-        who: tuple[int | None, str, str | None],
-        cause: str,
-    ) -> None:
-        """The ``process_exit`` event of an exit, and its ``crash`` event when it alerts;
-        ``who``: (process row id or None, comm, engine)."""
-        from monitor.exits import ALERT_CAUSES, classify_legacy
-
-        _, severity, how = classify_legacy(gone)
-        process_id, comm, engine = who
-        pid, last_seen_ms = gone.pid, gone.last_seen_ms
-        data = {
-            "pid": pid,
-            "start_ticks": gone.start_ticks,
-            "process_id": process_id,
-            "engine": engine,
-            "comm": comm,
-            "last_seen_ms": last_seen_ms,
-            "how": how,
-            "cause": cause,
-            "exit_code": gone.exit_code,
-            "exit_signal": gone.exit_signal,
-            "signal": signal_name(gone.exit_signal),
-            "core_dumped": gone.core_dumped,
-            "exit_source": gone.exit_source,
-        }
-        self._insert_event(
-            conn,
-            ts_ms,
-            "process_exit",
-            severity,
-            f"{comm}[{pid}]",
-            f"{comm} (pid {pid}) {how}; last seen {ts_ms - last_seen_ms} ms before",
-            data,
-            keyed=True,
-        )
-        if cause in ALERT_CAUSES:  # a crash keeps the full-resolution samples around it
-            self._insert_event(
-                conn,
-                last_seen_ms,
-                "crash",
-                "critical",
-                f"{comm}[{pid}]",
-                f"{comm} (pid {pid}) {how}",
-                data,
-                keyed=True,
+        row = None if found is None else ProcessRow(*found)
+        record = self._exit_judge().judge(gone, row, ts_ms)
+        if row is not None:
+            core = None if gone.core_dumped is None else int(gone.core_dumped)
+            conn.execute(
+                "UPDATE processes SET exited_ms = ?, exit_code = ?, exit_signal = ?,"
+                " core_dumped = ?, exit_cause = ?, exit_source = ? WHERE id = ?",
+                (
+                    ts_ms,
+                    gone.exit_code,
+                    gone.exit_signal,
+                    core,
+                    record.cause,
+                    gone.exit_source,
+                    row.id,
+                ),
             )
+        for ev in record.events:
+            self._insert_event(
+                conn, ev.ts_ms, ev.kind, ev.severity, ev.subject, ev.message, ev.data, keyed=True
+            )
+
+    def _exit_judge(self) -> ExitJudge:
+        if self.exit_judge is None:
+            raise RuntimeError("this Store was opened without an exit judge: it cannot write exits")
+        return self.exit_judge
 
     def add_event(
         self,
@@ -817,105 +743,12 @@ class Store:
     # -- retention ----------------------------------------------------------------
 
     def prune(self, now_ms: int, retention: Retention) -> dict[str, int]:
-        """Roll raw samples up per minute, then drop what retention no longer keeps.
-
-        Only complete minutes are rolled up. Each prune recomputes the minutes from
-        ``LATE_MS`` before the previous end (``meta.rolled_up_to_ms``), and raw rows are
-        never deleted inside that window: a tick written late (kept in memory while the
-        database was locked) still lands in its minute's rollup, and a recomputed minute
-        always sees all of its raw rows.
-        """
-        conn = self.db.conn
-        counts: dict[str, int] = {}
+        """Roll raw samples up per minute, then drop what retention no longer keeps, in one
+        transaction (monitor/store/prune.py); the counts of rows rolled up and deleted."""
         with self.db.atomic():
-            row = conn.execute("SELECT value FROM meta WHERE key='rolled_up_to_ms'").fetchone()
-            previous_end = int(row[0]) if row else 0
-            start = max(0, previous_end - LATE_MS)
-            end = now_ms - now_ms % MINUTE_MS
-            if end > start:
-                counts["device_minutes"] = conn.execute(_DEVICE_ROLLUP, (start, end)).rowcount
-                counts["process_minutes"] = conn.execute(_PROCESS_ROLLUP, (start, end)).rowcount
-                counts.update(rollups.roll_up(conn, start, end))
-                conn.execute(
-                    "INSERT OR REPLACE INTO meta VALUES ('rolled_up_to_ms', ?)", (str(end),)
-                )
-            raw_cut = min(end - LATE_MS, now_ms - int(retention.raw_hours * 3600_000))
-            raw_cut -= raw_cut % MINUTE_MS  # whole minutes only
-            minute_cut = now_ms - int(retention.minute_days * 86400_000)
-            runs_cut = now_ms - int(retention.runs_hours * 3600_000)
-            for table, cut in (
-                ("device_samples", raw_cut),
-                ("process_samples", raw_cut),
-                ("hidden_samples", raw_cut),
-                ("process_cgroups", raw_cut),
-                ("device_minutes", minute_cut),
-                ("process_minutes", minute_cut),
-                *((table, minute_cut) for table in rollups.TABLES),
-                ("collector_runs", runs_cut),
-                ("slot_usage", minute_cut),
-            ):
-                keep = (
-                    _KEEP_AROUND_CRASHES.format(table=table)
-                    if table in ("device_samples", "process_samples", "process_cgroups")
-                    else ""
-                )
-                counts[f"deleted_{table}"] = conn.execute(
-                    f"DELETE FROM {table} WHERE ts_ms < ?{keep}", (cut,)
-                ).rowcount
-            counts["deleted_events"] = self._prune_events(conn, now_ms, retention)
-            # A process row outlives its samples by nothing: once its last sample (raw,
-            # minute, or kept around a crash) is gone and it was last seen before the
-            # minute retention, it goes too.
-            counts["deleted_processes"] = conn.execute(
-                "DELETE FROM processes WHERE last_seen_ms < ? AND id NOT IN"
-                " (SELECT process_id FROM process_samples"
-                " UNION SELECT process_id FROM process_minutes)",
-                (minute_cut,),
-            ).rowcount
-            counts["deleted_estimates"] = conn.execute(
-                "DELETE FROM estimates WHERE process_id NOT IN (SELECT id FROM processes)"
-            ).rowcount
-        return counts
-
-    @staticmethod
-    def _prune_events(conn: sqlite3.Connection, now_ms: int, retention: Retention) -> int:
-        """Events older than ``events_days``; then, while more than ``events_max`` are
-        left, the oldest log-derived ones (a flooded engine log), then the oldest of the
-        rest that are not kept (``retention.is_kept``: kernel records, exits, crashes,
-        alerts), and only when those alone are too many, the oldest of them (issue 28
-        item 4: a log flood evicted every kernel OOM kill)."""
-        cut = now_ms - int(retention.events_days * 86400_000)
-        deleted = conn.execute("DELETE FROM events WHERE ts_ms < ?", (cut,)).rowcount
-        kept = ", ".join(f"'{k}'" for k in sorted(KEPT_KINDS))
-        logged = ", ".join(f"'{k}'" for k in sorted(LOG_DERIVED_KINDS))
-        for where in (
-            f"kind IN ({logged})",
-            f"kind NOT IN ({kept}) AND kind != 'process_exit' AND kind NOT LIKE 'alert^_%'"
-            " ESCAPE '^'",
-            "1",
-        ):
-            (count,) = conn.execute("SELECT count(*) FROM events").fetchone()
-            if count <= retention.events_max:
-                break
-            deleted += conn.execute(
-                f"DELETE FROM events WHERE id IN (SELECT id FROM events WHERE {where}"
-                " ORDER BY id LIMIT ?)",
-                (count - retention.events_max,),
-            ).rowcount
-        return deleted
+            return prune_tables(self.db.conn, now_ms, retention)
 
 
-# Full-resolution samples from 10 minutes before to 1 minute after a crash or OOM kill are
-# evidence for `vramscope postmortem`: raw retention never deletes them.
-KEEP_BEFORE_MS, KEEP_AFTER_MS = 600_000, 60_000
-_KEEP_AROUND_CRASHES = (
-    " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.kind IN ('crash', 'oom_kill', 'oomd_kill')"
-    " AND {table}.ts_ms BETWEEN e.ts_ms - "
-    + str(KEEP_BEFORE_MS)
-    + " AND e.ts_ms + "
-    + str(KEEP_AFTER_MS)
-    + ")"
-)
 _DEVICE_SAMPLE_SQL = (
     f"INSERT OR REPLACE INTO device_samples (ts_ms, device_id, {', '.join(DEVICE_SAMPLE_FIELDS)})"
     f" VALUES ({', '.join('?' for _ in range(len(DEVICE_SAMPLE_FIELDS) + 2))})"
@@ -925,27 +758,3 @@ _PROCESS_SAMPLE_SQL = (
     f"{', '.join(PROCESS_SAMPLE_FIELDS)})"
     f" VALUES ({', '.join('?' for _ in range(len(PROCESS_SAMPLE_FIELDS) + 3))})"
 )
-_DEVICE_ROLLUP = """
-INSERT OR REPLACE INTO device_minutes
-SELECT ts_ms - ts_ms % 60000, device_id, count(*),
-       min(used_bytes), CAST(avg(used_bytes) AS INTEGER), max(used_bytes),
-       CAST(avg(vram_used_bytes) AS INTEGER), max(vram_used_bytes),
-       CAST(avg(gtt_used_bytes) AS INTEGER), max(gtt_used_bytes),
-       min(available_bytes), CAST(avg(available_bytes) AS INTEGER),
-       max(shmem_bytes), max(mlocked_bytes), min(swap_free_bytes),
-       avg(util_pct), max(util_pct), max(temp_c), avg(power_w), max(power_w)
-FROM device_samples WHERE ts_ms >= ? AND ts_ms < ?
-GROUP BY ts_ms - ts_ms % 60000, device_id
-"""
-_PROCESS_ROLLUP = """
-INSERT OR REPLACE INTO process_minutes
-SELECT ts_ms - ts_ms % 60000, process_id, device_id, count(*),
-       CAST(avg(vram_bytes) AS INTEGER), max(vram_bytes),
-       CAST(avg(gtt_bytes) AS INTEGER), max(gtt_bytes),
-       min(vram_bytes), min(gtt_bytes), max(cpu_bytes),
-       CAST(avg(rss_anon_bytes) AS INTEGER), max(rss_anon_bytes),
-       CAST(avg(rss_file_bytes) AS INTEGER), max(rss_file_bytes), max(rss_shmem_bytes),
-       max(swap_bytes), max(hwm_bytes), max(locked_bytes), max(pss_bytes)
-FROM process_samples WHERE ts_ms >= ? AND ts_ms < ?
-GROUP BY ts_ms - ts_ms % 60000, process_id, device_id
-"""

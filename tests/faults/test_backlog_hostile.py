@@ -22,6 +22,7 @@ import pytest
 from daemon_harness import get, running
 
 from collectors.base import DeviceEvent, DeviceSample, ExitedProcess, ProcessInfo, Snapshot
+from monitor.analysis.exits_judged import JUDGE
 from monitor.store import backlog
 from monitor.store.database import Store
 
@@ -153,7 +154,7 @@ def test_replaying_the_same_backlog_twice_adds_each_event_once(tmp_path: Path) -
     ticks.append(Snapshot(3000, (), (), (), (), (gone,), (), ()))
     path = backlog.save(db, ticks)
     for _ in range(2):  # the second replay: as after a kill -9 before the file was removed
-        store = Store.open(db)
+        store = Store.open(db, exit_judge=JUDGE)
         try:
             for line in path.read_text().splitlines():
                 store.write(backlog.from_json(json.loads(line)))

@@ -27,6 +27,7 @@ import tiny_models
 
 from collectors.base import ProcessInfo, Roots, Snapshot
 from monitor.analysis import assess_cache
+from monitor.analysis.exits_judged import JUDGE
 from monitor.daemon.assessor import Assessor
 from monitor.daemon.sampler import Sampler
 from monitor.daemon.watch import LoadWatch
@@ -80,7 +81,7 @@ class Box:
     def __init__(self, tmp_path: Path) -> None:
         self.sampler = Sampler(Roots(), enabled=["procfs"], timeout_s=None)
         self.db = tmp_path / "v.db"
-        self.store = Store.open(self.db)
+        self.store = Store.open(self.db, exit_judge=JUDGE)
         self.assessor = Assessor(Path("/proc"), threaded=False)
         self.watch = LoadWatch(Path("/proc"))  # judges each new server on its first tick
         self.builder = FrameBuilder()
@@ -242,7 +243,7 @@ def test_a_one_tick_process_that_an_alert_names_keeps_its_row(tmp_path: Path) ->
     def event(pid: int, severity: str) -> DeviceEvent:
         return DeviceEvent(1, "host", "x", severity, "m", {"pid": pid})  # type: ignore[arg-type]
 
-    store = Store.open(tmp_path / "v.db")
+    store = Store.open(tmp_path / "v.db", exit_judge=JUDGE)
     store.write(snap(1000, []))
     store.write(snap(2000, [11, 12, 13, 14], events=(event(11, "critical"), event(12, "info"))))
     crash = ExitedProcess(14, 14, 2000, exit_signal=11, cause="crashed")

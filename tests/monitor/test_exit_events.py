@@ -12,6 +12,7 @@ import pytest
 from stopping import STOP_GUARD_S
 
 from collectors.base import DeviceSample, ExitedProcess, ProcessInfo, ProcessMemory, Snapshot
+from monitor.analysis.exits_judged import JUDGE
 from monitor.store.database import Store
 
 GIB = 1024**3
@@ -67,7 +68,7 @@ def gone(pid: int, ts: int, **kw) -> ExitedProcess:  # noqa: ANN003
 
 def test_only_exits_worth_telling_become_events(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)
     store.write(tick(T0, [6]))  # 6 lives for two minutes
     store.write(tick(T0 + 117_000, [1, 2, 3, 4, 5, 6]))  # the rest for 3 s (two ticks:
     store.write(tick(T0 + 118_000, [1, 2, 3, 4, 5, 6]))  # one tick is not even a row)
@@ -128,7 +129,7 @@ def test_an_alerting_exit_of_a_process_with_no_row_still_has_its_events(tmp_path
     server the connector saw exec and exit at once (a refused flag); a quiet exit of any
     other such process leaves nothing (there is nothing to tell)."""
     db = tmp_path / "v.db"
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)
     store.write(tick(T0, [6]))
     end = T0 + 1_000
     store.write(

@@ -14,6 +14,7 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
+from monitor.analysis.exits_judged import JUDGE
 from monitor.analysis.postmortem import at_death_bytes, build
 from monitor.report.postmortem import render_html, render_text
 from monitor.store.database import Store
@@ -54,7 +55,7 @@ def test_at_death_is_the_last_figure_before_the_collapse() -> None:
 
 def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)
     ts = T0
     for _ in range(20):
         store.write(tick(ts, {100: int(1.01 * GIB)}))
@@ -86,7 +87,7 @@ def test_a_crash_is_titled_crash_and_memory_at_death_is_before_the_collapse(tmp_
 
 def test_an_untracked_oom_victim_is_named_and_only_live_loads_are_listed(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)
     store.write(
         tick(
             T0,
@@ -185,7 +186,7 @@ def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
     from monitor.estimate.model import Component, MemoryEstimate
 
     db = tmp_path / "v.db"
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)
     store.write(tick(T0, {500: GIB}))
     spec = parse_command(list(server(500).argv))
     assert spec is not None

@@ -16,6 +16,7 @@ from collectors.base import (
     ProcessMemory,
     Snapshot,
 )
+from monitor.analysis.exits_judged import JUDGE
 from monitor.store.database import MINUTE_MS, Retention, Store, StoreError, open_readonly
 
 GIB = 1024**3
@@ -83,7 +84,7 @@ def snapshot(
 
 @pytest.fixture
 def store(tmp_path: Path):
-    s = Store.open(tmp_path / "state" / "v.db")
+    s = Store.open(tmp_path / "state" / "v.db", exit_judge=JUDGE)
     yield s
     s.close()
 

@@ -10,6 +10,7 @@ from hostile_process import CSI_CLEAR, MARKUP, OSC_TITLE, hostile_server
 from pilot_helpers import settle, sync
 
 from collectors.base import Roots
+from monitor.analysis.exits_judged import JUDGE
 from monitor.daemon.sampler import Sampler
 from monitor.store.database import Store
 from tui.app import VramscopeApp
@@ -29,7 +30,7 @@ def shown_text(widget) -> str:  # noqa: ANN001
 
 def record(db: Path) -> tuple[int, int]:
     """Two hostile servers sampled while they run, then once more after they are gone."""
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)
     sampler = Sampler(Roots(), enabled=["procfs"])
     try:
         with (
