@@ -15,6 +15,7 @@ import pytest
 from hostile_process import CSI_CLEAR, MARKUP, OSC_TITLE, hostile_server
 
 from collectors.base import Roots
+from monitor.analysis.exits_judged import JUDGE
 from monitor.daemon.sampler import Sampler
 from monitor.store.database import Store
 from monitor.textsafe import terminal_safe, terminal_safe_lines
@@ -71,7 +72,7 @@ def test_status_prints_a_hostile_unrecognised_command_line_escaped() -> None:
 
 def test_events_and_postmortem_print_a_hostile_name_without_control_bytes(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
-    store = Store.open(db)
+    store = Store.open(db, exit_judge=JUDGE)  # as the daemon opens it
     sampler = Sampler(Roots(), enabled=["procfs"])
     try:
         with hostile_server(OSC_TITLE) as proc:
