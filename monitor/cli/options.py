@@ -116,3 +116,15 @@ def _config_in_force(own: Path | None) -> Path | None:
     if Path(own).absolute() != Path(group).absolute():
         raise _OneLine(f"--config given twice and different: {group} and {own}; give one")
     return own
+
+
+def terminal_width() -> int | None:
+    """The columns text output is laid out for (monitor/report/status.py output_width):
+    the terminal's; piped, COLUMNS if set, else None (every line whole)."""
+    import os
+    import shutil
+    import sys
+
+    from monitor.report.status import output_width
+
+    return output_width(sys.stdout.isatty(), shutil.get_terminal_size().columns, os.environ)
