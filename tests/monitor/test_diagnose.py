@@ -282,12 +282,21 @@ def test_text_fits_columns_and_keeps_every_word(box: dict[str, Path], columns: s
     line fits, every word is there whole (the 71-character blob name included)."""
     args = ("diagnose", "--state", str(box["state"]), "--config", str(box["config"]))
     plain = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    run = dict(capture_output=True, text=True, timeout=120, cwd=ROOT)
-    cmd = [sys.executable, "-m", "monitor", *args]
-    whole = subprocess.run(cmd, env={**plain, "PYTHONPATH": str(ROOT)}, **run).stdout
-    fitted = subprocess.run(
-        cmd, env={**plain, "PYTHONPATH": str(ROOT), "COLUMNS": columns}, **run
-    ).stdout
+    whole = vramscope_env(plain, *args)
+    fitted = vramscope_env({**plain, "COLUMNS": columns}, *args)
     assert max(map(len, whole.splitlines())) > 80  # the case is real
     assert all(len(x) <= int(columns) for x in fitted.splitlines()), fitted
     assert fitted.split() == whole.split() and "…" not in fitted
+
+
+def vramscope_env(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
