@@ -69,6 +69,9 @@ class EventRow:
     severity: str
     subject: str | None
     message: str
+    # the event's stored ``data`` (pid, start_ticks, cause): what joins a crash to its
+    # evidence (monitor/report/events.py); None for a live tick's events
+    data: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -682,7 +685,9 @@ class StoreSource:
         from monitor.api import events_between
 
         rows = self._read(events_between, since_ms, until_ms if until_ms is not None else 2**62)
-        return [EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message) for e in rows]
+        return [
+            EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message, e.data) for e in rows
+        ]
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
         """Used memory per device and per model (its measured total), at most
@@ -782,7 +787,14 @@ class RemoteSource(LiveSource):
         with self._lock:
             for e in page["events"]:
                 self._events.append(
-                    EventRow(e["ts_ms"], e["kind"], e["severity"], e.get("subject"), e["message"])
+                    EventRow(
+                        e["ts_ms"],
+                        e["kind"],
+                        e["severity"],
+                        e.get("subject"),
+                        e["message"],
+                        e["data"] if isinstance(e.get("data"), dict) else None,
+                    )
                 )
                 self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
             frame = self.builder.build_state(
