@@ -21,6 +21,7 @@ from fake_source import (
 from pilot_helpers import settle, sync
 
 from tui.app import VramscopeApp
+from tui.screens.history import fits
 from tui.widgets.breakdown import Breakdown
 from tui.widgets.events_pane import EventsPane
 from tui.widgets.models_table import COLUMNS, ModelsTable
@@ -240,6 +241,10 @@ async def test_history_labels_at_80x24_tell_twelve_long_names_apart(long_files) 
         await idle(pilot)
         labels = [str(w.render()) for w in app.screen.query(".series-label")]
         screen = app.export_screenshot()
+        shown = str(app.screen.query_one("#readout").render())
+    # the cursor's readout: its two lines, the series past them counted, none cut
+    assert shown.endswith(" more") and " · +" in shown, shown
+    assert fits(shown, 78) and shown.startswith("2026-01-01") and "GPU0 RTX 4090" in shown
     # the time axis in whole minutes ending at "now", not the plot's fifths (-3.8, -1.2)
     assert "-3.8" not in screen and "-1.2" not in screen and ">now<" in screen.replace("&#160;", "")
     devices = [x for x in labels if "(pid " not in x]

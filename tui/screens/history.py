@@ -10,6 +10,7 @@ value now and its peak in the window (a bucket keeps its peak, so no peak is los
 
 from __future__ import annotations
 
+import textwrap
 from bisect import bisect_right
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -98,8 +99,11 @@ def readout(
     ts_ms: int,
     newest_ms: int | None,
     device_names: Mapping[str, str] | None = None,
+    width: int | None = None,
 ) -> str:
-    """Every series at one moment, for the cursor line."""
+    """Every series at one moment, for the cursor line; ``width``: its lines' width, the
+    series past its two lines counted as "+N more" (each series' value is in the list
+    beneath), never one cut in the middle of a word."""
     parts = []
     for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
         points = series[label]
@@ -107,7 +111,20 @@ def readout(
         value = None if ended else value_at(points, ts_ms)
         name = series_name(label, device_names)
         parts.append(f"{name} {size(value) if value is not None else '-'}")
-    return f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts)
+    text = f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts)
+    if width is None or fits(text, width):
+        return text
+    for shown in range(len(parts) - 1, -1, -1):
+        more = f" · +{len(parts) - shown} more"
+        text = f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts[:shown]) + more
+        if fits(text, width):
+            return text
+    return text
+
+
+def fits(text: str, width: int, lines: int = 2) -> bool:
+    """Whether ``text`` wrapped at spaces to ``width`` takes at most ``lines`` lines."""
+    return len(textwrap.wrap(text, max(width, 1), break_long_words=False)) <= lines
 
 
 class HistoryScreen(Screen):
@@ -272,5 +289,9 @@ class HistoryScreen(Screen):
             plt.ylim(0)
             plot.display = drawn  # no empty frame for a box without models (or devices)
             plot.refresh()
-        text = readout(self.series, at, self._newest(), self.device_names) if at is not None else ""
+        # two lines of the readout's width, less a word's worth lost to wrapping each
+        room = 2 * (self.size.width - 2) - 2 * LABEL_CHARS if self.size.width else None
+        text = (
+            "" if at is None else readout(self.series, at, self._newest(), self.device_names, room)
+        )
         self.query_one("#readout", Static).update(plain(text))
