@@ -263,11 +263,14 @@ def wrapped(line: str, width: int | None, indent: str = "    ") -> list[str]:
     text = line.lstrip()
     lead = line[: len(line) - len(text)]
     longest = max(map(len, text.split()), default=0)
+    after = lead + indent
+    if longest <= width:  # a word longer than any line is cut however it is indented
+        after = after[: max(width - longest, 1)]
     lines = textwrap.wrap(
         text,
         width,
         initial_indent=lead,
-        subsequent_indent=(lead + indent)[: max(width - longest, 1)],
+        subsequent_indent=after,
         break_long_words=False,
         break_on_hyphens=False,
         drop_whitespace=True,

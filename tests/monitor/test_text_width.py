@@ -143,3 +143,16 @@ def test_diagnose_fits_the_width_and_loses_no_word(columns: int) -> None:
         assert [w for w in text.split() if len(w) < 70 and not w.endswith("…")] == kept
     fix = next(x for x in text.splitlines() if "-ctk" in x or "q8_0" in x)
     assert fix.startswith(" ")
+
+
+def test_wrapped_keeps_the_lead_once_and_a_long_name_whole() -> None:
+    """``wrapped`` (monitor/report/status.py): the line's own leading spaces once (they were
+    doubled on its first line), a name that fits the width but not the indented
+    continuation kept whole on a less indented line, a word wider than any line cut."""
+    from monitor.report.status import wrapped
+
+    assert wrapped("  abc def ghi", 9) == ["  abc def", "      ghi"]
+    name = "n" * 75
+    lines = wrapped(f"  cause: {name} more words", 80, " " * 26)
+    assert lines[0] == "  cause:" and lines[1].strip() == name and len(lines[1]) <= 80
+    assert wrapped("x " + "y" * 90, 40)[-1] == "    " + "y" * 35 + "…"
