@@ -4,6 +4,8 @@ of that kill beneath it; another process's kill stays a row of its own (noise ca
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from fake_source import T0, FakeSource, long_named, two_gpus_twelve
 from pilot_helpers import settle, sync
@@ -54,3 +56,13 @@ async def test_one_crash_is_one_row_with_its_evidence(long_files, size) -> None:
         assert "4321" not in crash[-1].plain  # not folded in: another pid
         row = pane.rows[next(k for i, k in enumerate(pane.rows) if i == 1)]
         assert row.height >= 4  # the evidence is drawn, not cut to one line
+
+
+def test_a_remote_events_data_that_is_not_an_object_groups_nothing() -> None:
+    """A remote daemon's events are untrusted: ``data`` a list or a string is no join."""
+    from tui.widgets.events_pane import crashes_whole
+
+    bad = ([1], "x", 3, [], None)
+    rows = [dataclasses.replace(e, data=b) for e, b in zip(crash_events(), bad, strict=True)]
+    assert [len(ev) for _, ev in crashes_whole(rows)] == [0] * 5
+    assert [len(ev) for _, ev in crashes_whole(crash_events())] == [0, 3]  # the real join

@@ -98,10 +98,16 @@ def crashes_whole(events: Sequence[EventRow]) -> list[tuple[EventRow, list[Event
     from monitor.api import grouped_events
 
     rows = [
-        {"ts_ms": e.ts_ms, "kind": e.kind, "severity": e.severity, "data": e.data, "row": e}
+        {"ts_ms": e.ts_ms, "kind": e.kind, "severity": e.severity, "data": data(e), "row": e}
         for e in events
     ]
     return [
         (head["row"], [x["row"] for x in evidence])
         for head, evidence in reversed(grouped_events(rows))
     ]
+
+
+def data(e: EventRow) -> dict[str, object] | None:
+    """The event's stored data where it is an object (a remote daemon's answer is not
+    trusted to be one)."""
+    return e.data if isinstance(e.data, dict) else None
