@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # the same table as _WHERE (tests/test_import_hygiene.py)
     from monitor.logs.server_cache import ServerLogFollower as ServerLogFollower
     from monitor.logs.server_cache import log_file_of as log_file_of
     from monitor.logs.server_cache import log_source as log_source
+    from monitor.report.events import grouped as grouped_events
     from monitor.store.database import StoreError as StoreError
     from monitor.store.database import open_readonly as open_readonly
     from monitor.store.estimates import has_table as has_estimates_table
@@ -152,6 +153,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "load_llamaswap_config": ("monitor.integrations.llamaswap", "load_config"),
     "log_file_of": ("monitor.logs.server_cache", "log_file_of"),
     "log_source": ("monitor.logs.server_cache", "log_source"),
+    "grouped_events": ("monitor.report.events", "grouped"),
     "ServerLogFollower": ("monitor.logs.server_cache", "ServerLogFollower"),
     "open_readonly": ("monitor.store.database", "open_readonly"),
     "StoreError": ("monitor.store.database", "StoreError"),
@@ -214,6 +216,7 @@ __all__ = [
     "evidence_from_log",
     "features_of",
     "fleet_token",
+    "grouped_events",
     "has_estimates_table",
     "helper_parents",
     "judged",

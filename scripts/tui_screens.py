@@ -16,6 +16,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "tui"), str(ROOT / "tests" / "fa
 
 from fake_source import T0, discrete_three  # noqa: E402
 
+from monitor.api import BoxRow  # noqa: E402
 from monitor.store.database import Store  # noqa: E402
 from tui.app import VramscopeApp  # noqa: E402
 from tui.source import StoreSource  # noqa: E402
@@ -24,7 +25,12 @@ MODELS = {
     name: f"/models/{name}"
     for name in ("qwen3-8b-q8_0.gguf", "qwen3-8b-q4_k.gguf", "qwen3-draft-q8_0.gguf")
 }
-SCREENS = {"main": [], "history": ["h", "2", "left"] * 1, "help": ["question_mark"]}
+SCREENS = {
+    "main": [],
+    "history": ["h", "2", "left"] * 1,
+    "help": ["question_mark"],
+    "fleet": [],  # `tui --prometheus URL`
+}
 
 
 def database(path: Path) -> Path:
@@ -44,8 +50,34 @@ def database(path: Path) -> Path:
     return path
 
 
+class Prometheus:
+    """The fleet screen's boxes as monitor.http.prometheus.PrometheusFleet reads them from a
+    Prometheus that scrapes four daemons, one of them down (the rows of
+    tests/tui/test_snapshots_sizes.py; tests/tui/test_prometheus_fleet.py reads a real one)."""
+
+    url = "http://prometheus.example.internal:9090"
+
+    def rows(self) -> list[BoxRow]:
+        gib = 2**30
+        two = "GPU0 RTX 4090 19.3G/24.0G, GPU1 RTX 4090 21.7G/24.0G, host RAM 38G/128G"
+        alert = ("GPU1 RTX 4090 memory above 85% for 60 s",)
+        return [
+            BoxRow("http://gpu-box-rack3-node07.example.internal:9835", two, 12,
+                   int(2.3 * gib), "GPU1 RTX 4090", alert, None, 5400.0),
+            BoxRow("http://strix-halo.lan:9835", "GPU0 Strix Halo 61.0G/96.0G", 3, 35 * gib,
+                   "GPU0 Strix Halo"),
+            BoxRow("http://10.0.0.12:9835", error="Prometheus target down: connection refused"),
+            BoxRow("http://dgx-spark-01.example.internal:9835", "GPU0 GB10 88.0G/119.7G", 5,
+                   31 * gib, "GPU0 GB10", (), None, 9e4),
+        ]  # fmt: skip
+
+
 async def shoot(db: Path, size: tuple[int, int], keys: list[str], svg: Path) -> None:
     app = VramscopeApp(StoreSource(db), refresh_s=None)
+    if svg.name.startswith("fleet"):
+        app = VramscopeApp(
+            StoreSource(db), refresh_s=None, prometheus=Prometheus(), token_of=lambda _u: None
+        )
     async with app.run_test(size=size) as pilot:
         for _ in range(10):
             await pilot.pause(0.05)

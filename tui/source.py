@@ -69,6 +69,7 @@ class EventRow:
     severity: str
     subject: str | None
     message: str
+    data: dict[str, Any] | None = field(default=None, compare=False)  # report/events.py joins
 
 
 @dataclass(frozen=True, slots=True)
@@ -682,7 +683,7 @@ class StoreSource:
         from monitor.api import events_between
 
         rows = self._read(events_between, since_ms, until_ms if until_ms is not None else 2**62)
-        return [EventRow(int(e.ts_ms), e.kind, e.severity, e.subject, e.message) for e in rows]
+        return [EventRow(e.ts_ms, e.kind, e.severity, e.subject, e.message, e.data) for e in rows]
 
     def history(self, device_id: str | None, since_ms: int, until_ms: int) -> Series:
         """Used memory per device and per model (its measured total), at most
@@ -781,9 +782,8 @@ class RemoteSource(LiveSource):
             raise SourceError(f"{self.url}/api/v1/events: not a vramscope events page: {problem}")
         with self._lock:
             for e in page["events"]:
-                self._events.append(
-                    EventRow(e["ts_ms"], e["kind"], e["severity"], e.get("subject"), e["message"])
-                )
+                row = (e["ts_ms"], e["kind"], e["severity"], e.get("subject"), e["message"])
+                self._events.append(EventRow(*row, e.get("data")))  # checked where read
                 self._since_ms = max(self._since_ms, int(e["ts_ms"]) + 1)
             frame = self.builder.build_state(
                 state, list(self._events)[-100:], live=True, assessments=stored, missing=missing

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from monitor.cli.options import Finite, common_options, load_config
+from monitor.cli.options import Finite, common_options, load_config, terminal_width
 
 
 @click.command()
@@ -95,10 +93,7 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
             )
         )
     else:
-        width = status_mod.output_width(
-            sys.stdout.isatty(), shutil.get_terminal_size().columns, os.environ
-        )
-        click.echo(status_mod.render_text(snap, width=width))
+        click.echo(status_mod.render_text(snap, width=terminal_width()))
 
 
 @click.command()

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from monitor.cli.options import PID, UserError, common_options, load_config
+from monitor.cli.options import PID, UserError, common_options, load_config, terminal_width
 from monitor.textsafe import terminal_safe_lines
 
 
@@ -56,7 +56,7 @@ def diagnose(
         raise UserError("--log needs --pid: the server that wrote the log")
     cfg = load_config(**kwargs)
     found = run_diagnose(cfg, state, at_time, pid, log_path)
-    click.echo(terminal_safe_lines(render(found, as_json)))
+    click.echo(terminal_safe_lines(render(found, as_json, terminal_width())))
 
 
 @click.command()
@@ -132,7 +132,7 @@ def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> 
         return
     from monitor.report.events import render
 
-    for line in render(rows, labels):  # a crash: one line, its evidence indented (--json: all)
+    for line in render(rows, labels, terminal_width()):  # a crash: one line, evidence beneath
         click.echo(line)
     if not rows:
         click.echo("no events in that period")

@@ -21,6 +21,8 @@ from monitor.engines.recognise import helper_parents
 from monitor.errors import UsageError
 from monitor.estimate import MemoryEstimate, features_of
 from monitor.logs.server_cache import log_file_of, log_source
+from monitor.report.status import wrapped
+from monitor.textsafe import terminal_safe
 from monitor.units import GIB, gib_or_mib
 
 
@@ -181,7 +183,13 @@ def _with_cgroup(
     return in_cgroup(d, limit, members, must, mapped, hier.version if hier else None)
 
 
-def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
+FINDING_INDENT = " " * 26  # a finding's continuation: under its cause column
+
+
+def render(diagnoses: list[Diagnosis], as_json: bool, width: int | None = None) -> str:
+    """``diagnose``'s text (or JSON). ``width``: the columns to fit (monitor/report/status.py
+    ``output_width``): a long line wrapped at spaces beneath its column, a word longer than
+    a line cut with an ellipsis; None: every line whole (piped; ``--json`` has it all)."""
     if as_json:
         return json.dumps(
             [
@@ -196,20 +204,24 @@ def render(diagnoses: list[Diagnosis], as_json: bool) -> str:
         )
     if not diagnoses:
         return "no running llama.cpp / ollama server found"
-    lines = []
+    lines: list[str] = []
     for d in diagnoses:
-        lines.append(f"pid {d.pid}: {d.summary}")
+        lines += wrapped(terminal_safe(f"pid {d.pid}: {d.summary}"), width)
         if d.cgroup:
-            lines.append(f"  memory cgroup: {d.cgroup}")
+            lines += wrapped(terminal_safe(f"  memory cgroup: {d.cgroup}"), width)
         for f in d.findings:
             fix = (
                 f" -> {f.fix}" + (f" frees {gib_or_mib(f.frees_bytes)}" if f.frees_bytes else "")
                 if f.fix
                 else ""
             )
-            lines.append(f"  {f.component:<13} {gib_or_mib(f.bytes):>10}  {f.cause}{fix}")
+            row = f"  {f.component:<13} {gib_or_mib(f.bytes):>10}  {f.cause}{fix}"
+            lines += wrapped(terminal_safe(row), width, FINDING_INDENT)
             if f.evidence:
-                lines.append(f"  {'':<13} {'':>10}  evidence: {f.evidence}")
+                row = f"  {'':<13} {'':>10}  evidence: {f.evidence}"
+                lines += wrapped(terminal_safe(row), width, FINDING_INDENT)
         if any(f.component in GROWTH_COMPONENTS for f in d.findings):
-            lines += [f"  checked: {c}" for c in d.checked]
+            lines += [
+                x for c in d.checked for x in wrapped(terminal_safe(f"  checked: {c}"), width)
+            ]
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import click
 
 from monitor import config as config_mod
 from monitor.errors import (
+    DEBUG_ENV,
     EXIT_USAGE,
     UsageError,
 )
@@ -68,6 +69,13 @@ def _path(**kwargs: Any) -> click.Path:
     return click.Path(dir_okay=False, path_type=Path, **kwargs)
 
 
+def _debug_after_command(ctx: click.Context, _param: Any, value: bool) -> None:
+    """``vramscope status --debug``: the same as ``vramscope --debug status`` (the bug line
+    says "run with --debug"; either place works): the group's ``debug`` set."""
+    if value:
+        ctx.find_root().params["debug"] = True
+
+
 def common_options(func: Any) -> Any:
     """Options every command shares: where the config, database and roots are."""
     options = [
@@ -94,6 +102,13 @@ def common_options(func: Any) -> Any:
             type=click.Path(exists=True, file_okay=False, path_type=Path),
             help="Read this tree instead of /sys (a recorded fixture).",
         ),
+        click.option(
+            "--debug",
+            is_flag=True,
+            expose_value=False,
+            callback=_debug_after_command,
+            help=f"Print the traceback of an internal error (a bug), as {DEBUG_ENV}=1 does.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -116,3 +131,15 @@ def _config_in_force(own: Path | None) -> Path | None:
     if Path(own).absolute() != Path(group).absolute():
         raise _OneLine(f"--config given twice and different: {group} and {own}; give one")
     return own
+
+
+def terminal_width() -> int | None:
+    """The columns text output is laid out for (monitor/report/status.py output_width):
+    the terminal's; piped, COLUMNS if set, else None (every line whole)."""
+    import os
+    import shutil
+    import sys
+
+    from monitor.report.status import output_width
+
+    return output_width(sys.stdout.isatty(), shutil.get_terminal_size().columns, os.environ)

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.device_names import relabel
+from monitor.report.status import wrapped
 from monitor.textsafe import terminal_safe
 
 WINDOW_MS = 120_000  # the daemon's join window (loop.py recent_kills, last_app_oom_ms)
@@ -96,19 +97,29 @@ def grouped(rows: Sequence[Event]) -> list[tuple[Event, list[Event]]]:
     return out
 
 
-def render(rows: Sequence[Event], labels: dict[str, str] | None = None) -> list[str]:
+HEAD_INDENT = " " * 21  # a headline's continuation: under its severity column
+EVIDENCE_INDENT = " " * 4  # an evidence line's continuation: under its time
+
+
+def render(
+    rows: Sequence[Event], labels: dict[str, str] | None = None, width: int | None = None
+) -> list[str]:
     """The text lines of ``vramscope events``; device ids in messages read as ``labels``
-    gives them (monitor/device_names.py: ``GPU0 RTX 4060``)."""
+    gives them (monitor/device_names.py: ``GPU0 RTX 4060``). ``width``: the columns to fit
+    (monitor/report/status.py ``output_width``), a long message wrapped at spaces beneath
+    its line and a word longer than a line cut with an ellipsis; None: every line whole."""
     names = labels or {}
     lines: list[str] = []
     for head, evidence in grouped(rows):
         when = datetime.fromtimestamp(head["ts_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(
+        line = (
             f"{when}  {terminal_safe(head['severity']):<8} {terminal_safe(head['kind']):<14} "
             f"{terminal_safe(relabel(head['message'], names))}"
         )
+        lines += wrapped(line, width, HEAD_INDENT)
         for e in evidence:
             at = datetime.fromtimestamp(e["ts_ms"] / 1000).strftime("%H:%M:%S")
             message = terminal_safe(relabel(e["message"], names))
-            lines.append(f"{'':>19}  └ {at} {terminal_safe(e['kind']):<14} {message}")
+            line = f"{'':>19}  └ {at} {terminal_safe(e['kind']):<14} {message}"
+            lines += wrapped(line, width, EVIDENCE_INDENT)
     return lines

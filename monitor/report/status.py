@@ -254,21 +254,28 @@ def fit(text: str, width: int) -> str:
 
 
 def wrapped(line: str, width: int | None, indent: str = "    ") -> list[str]:
-    """``line`` wrapped at spaces to ``width`` (continuations indented); a word longer
-    than a line is cut with an ellipsis. ``width`` None: the line whole."""
+    """``line`` wrapped at spaces to ``width`` (continuations indented by ``indent`` past
+    the line's own leading spaces); a word longer than a line is cut with an ellipsis, and
+    one that fits the width but not the indented continuation gets a smaller indent (a
+    long model name stays whole). ``width`` None: the line whole."""
     if width is None or len(line) <= width:
         return [line]
-    lead = line[: len(line) - len(line.lstrip())]
+    text = line.lstrip()
+    lead = line[: len(line) - len(text)]
+    longest = max(map(len, text.split()), default=0)
+    after = lead + indent
+    if longest <= width:  # a word longer than any line is cut however it is indented
+        after = after[: max(width - longest, 1)]
     lines = textwrap.wrap(
-        line,
+        text,
         width,
-        initial_indent="",
-        subsequent_indent=lead + indent,
+        initial_indent=lead,
+        subsequent_indent=after,
         break_long_words=False,
         break_on_hyphens=False,
         drop_whitespace=True,
     )
-    return [fit(lead + x if i == 0 else x, width) for i, x in enumerate(lines)]
+    return [fit(x, width) for x in lines]
 
 
 def _device_lines(snap: Snapshot, labels: Mapping[str, str], width: int | None) -> list[str]:

@@ -274,3 +274,29 @@ def test_daemon_polls_slots_and_diagnose_sizes_the_fix_from_real_use(tmp_path: P
     # p99 1700 x 1.25 -> 2304 per slot x 4 streams (non-unified) = 9216 cells
     assert kv.fix == "-c 9216 covers the p99 of 1700 tokens in use"
     assert kv.frees_bytes > 0
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_text_fits_columns_and_keeps_every_word(box: dict[str, Path], columns: str) -> None:
+    """Piped, COLUMNS lays the text out as a terminal of that width would (issue 34): every
+    line fits, every word is there whole (the 71-character blob name included)."""
+    args = ("diagnose", "--state", str(box["state"]), "--config", str(box["config"]))
+    plain = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    whole = vramscope_env(plain, *args)
+    fitted = vramscope_env({**plain, "COLUMNS": columns}, *args)
+    assert max(map(len, whole.splitlines())) > 80  # the case is real
+    assert all(len(x) <= int(columns) for x in fitted.splitlines()), fitted
+    assert fitted.split() == whole.split() and "…" not in fitted
+
+
+def vramscope_env(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

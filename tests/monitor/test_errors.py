@@ -183,7 +183,7 @@ def test_a_planted_value_or_key_error_is_a_bug_not_bad_input(
     assert "vramscope: error:" not in result.stderr
 
 
-@pytest.mark.parametrize("how", ["flag", "env"])
+@pytest.mark.parametrize("how", ["flag", "flag-after", "env"])
 def test_debug_prints_the_traceback_of_a_bug(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     from monitor.cli.main import cli
     from monitor.report import status as status_mod
@@ -195,7 +195,11 @@ def test_debug_prints_the_traceback_of_a_bug(monkeypatch: pytest.MonkeyPatch, ho
     monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
     if how == "env":
         monkeypatch.setenv("VRAMSCOPE_DEBUG", "1")
-    argv = ["--debug", *_status_args()] if how == "flag" else _status_args()
+    argv = {
+        "flag": ["--debug", *_status_args()],
+        "flag-after": [*_status_args(), "--debug"],  # where "run with --debug" is typed
+        "env": _status_args(),
+    }[how]
     result = CliRunner().invoke(cli, argv, prog_name="vramscope")
     assert result.exit_code == 70, result.output
     assert "Traceback (most recent call last)" in result.stderr
@@ -390,3 +394,22 @@ def test_a_time_the_user_typed_is_a_usage_error_or_a_time_never_another_exceptio
             assert "\n" not in str(exc) and "cannot read" in str(exc)
         else:
             assert isinstance(got, int)
+
+
+def test_debug_after_the_command_reaches_the_tui_and_estimates_arguments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--debug after a command is accepted by every command that takes the common options
+    (the TUI's too), and without it a bug stays one line with the hint (the noise case)."""
+    import tui.entry  # noqa: F401  # registers `vramscope tui` on the group
+    from monitor.cli.main import cli
+    from monitor.report import status as status_mod
+
+    monkeypatch.setattr(status_mod, "render_text", lambda *_a, **_k: {}["planted"])
+    monkeypatch.delenv("VRAMSCOPE_DEBUG", raising=False)
+    quiet = CliRunner().invoke(cli, _status_args(), prog_name="vramscope")
+    assert quiet.exit_code == 70 and "Traceback" not in quiet.stderr
+    assert quiet.stderr.strip().endswith(BUG_HINT)
+    for command in ("tui", "estimate", "predict", "events", "diagnose", "daemon"):
+        helped = CliRunner().invoke(cli, [command, "--help"], prog_name="vramscope")
+        assert "--debug" in helped.output, command

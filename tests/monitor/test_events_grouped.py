@@ -5,6 +5,7 @@ beneath it; ``events --json`` keeps every event. Unrelated records are not folde
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -69,6 +70,7 @@ def events(db: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "monitor", "events", "--db", str(db), "--since", "1h", *extra],
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},  # piped: lines whole
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,6 +21,7 @@ from fake_source import (
 from pilot_helpers import settle, sync
 
 from tui.app import VramscopeApp
+from tui.screens.history import fits
 from tui.widgets.breakdown import Breakdown
 from tui.widgets.events_pane import EventsPane
 from tui.widgets.models_table import COLUMNS, ModelsTable
@@ -226,3 +227,31 @@ def test_device_panel_lines_fit_and_a_long_name_is_cut_in_its_middle(long_files,
             assert "…" in legend.split(" GPU ")[0].split(" anon+shm ")[0], legend
         else:
             assert legend.split(" ")[1] in long_files, legend  # the whole name
+
+
+@sync
+async def test_history_labels_at_80x24_tell_twelve_long_names_apart(long_files) -> None:  # noqa: ANN001
+    """The history screen's list (issue 34): devices by the main screen's names, each
+    model's file name cut in the middle as the models table does (its quant and shard
+    number stay) with its pid whole: twelve names sharing a 40-character start read apart."""
+    app = VramscopeApp(FakeSource(two_gpus_twelve(long_files), LONG_EVENTS), refresh_s=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await idle(pilot)
+        await pilot.press("h")
+        await idle(pilot)
+        labels = [str(w.render()) for w in app.screen.query(".series-label")]
+        screen = app.export_screenshot()
+        shown = str(app.screen.query_one("#readout").render())
+    # the cursor's readout: its two lines, the series past them counted, none cut
+    assert shown.endswith(" more") and " · +" in shown, shown
+    assert fits(shown, 78) and shown.startswith("2026-01-01") and "GPU0 RTX 4090" in shown
+    # the time axis in whole minutes ending at "now", not the plot's fifths (-3.8, -1.2)
+    assert "-3.8" not in screen and "-1.2" not in screen and ">now<" in screen.replace("&#160;", "")
+    devices = [x for x in labels if "(pid " not in x]
+    models = [x.split("  ")[0] for x in labels if "(pid " in x]
+    assert {x.split("  ")[0] for x in devices} == {"GPU0 RTX 4090", "GPU1 RTX 4090", "host RAM"}
+    assert len(models) == 12 and len(set(models)) == 12, models
+    for i, name in enumerate(sorted(models)):
+        assert "…" in name and f"-{i:02d}.gguf" in name, name
+        assert name.endswith(f" (pid {6100 + i})"), name
+    assert all(len(x) <= 80 for x in labels) and not any("nvml:" in x for x in labels)

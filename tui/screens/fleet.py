@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -24,7 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from monitor.api import BoxRow, active_alerts
 from monitor.errors import describe
-from tui.format import cell, safe, size
+from tui.format import cell, middle_cut, safe, size
 from tui.screens.main import MainScreen
 from tui.source import Frame, RemoteSource, SampleSource
 from tui.widgets.device_panel import named_devices
@@ -44,15 +45,67 @@ WIDTHS = {
     "headroom": 22,
     "OOM in": 7,
 }
-"""Fixed widths (characters) of every column but the alerts: a long device list or a
-box's error never widens a column and never pushes the alerts off-screen at 160 columns
+"""Widths (characters) of every column but the alerts on a wide terminal: a long device
+list or a box's error never widens a column and never pushes the alerts off-screen
 (issue 34); a cell cut to its width ends in "…", and the highlighted box's whole row
 (its error, every device, every alert) is on the line above the table."""
+NARROWEST = {
+    "box": 14,  # "10.0.0.12:9835" whole
+    "state": 18,  # "connection refused" whole
+    "devices (used/total)": 10,
+    "models": 6,
+    "headroom": 10,
+    "OOM in": 6,
+}
+"""The least each column gets on a narrow terminal; below their sum (and ALERTS_WIDTH)
+the devices column is left out: the line above the table has the highlighted box's."""
+ALERTS_WIDTH = 12  # the least room the alerts column keeps on screen
+CELL_PADDING = 2  # a DataTable cell's padding, one each side
+SCROLLBAR = 2
+
+
+def widths_for(columns: int) -> dict[str, int]:
+    """The width of each column shown on a terminal ``columns`` wide: WIDTHS when they fit
+    with the alerts, else each cut towards NARROWEST in proportion, the devices column
+    left out where even that does not fit; the alerts column has the rest."""
+    names = [n for n in COLUMNS if n in WIDTHS]
+    room = columns - SCROLLBAR - CELL_PADDING * (len(names) + 1) - ALERTS_WIDTH
+    if sum(NARROWEST.values()) > room:
+        names.remove("devices (used/total)")
+        room += CELL_PADDING
+    most, least = sum(WIDTHS[n] for n in names), sum(NARROWEST[n] for n in names)
+    if most <= room:
+        out = {n: WIDTHS[n] for n in names}
+    else:
+        share = max(room - least, 0) / (most - least)
+        out = {n: NARROWEST[n] + int(share * (WIDTHS[n] - NARROWEST[n])) for n in names}
+    out["alerts"] = ALERTS_WIDTH + room - sum(out.values())  # the rest: no side scrolling
+    return out
 
 
 def clip(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, "…" where it was cut."""
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def box_name(url: str, width: int) -> str:
+    """A box's URL in the box column: whole when it fits, else without its ``http://`` and
+    cut in the middle (its host's start and its port stay)."""
+    return url if len(url) <= width else middle_cut(url.removeprefix("http://"), width)
+
+
+def headroom(row: BoxRow, width: int) -> str:
+    """The room left on the box's tightest device: ``18.3G on GPU1 RTX 4090``, or where
+    that is wider than ``width``, its device by its tag alone (``18.3G on GPU1``,
+    ``18.3G GPU1``); ``-``: unknown."""
+    if row.headroom_bytes is None:
+        return "-"
+    room, device = size(row.headroom_bytes), row.headroom_device or ""
+    tag = device.split()[0] if device.split() else ""
+    for text in (f"{room} on {device}", f"{room} on {tag}", f"{room} {tag}"):
+        if len(text) <= width:
+            return text
+    return room
 
 
 def box_row(url: str, frame: Frame) -> BoxRow:
@@ -102,6 +155,7 @@ class FleetScreen(Screen):
         self.rows: list[BoxRow | None] = [None] * len(sources)
         """Each box's latest row, in fleet order; None until it first answers."""
         self._reading: set[int] = set()  # boxes whose read is still running
+        self.widths: dict[str, int] = dict(WIDTHS)  # the columns shown (lay_out)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -113,15 +167,38 @@ class FleetScreen(Screen):
         return f"{len(self.sources)} boxes · Enter opens one · Esc there comes back"
 
     def on_mount(self) -> None:
-        table = self.query_one("#fleet", DataTable)
-        for name in COLUMNS:
-            table.add_column(name, key=name, width=WIDTHS.get(name))
-        for i, source in enumerate(self.sources):
-            first = (cell(clip(source.url, WIDTHS["box"])), "connecting…")
-            table.add_row(*first, *["-"] * (len(COLUMNS) - 2), key=str(i))
+        self.lay_out(self.app.size.width)
         self.fetch()
         if self.refresh_s:
             self.set_interval(self.refresh_s, self.fetch, name="fleet-poll")
+
+    def lay_out(self, columns: int) -> None:
+        """The table's columns for a terminal ``columns`` wide, and every row again."""
+        self.widths = widths_for(columns)
+        table = self.query_one("#fleet", DataTable)
+        cursor = table.cursor_row
+        table.clear(columns=True)
+        for name in self.shown():
+            table.add_column(name, key=name, width=self.widths.get(name))
+        self.fill(table)
+        if table.row_count:
+            table.move_cursor(row=min(max(cursor, 0), table.row_count - 1))
+
+    def shown(self) -> list[str]:
+        return [n for n in COLUMNS if n in self.widths]
+
+    def fill(self, table: DataTable) -> None:
+        for i, source in enumerate(self.sources):
+            row = self.rows[i] if i < len(self.rows) else None
+            if row is None:
+                first = (cell(box_name(source.url, self.widths["box"])), "connecting…")
+                table.add_row(*first, *["-"] * (len(self.shown()) - 2), key=str(i))
+            else:
+                table.add_row(*self.cells(row), key=str(i))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if widths_for(event.size.width) != self.widths:
+            self.lay_out(event.size.width)
 
     def action_refresh(self) -> None:
         self.fetch()
@@ -147,29 +224,29 @@ class FleetScreen(Screen):
         self._reading.discard(message.index)
         self.rows[message.index] = message.row
         table = self.query_one("#fleet", DataTable)
-        for name, value in zip(COLUMNS, self.cells(message.row), strict=True):
-            table.update_cell(str(message.index), name, value, update_width=name not in WIDTHS)
+        for name, value in zip(self.shown(), self.cells(message.row), strict=True):
+            table.update_cell(str(message.index), name, value)
         if table.cursor_row == message.index:
             self.show_whole(message.index)
 
-    @staticmethod
-    def cells(row: BoxRow) -> tuple[object, ...]:
-        url = cell(clip(row.url, WIDTHS["box"]))
+    def cells(self, row: BoxRow) -> tuple[object, ...]:
+        """The row's cells in the columns shown, each cut to its width."""
+        widths = self.widths
+        url = cell(box_name(row.url, widths["box"]))
         if row.error is not None:
-            reason = cell(clip(row.reason or "", WIDTHS["state"]))
-            return (url, reason, *["-"] * (len(COLUMNS) - 2))
-        room = "-"
-        if row.headroom_bytes is not None:
-            room = f"{size(row.headroom_bytes)} on {row.headroom_device}"
+            reason = cell(clip(row.reason or "", widths["state"]))
+            return (url, reason, *["-"] * (len(self.shown()) - 2))
+        room = headroom(row, widths["headroom"])
         alerts = f"{len(row.active_alerts)}: {row.active_alerts[-1]}" if row.active_alerts else "-"
+        devices = widths.get("devices (used/total)")
         return (
             url,
             "ok",
-            cell(clip(row.devices, WIDTHS["devices (used/total)"])),
+            *([cell(clip(row.devices, devices))] if devices else []),
             str(row.models),
-            cell(clip(room, WIDTHS["headroom"])),
+            cell(clip(room, widths["headroom"])),
             duration(row.time_to_oom_s),
-            cell(alerts),
+            cell(clip(alerts, widths["alerts"])),
         )
 
     def whole(self, index: int) -> str:
@@ -270,8 +347,7 @@ class PrometheusFleetScreen(FleetScreen):
         table = self.query_one("#fleet", DataTable)
         cursor = table.cursor_row
         table.clear()
-        for i, row in enumerate(message.rows):
-            table.add_row(*self.cells(row), key=str(i))
+        self.fill(table)
         if message.rows:
             table.move_cursor(row=min(max(cursor, 0), len(message.rows) - 1))
             self.show_whole(table.cursor_row)

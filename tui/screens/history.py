@@ -10,6 +10,7 @@ value now and its peak in the window (a bucket keeps its peak, so no peak is los
 
 from __future__ import annotations
 
+import textwrap
 from bisect import bisect_right
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ from textual_plotext import PlotextPlot
 
 from monitor.errors import failure_line
 from monitor.units import GIB
-from tui.format import clock, plain, safe, size
+from tui.format import clock, middle_cut, plain, safe, size
 from tui.messages import HistoryReady, SourceFailed
 from tui.source import Frame, Series
 from tui.widgets.device_panel import named_devices
@@ -53,17 +54,35 @@ AXIS_UNIT = {
     "7d": (86400_000, "days"),
     "30d": (86400_000, "days"),
 }
+# the time axis's ticks of each window, in its unit before now: whole numbers, not the
+# plot's own fifths of the window (-3.8, -1.2 minutes)
+AXIS_TICKS = {
+    "5m": (-5, -4, -3, -2, -1, 0),
+    "1h": (-60, -45, -30, -15, 0),
+    "24h": (-24, -18, -12, -6, 0),
+    "7d": (-7, -6, -5, -4, -3, -2, -1, 0),
+    "30d": (-30, -20, -10, 0),
+}
 LABEL_CHARS = 40  # a series' name in the legend and the readout
 
 
 def series_name(label: str, device_names: Mapping[str, str] | None = None) -> str:
     """``device:nvml:GPU-0`` -> ``GPU0 RTX 4090`` (the main screen's short name, where the
-    frame knows the device) or ``nvml:GPU-0``; escaped, bounded (it comes from processes)."""
+    frame knows the device) or ``nvml:GPU-0``; ``model:NAME (pid N)`` -> its NAME cut in
+    the middle (the models table's way), its pid whole; escaped, bounded (it comes from
+    processes)."""
     key = label.split(":", 1)[1] if ":" in label else label
     if label.startswith("device:") and device_names and key in device_names:
         key = device_names[key]
     name = safe(key)
-    return name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
+    if len(name) <= LABEL_CHARS:
+        return name
+    if label.startswith("model:"):  # its file's name cut in the middle, as the models
+        stem, pid, tail = name.rpartition(" (pid ")  # table does: quant and pid stay
+        if pid and stem:
+            return middle_cut(stem, LABEL_CHARS - len(pid + tail)) + pid + tail
+        return middle_cut(name, LABEL_CHARS)
+    return name[: LABEL_CHARS - 1] + "…"
 
 
 def value_at(points: list[tuple[int, int]], ts_ms: int) -> int | None:
@@ -80,8 +99,11 @@ def readout(
     ts_ms: int,
     newest_ms: int | None,
     device_names: Mapping[str, str] | None = None,
+    width: int | None = None,
 ) -> str:
-    """Every series at one moment, for the cursor line."""
+    """Every series at one moment, for the cursor line; ``width``: its lines' width, the
+    series past its two lines counted as "+N more" (each series' value is in the list
+    beneath), never one cut in the middle of a word."""
     parts = []
     for label in sorted(series, key=lambda k: (not k.startswith("device:"), k)):
         points = series[label]
@@ -89,7 +111,20 @@ def readout(
         value = None if ended else value_at(points, ts_ms)
         name = series_name(label, device_names)
         parts.append(f"{name} {size(value) if value is not None else '-'}")
-    return f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts)
+    text = f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts)
+    if width is None or fits(text, width):
+        return text
+    for shown in range(len(parts) - 1, -1, -1):
+        more = f" · +{len(parts) - shown} more"
+        text = f"{clock(ts_ms, with_date=True)}  " + " · ".join(parts[:shown]) + more
+        if fits(text, width):
+            return text
+    return text
+
+
+def fits(text: str, width: int, lines: int = 2) -> bool:
+    """Whether ``text`` wrapped at spaces to ``width`` takes at most ``lines`` lines."""
+    return len(textwrap.wrap(text, max(width, 1), break_long_words=False)) <= lines
 
 
 class HistoryScreen(Screen):
@@ -249,8 +284,14 @@ class HistoryScreen(Screen):
             if at is not None and drawn:
                 plt.vline((at - self.now_ms) / unit_ms, "white")
             plt.xlim(-WINDOWS[self.window] / unit_ms, 0)
+            ticks = AXIS_TICKS[self.window]
+            plt.xticks(list(ticks), [str(t) if t else "now" for t in ticks])
             plt.ylim(0)
             plot.display = drawn  # no empty frame for a box without models (or devices)
             plot.refresh()
-        text = readout(self.series, at, self._newest(), self.device_names) if at is not None else ""
+        # two lines of the readout's width, less a word's worth lost to wrapping each
+        room = 2 * (self.size.width - 2) - 2 * LABEL_CHARS if self.size.width else None
+        text = (
+            "" if at is None else readout(self.series, at, self._newest(), self.device_names, room)
+        )
         self.query_one("#readout", Static).update(plain(text))
