@@ -14,7 +14,6 @@ PACKAGES = ("collectors", "monitor", "tui")
 
 # module -> its line count when listed (a ceiling; split the module, then drop it here)
 STILL_OVER = {
-    "monitor/http/server.py": 908,
     "tui/source.py": 810,
 }
 

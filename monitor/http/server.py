@@ -68,7 +68,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from collectors.base import Snapshot
 from monitor.errors import SetupError, VramscopeError, bug_line
@@ -91,6 +91,16 @@ from monitor.http.metrics import (
     estimates_from_assessments,
 )
 from monitor.http.peer import peer_uid
+from monitor.http.requests import (
+    BodyReader,
+    RequestError,
+    dns_safe_host,
+    drain,
+    header_value,
+    int_param,
+    predict_request,
+    query_params,
+)
 from monitor.integrations.loopback import is_loopback_host as is_loopback
 
 if TYPE_CHECKING:
@@ -103,8 +113,6 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_DRAIN_BYTES = 1024 * 1024  # an oversized body up to this is read and dropped
-MAX_COMMAND_ARGS = 512
-MAX_ARG_CHARS = 4096
 MAX_PREDICTS = 2  # predictions running at once; more get 503
 MAX_ABANDONED_PREDICTS = 4  # workers past their deadline still ending; while so many, 503
 EVENTS_DEFAULT_WINDOW_MS = 24 * 3600 * 1000
@@ -171,14 +179,6 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class _RequestError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
 
 
 class _Server(ThreadingHTTPServer):
@@ -449,20 +449,20 @@ class HttpServer:
         from monitor.store.database import StoreError
 
         now = int(time.time() * 1000)
-        since_ms = _int_param(query, "since_ms", now - EVENTS_DEFAULT_WINDOW_MS, 0)
-        limit = _int_param(query, "limit", EVENTS_DEFAULT_LIMIT, 1, EVENTS_MAX_LIMIT)
+        since_ms = int_param(query, "since_ms", now - EVENTS_DEFAULT_WINDOW_MS, 0)
+        limit = int_param(query, "limit", EVENTS_DEFAULT_LIMIT, 1, EVENTS_MAX_LIMIT)
         kinds = tuple(k for value in query.get("kind", []) for k in value.split(",") if k)
         if len(kinds) > 32 or any(len(k) > 64 for k in kinds):
-            raise _RequestError(400, "kind: at most 32 kinds of at most 64 characters")
+            raise RequestError(400, "kind: at most 32 kinds of at most 64 characters")
         unknown = set(query) - {"since_ms", "kind", "limit"}
         if unknown:
-            raise _RequestError(
+            raise RequestError(
                 400, f"unknown parameter {sorted(unknown)[0]!r}; expected since_ms, kind, limit"
             )
         try:
             rows = list_events(self.db_path, since_ms, kinds, limit + 1)  # +1: truncated?
         except StoreError as exc:
-            raise _RequestError(503, str(exc)) from None
+            raise RequestError(503, str(exc)) from None
         return (
             200,
             _JSON,
@@ -480,7 +480,7 @@ class HttpServer:
         """Judge the command in a worker under PREDICT_DEADLINE_S (monitor/http/deadline.py),
         reading only model files inside [http] model_dirs that ``caller`` could read
         (monitor/http/access.py; None: an unknown caller, "others")."""
-        request = _predict_request(body)
+        request = predict_request(body)
         state = self._need_state()
         access = ModelAccess(
             self.config.http_model_dirs,
@@ -490,9 +490,9 @@ class HttpServer:
         try:
             doc = self.predicts.run(lambda: self._judge(request, state, access))
         except Busy as exc:
-            raise _RequestError(503, f"busy: {exc}", {"Retry-After": "1"}) from None
+            raise RequestError(503, f"busy: {exc}", {"Retry-After": "1"}) from None
         except DeadlineExceeded as exc:
-            raise _RequestError(504, str(exc)) from None
+            raise RequestError(504, str(exc)) from None
         return 200, _JSON, doc.encode() + b"\n"
 
     def _judge(self, request: dict[str, Any], state: BoxState, access: ModelAccess) -> str:
@@ -511,12 +511,12 @@ class HttpServer:
         try:
             result = judge(self.config, req, state.snapshot, live=False, read_header=access.reader)
         except ModelAccessError as exc:  # says nothing of the file's bytes or existence
-            raise _RequestError(403, _one_line(str(exc))) from None
+            raise RequestError(403, _one_line(str(exc))) from None
         except GgufError as exc:
-            raise _RequestError(400, _gguf_message(exc)) from None
+            raise RequestError(400, _gguf_message(exc)) from None
         except OSError as exc:  # any other file the command names: the same answer
             name = exc.filename if isinstance(exc.filename, str) else "a file"
-            raise _RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
+            raise RequestError(400, _one_line(f"{name}: {_MODEL_UNREADABLE}")) from None
         return to_json(result)
 
     def _need_state(self) -> BoxState:
@@ -525,7 +525,7 @@ class HttpServer:
 
         snap = self.latest()
         if snap is None:
-            raise _RequestError(
+            raise RequestError(
                 503, "no snapshot yet: the daemon has not finished a tick", {"Retry-After": "1"}
             )
         return box_state(Daemon(snap))
@@ -563,48 +563,6 @@ class QuietLog:
             log.debug("%s (%d so far)", message, n)
 
 
-class _BodyReader(io.BufferedIOBase):
-    """The bytes that came after the head, then the connection's own reader."""
-
-    def __init__(self, prefix: bytes, rest: io.BufferedIOBase) -> None:
-        super().__init__()
-        self.prefix = prefix
-        self.rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int | None = -1, /) -> bytes:
-        if n is None or n < 0:
-            out, self.prefix = self.prefix + self.rest.read(), b""
-            return out
-        out, self.prefix = self.prefix[:n], self.prefix[n:]
-        if len(out) < n:
-            out += self.rest.read(n - len(out))
-        return out
-
-    def read1(self, n: int = -1, /) -> bytes:
-        """What is here now: the head's leftover first, else one read of the connection."""
-        if self.prefix:
-            size = len(self.prefix) if n < 0 else n
-            out, self.prefix = self.prefix[:size], self.prefix[size:]
-            return out
-        return self.rest.read1(n)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.rest.close()
-        super().close()
-
-
-def _header(lines: list[bytes], name: bytes) -> str | None:
-    for line in lines:
-        key, sep, value = line.partition(b":")
-        if sep and key.strip().lower() == name:
-            return value.strip().decode("latin-1")
-    return None
-
-
 def _may_use_reserved(app: HttpServer, head: Head) -> bool:
     """A request the reserved threads are kept for: ``/healthz`` (whoever asks: without
     the token it is answered 401 at once), or any request with the valid token when one
@@ -615,81 +573,7 @@ def _may_use_reserved(app: HttpServer, head: Head) -> bool:
     parts = lines[0].split()
     if len(parts) >= 2 and urlsplit(parts[1].decode("latin-1")).path == "/healthz":
         return True
-    return app.token_required and app.authorized(_header(lines[1:], b"authorization"))
-
-
-def _int_param(
-    query: dict[str, list[str]], name: str, default: int, low: int, high: int | None = None
-) -> int:
-    values = query.get(name)
-    if not values:
-        return default
-    text = values[-1].strip()
-    if not text.lstrip("-").isdigit() or len(text) > 20:
-        raise _RequestError(400, f"{name}: expected an integer, got {text[:40]!r}")
-    value = int(text)
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise _RequestError(400, f"{name}: must be {bound}")
-    return value
-
-
-def _predict_request(body: bytes) -> dict[str, Any]:
-    try:
-        doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _RequestError(400, f"the body is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise _RequestError(400, 'expected a JSON object: {"command": ["llama-server", ...]}')
-    unknown = set(doc) - {"command", "margin_gib", "model_id"}
-    if unknown:
-        raise _RequestError(
-            400, f"unknown field {sorted(unknown)[0]!r}; expected command, margin_gib, model_id"
-        )
-    margin = doc.get("margin_gib", 0.5)
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 1024:
-        raise _RequestError(400, "margin_gib: expected a number from 0 to 1024")
-    if "model_id" in doc and "command" not in doc:
-        model_id = doc["model_id"]
-        if not isinstance(model_id, str) or not 0 < len(model_id) <= MAX_ARG_CHARS:
-            raise _RequestError(400, "model_id: expected a llama-server router's model id")
-        if not model_id.isprintable():
-            raise _RequestError(400, "model_id: no control characters")
-        return {"command": [], "model_id": model_id, "margin_gib": float(margin)}
-    command = doc.get("command")
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-        raise _RequestError(
-            400,
-            "command: expected a non-empty list of strings, e.g. "
-            '["llama-server", "-m", "/models/m.gguf"]',
-        )
-    if len(command) > MAX_COMMAND_ARGS or any(len(a) > MAX_ARG_CHARS or "\0" in a for a in command):
-        raise _RequestError(
-            400,
-            f"command: at most {MAX_COMMAND_ARGS} arguments of at most "
-            f"{MAX_ARG_CHARS} characters, no NUL",
-        )
-    return {"command": list(command), "margin_gib": float(margin)}
-
-
-def _dns_safe_host(header: str | None) -> bool:
-    """The Host header names this box by address or ``localhost`` (not a DNS name that
-    a web page could point at 127.0.0.1)."""
-    if not header:
-        return True  # HTTP/1.0 clients send none; browsers always do
-    host = header.strip()
-    if host.startswith("["):
-        host = host[1:].partition("]")[0]
-    elif host.count(":") == 1:
-        host = host.partition(":")[0]
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+    return app.token_required and app.authorized(header_value(lines[1:], b"authorization"))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -725,7 +609,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.requestline = lines[0][:200].decode("latin-1") if lines else ""
         app = self.server.app
-        if app.token_required and not app.authorized(_header(lines[1:], b"authorization")):
+        if app.token_required and not app.authorized(header_value(lines[1:], b"authorization")):
             self._send(
                 401,
                 _JSON,
@@ -739,7 +623,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             parsed = self.parse_request()
         finally:
-            self.rfile = _BodyReader(extra, connection_reader)
+            self.rfile = BodyReader(extra, connection_reader)
         if not parsed:
             return
         method = getattr(self, "do_" + self.command, None)
@@ -777,20 +661,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding"):
-            raise _RequestError(
+            raise RequestError(
                 411, "send the body with a Content-Length (no chunked transfer encoding)"
             )
         length_text = self.headers.get("Content-Length")
         if length_text is None:
-            raise _RequestError(411, "a Content-Length is required")
+            raise RequestError(411, "a Content-Length is required")
         if not length_text.strip().isdigit():
-            raise _RequestError(400, "bad Content-Length")
+            raise RequestError(400, "bad Content-Length")
         length = int(length_text)
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             if length <= MAX_DRAIN_BYTES:  # read it, so that closing sends no RST that
-                _drain(self.rfile, length)  # could cost the client the 413 itself
-            raise _RequestError(413, f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
+                drain(self.rfile, length)  # could cost the client the 413 itself
+            raise RequestError(413, f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
         return self._read_within(length, time.monotonic() + BODY_DEADLINE_S)
 
     def _read_within(self, length: int, deadline: float) -> bytes:
@@ -806,12 +690,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.settimeout(remaining)
                 chunk = self.rfile.read1(left)
                 if not chunk:
-                    raise _RequestError(400, "the body ended early")
+                    raise RequestError(400, "the body ended early")
                 chunks.append(chunk)
                 left -= len(chunk)
         except TimeoutError:
             self.close_connection = True
-            raise _RequestError(
+            raise RequestError(
                 408, f"the body did not arrive within {BODY_DEADLINE_S:.0f} s"
             ) from None
         finally:
@@ -830,13 +714,13 @@ class _Handler(BaseHTTPRequestHandler):
         app = self.server.app
         try:
             if not app.authorized(self.headers.get("Authorization")):
-                raise _RequestError(
+                raise RequestError(
                     401,
                     "missing or wrong bearer token",
                     {"WWW-Authenticate": 'Bearer realm="vramscope"'},
                 )
-            if not app.token_required and not _dns_safe_host(self.headers.get("Host")):
-                raise _RequestError(403, "the Host header must be an IP address or localhost")
+            if not app.token_required and not dns_safe_host(self.headers.get("Host")):
+                raise RequestError(403, "the Host header must be an IP address or localhost")
             url = urlsplit(self.path)
             routes: dict[str, tuple[str, Callable[[], _Answer]]] = {
                 "/healthz": ("GET", app.healthz),
@@ -848,14 +732,14 @@ class _Handler(BaseHTTPRequestHandler):
                 ),
                 "/api/v1/snapshot": ("GET", app.snapshot),
                 "/api/v1/estimates": ("GET", app.estimates),
-                "/api/v1/events": ("GET", lambda: app.events(_query(url.query))),
+                "/api/v1/events": ("GET", lambda: app.events(query_params(url.query))),
                 "/api/v1/predict": ("POST", self._predict),
             }
             route = routes.get(url.path)
             if route is None:
-                raise _RequestError(404, f"no such endpoint; try {', '.join(routes)}")
+                raise RequestError(404, f"no such endpoint; try {', '.join(routes)}")
             if route[0] != method:
-                raise _RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
+                raise RequestError(405, f"{url.path} takes {route[0]}", {"Allow": route[0]})
             status, content_type, body, *extra = route[1]()
             headers = dict(extra[0]) if extra else {}
             # which daemon answered: `doctor` tells its database's daemon from another's
@@ -864,7 +748,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ConnectionError, TimeoutError) as exc:  # the client went away
             self.close_connection = True
             app.quiet.note("gone", f"an HTTP client went away before its answer ({exc!r})")
-        except _RequestError as exc:
+        except RequestError as exc:
             if exc.status >= 400 and exc.status != 503:
                 log.debug("HTTP %s %s -> %d: %s", method, self.path[:200], exc.status, exc.message)
             self._send(exc.status, _JSON, _dump({"error": _one_line(exc.message)}), exc.headers)
@@ -878,7 +762,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _predict(self) -> tuple[int, str, bytes]:
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if content_type != _JSON:
-            raise _RequestError(415, "send the body as Content-Type: application/json")
+            raise RequestError(415, "send the body as Content-Type: application/json")
         return self.server.app.predict(self._read_body(), self._caller())
 
     def _caller(self) -> Caller:
@@ -888,21 +772,3 @@ class _Handler(BaseHTTPRequestHandler):
             return Caller(None)
         uid = peer_uid((str(host), int(port)), self.connection.getsockname()[:2])
         return Caller.of_uid(uid)
-
-
-def _drain(stream: Any, length: int) -> None:
-    try:
-        while length > 0:
-            chunk = stream.read(min(length, 65536))
-            if not chunk:
-                return
-            length -= len(chunk)
-    except OSError:
-        return
-
-
-def _query(text: str) -> dict[str, list[str]]:
-    try:
-        return parse_qs(text, max_num_fields=64)
-    except ValueError as exc:
-        raise _RequestError(400, f"bad query string: {exc}") from None

@@ -49,7 +49,7 @@ def error_classes() -> dict[str, type[BaseException]]:
 PRIVATE = {
     "monitor.engines.llamacpp_values._Bad",
     "monitor.analysis.assess._Bad",
-    "monitor.http.server._RequestError",
+    "monitor.http.requests.RequestError",  # caught by http/server.py's handler: a 4xx
     "monitor.integrations.slots._HttpError",
     "monitor.cli.options._OneLine",
 }
@@ -307,6 +307,7 @@ def test_a_bug_behind_an_http_endpoint_is_500_one_line_json_traceback_only_in_th
 EDGES = (
     *sorted((ROOT / "monitor" / "cli").glob("*.py")),
     ROOT / "monitor" / "http" / "server.py",
+    ROOT / "monitor" / "http" / "requests.py",
     ROOT / "tui" / "app.py",
     ROOT / "tui" / "entry.py",
 )
@@ -318,8 +319,8 @@ ALLOWED = {
     ("monitor/cli/capture.py", "place"): "PurePath.relative_to: not under this root",
     ("monitor/cli/engine_check.py", "refuse_foreign"): "int() of /proc's Uid: line, at source",
     ("monitor/http/server.py", "parse_listen"): "ip_address() of [http] listen's host",
-    ("monitor/http/server.py", "_dns_safe_host"): "ip_address() of the Host header",
-    ("monitor/http/server.py", "_query"): "parse_qs's max_num_fields: a bad query string",
+    ("monitor/http/requests.py", "dns_safe_host"): "ip_address() of the Host header",
+    ("monitor/http/requests.py", "query_params"): "parse_qs's max_num_fields: a bad query",
 }
 
 
