@@ -84,3 +84,29 @@ def measure(pid: int, rows: Iterable[ProcessMemory], helpers: Iterable[int] = ()
     if not seen_host:
         anon = file = None
     return Measured(device, anon, file, tuple(unknown))
+
+
+def measured_by_device(
+    pid: int, rows: Iterable[ProcessMemory], helpers: Iterable[int] = ()
+) -> dict[str, int | None]:
+    """What ``pid`` holds on each device this tick, to set beside an estimate's
+    ``by_device``: a GPU's VRAM + GTT (its forked helpers' too, as :func:`measure` counts
+    them), ``None`` where the GPU lists the process without a size; the host's resident
+    anonymous + file pages (RssAnon + RssFile of /proc/PID/status: mapped weights the
+    kernel has paged in count, those it has not, or has evicted, do not)."""
+    helper_pids = set(helpers)
+    out: dict[str, int | None] = {}
+    for m in rows:
+        if m.pid != pid and (m.pid not in helper_pids or m.device_id == HOST):
+            continue
+        if m.device_id == HOST:
+            parts = (m.rss_anon_bytes, m.rss_file_bytes)
+            out[HOST] = None if None in parts else sum(p or 0 for p in parts)
+            continue
+        if m.vram_bytes is None and m.gtt_bytes is None:
+            out[m.device_id] = None
+        elif out.get(m.device_id, 0) is not None:
+            out[m.device_id] = (
+                (out.get(m.device_id) or 0) + (m.vram_bytes or 0) + (m.gtt_bytes or 0)
+            )
+    return out

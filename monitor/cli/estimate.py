@@ -8,30 +8,53 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from collectors.base import CollectorOptions
+from collectors.base import CollectorOptions, Snapshot
 from collectors.cpuinfo import LLAMA_CPU_FEATURES, llama_cpu_features, read_cpu_flags
 from collectors.procfs import parse_cmdline
 from monitor.config import Config
 from monitor.estimate import CpuFeatures, EstimateError, estimate_command, features_of
 from monitor.estimate.model import DeviceInfo, devices_from_samples
-from monitor.report.estimate import compare_with_log, render_comparison, render_text, to_json
+from monitor.report.estimate import (
+    compare_with_log,
+    render_comparison,
+    render_measured,
+    render_text,
+    to_json,
+)
 
 if TYPE_CHECKING:
     from monitor.analysis.predict_request import PredictRequest
     from monitor.cli.engine_check import EngineCheck
 
 
-def live_devices(cfg: Config) -> list[DeviceInfo]:
-    """The GPUs the collectors see now, with their free memory (host RAM is implicit)."""
+def live_snapshot(cfg: Config, gpus: bool = True, processes: bool = False) -> Snapshot:
+    """One tick of the collectors this needs: the GPUs (``gpus``) and the processes'
+    host memory (``processes``, the procfs collector)."""
     from monitor.daemon.sampler import Sampler
 
-    wanted = [n for n in ("nvml", "drm", "amdsmi") if cfg.collectors is None or n in cfg.collectors]
+    names = (("nvml", "drm", "amdsmi") if gpus else ()) + (("procfs",) if processes else ())
+    wanted = [n for n in names if cfg.collectors is None or n in cfg.collectors]
     sampler = Sampler(cfg.roots, CollectorOptions(), wanted)
     try:
-        snap = sampler.sample()
+        return sampler.sample()
     finally:
         sampler.close()
+
+
+def live_devices(cfg: Config, snap: Snapshot | None = None) -> list[DeviceInfo]:
+    """The GPUs the collectors see now, with their free memory (host RAM is implicit)."""
+    snap = snap if snap is not None else live_snapshot(cfg)
     return devices_from_samples(snap.devices, cfg.gpu_overhead_mib * 1024 * 1024)
+
+
+def measured_now(snap: Snapshot, pid: int) -> dict[str, int | None]:
+    """What the running server ``pid`` holds on each device in ``snap`` (its forked
+    helpers' GPU memory included: monitor/analysis/measured.py)."""
+    from monitor.analysis.measured import measured_by_device
+    from monitor.engines.recognise import helper_parents
+
+    helpers = helper_parents({p.pid: p for p in snap.processes})
+    return measured_by_device(pid, snap.memory, [h for h, top in helpers.items() if top == pid])
 
 
 def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
@@ -120,7 +143,10 @@ def run_estimate(
         refuse_foreign(cfg.roots.proc, pid)
     if pid is None:  # typed by the user: a value the engine refuses is an error here
         refuse_bad_values(command)
-    devices = [] if cpu_only else live_devices(cfg)
+    sampled = not cpu_only or pid is not None  # --cpu-only and a typed command: no tick
+    snap = live_snapshot(cfg, gpus=not cpu_only, processes=pid is not None) if sampled else None
+    devices = [] if cpu_only or snap is None else live_devices(cfg, snap)
+    measured = measured_now(snap, pid) if pid is not None and snap is not None else None
     cpu = box_cpu(cfg, cpu_features)
     if env is None:  # a typed command: -hf is looked up in this user's llama.cpp cache
         from monitor.engines.hf_cache import own_cache_env
@@ -149,6 +175,8 @@ def run_estimate(
     check = check_with_engine(command, env, cwd, devices, cpu_only, cpu) if engine_check else None
     if as_json:
         doc = to_json(est)
+        if measured is not None:
+            doc["measured_now"] = {"pid": pid, "by_device": measured}
         if rows is not None:
             doc["reported_by_llama_cpp"] = rows
         if check is not None:
@@ -158,6 +186,11 @@ def run_estimate(
         return json.dumps(doc, indent=2)
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     text = render_text(est, width)
+    if measured is not None and pid is not None and snap is not None:
+        from monitor.device_names import device_labels
+
+        labels = device_labels((d.device_id, d.name) for d in snap.devices)
+        text += render_measured(est, measured, labels, pid)
     if rows is not None:
         text += render_comparison(rows)
     if check is not None:

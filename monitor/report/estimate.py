@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from monitor.estimate.model import MemoryEstimate
-from monitor.units import MIB
+from monitor.units import MIB, gib_or_mib
 
 
 def to_json(est: MemoryEstimate) -> dict[str, Any]:
@@ -125,3 +125,27 @@ def render_comparison(rows: list[dict[str, Any]]) -> str:
             f"{r['reported_mib']:>z12.2f}{r['delta_mib']:>+z10.2f}"
         )
     return "\n".join(lines)
+
+
+def render_measured(
+    est: MemoryEstimate, measured: dict[str, int | None], labels: dict[str, str], pid: int
+) -> str:
+    """``estimate --pid``: beside each device's estimate (at load, and once every growing
+    buffer is full), what the server holds there now (monitor/analysis/measured.py: a
+    GPU's VRAM + GTT; the host's resident anonymous + file pages, so mapped weights the
+    kernel has not paged in, or has evicted, are not counted). ``-``: not read."""
+    at_load, full = est.by_device(), est.by_device(include_growth=True)
+    devices = sorted({*at_load, *full, *measured}, key=lambda d: (d == "host", labels.get(d, d)))
+    rows = [("DEVICE", "ESTIMATE", "WHEN FULL", "MEASURED NOW")]
+    for device in devices:
+        now = gib_or_mib(measured[device]) if device in measured else "-"
+        at, top = gib_or_mib(at_load.get(device, 0)), gib_or_mib(full.get(device, 0))
+        rows.append((labels.get(device, device), at, top, now))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["", f"measured now (pid {pid}):"]
+    for r in rows:
+        cells = [r[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells))
+    return "\n".join(lines) + "\n"
