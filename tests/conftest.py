@@ -85,3 +85,13 @@ def fresh_pynvml():
     pynvml.nvmlLib = None
     pynvml._nvmlGetFunctionPointer_cache.clear()
     pynvml._nvmlLib_refcount = 0
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command piped without ``COLUMNS`` prints every line whole (monitor/report/
+    status.py ``output_width``); a width that leaked into this environment (a terminal, a
+    CI runner, an earlier test) would wrap the text the tests read. A test that wants a
+    width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

@@ -18,7 +18,11 @@ from monitor.store.database import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fakes"))
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+# piped without a width (COLUMNS, which xdist's workers may carry): every line whole
+ENV = {
+    **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+    "PYTHONPATH": str(ROOT),
+}
 EXIT_PIPE = 141
 
 
