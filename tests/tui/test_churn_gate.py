@@ -49,7 +49,8 @@ def test_one_tick_servers_cost_no_row_estimate_or_event(models: dict[str, str]) 
     calls = _counting(source)
     try:
         with _server(model, 29101) as steady:
-            assert steady.pid in _pids(source.latest())  # running at the first tick: shown
+            frame = source.latest()
+            assert steady.pid in _pids(frame)  # running at the first tick: shown
             for port in (29102, 29103, 29104):
                 with _server(model, port) as brief:
                     frame = source.latest()  # its only tick
