@@ -9,12 +9,13 @@ and not on a GPU gets no row (so no estimate and no table rebuild), and its exit
 line unless the exit is a warning or worse (a crash, an OOM kill: monitor/exits.py); it
 is counted in ``short_lived``. A server that lives on shows from its second tick (one
 refresh later); a GPU holder, and every server already running at the TUI's first tick,
-from the first.
+from the first. ``ChurnGate.tick`` takes them out of the live tick's snapshot before the
+frame is built (tui/source.py, LiveSource), so nothing downstream sees them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 HOST = "host"  # monitor.estimate.model.HOST: host RAM, not a GPU
@@ -31,10 +32,26 @@ class ChurnGate:
     previous_holders: frozenset[int] = frozenset()  # pids on a GPU at the last tick
     short_lived: int = 0  # servers' exits hidden so far (gone before their second tick)
 
+    def tick(self, state: Any) -> Any:
+        """``state`` (a live BoxState) without this tick's first-tick servers off the GPUs
+        and without the quiet exits of those seen in the last tick only; then move on."""
+        from monitor.api import classify_legacy
+
+        snap = state.snapshot
+        holders = holders_of(snap)
+        procs = [p for p in snap.processes if not self.first_tick(p, holders)]
+        exits = [x for x in snap.exited if not self.hides_exit(x, classify_legacy(x)[1])]
+        self.before = self.previous
+        self.previous = frozenset((p.pid, p.start_ticks) for p in snap.processes)
+        self.previous_holders = holders
+        if len(procs) == len(snap.processes) and len(exits) == len(snap.exited):
+            return state
+        return replace(state, snapshot=replace(snap, processes=tuple(procs), exited=tuple(exits)))
+
     def first_tick(self, info: Any, holders: frozenset[int]) -> bool:
-        """Whether ``info`` (a ProcessInfo) is new this tick, not on a GPU, and so waits a
-        tick before it is shown or assessed."""
-        if self.previous is None or info.pid in holders:
+        """Whether ``info`` (a ProcessInfo) is a server new this tick and not on a GPU, and
+        so waits a tick before it is shown or assessed."""
+        if self.previous is None or info.engine is None or info.pid in holders:
             return False
         return (info.pid, info.start_ticks) not in self.previous
 
@@ -48,14 +65,6 @@ class ChurnGate:
         hidden = hidden and gone.pid not in self.previous_holders
         self.short_lived += hidden
         return hidden
-
-    def advance(self, snap: Any) -> frozenset[int]:
-        """Move on to ``snap`` (a Snapshot) once its frame is built; its GPU holders."""
-        holders = holders_of(snap)
-        self.before = self.previous
-        self.previous = frozenset((p.pid, p.start_ticks) for p in snap.processes)
-        self.previous_holders = holders
-        return holders
 
 
 def holders_of(snap: Any) -> frozenset[int]:

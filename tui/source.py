@@ -38,7 +38,7 @@ from monitor.api import (
     servers_cgroup,
 )
 from monitor.errors import NotRecorded, VramscopeError
-from tui.churn import ChurnGate, holders_of
+from tui.churn import ChurnGate
 from tui.frames import FrameStore
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
@@ -54,8 +54,6 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
         Router,
         ServerLogFollower,
     )
-
-HOST = "host"
 
 MINUTE_MS = 60_000
 
@@ -176,7 +174,6 @@ class FrameBuilder:
         self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
         self._launches: Any = None  # monitor.analysis.assess_cache.AssessCache, made on use
         self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
-        self.gate: ChurnGate | None = None  # live: one-tick servers wait (tui/churn.py)
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -235,8 +232,6 @@ class FrameBuilder:
             picture = picture_from_snapshot(snap, self.margin_bytes, servers_cgroup(snap))
         devices = self.devices(snap)
         helpers = helper_parents({p.pid: p for p in snap.processes})
-        gate = self.gate if assessments is None else None
-        holders = holders_of(snap) if gate is not None else frozenset()
         built = [
             self._row(
                 snap,
@@ -248,12 +243,8 @@ class FrameBuilder:
                 missing,
             )
             for info in snap.processes
-            if info.engine in ESTIMATED
-            and info.pid not in helpers
-            and not (gate is not None and gate.first_tick(info, holders))
+            if info.engine in ESTIMATED and info.pid not in helpers
         ]
-        if gate is not None:
-            gate.advance(snap)
         if assessments is None:
             self._forget_logs({(p.pid, p.start_ticks) for p in snap.processes})
         rows = [r for r in built if r is not None]
@@ -447,14 +438,11 @@ def _router_row(router: Router, snap: Snapshot) -> ModelRow:
     )
 
 
-def events_from_snapshot(snap: Snapshot, gate: ChurnGate | None = None) -> list[EventRow]:
-    """What one live tick reports: device events and process exits (but those ``gate``
-    hides: one-tick servers' quiet exits, tui/churn.py)."""
+def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
+    """What one live tick reports: device events and process exits."""
     out = [EventRow(e.ts_ms, e.kind, e.severity, e.device_id, e.message) for e in snap.events]
     for x in snap.exited:
         _cause, severity, text = classify_legacy(x)
-        if gate is not None and gate.hides_exit(x, severity):
-            continue
         name = f"{x.comm} " if x.comm else ""
         out.append(
             EventRow(snap.ts_ms, "exit", severity, f"pid {x.pid}", f"{name}pid {x.pid} {text}")
@@ -512,8 +500,6 @@ class LiveSource:
         self.roots = roots or Roots()
         self.enabled = enabled
         self.builder = builder or FrameBuilder()
-        if self.builder.gate is None:
-            self.builder.gate = ChurnGate()
         if self.builder.env_for is None:  # the environment the daemon's assessor reads too
             self.builder.env_for = self._env_for
         self._sampler: Any = None
@@ -521,6 +507,7 @@ class LiveSource:
         # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
         self._frames = FrameStore(keep, keep_frames)
         self._events: deque[EventRow] = deque(maxlen=500)
+        self._gate = ChurnGate()  # one-tick servers wait a tick (tui/churn.py)
 
     def describe(self) -> str:
         """Where the frames come from, for the header."""
@@ -539,10 +526,10 @@ class LiveSource:
                 from monitor.api import Sampler
 
                 self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0), self.enabled)
-            state = box_state(
-                Live(self.roots, self.enabled, self._sampler), self.builder.margin_bytes
+            state = self._gate.tick(
+                box_state(Live(self.roots, self.enabled, self._sampler), self.builder.margin_bytes)
             )
-            self._events.extend(events_from_snapshot(state.snapshot, self.builder.gate))
+            self._events.extend(events_from_snapshot(state.snapshot))
             frame = self.builder.build_state(state, list(self._events)[-100:], live=True)
             self._frames.add(frame)
             return frame

@@ -7,7 +7,6 @@ at, so other servers on the box change nothing."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -59,7 +58,7 @@ def test_one_tick_servers_cost_no_row_estimate_or_event(models: dict[str, str]) 
                 assert brief.pid not in calls
                 assert _exits(frame, brief.pid) == []
             assert _pids(frame) >= {steady.pid}
-            assert source.builder.gate is not None and source.builder.gate.short_lived == 3
+            assert source._gate.short_lived == 3
             assert calls.count(steady.pid) == 7  # one row each frame (its estimate is cached)
     finally:
         source.close()
@@ -78,33 +77,38 @@ def test_a_server_that_lives_on_shows_from_its_second_tick(models: dict[str, str
             assert row.estimate is not None  # assessed as before
         frame = source.latest()
         assert len(_exits(frame, server.pid)) == 1  # a server seen twice: its exit is news
-        assert source.builder.gate is not None and source.builder.gate.short_lived == 0
+        assert source._gate.short_lived == 0
     finally:
         source.close()
 
 
 def test_a_one_tick_gpu_holder_or_a_crash_is_never_hidden() -> None:
-    gate = ChurnGate()
-    first = SimpleNamespace(processes=[SimpleNamespace(pid=1, start_ticks=10)], memory=[])
-    gate.advance(first)
-    on_gpu = SimpleNamespace(pid=2, start_ticks=20)
-    holder = SimpleNamespace(pid=2, device_id="GPU-0")
-    quiet = SimpleNamespace(pid=3, start_ticks=30)
+    steady = SimpleNamespace(pid=1, start_ticks=10, engine="llama.cpp")
+    on_gpu = SimpleNamespace(pid=2, start_ticks=20, engine="llama.cpp")
+    quiet = SimpleNamespace(pid=3, start_ticks=30, engine="llama.cpp")
+    other = SimpleNamespace(pid=4, start_ticks=40, engine=None)
+    gate = ChurnGate(previous=frozenset({(1, 10)}), before=frozenset())
     assert not gate.first_tick(on_gpu, frozenset({2}))  # on a GPU: shown at once
+    assert not gate.first_tick(other, frozenset())  # not a server: no row to hold back
+    assert not gate.first_tick(steady, frozenset())
     assert gate.first_tick(quiet, frozenset({2}))
-    gate.advance(SimpleNamespace(processes=[first.processes[0], on_gpu, quiet], memory=[holder]))
+    gate = ChurnGate(
+        previous=frozenset({(1, 10), (2, 20), (3, 30)}),
+        before=frozenset({(1, 10)}),
+        previous_holders=frozenset({2}),
+    )
     assert not gate.hides_exit(on_gpu, "info")
     assert not gate.hides_exit(quiet, "critical")  # a crash or OOM kill alerts
     assert not gate.hides_exit(quiet, "warning")
     assert gate.hides_exit(quiet, "info")
-    assert not gate.hides_exit(first.processes[0], "info")  # seen in two ticks
+    assert not gate.hides_exit(steady, "info")  # seen in two ticks
     assert gate.short_lived == 1
 
 
-def test_the_first_ticks_hide_nothing(tmp_path: Path) -> None:
+def test_the_first_ticks_hide_nothing() -> None:
+    gone = SimpleNamespace(pid=5, start_ticks=50, engine="llama.cpp")
     gate = ChurnGate()
-    gone = SimpleNamespace(pid=5, start_ticks=50)
     assert not gate.first_tick(gone, frozenset())
     assert not gate.hides_exit(gone, "info")
-    gate.advance(SimpleNamespace(processes=[gone], memory=[]))
+    gate = ChurnGate(previous=frozenset({(5, 50)}))  # one tick so far
     assert not gate.hides_exit(gone, "info")  # no tick before the first: not known as brief
