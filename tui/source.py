@@ -38,6 +38,7 @@ from monitor.api import (
     servers_cgroup,
 )
 from monitor.errors import NotRecorded, VramscopeError
+from tui.churn import ChurnGate
 from tui.frames import FrameStore
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
@@ -53,8 +54,6 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
         Router,
         ServerLogFollower,
     )
-
-HOST = "host"
 
 MINUTE_MS = 60_000
 
@@ -509,6 +508,7 @@ class LiveSource:
         # compact ticks for history, a minute of whole frames for replay (tui/frames.py)
         self._frames = FrameStore(keep, keep_frames)
         self._events: deque[EventRow] = deque(maxlen=500)
+        self._gate = ChurnGate()  # one-tick servers wait a tick (tui/churn.py)
 
     def describe(self) -> str:
         """Where the frames come from, for the header."""
@@ -527,8 +527,8 @@ class LiveSource:
                 from monitor.api import Sampler
 
                 self._sampler = Sampler(self.roots, CollectorOptions(pss_per_tick=0), self.enabled)
-            state = box_state(
-                Live(self.roots, self.enabled, self._sampler), self.builder.margin_bytes
+            state = self._gate.tick(
+                box_state(Live(self.roots, self.enabled, self._sampler), self.builder.margin_bytes)
             )
             self._events.extend(events_from_snapshot(state.snapshot))
             frame = self.builder.build_state(state, list(self._events)[-100:], live=True)
