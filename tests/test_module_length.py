@@ -12,10 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 800
 PACKAGES = ("collectors", "monitor", "tui")
 
-# module -> its line count when listed (a ceiling; split the module, then drop it here)
-STILL_OVER = {
-    "tui/source.py": 810,
-}
+# module -> its line count when listed (a ceiling; split the module, then drop it here).
+# Empty since tui/source.py's series moved to tui/series.py: every module is under 800.
+STILL_OVER: dict[str, int] = {}
 
 
 def _module_lines(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, int]:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.source import EventRow, Frame, Series
+from tui.series import Series
+from tui.source import EventRow, Frame
 
 
 @dataclass

@@ -40,6 +40,7 @@ from monitor.api import (
 from monitor.errors import NotRecorded, VramscopeError
 from tui.churn import ChurnGate
 from tui.frames import FrameStore
+from tui.series import HISTORY_POINTS, Series, add_point, downsample, ending_at
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
     from monitor.api import (
@@ -57,7 +58,6 @@ if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker
 
 MINUTE_MS = 60_000
 
-Series = dict[str, list[tuple[int, int]]]
 """label -> [(ts_ms, bytes)]; labels are ``device:<id>`` and ``model:<name> (pid N)``."""
 
 
@@ -451,37 +451,6 @@ def events_from_snapshot(snap: Snapshot) -> list[EventRow]:
     return out
 
 
-HISTORY_POINTS = 240  # a sparkline's worth: wider than any terminal
-
-
-def _ending_at(points: list[tuple[int, int]], last: tuple[int, int]) -> list[tuple[int, int]]:
-    """Bucket peaks, then the newest sample itself (unless it is the last point already)."""
-    return points if points and points[-1][0] >= last[0] else [*points, last]
-
-
-def _add_point(out: Series, label: str, point: tuple[int, int], ending: bool) -> None:
-    points = out.setdefault(label, [])
-    if not ending or not points or point[0] > points[-1][0]:
-        points.append(point)
-
-
-def downsample(
-    points: list[tuple[int, int]],
-    buckets: int = HISTORY_POINTS,
-) -> list[tuple[int, int]]:
-    """At most ``buckets`` points, keeping each bucket's maximum (peaks matter here)."""
-    if len(points) <= buckets:
-        return points
-    t0, t1 = points[0][0], points[-1][0]
-    width = max(1, (t1 - t0) // buckets + 1)
-    out: dict[int, tuple[int, int]] = {}
-    for ts, value in points:
-        b = (ts - t0) // width
-        if b not in out or value > out[b][1]:
-            out[b] = (ts, value)
-    return [out[b] for b in sorted(out)]
-
-
 # --------------------------------------------------------------------------- live
 
 
@@ -540,7 +509,7 @@ class LiveSource:
             out: Series = self._frames.series(device_id, since_ms, until_ms)
         # each bucket keeps its peak; the newest frame's own value ends every series it
         # is in, so the history screen's "now" is now, not the last bucket's peak
-        return {k: _ending_at(downsample(v, HISTORY_POINTS - 1), v[-1]) for k, v in out.items()}
+        return {k: ending_at(downsample(v, HISTORY_POINTS - 1), v[-1]) for k, v in out.items()}
 
     def events(self, since_ms: int) -> list[EventRow]:
         with self._lock:
@@ -703,13 +672,13 @@ class StoreSource:
                 device_peaks, device_id, since, until, buckets, by_minute
             ).items():
                 for p in peaks:
-                    _add_point(out, f"device:{dev}", (p.ts_ms, p.used_bytes), ending)
+                    add_point(out, f"device:{dev}", (p.ts_ms, p.used_bytes), ending)
             for peak in self._read(server_peaks, device_id, since, until, buckets, by_minute):
                 if peak.argv not in names:
                     model = next((a for a in peak.argv if a.endswith(".gguf")), None)
                     names[peak.argv] = Path(model).name if model else peak.comm
                 label = f"model:{names[peak.argv]} (pid {peak.pid})"
-                _add_point(out, label, (peak.ts_ms, peak.used_bytes), ending)
+                add_point(out, label, (peak.ts_ms, peak.used_bytes), ending)
 
         add(since_ms, until_ms, HISTORY_POINTS - 1, minutes)
         # the newest tick's own values end the series alive then: "now" is now

@@ -12,7 +12,8 @@ from pilot_helpers import settle, sync
 
 from monitor.store.database import Store
 from tui.app import VramscopeApp, open_source
-from tui.source import SourceError, StoreSource, downsample
+from tui.series import downsample
+from tui.source import SourceError, StoreSource
 
 
 def write_as_the_daemon(store: Store, snaps, proc_root: Path) -> None:  # noqa: ANN001
@@ -137,7 +138,7 @@ def test_history_keeps_each_buckets_peak_in_both_resolutions(tmp_path: Path) -> 
     bucketing, no series exceeds HISTORY_POINTS, and points stay in time order."""
     import sqlite3
 
-    from tui.source import HISTORY_POINTS
+    from tui.series import HISTORY_POINTS
 
     path = tmp_path / "v.db"
     Store.open(path).close()

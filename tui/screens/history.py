@@ -30,7 +30,8 @@ from monitor.errors import failure_line
 from monitor.units import GIB
 from tui.format import clock, middle_cut, plain, safe, size
 from tui.messages import HistoryReady, SourceFailed
-from tui.source import Frame, Series
+from tui.series import Series
+from tui.source import Frame
 from tui.widgets.device_panel import named_devices
 
 if TYPE_CHECKING:
