@@ -396,6 +396,11 @@ def test_a_real_daemon_counts_a_crash_and_an_engine_oom_line(tmp_path: Path) -> 
         fake.process.kill()
 
 
+def _exits_at_least(d: daemon_harness.LiveDaemon, n: float) -> Series | None:
+    m = parse(d.metrics())
+    return m if sum(m["vramscope_process_exits_total"].values()) >= n else None
+
+
 def _pids(m: Series) -> set[str]:
     return {dict(k)["pid"] for rows in m.values() for k in rows if "pid" in dict(k)}
 
@@ -467,6 +472,8 @@ def test_a_real_daemon_keeps_series_bounded_while_500_real_servers_come_and_go(
                         p.kill()
                         p.wait()
         m = d.poll("the first wave gone", lambda: _without(d, seen))
+        # the last wave's exits reach the counters on the ticks after it ended
+        m = d.poll("every exit counted", lambda: _exits_at_least(d, before + total))
         exits = m["vramscope_process_exits_total"]
         assert len(exits) <= len(EXIT_CAUSES) * (MODEL_SLOTS + 2)
         assert sum(exits.values()) - before >= total
