@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +14,7 @@ from pathlib import Path
 import pytest
 import tiny_models
 from box_states import host, write_state
+from router_http import predict as predict_json  # `vramscope predict --json`
 
 from collectors.base import ProcessInfo, ProcessMemory
 from monitor.engines.router_models import list_models_dir
@@ -33,19 +31,6 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def predict_json(*args: str) -> tuple[int, dict, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
-    return result.returncode, doc, result.stderr
 
 
 @pytest.fixture

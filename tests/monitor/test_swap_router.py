@@ -7,15 +7,12 @@ state)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import tiny_models
 from box_states import host, write_state
+from router_http import predict as predict_json  # `vramscope predict --json`
 
 from collectors.base import ProcessInfo, ProcessMemory
 from monitor.engines.router_models import list_models_dir
@@ -25,19 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
 ROUTER, CHILD_A, BIG = 700, 701, 800
 HELD_A, HELD_BIG, HELD_ROUTER = 2 * GIB, 3 * GIB, 20 << 20
-
-
-def predict_json(*args: str) -> tuple[int, dict, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
-    return result.returncode, doc, result.stderr
 
 
 @pytest.fixture
