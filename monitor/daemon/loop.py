@@ -1,9 +1,12 @@
-"""The sampling daemon: APScheduler 3.x ``BlockingScheduler`` with one worker thread.
+"""The sampling daemon: APScheduler 3.x ``BackgroundScheduler`` with one worker thread.
 
 One worker thread means one SQLite writer: ``tick`` and ``prune`` never overlap. Both are
 plain functions of a :class:`DaemonContext`, so tests call them without a scheduler.
-SIGTERM/SIGINT shut the scheduler down with ``wait=True``: the tick in flight commits,
-then the process exits 0. An exclusive ``flock`` on ``<db>.lock`` stops a second daemon
+SIGTERM/SIGINT only set an event; the main thread, outside the signal handler, shuts the
+scheduler down with ``wait=True``: the tick in flight commits, then the process exits 0.
+(Shutting down inside the handler raced the scheduler's own loop: a signal landing in
+``_process_jobs`` emptied the job store under it, and ``update_job`` raised
+``JobLookupError`` — CI, 2026-11-27.) An exclusive ``flock`` on ``<db>.lock`` stops a second daemon
 from writing the same database.
 """
 
@@ -15,6 +18,7 @@ import logging
 import os
 import signal
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -460,10 +464,12 @@ def run(config: Config) -> int:
     ctx.notify = Notifier()
     holder.append(ctx)
     http = _start_http(http)
-    stopping = _handle_signals(ctx, sched)
+    stop = _handle_signals(ctx)
     try:
-        if not stopping:  # a signal before the scheduler ran: do not start it at all
+        if not stop.is_set():  # a signal before the scheduler ran: do not start it at all
             sched.start()
+            stop.wait()  # the handler sets it; lock waits are interrupted by signals
+            sched.shutdown(wait=True)
     finally:
         _final_flush(ctx)
         _close(ctx, http)
@@ -565,10 +571,10 @@ def _scheduler(ctx: DaemonContext) -> Any:
     """APScheduler with one worker: the tick, the /slots poll and the prune."""
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
     from apscheduler.executors.pool import ThreadPoolExecutor
-    from apscheduler.schedulers.blocking import BlockingScheduler
+    from apscheduler.schedulers.background import BackgroundScheduler
 
     config = ctx.config
-    sched = BlockingScheduler(
+    sched = BackgroundScheduler(
         timezone=UTC,
         executors={"default": ThreadPoolExecutor(max_workers=1)},
         job_defaults={
@@ -626,18 +632,16 @@ def _start_http(http: Any) -> Any:
     return http
 
 
-def _handle_signals(ctx: DaemonContext, sched: Any) -> list[int]:
-    """SIGTERM/SIGINT finish the tick in flight and stop; SIGHUP reloads the config
-    before the next tick. Returns the list a stop signal is appended to."""
-    stopping: list[int] = []
+def _handle_signals(ctx: DaemonContext) -> threading.Event:
+    """SIGTERM/SIGINT set the returned event (the main thread then finishes the tick in
+    flight and stops); SIGHUP reloads the config before the next tick."""
+    stopping = threading.Event()
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s; finishing the tick in flight", signal.Signals(signum).name)
-        stopping.append(signum)
-        if ctx.notify is not None:
+        if ctx.notify is not None and not stopping.is_set():
             ctx.notify.stopping()
-        if sched.running:
-            sched.shutdown(wait=True)
+        stopping.set()
 
     def hangup(_signum: int, _frame: FrameType | None) -> None:
         log.info("received SIGHUP: the configuration is reloaded before the next tick")

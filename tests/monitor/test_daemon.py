@@ -298,3 +298,33 @@ def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(
     ).fetchone()
     assert found[0] == first_seen, (found[0], first_seen)  # the first tick that saw it
     assert started is not None and started[0] == first_seen  # stamped with its first tick
+
+
+def test_a_stop_signal_only_sets_the_event_the_main_thread_waits_on() -> None:
+    """The handler must not shut the scheduler down itself: run inside the scheduler's
+    ``_process_jobs`` (the main thread's loop in a BlockingScheduler), emptying the job
+    store there made ``update_job`` raise JobLookupError (CI, 2026-11-27). Two signals
+    send one STOPPING=1."""
+    from monitor.daemon import loop
+
+    class Ctx:
+        def __init__(self) -> None:
+            self.stopping_sent = 0
+            self.notify = self
+
+        def stopping(self) -> bool:
+            self.stopping_sent += 1
+            return True
+
+    ctx = Ctx()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        stop = loop._handle_signals(ctx)  # type: ignore[arg-type]
+        assert not stop.is_set()
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)
+        assert stop.wait(STOP_GUARD_S)
+        assert ctx.stopping_sent == 1
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
