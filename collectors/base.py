@@ -337,7 +337,7 @@ class Snapshot:
     # llama-server router facts a status document recorded (its "router" and
     # "router_child"), as the LLAMA_ARG_* / LLAMA_SERVER_ROUTER_PORT keys they came from:
     # pid -> ((key, value), ...). A remote or recorded snapshot's reader cannot read the
-    # process's environment, so it links routers with these (monitor/engines/router.py
+    # process's environment, so it links routers with these (monitor/servers/router.py
     # snapshot_links); empty for a live sample
     router_env: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
 

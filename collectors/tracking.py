@@ -1,7 +1,7 @@
 """Which processes are inference servers, from their command line alone.
 
 This only *recognises* an engine (so the process is tracked); turning argv into a launch
-spec is monitor/engines' job. Matching is on the executable's base name and, for Python,
+spec is monitor/servers' job. Matching is on the executable's base name and, for Python,
 on the module or script it runs.
 """
 

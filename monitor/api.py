@@ -51,14 +51,6 @@ if TYPE_CHECKING:  # the same table as _WHERE (tests/test_import_hygiene.py)
     from monitor.analysis.stored import assessments_at as assessments_at
     from monitor.daemon.lock import lock_holder as lock_holder
     from monitor.daemon.sampler import Sampler as Sampler
-    from monitor.engines import parse_command as parse_command
-    from monitor.engines import read_llama_env as read_llama_env
-    from monitor.engines.capabilities import ESTIMATED as ESTIMATED
-    from monitor.engines.capabilities import LLAMACPP_ESTIMATED as LLAMACPP_ESTIMATED
-    from monitor.engines.recognise import helper_parents as helper_parents
-    from monitor.engines.router import Router as Router
-    from monitor.engines.router import process_links as process_links
-    from monitor.engines.router import snapshot_links as snapshot_links
     from monitor.estimate import MemoryEstimate as MemoryEstimate
     from monitor.estimate import features_of as features_of
     from monitor.estimate.certainty import model_specific as model_specific
@@ -78,11 +70,19 @@ if TYPE_CHECKING:  # the same table as _WHERE (tests/test_import_hygiene.py)
     from monitor.logs.server_cache import log_file_of as log_file_of
     from monitor.logs.server_cache import log_source as log_source
     from monitor.report.events import grouped as grouped_events
+    from monitor.servers import parse_command as parse_command
+    from monitor.servers import read_llama_env as read_llama_env
+    from monitor.servers.capabilities import ESTIMATED as ESTIMATED
+    from monitor.servers.capabilities import LLAMACPP_ESTIMATED as LLAMACPP_ESTIMATED
+    from monitor.servers.recognise import helper_parents as helper_parents
+    from monitor.servers.router import Router as Router
+    from monitor.servers.router import process_links as process_links
+    from monitor.servers.router import snapshot_links as snapshot_links
     from monitor.store.database import StoreError as StoreError
     from monitor.store.database import open_readonly as open_readonly
     from monitor.store.estimates import has_table as has_estimates_table
-    from monitor.store.history import check_moment as check_moment
-    from monitor.store.history import parse_time as parse_time
+    from monitor.store.moment import check_moment as check_moment
+    from monitor.store.moment import parse_time as parse_time
     from monitor.store.reads import device_peaks as device_peaks
     from monitor.store.reads import events_between as events_between
     from monitor.store.reads import last_tick_ms as last_tick_ms
@@ -128,14 +128,14 @@ _WHERE: dict[str, tuple[str, str]] = {
     "assessments_at": ("monitor.analysis.stored", "assessments_at"),
     "lock_holder": ("monitor.daemon.lock", "lock_holder"),
     "Sampler": ("monitor.daemon.sampler", "Sampler"),
-    "parse_command": ("monitor.engines", "parse_command"),
-    "read_llama_env": ("monitor.engines", "read_llama_env"),
-    "ESTIMATED": ("monitor.engines.capabilities", "ESTIMATED"),
-    "LLAMACPP_ESTIMATED": ("monitor.engines.capabilities", "LLAMACPP_ESTIMATED"),
-    "helper_parents": ("monitor.engines.recognise", "helper_parents"),
-    "process_links": ("monitor.engines.router", "process_links"),
-    "snapshot_links": ("monitor.engines.router", "snapshot_links"),
-    "Router": ("monitor.engines.router", "Router"),
+    "parse_command": ("monitor.servers", "parse_command"),
+    "read_llama_env": ("monitor.servers", "read_llama_env"),
+    "ESTIMATED": ("monitor.servers.capabilities", "ESTIMATED"),
+    "LLAMACPP_ESTIMATED": ("monitor.servers.capabilities", "LLAMACPP_ESTIMATED"),
+    "helper_parents": ("monitor.servers.recognise", "helper_parents"),
+    "process_links": ("monitor.servers.router", "process_links"),
+    "snapshot_links": ("monitor.servers.router", "snapshot_links"),
+    "Router": ("monitor.servers.router", "Router"),
     "features_of": ("monitor.estimate", "features_of"),
     "MemoryEstimate": ("monitor.estimate", "MemoryEstimate"),
     "model_specific": ("monitor.estimate.certainty", "model_specific"),
@@ -158,8 +158,8 @@ _WHERE: dict[str, tuple[str, str]] = {
     "open_readonly": ("monitor.store.database", "open_readonly"),
     "StoreError": ("monitor.store.database", "StoreError"),
     "has_estimates_table": ("monitor.store.estimates", "has_table"),
-    "check_moment": ("monitor.store.history", "check_moment"),
-    "parse_time": ("monitor.store.history", "parse_time"),
+    "check_moment": ("monitor.store.moment", "check_moment"),
+    "parse_time": ("monitor.store.moment", "parse_time"),
     "device_peaks": ("monitor.store.reads", "device_peaks"),
     "events_between": ("monitor.store.reads", "events_between"),
     "last_tick_ms": ("monitor.store.reads", "last_tick_ms"),

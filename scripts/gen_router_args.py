@@ -1,7 +1,7 @@
-"""Regenerate monitor/engines/router_args.py: llama-server's option table, from the
+"""Regenerate monitor/servers/router_args.py: llama-server's option table, from the
 llama.cpp source this project builds (common/arg.cpp ``common_params_parser_init``).
 
-    python scripts/gen_router_args.py ARG_CPP COMMIT > monitor/engines/router_args.py
+    python scripts/gen_router_args.py ARG_CPP COMMIT > monitor/servers/router_args.py
 
 Each ``add_opt(common_arg(...))`` gives: its spellings (``args``; the first orders the
 router's rendered argv, the last is what it writes), its negated spellings, its

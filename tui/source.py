@@ -92,7 +92,7 @@ class ModelRow:
     held: Measured | None = None  # the parts of measured_bytes (monitor/analysis/measured.py)
     assessment: Assessment | None = None  # whole, judged for this frame
     # "router": a llama-server router's own row (no model, never estimated); its children's
-    # rows follow it, their model cell "└ ID · file" (monitor/engines/router.py)
+    # rows follow it, their model cell "└ ID · file" (monitor/servers/router.py)
     role: str = "server"
 
     @property
@@ -163,7 +163,7 @@ class FrameBuilder:
         env_for: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         self.margin_bytes = margin_bytes
-        # a live process's allow-listed LLAMA_ARG_* etc. (monitor/engines/environ.py), as
+        # a live process's allow-listed LLAMA_ARG_* etc. (monitor/servers/environ.py), as
         # the daemon's assessor reads it; LiveSource sets it from its /proc root
         self.env_for = env_for
         self.overhead_bytes = overhead_bytes
@@ -393,7 +393,7 @@ def grouped_by_router(rows: list[ModelRow], snap: Snapshot) -> list[ModelRow]:
     children's rows right under it (``└ ID · file``, ID their ``--alias``): the group
     sits where its biggest child does; a router with no child shown comes last. The
     router's row holds its own measured memory, ``--models-max`` and how many are loaded
-    (monitor/engines/router.py); it has no estimate (it loads no model)."""
+    (monitor/servers/router.py); it has no estimate (it loads no model)."""
     from monitor.api import snapshot_links
 
     routers, children = snapshot_links(snap)  # a remote frame: as its daemon recorded

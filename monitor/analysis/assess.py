@@ -29,9 +29,9 @@ from monitor.analysis.diagnose import Diagnosis, Finding, judge_findings, launch
 from monitor.analysis.growth import Evidence
 from monitor.analysis.judge import Tolerance
 from monitor.analysis.measured import Measured, measure
-from monitor.engines.capabilities import LLAMACPP_ESTIMATED
 from monitor.estimate import ESTIMATOR_VERSION, CpuFeatures
 from monitor.estimate.model import Component, DeviceInfo, MemoryEstimate
+from monitor.servers.capabilities import LLAMACPP_ESTIMATED
 
 SCHEMA = "vramscope.assessment/1"
 MAX_ERROR_CHARS = 500
@@ -139,8 +139,8 @@ def assess(
     """The assessment of one process, or None when it is not a server we estimate (not
     an inference command, a proxy such as llama-swap, a vLLM worker). Reads the model's
     GGUF header(s) through ``read_header`` (monitor.gguf.reader by default)."""
-    from monitor.engines import parse_command
     from monitor.estimate import estimate
+    from monitor.servers import parse_command
 
     spec = parse_command(list(info.argv), dict(env) if env is not None else None, cwd=info.cwd)
     if spec is None or spec.role in ("proxy", "worker", "router"):

@@ -5,7 +5,7 @@ test harness, a supervisor restarting a crashing server). Each start is a new pr
 so a cache by ``(pid, start_ticks)`` estimates every one of them. :class:`AssessCache`
 keys the assessment on what the estimate really depends on:
 
-- the launch spec as the engine parses it (monitor/engines ``parse_command``: argv, the
+- the launch spec as the engine parses it (monitor/servers ``parse_command``: argv, the
   allow-listed ``LLAMA_ARG_*`` environment, paths joined to the working directory), with
   ``--host``/``--port`` left out (they change no byte of memory);
 - the identity of every file the spec names (model, its splits, draft, mmproj, LoRAs):
@@ -167,7 +167,7 @@ class AssessCache:
         """The cache key of this launch, or None when it cannot be keyed (too many files)
         and is estimated afresh. A command that is not a server we estimate keys on its
         argv alone (:func:`assess` returns None for it without reading a file)."""
-        from monitor.engines import parse_command
+        from monitor.servers import parse_command
 
         spec = parse_command(list(info.argv), dict(env) if env else None, cwd=info.cwd)
         if spec is None:

@@ -246,9 +246,9 @@ def budget_fixes(
     from monitor.analysis.picture import DevicePicture, Picture, ProcessUse
     from monitor.analysis.predict_fixes import bound_growth, suggest
     from monitor.analysis.predict_verdicts import need_by_device
-    from monitor.engines import parse_command
     from monitor.estimate import estimate
     from monitor.estimate.model import HOST, MemoryEstimate
+    from monitor.servers import parse_command
 
     spec = parse_command(list(argv)) if argv else None
     if spec is None or not spec.model_path or not Path(spec.model_path).exists():

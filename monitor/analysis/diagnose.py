@@ -18,9 +18,9 @@ from collectors.base import CgroupMemory
 from monitor.analysis.growth import GROWTH_COMPONENTS, Evidence, attribute_growth
 from monitor.analysis.judge import Tolerance, is_over
 from monitor.analysis.measured import Measured
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
+from monitor.servers.spec import LaunchSpec
 from monitor.units import MIB
 from monitor.units import gib_or_mib as gib  # 33 MiB is '33 MiB', not '0.0 GiB'
 

@@ -60,7 +60,7 @@ class Measured:
 
 def measure(pid: int, rows: Iterable[ProcessMemory], helpers: Iterable[int] = ()) -> Measured:
     """The :class:`Measured` of ``pid`` from one tick's memory rows (all devices), with the
-    GPU memory of its forked helpers (engines.recognise.helper_parents). A helper's host
+    GPU memory of its forked helpers (servers.recognise.helper_parents). A helper's host
     RSS is not added: its pages are the server's, shared copy-on-write."""
     helper_pids = set(helpers)
     device: int | None = 0

@@ -345,8 +345,8 @@ def _snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
 
 
 def _router_env_of(rows: list[Any]) -> tuple[tuple[int, tuple[tuple[str, str], ...]], ...]:
-    """The routers and children the document recorded (monitor/engines/router.py)."""
-    from monitor.engines.router import recorded_env
+    """The routers and children the document recorded (monitor/servers/router.py)."""
+    from monitor.servers.router import recorded_env
 
     out = []
     for row in rows:

@@ -137,7 +137,7 @@ def build_model(
     db = open_readonly(db_path)
     try:
         if at_ms is not None:  # the moment must be one the database knows
-            from monitor.store.history import check_moment
+            from monitor.store.moment import check_moment
 
             first, last = reads.record_span(db)
             check_moment(db_path, at_ms, first, last)
@@ -393,7 +393,7 @@ def _measured_at_death(
     uses (monitor/analysis/measured.py, its helpers' GPU memory included), with that tick's time."""
     from monitor.analysis.measured import measure
     from monitor.analysis.state import DatabaseMoment, box_state
-    from monitor.engines.recognise import helper_parents
+    from monitor.servers.recognise import helper_parents
 
     ticks = [q[0] for p in mine for q in p["points"]]
     if pid is None or not ticks:
@@ -437,8 +437,8 @@ def _estimate(
             est = max(mine, key=lambda a: a.ts_ms).estimate
             source = "the daemon's estimate of this launch"
     if est is None and info and info.get("argv"):
-        from monitor.engines import parse_command
         from monitor.estimate import estimate
+        from monitor.servers import parse_command
 
         spec = parse_command(list(info["argv"]))
         if spec is not None and spec.model_path and Path(spec.model_path).exists():

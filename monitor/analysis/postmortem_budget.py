@@ -124,7 +124,7 @@ def _growth_evidence(db: Any, victim: dict[str, Any], t: int) -> tuple[str, str,
 
 def _gpus_at(db: Any, t: int) -> list[Any]:
     """The box's GPUs at the last tick at or before ``t`` (none on a CPU-only box)."""
-    from monitor.store.history import snapshot_in
+    from monitor.store.moment import snapshot_in
 
     tick = reads.tick_at_or_before(db, t)
     if tick is None:

@@ -49,10 +49,10 @@ from monitor.analysis.predict_verdicts import (
     freed_by,
     judge,
 )
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate import CpuFeatures, MemoryEstimate, estimate, features_from_flags
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
+from monitor.servers.spec import LaunchSpec
 from monitor.units import GIB
 from monitor.units import gib_number as _gib
 
@@ -319,10 +319,10 @@ def thrash_notes(result: Prediction, disk_gbs: float | None) -> list[str]:
 
 def refuse_unknown_flags(command: list[str], model_id: str | None = None) -> None:
     """EstimateError (exit 2) in the engine's own words when the llama-server the command
-    names does not list one of its flags in ``--help`` (monitor/engines/server_help.py);
+    names does not list one of its flags in ``--help`` (monitor/servers/server_help.py);
     nothing when the binary cannot be found or safely asked (the built-in table stands)."""
-    from monitor.engines.recognise import unwrapped_command
-    from monitor.engines.server_help import locate, server_flags, unknown_flags
+    from monitor.servers.recognise import unwrapped_command
+    from monitor.servers.server_help import locate, server_flags, unknown_flags
 
     argv, _ = unwrapped_command(command)
     binary = locate(argv[0]) if argv else None

@@ -25,10 +25,10 @@ from monitor.analysis.predict_verdicts import (
     judge,
     need_by_device,
 )
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST
+from monitor.servers.spec import LaunchSpec
 from monitor.units import MIB
 
 RELEVANT_MIN_BYTES = 64 * MIB

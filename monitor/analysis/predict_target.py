@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from monitor.analysis.picture import Picture, ProcessUse
 from monitor.analysis.predict_request import PredictRequest
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate.kv import EstimateError
+from monitor.servers.spec import LaunchSpec
 
 if TYPE_CHECKING:
     from collectors.base import CgroupMemory, Snapshot
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def _model_of(argv: tuple[str, ...] | list[str]) -> str | None:
-    from monitor.engines import parse_command
+    from monitor.servers import parse_command
 
     spec = parse_command(list(argv))
     return spec.model_path if spec is not None else None
@@ -27,11 +27,11 @@ def _spec_of(
     command: list[str], on_the_launching_box: bool, inherited: Mapping[str, str] | None = None
 ) -> LaunchSpec:
     """The launch asked about. ``-hf``: the CLI on the launching box finds the model in its
-    user's llama.cpp cache (monitor/engines/hf_cache.py); the daemon's HTTP API does not
+    user's llama.cpp cache (monitor/servers/hf_cache.py); the daemon's HTTP API does not
     look in its own. ``inherited``: the environment the launch inherits (a router's child:
     the router's allow-listed environment, router_predict.py); the command line wins."""
-    from monitor.engines import parse_command
-    from monitor.engines.hf_cache import own_cache_env
+    from monitor.servers import parse_command
+    from monitor.servers.hf_cache import own_cache_env
 
     env = {**(own_cache_env() if on_the_launching_box else {}), **(inherited or {})}
     spec = parse_command(list(command), env or None)
@@ -161,7 +161,7 @@ def swap_cgroup(req: PredictRequest, snap: Snapshot) -> tuple[CgroupMemory | Non
         return None, None
     limits = {c.pid: c.cgroup for c in snap.cgroups}
     if _for_router(req):
-        from monitor.engines.router import snapshot_links
+        from monitor.servers.router import snapshot_links
 
         routers = [pid for pid in snapshot_links(snap, req.env_for)[0] if pid in limits]
         if len(routers) == 1:

@@ -11,11 +11,11 @@ from monitor.analysis.picture import Picture
 from monitor.analysis.predict_request import PredictRequest, Throughput
 from monitor.analysis.predict_verdicts import Estimator, Prediction, _largest_ngl
 from monitor.analysis.throughput import DevicePeak, Work
-from monitor.engines.spec import LaunchSpec
 from monitor.errors import VramscopeError
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
+from monitor.servers.spec import LaunchSpec
 
 
 def _train_ctx(spec: LaunchSpec, estimator: Estimator) -> int:

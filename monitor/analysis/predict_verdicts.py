@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from monitor.analysis.picture import Picture, ProcessUse
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST
+from monitor.servers.spec import LaunchSpec
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default

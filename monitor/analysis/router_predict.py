@@ -2,10 +2,10 @@
 
 Which router: ``--router URL`` (its ``GET /models``, loopback only), ``--router-config
 FILE.ini`` (its preset file), else the router on this box (the snapshot's processes,
-monitor/engines/router.py) whose model list has the id. A router's model list is its
+monitor/servers/router.py) whose model list has the id. A router's model list is its
 ``GET /models`` answer on loopback (``status.args`` is the child argv it renders: the
 truth), else its files (``--models-dir``, ``--models-preset``, its own command line,
-monitor/engines/router_preset.py).
+monitor/servers/router_preset.py).
 
 The eviction is ``server_models::load`` + ``unload_lru`` (server-models.cpp lines
 1069-1140, llama.cpp 0c1e57098): with ``--models-max N`` (> 0) and N models running
@@ -23,7 +23,7 @@ The child's environment is the router's (``server_models::load``, server-models.
 preset, or the router's own argv: ``load_from_args`` reads argv only, common/preset.cpp
 line 465) sets ``-c``, since llama.cpp reads the environment first and the command line
 overrides it (common/arg.cpp lines 784-800). :attr:`RouterView.env` carries the router's
-allow-listed environment (monitor/engines/environ.py) for the child's parse.
+allow-listed environment (monitor/servers/environ.py) for the child's parse.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitor.analysis.picture import Picture, ProcessUse
-from monitor.engines.router import DEFAULT_MODELS_MAX, Router, RouterChild, snapshot_links
-from monitor.engines.router_models import AnsweredModel, RouterModelsError, list_models_dir
-from monitor.engines.router_preset import child_launches, read_preset_file
 from monitor.errors import ServiceError
 from monitor.estimate.kv import EstimateError
+from monitor.servers.router import DEFAULT_MODELS_MAX, Router, RouterChild, snapshot_links
+from monitor.servers.router_models import AnsweredModel, RouterModelsError, list_models_dir
+from monitor.servers.router_preset import child_launches, read_preset_file
 from monitor.units import GIB
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def _from_files(
 ) -> dict[str, tuple[str, ...]]:
     """Its models from its files: ``--models-dir``, ``--models-preset``, and llama.cpp's
     HF cache as located by its environment (none read for a recorded state)."""
-    from monitor.engines.hf_cache import list_cached_models
+    from monitor.servers.hf_cache import list_cached_models
 
     def full(path: str | None) -> str | None:
         if path is None or os.path.isabs(path) or not proc.cwd:

@@ -165,7 +165,7 @@ def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
     if isinstance(origin, StatusFile):
         return load_state(origin.path), "file", str(origin.path)
     if isinstance(origin, DatabaseMoment):
-        from monitor.store.history import snapshot_at, snapshot_in
+        from monitor.store.moment import snapshot_at, snapshot_in
 
         if origin.db is not None:
             return snapshot_in(origin.db, origin.ts_ms), "database", str(origin.db_path)
@@ -196,7 +196,7 @@ def chosen_origin(
     if state is not None:
         return StatusFile(state)
     if at is not None:
-        from monitor.store.history import parse_time
+        from monitor.store.moment import parse_time
 
         return DatabaseMoment(db_path, parse_time(at))
     return Live(roots, enabled, sampler)

@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from monitor.engines.router import is_router, snapshot_links
-from monitor.engines.router_models import list_models_dir
-from monitor.engines.router_preset import child_launches, read_preset_file
-from monitor.engines.spec import LaunchSpec
+from monitor.servers.router import is_router, snapshot_links
+from monitor.servers.router_models import list_models_dir
+from monitor.servers.router_preset import child_launches, read_preset_file
+from monitor.servers.spec import LaunchSpec
 
 if TYPE_CHECKING:
     from collectors.base import Snapshot
@@ -58,7 +58,7 @@ def _env(model: SwapModel) -> dict[str, str]:
 
 def swap_routers(config: SwapConfig) -> list[SwapRouter]:
     """The llama-swap models that run a router, in model-ID order."""
-    from monitor.engines import parse_command
+    from monitor.servers import parse_command
 
     out = []
     for swap_id in sorted(config.models):
@@ -108,8 +108,8 @@ def router_model_of(
 ) -> tuple[SwapRouter, Mapping[str, tuple[str, ...]]] | None:
     """The llama-swap model whose router serves ``model_id`` (and its model list), None
     when none does; EstimateError when several do."""
-    from monitor.engines.router_models import RouterModelsError
     from monitor.estimate.kv import EstimateError
+    from monitor.servers.router_models import RouterModelsError
 
     found = []
     for swap in swap_routers(config):

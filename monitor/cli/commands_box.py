@@ -85,7 +85,7 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     finally:
         sampler.close()
     if as_json:
-        from monitor.engines import read_llama_env
+        from monitor.servers import read_llama_env
 
         click.echo(
             json.dumps(

@@ -89,7 +89,7 @@ def postmortem(
     """
     from monitor.analysis.postmortem import build_model
     from monitor.report.postmortem import render_html, render_text
-    from monitor.store.history import parse_time
+    from monitor.store.moment import parse_time
 
     cfg = load_config(**kwargs)
     doc = build_model(cfg.db_path, pid, parse_time(at_time) if at_time else None)
@@ -122,7 +122,7 @@ def postmortem(
 def events(since: str, kinds: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """List what the daemon recorded: kills, crashes, loads, alerts, Xids."""
     from monitor.analysis.postmortem import list_device_labels, list_events
-    from monitor.store.history import parse_since
+    from monitor.store.moment import parse_since
 
     cfg = load_config(**kwargs)
     rows = list_events(cfg.db_path, parse_since(since), kinds)

@@ -15,13 +15,13 @@ from monitor.analysis.slot_usage import usage_p99
 from monitor.analysis.state import box_state, chosen_origin
 from monitor.cli.predict import gpu_devices
 from monitor.config import Config
-from monitor.engines import parse_command, read_llama_env
-from monitor.engines.capabilities import LLAMACPP_ESTIMATED
-from monitor.engines.recognise import helper_parents
 from monitor.errors import UsageError
 from monitor.estimate import MemoryEstimate, features_of
 from monitor.logs.server_cache import log_file_of, log_source
 from monitor.report.status import wrapped
+from monitor.servers import parse_command, read_llama_env
+from monitor.servers.capabilities import LLAMACPP_ESTIMATED
+from monitor.servers.recognise import helper_parents
 from monitor.textsafe import terminal_safe
 from monitor.units import GIB, gib_or_mib
 

@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.engines.environ import allowed as env_allowed
-from monitor.engines.llamacpp_flags import ENV_KEYS, OPTIONAL, OPTIONS, SWITCH
-from monitor.engines.server_help import named_path
 from monitor.errors import InputError, SetupError
 from monitor.estimate.model import HOST, MemoryEstimate
-from monitor.logs.engine import BreakdownRow, LlamaLogReport, parse_llama_log
+from monitor.logs.server_log import BreakdownRow, LlamaLogReport, parse_llama_log
+from monitor.servers.environ import allowed as env_allowed
+from monitor.servers.llamacpp_flags import ENV_KEYS, OPTIONAL, OPTIONS, SWITCH
+from monitor.servers.server_help import named_path
 from monitor.units import MIB
 
 FIT_PARAMS = "llama-fit-params"

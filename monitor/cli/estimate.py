@@ -51,7 +51,7 @@ def measured_now(snap: Snapshot, pid: int) -> dict[str, int | None]:
     """What the running server ``pid`` holds on each device in ``snap`` (its forked
     helpers' GPU memory included: monitor/analysis/measured.py)."""
     from monitor.analysis.measured import measured_by_device
-    from monitor.engines.recognise import helper_parents
+    from monitor.servers.recognise import helper_parents
 
     helpers = helper_parents({p.pid: p for p in snap.processes})
     return measured_by_device(pid, snap.memory, [h for h, top in helpers.items() if top == pid])
@@ -60,7 +60,7 @@ def measured_now(snap: Snapshot, pid: int) -> dict[str, int | None]:
 def argv_of(cfg: Config, pid: int) -> tuple[list[str], dict[str, str]]:
     """A running process's command line and allow-listed environment."""
     from collectors import _fs
-    from monitor.engines import read_llama_env
+    from monitor.servers import read_llama_env
 
     try:
         raw = _fs.read_bytes(cfg.roots.proc / str(pid) / "cmdline")
@@ -84,7 +84,7 @@ def cwd_of(cfg: Config, pid: int) -> str | None:
 
 def refused_values(command: list[str], env: dict[str, str] | None = None) -> tuple[str, ...]:
     """One line per value the engine would refuse or misread (``-c abc``)."""
-    from monitor.engines import parse_command
+    from monitor.servers import parse_command
 
     spec = parse_command(command, env)
     return spec.refused if spec is not None else ()
@@ -149,7 +149,7 @@ def run_estimate(
     measured = measured_now(snap, pid) if pid is not None and snap is not None else None
     cpu = box_cpu(cfg, cpu_features)
     if env is None:  # a typed command: -hf is looked up in this user's llama.cpp cache
-        from monitor.engines.hf_cache import own_cache_env
+        from monitor.servers.hf_cache import own_cache_env
 
         env = own_cache_env()
     est = estimate_command(command, env, devices, cwd=cwd, cpu=cpu)
@@ -158,7 +158,7 @@ def run_estimate(
         est = dataclasses.replace(est, notes=est.notes + skipped)
     rows = None
     if log_path is not None:
-        from monitor.logs.engine import parse_llama_log
+        from monitor.logs.server_log import parse_llama_log
 
         try:
             with open(log_path, encoding="utf-8", errors="replace") as handle:
@@ -213,8 +213,8 @@ def check_with_engine(
     import os
 
     from monitor.cli import engine_check as ec
-    from monitor.engines import parse_command
-    from monitor.engines.recognise import unwrapped_command
+    from monitor.servers import parse_command
+    from monitor.servers.recognise import unwrapped_command
 
     argv, merged = unwrapped_command(command, env)
     spec = parse_command(command, env, cwd=cwd)

@@ -88,7 +88,7 @@ class Assessor:
     def on_tick(self, snap: Snapshot, store: Any | None) -> None:
         """Queue the new launches of ``snap``, publish and store the finished ones.
         ``store``: the daemon's Store, or None while the database refuses writes."""
-        from monitor.engines.recognise import helper_parents
+        from monitor.servers.recognise import helper_parents
 
         helpers = helper_parents({p.pid: p for p in snap.processes})
         servers = {
@@ -194,7 +194,7 @@ class Assessor:
             self._run(job)
 
     def _run(self, job: _Job) -> None:
-        from monitor.engines import read_llama_env
+        from monitor.servers import read_llama_env
 
         if self._cache is None:
             self._cache = AssessCache(self.read_header)

@@ -24,9 +24,9 @@ from monitor.store.database import Store, WriterHealth
 
 if TYPE_CHECKING:
     from collectors.proc_events import ProcEventListener
-    from monitor.alerts.engine import AlertEngine
+    from monitor.alerts.evaluator import AlertEvaluator
     from monitor.daemon.assessor import Assessor
-    from monitor.daemon.notify import Notifier
+    from monitor.daemon.sd_notify import SdNotifier
     from monitor.daemon.watch import LoadWatch
     from monitor.integrations.slots import SlotPoller
     from monitor.logs.follow import FileTail, JournalTail, SwapLogTail
@@ -60,7 +60,7 @@ class DaemonContext:
     slot_poller: SlotPoller | None = None  # made by the first /slots poll
     last_snapshot: Snapshot | None = None
     kmsg: KmsgFollower | None = None  # the kernel log, when readable
-    notify: Notifier | None = None  # systemd's sd_notify
+    notify: SdNotifier | None = None  # systemd's sd_notify
     reload_requested: bool = False  # set by SIGHUP, acted on by the next tick
     scheduler: Rescheduler | None = None
     tails: list[Tail] = field(default_factory=list)  # engine logs (monitor/logs/follow.py)
@@ -71,7 +71,7 @@ class DaemonContext:
     )  # pid -> (kill time ms, "oom_kill"/"oomd_kill", constraint)
     last_app_oom_ms: int | None = None  # an engine log's out-of-memory line
     proc_events: ProcEventListener | None = None  # the kernel connector: exit statuses
-    alerts: AlertEngine | None = None  # rules + delivery
+    alerts: AlertEvaluator | None = None  # rules + delivery
     startup_events: list[DeviceEvent] = field(default_factory=list)  # for the first tick
     ticks: int = 0
     dropped: int = 0

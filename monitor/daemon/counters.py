@@ -56,7 +56,7 @@ OTHER_MODEL = "other"
 
 
 def _process_model(p: ProcessInfo) -> str:
-    from monitor.engines.label import model_label
+    from monitor.servers.label import model_label
 
     return model_label(p.argv, MAX_MODEL_CHARS) if p.engine or p.argv else NO_MODEL
 

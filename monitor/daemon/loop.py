@@ -291,10 +291,10 @@ def _log_collector_changes(ctx: DaemonContext, snap: Snapshot) -> None:
 def poll_slots(ctx: DaemonContext) -> int:
     """Poll /slots of the llama.cpp servers seen in the last tick (loopback only, each at
     most every 10 s) and store the tokens in use; returns the servers answered."""
-    from monitor.engines import parse_command
-    from monitor.engines.capabilities import SLOTS
-    from monitor.engines.recognise import helper_parents
     from monitor.integrations.slots import SlotPoller
+    from monitor.servers import parse_command
+    from monitor.servers.capabilities import SLOTS
+    from monitor.servers.recognise import helper_parents
 
     snap = ctx.last_snapshot
     if snap is None:
@@ -459,9 +459,9 @@ def run(config: Config) -> int:
     _start_observers(ctx)
     _record_start(ctx)
     sched = _scheduler(ctx)
-    from monitor.daemon.notify import Notifier
+    from monitor.daemon.sd_notify import SdNotifier
 
-    ctx.notify = Notifier()
+    ctx.notify = SdNotifier()
     holder.append(ctx)
     http = _start_http(http)
     stop = _handle_signals(ctx)
@@ -511,7 +511,7 @@ def _start_log_followers(ctx: DaemonContext) -> None:
 
 def _start_observers(ctx: DaemonContext) -> None:
     """What judges each tick: the load watch, the assessor and the alert engine."""
-    from monitor.alerts.engine import AlertEngine
+    from monitor.alerts.evaluator import AlertEvaluator
     from monitor.daemon.assessor import Assessor
     from monitor.daemon.watch import LoadWatch
 
@@ -524,7 +524,7 @@ def _start_observers(ctx: DaemonContext) -> None:
         swap_config=config.swap_config,
     )
     ctx.assessor = Assessor(config.roots.proc, gpu_overhead_bytes=overhead)
-    ctx.alerts = AlertEngine(config)
+    ctx.alerts = AlertEvaluator(config)
 
 
 def _record_start(ctx: DaemonContext) -> None:

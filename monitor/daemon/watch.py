@@ -26,11 +26,11 @@ from monitor.analysis.assess_cache import EstimateCache
 from monitor.analysis.measured import measure
 from monitor.analysis.picture import picture_from_snapshot
 from monitor.analysis.predict_verdicts import judge
-from monitor.engines import parse_command, read_llama_env
-from monitor.engines.capabilities import ESTIMATED
-from monitor.engines.recognise import helper_parents
 from monitor.errors import VramscopeError
 from monitor.estimate.model import devices_from_samples
+from monitor.servers import parse_command, read_llama_env
+from monitor.servers.capabilities import ESTIMATED
+from monitor.servers.recognise import helper_parents
 from monitor.units import GIB, gib
 
 log = logging.getLogger(__name__)

@@ -13,12 +13,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from monitor.engines.capabilities import ENGINES
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.llamacpp import estimate_llamacpp
 from monitor.estimate.model import ESTIMATOR_VERSION, HOST, Component, DeviceInfo, MemoryEstimate
 from monitor.estimate.repack import CpuFeatures, features_from_flags, features_of
+from monitor.servers.capabilities import ENGINES
+from monitor.servers.spec import LaunchSpec
 
 __all__ = [
     "Component",
@@ -71,9 +71,9 @@ def estimate(
 
 def _from_hf_cache(spec: LaunchSpec) -> LaunchSpec:
     """``-hf``/``-hfd`` without ``-m``/``-md``: the files llama-server loads from its cache
-    (monitor/engines/hf_cache.py); a draft repo's model GGUF only (a repo of mtp-/eagle3-
+    (monitor/servers/hf_cache.py); a draft repo's model GGUF only (a repo of mtp-/eagle3-
     sidecars alone is not found: said so)."""
-    from monitor.engines.hf_cache import resolve
+    from monitor.servers.hf_cache import resolve
 
     if not spec.model_path and spec.hf_repo:
         path = resolve(spec.hf_repo, spec.hf_file, dict(spec.hf_env))
@@ -151,7 +151,7 @@ def estimate_command(
 ) -> MemoryEstimate:
     """``cwd``: the directory relative model paths are relative to (a running server's
     ``/proc/PID/cwd``); None leaves them relative to ours."""
-    from monitor.engines import parse_command
+    from monitor.servers import parse_command
 
     spec = parse_command(list(argv), env, cwd=cwd)
     if spec is None:

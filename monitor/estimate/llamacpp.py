@@ -12,13 +12,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate import compute, kv
 from monitor.estimate.certainty import approximations
 from monitor.estimate.model import HOST, Component, DeviceInfo, MemoryEstimate, Residency
 from monitor.estimate.placement import Placement, place
 from monitor.estimate.repack import CpuFeatures, WeightTensor, extra_buffer
 from monitor.estimate.shape import ModelShape, shape_from_header
+from monitor.servers.spec import LaunchSpec
 from monitor.units import GIB, MIB
 from monitor.units import mib as _mib
 

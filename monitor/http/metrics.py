@@ -130,8 +130,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import ProcessInfo, Snapshot
 from monitor.analysis.measured import measure
-from monitor.engines.label import model_label
-from monitor.engines.recognise import helper_parents
+from monitor.servers.label import model_label
+from monitor.servers.recognise import helper_parents
 
 log = logging.getLogger(__name__)
 

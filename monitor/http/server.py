@@ -418,8 +418,8 @@ class HttpServer:
         return 200, content_type, body, headers
 
     def snapshot(self) -> tuple[int, str, bytes]:
-        from monitor.engines import read_llama_env
         from monitor.report.status import to_json
+        from monitor.servers import read_llama_env
 
         state = self._need_state()
         proc = self.config.roots.proc  # routers/children by their environment too, as status
@@ -428,7 +428,7 @@ class HttpServer:
     def estimates(self) -> tuple[int, str, bytes]:
         from monitor.analysis.assess import assessments_document, judged
         from monitor.analysis.judge import Tolerance
-        from monitor.engines.recognise import helper_parents
+        from monitor.servers.recognise import helper_parents
 
         snap = self._need_state().snapshot
         stored = self.assessments() if self.assessments is not None else {}

@@ -1,9 +1,9 @@
 """A llama-server router's model list over HTTP: ``GET /models``, loopback only.
 
 Reads nothing else: never ``POST /models/load`` (that loads a model). No proxy, no
-redirects, the answer bounded in size and depth (:func:`monitor.engines.router_models.
+redirects, the answer bounded in size and depth (:func:`monitor.servers.router_models.
 models_answer`). Network errors propagate as OSError; a bad answer raises
-:class:`~monitor.engines.router_models.RouterModelsError` (a ValueError's sibling:
+:class:`~monitor.servers.router_models.RouterModelsError` (a ValueError's sibling:
 an InputError)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import urllib.parse
 import urllib.request
 
-from monitor.engines.router_models import MAX_ANSWER_BYTES, AnsweredModel, models_answer
 from monitor.integrations.llamaswap.client import _NoRedirect
 from monitor.integrations.loopback import loopback_url
+from monitor.servers.router_models import MAX_ANSWER_BYTES, AnsweredModel, models_answer
 
 __all__ = ["fetch_models"]
 

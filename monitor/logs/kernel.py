@@ -22,7 +22,7 @@ Inputs (../shared/research/sources.md section 5):
   PID 1's ``<unit>: systemd-oomd killed N process(es) in this unit.``
 - Userspace out-of-memory lines (llama.cpp/ggml, PyTorch ``CUDA out of memory``) from
   non-kernel sources (a unit's journal, a bare line) are reported as kind ``app_oom``,
-  using :mod:`monitor.logs.engine`'s pattern.
+  using :mod:`monitor.logs.server_log`'s pattern.
 - An engine's own log (``KernelLogParser(source=...)``: a followed file, llama-swap's
   stream, a unit's stdout in the journal) is anyone's text: a line there that looks like
   the kernel's or systemd-oomd's is not evidence of a kill. Such a parser reports only the
@@ -43,8 +43,6 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict
 
-from monitor.logs.engine import _OOM as _APP_OOM
-from monitor.logs.engine import _strip_prefix as _strip_llama_prefix
 from monitor.logs.kernel_patterns import (
     _AMD_ADDRESS,
     _AMD_DEV,
@@ -73,6 +71,8 @@ from monitor.logs.kernel_patterns import (
     _split_line,
 )
 from monitor.logs.kernel_records import MAX_MESSAGE_CHARS, KernelEvent, OomKill, _opt_int, _opt_str
+from monitor.logs.server_log import _OOM as _APP_OOM
+from monitor.logs.server_log import _strip_prefix as _strip_llama_prefix
 
 __all__ = ["XID_DESCRIPTIONS", "KernelLogParser", "parse_journal_json", "parse_lines"]
 

@@ -89,7 +89,7 @@ _REPORTED = (
 
 
 def compare_with_log(est: MemoryEstimate, report: Any) -> list[dict[str, Any]]:
-    """Estimated beside llama.cpp's own logged buffers (monitor/logs/engine.py), per kind."""
+    """Estimated beside llama.cpp's own logged buffers (monitor/logs/server_log.py), per kind."""
     rows = []
     for names, context, kind in _REPORTED:
         estimated = sum(est.total_bytes(n.strip()) for n in names.split("+")) / MIB

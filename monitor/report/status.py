@@ -23,12 +23,12 @@ from collectors.base import (
 )
 from monitor.analysis.measured import Measured, measure
 from monitor.device_names import device_labels, device_tag, display_order
-from monitor.engines.recognise import helper_parents
-from monitor.engines.router import Router, RouterChild, snapshot_links
 from monitor.exits import classify_legacy
+from monitor.servers.recognise import helper_parents
+from monitor.servers.router import Router, RouterChild, snapshot_links
 
 if TYPE_CHECKING:
-    from monitor.engines.spec import LaunchSpec
+    from monitor.servers.spec import LaunchSpec
 from monitor.textsafe import terminal_safe
 from monitor.units import human_bytes
 
@@ -57,7 +57,7 @@ def _launch_of(info: ProcessInfo, env: Mapping[str, str] | None = None) -> Launc
     a failed status)."""
     if info.engine is None or not info.argv:
         return None
-    from monitor.engines import parse_command
+    from monitor.servers import parse_command
 
     try:
         return parse_command(list(info.argv), env, cwd=info.cwd)
@@ -90,7 +90,7 @@ def router_links(
     snap: Snapshot, env_for: Callable[[int], Mapping[str, str]] | None = None
 ) -> tuple[dict[int, Router], dict[int, RouterChild]]:
     """The llama-server routers among the snapshot's processes and their children
-    (monitor/engines/router.py): a child by its parent, or by ``LLAMA_SERVER_ROUTER_PORT``
+    (monitor/servers/router.py): a child by its parent, or by ``LLAMA_SERVER_ROUTER_PORT``
     in its environment when ``env_for`` may read it (else as a recorded document said)."""
     return snapshot_links(snap, env_for)
 

@@ -1,4 +1,4 @@
-"""Every read query of the database but a whole tick's (monitor/store/history.py), one
+"""Every read query of the database but a whole tick's (monitor/store/moment.py), one
 named function each, returning typed rows.
 
 Each function takes an open connection (:func:`~monitor.store.database.open_readonly`'s,

@@ -89,8 +89,8 @@ def judge(
 
 
 def _env_reader(cfg: Config) -> Callable[[int], dict[str, str]]:
-    """A live process's allow-listed environment (monitor/engines/environ.py), under the
+    """A live process's allow-listed environment (monitor/servers/environ.py), under the
     configured /proc root."""
-    from monitor.engines import read_llama_env
+    from monitor.servers import read_llama_env
 
     return lambda pid: read_llama_env(cfg.roots.proc, pid)

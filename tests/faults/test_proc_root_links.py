@@ -127,7 +127,7 @@ def test_environ_cmdline_and_doctor_reads_stay_inside_the_tree(tmp_path: Path) -
     from collectors.base import Roots
     from monitor.cli.estimate import EstimateError, argv_of
     from monitor.config import Config
-    from monitor.engines import read_llama_env
+    from monitor.servers import read_llama_env
 
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -30,13 +30,13 @@ import pytest
 
 from collectors import drm, procfs
 from collectors.redact import redact_argv
-from monitor.engines.recognise import parse_command
 from monitor.integrations import slots as usage
 from monitor.integrations.llamaswap import config as llamaswap
-from monitor.logs import engine as llamalog
 from monitor.logs import kernel as kernlog
+from monitor.logs import server_log as llamalog
 from monitor.logs.kernel_patterns import parse_kmsg_record
 from monitor.logs.kernel_records import MAX_MESSAGE_CHARS
+from monitor.servers.recognise import parse_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LINE_CHARS = 4096

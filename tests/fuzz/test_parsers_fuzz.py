@@ -22,8 +22,8 @@ from collectors.drm import (
 from collectors.procfs import host_device, parse_cmdline, parse_stat, parse_status
 from monitor import config as config_mod
 from monitor.integrations.llamaswap import config as llamaswap
-from monitor.logs import engine as llamalog
 from monitor.logs import kernel as kernlog
+from monitor.logs import server_log as llamalog
 from monitor.logs.kernel_patterns import parse_kmsg_record
 from monitor.logs.kernel_records import KernelEvent, KmsgRecord
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from collectors.base import Roots
 from monitor import config as config_mod
-from monitor.alerts.engine import AlertEngine
+from monitor.alerts.evaluator import AlertEvaluator
 from monitor.daemon.loop import DaemonContext, reload_config, tick
 from monitor.daemon.sampler import Sampler
 from monitor.store.database import Store
@@ -54,7 +54,7 @@ def context(tmp_path: Path, toml: str) -> DaemonContext:
     cfg_path.write_text(toml)
     cfg = config_mod.load(cfg_path, db=tmp_path / "v.db")
     ctx = DaemonContext(cfg, Store.open(cfg.db_path), Sampler(Roots(), cfg.options))
-    ctx.alerts = AlertEngine(cfg)
+    ctx.alerts = AlertEvaluator(cfg)
     return ctx
 
 

@@ -12,9 +12,9 @@ import pytest
 from monitor.analysis.diagnose import judge_findings, kv_over_p99, launch_findings, times
 from monitor.analysis.measured import Measured
 from monitor.analysis.predict_fixes import smaller_drafts
-from monitor.engines import parse_command
 from monitor.estimate import estimate
 from monitor.estimate.model import Component, MemoryEstimate
+from monitor.servers import parse_command
 from monitor.units import GIB, MIB
 
 

@@ -1,4 +1,4 @@
-"""The engine table (monitor/engines/capabilities.py) is complete and is what the code obeys:
+"""The engine table (monitor/servers/capabilities.py) is complete and is what the code obeys:
 every engine the collectors can name is in it, and the estimator, the path resolution and
 the /slots poller each do what its row says."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from collectors import tracking
-from monitor.engines.capabilities import ENGINES, ESTIMATED, LLAMACPP_ESTIMATED, SLOTS
-from monitor.engines.spec import LaunchSpec, resolve_paths
 from monitor.estimate import EstimateError, estimate
 from monitor.estimate.model import DeviceInfo
+from monitor.servers.capabilities import ENGINES, ESTIMATED, LLAMACPP_ESTIMATED, SLOTS
+from monitor.servers.spec import LaunchSpec, resolve_paths
 
 GIB = 1024**3
 

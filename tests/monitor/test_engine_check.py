@@ -22,7 +22,7 @@ from arch_models import model_for  # noqa: E402
 from monitor.cli import engine_check as ec  # noqa: E402
 from monitor.errors import InputError, SetupError  # noqa: E402
 from monitor.estimate.model import HOST, Component, MemoryEstimate  # noqa: E402
-from monitor.logs.engine import parse_llama_log  # noqa: E402
+from monitor.logs.server_log import parse_llama_log  # noqa: E402
 from monitor.units import MIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

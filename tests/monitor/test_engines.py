@@ -1,4 +1,4 @@
-"""monitor/engines: command lines + LLAMA_ARG_* env -> LaunchSpec, and process recognition."""
+"""monitor/servers: command lines + LLAMA_ARG_* env -> LaunchSpec, and process recognition."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from collectors.base import ProcessInfo
 from collectors.redact import redact_argv
-from monitor.engines import (
+from monitor.servers import (
     EngineMatch,
     LaunchSpec,
     parse_command,
@@ -24,7 +24,7 @@ from monitor.engines import (
     read_llama_env,
     recognise,
 )
-from monitor.engines.environ import filter_env
+from monitor.servers.environ import filter_env
 
 BLOB = "sha256-" + "3f" * 32
 BLOB_PATH = f"/usr/share/ollama/.ollama/models/blobs/{BLOB}"
@@ -929,7 +929,7 @@ def test_read_llama_env_from_a_real_process() -> None:
             if env:
                 break
             time.sleep(0.01)
-        # HOME locates llama.cpp's -hf cache (monitor/engines/hf_cache.py): a folder, kept
+        # HOME locates llama.cpp's -hf cache (monitor/servers/hf_cache.py): a folder, kept
         assert env == {"LLAMA_ARG_CTX_SIZE": "4096", "HOME": "/root"}
     finally:
         child.kill()

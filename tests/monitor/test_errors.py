@@ -47,7 +47,7 @@ def error_classes() -> dict[str, type[BaseException]]:
 
 # raised and caught inside their own module; never reach a user
 PRIVATE = {
-    "monitor.engines.llamacpp_values._Bad",
+    "monitor.servers.llamacpp_values._Bad",
     "monitor.analysis.assess._Bad",
     "monitor.http.requests.RequestError",  # caught by http/server.py's handler: a 4xx
     "monitor.integrations.slots._HttpError",
@@ -254,7 +254,7 @@ def test_each_converted_user_input_failure_is_one_line_exit_2(
 
 def test_a_moment_the_database_does_not_hold_is_not_recorded(tmp_path: Path) -> None:
     from monitor.errors import NotRecorded
-    from monitor.store.history import check_moment
+    from monitor.store.moment import check_moment
 
     with pytest.raises(NotRecorded, match="holds no full-resolution samples"):
         check_moment(tmp_path / "v.db", 5, None, None)
@@ -386,7 +386,7 @@ HOSTILE_TIMES = [
 def test_a_time_the_user_typed_is_a_usage_error_or_a_time_never_another_exception(
     text: str,
 ) -> None:
-    from monitor.store.history import parse_since, parse_time
+    from monitor.store.moment import parse_since, parse_time
 
     for parse in (parse_time, parse_since):
         try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import gguf_models as g
 import pytest
 
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate import DeviceInfo, EstimateError, estimate, estimate_command
 from monitor.estimate.kv import context
+from monitor.servers.spec import LaunchSpec
 
 MIB, GIB = 1024**2, 1024**3
 

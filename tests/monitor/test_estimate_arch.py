@@ -21,7 +21,7 @@ import pytest
 from arch_compare import argv_for, fixture_paths, load, rows
 
 from monitor.estimate import estimate_command
-from monitor.logs.engine import parse_llama_log
+from monitor.logs.server_log import parse_llama_log
 
 TOLERANCE = {"kv": 0.0, "rs": 0.0, "weights": 0.005, "output": 0.005, "compute": 0.05}
 EXACT_MIB = 0.011  # two printed decimals

@@ -29,7 +29,7 @@ from arch_models import model_for
 
 from monitor.estimate import DeviceInfo, estimate_command, features_from_flags
 from monitor.estimate.repack import AMX, REPACK
-from monitor.logs.engine import parse_llama_log
+from monitor.logs.server_log import parse_llama_log
 
 MIB = 1024 * 1024
 EXACT_MIB = 0.011  # two printed decimals

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.engines import parse_command
 from monitor.estimate.repack import (
     AMX,
     REPACK,
@@ -21,6 +20,7 @@ from monitor.estimate.repack import (
     split_host_weights,
     tensor_op,
 )
+from monitor.servers import parse_command
 
 AMX_CPU = features_from_flags(["avx2", "avx512f", "avx512_vnni", "amx_int8"])
 AVX2 = features_from_flags(["avx2", "fma"])

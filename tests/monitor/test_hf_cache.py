@@ -1,5 +1,5 @@
 """``-hf user/model[:quant]``: the model found in llama.cpp's cache as llama-server finds it
-(monitor/engines/hf_cache.py), or one line saying where it looked (issue 34)."""
+(monitor/servers/hf_cache.py), or one line saying where it looked (issue 34)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import gguf_models as g
 import pytest
 
 from collectors.base import Roots
-from monitor.engines.hf_cache import HfCacheError, cache_dir, resolve
+from monitor.servers.hf_cache import HfCacheError, cache_dir, resolve
 from tui.source import LiveSource
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.logs.engine import (
+from monitor.logs.server_log import (
     BreakdownRow,
     BufferLine,
     KvLine,

@@ -24,8 +24,8 @@ from monitor.analysis.measured import measure
 from monitor.cli.diagnose import render, run_diagnose
 from monitor.config import Config
 from monitor.daemon.sampler import Sampler
-from monitor.engines.spec import LaunchSpec
 from monitor.estimate.model import Component, MemoryEstimate
+from monitor.servers.spec import LaunchSpec
 
 MIB, GIB = 1024**2, 1024**3
 NOT_AVAILABLE = 2**64 - 1

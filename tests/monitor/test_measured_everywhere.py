@@ -33,7 +33,7 @@ from monitor.cli.main import cli
 from monitor.http.metrics import build_registry, render
 from monitor.report.postmortem import fmt_bytes
 from monitor.report.status import human_bytes, render_text, to_json
-from monitor.store.history import snapshot_at
+from monitor.store.moment import snapshot_at
 from tui.format import size
 from tui.source import StoreSource
 from tui.widgets.device_panel import DevicePanel, panels_from_frame

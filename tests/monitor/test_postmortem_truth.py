@@ -182,8 +182,8 @@ def test_the_post_mortem_uses_the_daemons_stored_estimate_of_a_cgroup_victim(
     """The model file is gone (/models/x.gguf never existed here): the estimate the daemon
     stored at launch sizes the fix, not 1.2 x the memory held at the kill."""
     from monitor.analysis.assess import Assessment, Launch, to_json
-    from monitor.engines import parse_command
     from monitor.estimate.model import Component, MemoryEstimate
+    from monitor.servers import parse_command
 
     db = tmp_path / "v.db"
     store = Store.open(db, exit_judge=JUDGE)

@@ -58,7 +58,7 @@ def sample_procfs():
 
 
 def test_resolve_paths_joins_every_relative_model_file_to_the_cwd() -> None:
-    from monitor.engines.spec import LaunchSpec, resolve_paths
+    from monitor.servers.spec import LaunchSpec, resolve_paths
 
     spec = LaunchSpec(
         engine="llama.cpp",
@@ -167,7 +167,7 @@ def test_a_forked_child_is_the_servers_helper_not_a_second_server(models: Path) 
 
 def test_a_helpers_gpu_memory_is_added_to_its_server() -> None:
     from collectors.base import ProcessInfo, ProcessMemory, Snapshot
-    from monitor.engines.recognise import helper_parents
+    from monitor.servers.recognise import helper_parents
 
     argv = ("llama-server", "-m", "/m/x.gguf")
     server = ProcessInfo(100, 1, None, 1, 0, "llama-server", argv, "llama.cpp")

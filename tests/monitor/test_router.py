@@ -14,11 +14,11 @@ import jsonschema
 import pytest
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
-from monitor.engines import parse_command, recognise
-from monitor.engines.environ import filter_env
-from monitor.engines.router import DEFAULT_MODELS_MAX, link_routers
 from monitor.estimate import EstimateError, estimate
 from monitor.report.status import render_text, to_json
+from monitor.servers import parse_command, recognise
+from monitor.servers.environ import filter_env
+from monitor.servers.router import DEFAULT_MODELS_MAX, link_routers
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "llamacpp_router"
@@ -135,7 +135,7 @@ def test_a_bad_router_port_in_the_environment_links_nothing(value: str) -> None:
 
 def test_the_router_port_is_kept_from_environ_and_secrets_are_not() -> None:
     """The allow-list keeps the router's port and where llama.cpp's model cache is (HOME:
-    monitor/engines/hf_cache.py), never a secret."""
+    monitor/servers/hf_cache.py), never a secret."""
     raw = b"LLAMA_SERVER_ROUTER_PORT=18431\0LLAMA_API_KEY=s3cret\0HOME=/root\0TOKEN=x\0"
     assert filter_env(raw) == {"LLAMA_SERVER_ROUTER_PORT": "18431", "HOME": "/root"}
 

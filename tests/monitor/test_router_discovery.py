@@ -18,8 +18,8 @@ import pytest
 
 from collectors.base import ProcessInfo, Snapshot
 from monitor.analysis.router_predict import RouterView, ask_routers, discover
-from monitor.engines.router_models import AnsweredModel
 from monitor.integrations.router_client import fetch_models
+from monitor.servers.router_models import AnsweredModel
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER = (ROOT / "tests" / "fixtures" / "llamacpp_router" / "models_loaded_a.json").read_bytes()

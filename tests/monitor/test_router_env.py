@@ -22,8 +22,8 @@ from box_states import host
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
 from monitor.analysis.predict import answer
 from monitor.analysis.predict_request import PredictRequest, PredictResult
-from monitor.engines import read_llama_env
 from monitor.estimate.model import devices_from_samples
+from monitor.servers import read_llama_env
 
 GIB = 1024**3
 PROC = Path("/proc")
@@ -151,7 +151,7 @@ def _hf_cache(top: Path) -> Path:
 
 
 def test_the_hf_cache_lists_what_the_router_lists(tmp_path: Path) -> None:
-    from monitor.engines.hf_cache import list_cached_models
+    from monitor.servers.hf_cache import list_cached_models
 
     cache = _hf_cache(tmp_path / "hub")
     assert list_cached_models({"LLAMA_CACHE": str(cache)}) == ("user/tiny:Q8_0",)

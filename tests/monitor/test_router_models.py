@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor.engines import parse_command
-from monitor.engines import router_models as rm
-from monitor.engines.router_models import (
+from monitor.servers import parse_command
+from monitor.servers import router_models as rm
+from monitor.servers.router_models import (
     DirModel,
     RouterModelsError,
     list_models_dir,

@@ -17,8 +17,8 @@ from box_states import host, write_state
 from router_http import predict as predict_json  # `vramscope predict --json`
 
 from collectors.base import ProcessInfo, ProcessMemory
-from monitor.engines.router_models import list_models_dir
-from monitor.engines.router_preset import child_launches, read_preset_file
+from monitor.servers.router_models import list_models_dir
+from monitor.servers.router_preset import child_launches, read_preset_file
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from monitor.engines import parse_command
-from monitor.engines import router_preset as rp
-from monitor.engines.router_models import DirModel, RouterModelsError, list_models_dir
-from monitor.engines.router_preset import (
+from monitor.servers import parse_command
+from monitor.servers import router_preset as rp
+from monitor.servers.router_models import DirModel, RouterModelsError, list_models_dir
+from monitor.servers.router_preset import (
     base_from_argv,
     child_launches,
     parse_ini,

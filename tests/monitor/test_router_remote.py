@@ -14,8 +14,8 @@ import jsonschema
 
 from collectors.base import ProcessInfo, ProcessMemory, Snapshot
 from monitor.analysis.picture import snapshot_from_status_json
-from monitor.engines.router import snapshot_links
 from monitor.report.status import render_text, to_json
+from monitor.servers.router import snapshot_links
 from tui.source import ModelRow, grouped_by_router
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""monitor/engines/server_help.py: predict asks the llama-server a launch names which flags
+"""monitor/servers/server_help.py: predict asks the llama-server a launch names which flags
 it takes, and refuses (exit 2, the engine's own words) a flag that build would refuse.
 
 The help text is the real ``llama-server --help`` of the build this project makes
@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf_models as g
 import pytest
 
-from monitor.engines.server_help import parse_help, server_flags, unknown_flags
+from monitor.servers.server_help import parse_help, server_flags, unknown_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 HELP = ROOT / "tests" / "fixtures" / "llamalog" / "llama-server-help-0c1e57098.txt"

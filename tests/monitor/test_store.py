@@ -375,8 +375,8 @@ def test_an_old_database_gains_the_memory_clock_and_keeps_its_rows(tmp_path: Pat
     stay, read back with an unknown clock, and new ticks store the clock."""
     from sqlite_utils import Database
 
-    from monitor.store.history import snapshot_in
     from monitor.store.migrations import migrations
+    from monitor.store.moment import snapshot_in
 
     path = tmp_path / "old.db"
     old = Database(sqlite3.connect(path))

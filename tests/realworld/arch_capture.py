@@ -6,7 +6,7 @@ For every case of arch_cases.CASES: write the sparse GGUF (tests/fakes/arch_mode
 start the llama-server built by scripts/build-llama-server on 127.0.0.1 with
 ``--no-warmup -nr -lv 4``, wait for /health, stop it, and write
 tests/fixtures/llamalog/arch/<id>.json: the llama.cpp commit, the command line (model
-paths as ``{model}`` / ``{draft}``), and the log lines monitor.logs.engine reads (checked:
+paths as ``{model}`` / ``{draft}``), and the log lines monitor.logs.server_log reads (checked:
 parsing the kept lines gives the same report as parsing the whole log).
 """
 
@@ -28,7 +28,7 @@ from arch_cases import BASE_ARGS, CASES  # noqa: E402
 from arch_models import model_for  # noqa: E402
 from conftest import DEFAULT_BINARY, run_llama_server  # noqa: E402
 
-from monitor.logs.engine import parse_llama_log  # noqa: E402
+from monitor.logs.server_log import parse_llama_log  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "llamalog" / "arch"
 KEEP = re.compile(

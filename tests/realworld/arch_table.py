@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fakes"))
 from arch_compare import argv_for, fixture_paths, load, rows  # noqa: E402
 
 from monitor.estimate import estimate_command  # noqa: E402
-from monitor.logs.engine import parse_llama_log  # noqa: E402
+from monitor.logs.server_log import parse_llama_log  # noqa: E402
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ it repacks for this CPU in its extra buffer types, AMX and CPU_REPACK), write th
 GGUF of tests/fakes/arch_models.py, start the server on 127.0.0.1, wait for /health and
 record, while it idles:
 
-- llama.cpp's memory log lines (the lines ``monitor.logs.engine`` reads);
+- llama.cpp's memory log lines (the lines ``monitor.logs.server_log`` reads);
 - /proc/PID/status RssAnon and RssFile;
 - NVML's per-process used GPU memory and the device's used memory (``--mode gpu``);
 

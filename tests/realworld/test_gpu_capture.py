@@ -19,7 +19,7 @@ import pytest
 
 from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
 from monitor.estimate import estimate_command, features_of
-from monitor.logs.engine import parse_llama_log
+from monitor.logs.server_log import parse_llama_log
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

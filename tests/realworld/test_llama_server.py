@@ -2,7 +2,7 @@
 
 For each configuration the server is started on 127.0.0.1 with ``-lv 4`` (the memory
 lines are TRACE level since llama.cpp PR #23021), the log is parsed with
-``monitor.logs.engine.parse_llama_log`` and compared with ``monitor.estimate.estimate_command``
+``monitor.logs.server_log.parse_llama_log`` and compared with ``monitor.estimate.estimate_command``
 on the very same argv:
 
 - cells / n_ctx_seq: equal to ``llama_context: n_ctx / n_ctx_seq``;
@@ -167,7 +167,7 @@ def run(case: Case, llama_server, tiny, tmp_path_factory):
 
 
 def _parse(run):
-    from monitor.logs.engine import parse_llama_log
+    from monitor.logs.server_log import parse_llama_log
 
     return parse_llama_log(run.log)
 

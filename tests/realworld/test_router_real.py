@@ -29,7 +29,7 @@ import pytest
 import tiny_models
 from router_http import child_of, free_port, http, loaded, predict, wait_for
 
-from monitor.engines.router_models import list_models_dir, models_answer
+from monitor.servers.router_models import list_models_dir, models_answer
 from tui.source import LiveSource
 
 pytestmark = pytest.mark.slow
@@ -264,8 +264,8 @@ def test_predict_names_the_lru_unload_and_the_real_load_confirms_it(
         f"{a}'s child gone", lambda: child_of(proc.pid, a) is None, log
     )
 
-    from monitor.engines import parse_command
     from monitor.estimate import estimate
+    from monitor.servers import parse_command
 
     spec = parse_command(launch)
     assert spec is not None
@@ -358,11 +358,11 @@ def test_predict_oom_for_a_router_child_in_its_routers_cgroup(
 
 
 def test_the_option_table_is_the_real_servers(llama_server_bin: Path) -> None:
-    """monitor/engines/router_args.py (generated from common/arg.cpp) lists exactly the
+    """monitor/servers/router_args.py (generated from common/arg.cpp) lists exactly the
     spellings the real llama-server's --help lists: the router's presets are read and
     rendered with the options this build has."""
-    from monitor.engines.router_args import OPTIONS
-    from monitor.engines.server_help import parse_help
+    from monitor.servers.router_args import OPTIONS
+    from monitor.servers.server_help import parse_help
 
     helped = subprocess.run(
         [str(llama_server_bin), "--help"], capture_output=True, text=True, timeout=60

@@ -15,9 +15,9 @@ from box_states import host
 from fake_source import FakeSource
 
 from collectors.base import ProcessInfo, Snapshot
-from monitor.engines import read_llama_env
 from monitor.errors import UsageError
 from monitor.estimate.kv import EstimateError
+from monitor.servers import read_llama_env
 from tui.screens.whatif import predict_for
 from tui.source import FrameBuilder, RemoteSource
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.engines.llamacpp_values import REFUSE, _Bad, _cache_type, _fa, _int, _onoff, _word
+from monitor.servers.llamacpp_values import REFUSE, _Bad, _cache_type, _fa, _int, _onoff, _word
 
 # --- parse state ------------------------------------------------------------------------
 

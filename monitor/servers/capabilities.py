@@ -1,7 +1,7 @@
 """The engines vramscope knows and what it can do with each: one table, asked by every module.
 
 ``name`` is the engine as collectors/tracking.py names a process (``ProcessInfo.engine``)
-and as :class:`~monitor.engines.spec.LaunchSpec` carries it. A module that needs "the
+and as :class:`~monitor.servers.spec.LaunchSpec` carries it. A module that needs "the
 engines with an estimator" or "the engines that answer /slots" reads it here instead of
 writing the names out again.
 """

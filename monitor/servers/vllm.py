@@ -21,8 +21,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monitor.engines.llamacpp import is_flag
-from monitor.engines.spec import LaunchSpec
+from monitor.servers.llamacpp import is_flag
+from monitor.servers.spec import LaunchSpec
 
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}

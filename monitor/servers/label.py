@@ -18,8 +18,8 @@ def model_label(
     when the command is no server we know or names no model. A llama-server router's
     child (``parent_argv`` is a router's) is labelled by its model id, the ``--alias`` the
     router gave it (server-models.cpp ``update_args``)."""
-    from monitor.engines import parse_command
-    from monitor.engines.router import is_router
+    from monitor.servers import parse_command
+    from monitor.servers.router import is_router
 
     try:
         spec = parse_command(list(argv))

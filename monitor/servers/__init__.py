@@ -8,15 +8,15 @@ Public API (others code against exactly this):
   tied to the process that owns their model);
 - :func:`read_llama_env` (the allow-listed environment of a process; nothing else is
   ever read from ``/proc/PID/environ``).
-- :mod:`monitor.engines.capabilities` (``ENGINES``: the one table of engines and what
+- :mod:`monitor.servers.capabilities` (``ENGINES``: the one table of engines and what
   each supports; modules ask it instead of listing engine names).
 """
 
-from monitor.engines.environ import read_llama_env
-from monitor.engines.llamacpp import parse_llamacpp
-from monitor.engines.recognise import EngineMatch, parse_command, recognise
-from monitor.engines.spec import LaunchSpec
-from monitor.engines.vllm import parse_sglang, parse_vllm
+from monitor.servers.environ import read_llama_env
+from monitor.servers.llamacpp import parse_llamacpp
+from monitor.servers.recognise import EngineMatch, parse_command, recognise
+from monitor.servers.spec import LaunchSpec
+from monitor.servers.vllm import parse_sglang, parse_vllm
 
 __all__ = [
     "EngineMatch",

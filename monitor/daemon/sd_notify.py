@@ -13,7 +13,7 @@ import socket
 import time
 
 
-class Notifier:
+class SdNotifier:
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.address = env.get("NOTIFY_SOCKET") or None

@@ -11,7 +11,7 @@ Roles: ``server`` (llama-server, vLLM/SGLang API server, ``ollama serve``, gener
 ``runner`` (ollama's model process), ``worker`` (vLLM/SGLang engine and worker processes),
 ``proxy`` (llama-swap; its llama-server children are servers that own themselves),
 ``router`` (a llama-server in router mode; its children are servers that own themselves
-and carry a :class:`~monitor.engines.router.RouterChild` link, monitor/engines/router.py).
+and carry a :class:`~monitor.servers.router.RouterChild` link, monitor/servers/router.py).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 from collectors.base import ProcessInfo
 from collectors.tracking import engine_of, is_python
-from monitor.engines import ollama
-from monitor.engines.llamacpp import is_flag, parse_llamacpp
-from monitor.engines.router import RouterChild, link_routers
-from monitor.engines.spec import LaunchSpec, resolve_paths
-from monitor.engines.vllm import parse_sglang, parse_vllm
+from monitor.servers import ollama
+from monitor.servers.llamacpp import is_flag, parse_llamacpp
+from monitor.servers.router import RouterChild, link_routers
+from monitor.servers.spec import LaunchSpec, resolve_paths
+from monitor.servers.vllm import parse_sglang, parse_vllm
 
 LLAMA_EXECUTABLES = frozenset(
     {

@@ -19,7 +19,7 @@ def settings_from(config: Any) -> AlertSettings:
     return AlertSettings(**{k: v for k, v in config.alert_settings.items() if k in fields})
 
 
-class AlertEngine:
+class AlertEvaluator:
     def __init__(self, config: Any) -> None:
         self.state = AlertState()
         self.settings = settings_from(config)

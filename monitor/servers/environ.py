@@ -5,15 +5,15 @@ only allow-listed keys, and returns a fresh dict of those; the raw bytes never l
 function. Allowed:
 
 - the ``LLAMA_ARG_*`` keys the estimator reads (llama.cpp's flag environment,
-  ``common/arg.cpp`` ``set_env``; the list is :data:`monitor.engines.llamacpp_flags.ENV_KEYS`),
+  ``common/arg.cpp`` ``set_env``; the list is :data:`monitor.servers.llamacpp_flags.ENV_KEYS`),
   minus any key whose name says it holds a secret (``..._KEY``, ``..._TOKEN`` ...);
 - a fixed list of ``OLLAMA_*`` keys that size models (context, parallel, KV type ...);
 - a fixed list of ``VLLM_*`` keys (``VLLM_PROCESS_NAME_PREFIX`` renames the workers);
 - ``LLAMA_SERVER_ROUTER_PORT``: a llama-server router's port, set in each child it
-  spawns (monitor/engines/router.py);
+  spawns (monitor/servers/router.py);
 - the variables that locate llama.cpp's model cache for ``-hf`` (``LLAMA_CACHE``,
   ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME``, ``XDG_CACHE_HOME``, ``HOME``:
-  :data:`monitor.engines.hf_cache.CACHE_ENV`), folder paths only.
+  :data:`monitor.servers.hf_cache.CACHE_ENV`), folder paths only.
 
 A process that is gone, not ours to read (another user's, without CAP_SYS_PTRACE), or a
 kernel thread gives ``{}``. Each kept value goes through
@@ -26,9 +26,9 @@ import re
 from pathlib import Path
 
 from collectors.redact import redact_text
-from monitor.engines.hf_cache import CACHE_ENV
-from monitor.engines.llamacpp_flags import ENV_KEYS as LLAMA_KEYS
-from monitor.engines.router import ROUTER_PORT_ENV
+from monitor.servers.hf_cache import CACHE_ENV
+from monitor.servers.llamacpp_flags import ENV_KEYS as LLAMA_KEYS
+from monitor.servers.router import ROUTER_PORT_ENV
 
 # /proc/PID/environ is at most the exec-time environment (ARG_MAX-bounded); read a bounded
 # prefix so a huge environment cannot cost unbounded memory.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monitor.engines.llamacpp_actions import (
+from monitor.servers.llamacpp_actions import (
     Action,
     _const,
     _ctk_ctv,
@@ -24,7 +24,7 @@ from monitor.engines.llamacpp_actions import (
     _set,
     _spec_type_act,
 )
-from monitor.engines.llamacpp_values import (
+from monitor.servers.llamacpp_values import (
     AUTOY,
     FALSEY,
     LOAD_MODES,

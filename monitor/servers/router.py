@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from monitor.engines.spec import LaunchSpec
+from monitor.servers.spec import LaunchSpec
 
 if TYPE_CHECKING:
     from collectors.base import ProcessInfo, Snapshot
@@ -118,7 +118,7 @@ def process_links(
     parsed (relative paths against its cwd; ``env_for`` gives its allow-listed
     environment, asked for inference processes only); an odd command line is no router
     and no child, never an error."""
-    from monitor.engines.recognise import parse_command  # recognise imports this module
+    from monitor.servers.recognise import parse_command  # recognise imports this module
 
     table = list(processes)
     engines = {p.pid for p in table if p.engine and p.argv}

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from monitor.engines.llamacpp_actions import _State
-from monitor.engines.llamacpp_flags import (
+from monitor.servers.llamacpp_actions import _State
+from monitor.servers.llamacpp_flags import (
     _ENV,
     _SKIP_SWITCHES,
     _SKIP_VALUED,
@@ -47,7 +47,7 @@ from monitor.engines.llamacpp_flags import (
     SWITCH,
     _Opt,
 )
-from monitor.engines.llamacpp_values import (
+from monitor.servers.llamacpp_values import (
     _FLOAT,
     _NEG_NUMBER,
     FALSEY,
@@ -58,7 +58,7 @@ from monitor.engines.llamacpp_values import (
     TRUTHY,
     _Bad,
 )
-from monitor.engines.spec import LaunchSpec
+from monitor.servers.spec import LaunchSpec
 
 ENGINE = "llama.cpp"
 _SPEC_FIELDS = tuple(f.name for f in fields(LaunchSpec))
@@ -294,7 +294,7 @@ def _hf_env(env: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
     """``-hf``/``-hfd``: the variables that locate llama.cpp's cache (hf_cache.py), from the
     server's (allow-listed) environment; a typed command is given ours
     (hf_cache.own_cache_env)."""
-    from monitor.engines.hf_cache import CACHE_ENV
+    from monitor.servers.hf_cache import CACHE_ENV
 
     source = env or {}
     return tuple((k, source[k]) for k in CACHE_ENV if source.get(k))

@@ -20,8 +20,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from monitor.engines import llamacpp
-from monitor.engines.spec import LaunchSpec
+from monitor.servers import llamacpp
+from monitor.servers.spec import LaunchSpec
 
 ENGINE = "ollama"
 _BLOB = re.compile(r"(?:^|/)blobs/(sha256[-:][0-9a-fA-F]{12,})$")

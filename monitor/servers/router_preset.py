@@ -4,7 +4,7 @@ From llama.cpp commit 0c1e57098 (``.cache/llama.cpp``), ``tools/server/server-mo
 ``server_models::load_models`` (lines 660-716) and ``common/preset.cpp``:
 
 1. ``--models-dir`` gives one preset per model: ``LLAMA_ARG_MODEL`` (+ ``--mmproj``,
-   ``--spec-draft-model``), :func:`monitor.engines.router_models.list_models_dir`;
+   ``--spec-draft-model``), :func:`monitor.servers.router_models.list_models_dir`;
 2. ``--models-preset FILE.ini`` gives one preset per section (``load_from_ini``, lines
    304-361); the ``[*]`` section is the global defaults, applied under every model
    (``cascade``, lines 488-497); a section for a dir model is merged over it (line 700);
@@ -23,7 +23,7 @@ headers, ``key = value`` lines (the key at the line start, ``[A-Za-z_][A-Za-z0-9
 ``;``/``#`` comments (also ending a value), blank lines; any other line fails the whole
 file, as does an unknown key (``option 'x' not recognized in preset 'y'``); a repeated
 header starts its section again empty. Keys are any spelling without its dashes or the
-``LLAMA_ARG_*`` name (``get_map_key_opt``), from :mod:`monitor.engines.router_args`.
+``LLAMA_ARG_*`` name (``get_map_key_opt``), from :mod:`monitor.servers.router_args`.
 
 The file is read bounded (:data:`MAX_PRESET_BYTES`, :data:`MAX_PRESET_LINES`), opened
 ``O_NOFOLLOW|O_NONBLOCK`` and fstat'ed as a regular file; every failure is one
@@ -39,8 +39,8 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from monitor.engines.router_args import OPTIONS, PRESET_ONLY
-from monitor.engines.router_models import DirModel, RouterModelsError
+from monitor.servers.router_args import OPTIONS, PRESET_ONLY
+from monitor.servers.router_models import DirModel, RouterModelsError
 
 MAX_PRESET_BYTES = 1 << 20
 MAX_PRESET_LINES = 20_000

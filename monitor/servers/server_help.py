@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.engines.llamacpp import is_flag, normalise_flag
+from monitor.servers.llamacpp import is_flag, normalise_flag
 
 HELP_TIMEOUT_S = 10.0
 MAX_HELP_BYTES = 1 << 20

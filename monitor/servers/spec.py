@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field, replace
 
-from monitor.engines.capabilities import MODEL_PATH_IS_FILE
+from monitor.servers.capabilities import MODEL_PATH_IS_FILE
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ class LaunchSpec:
     kv_cache_memory_bytes: int | None = None
     tensor_parallel_size: int | None = None
     # -hf user/model[:quant] (-hff FILE): the model is in llama.cpp's cache
-    # (monitor/engines/hf_cache.py); hf_env: the cache-locating variables of the server's
+    # (monitor/servers/hf_cache.py); hf_env: the cache-locating variables of the server's
     # environment (hf_cache.CACHE_ENV; a typed command: ours)
     hf_repo: str | None = None
     hf_file: str | None = None
