@@ -95,3 +95,12 @@ def _no_terminal_width_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
     width sets it."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+
+
+@pytest.fixture
+def vramscope():
+    """The command as a user runs it (tests/fakes/cli_runner.py): ``vramscope("status",
+    "--json")`` -> a finished ``CompletedProcess`` with text output."""
+    import cli_runner
+
+    return cli_runner.vramscope

@@ -20,10 +20,10 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from types import FrameType
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
 from collectors.base import CollectorRun, DeviceEvent, Snapshot, now_ms
 from monitor.analysis.exits_judged import JUDGE
@@ -35,6 +35,13 @@ from monitor.daemon.lock import acquire_lock, lock_database_file
 from monitor.daemon.sampler import Sampler
 from monitor.errors import UsageError, VramscopeError
 from monitor.store.database import Store, StoreError
+
+if TYPE_CHECKING:  # the scheduler and the HTTP server are imported when the daemon runs
+    from apscheduler.schedulers.base import BaseScheduler
+
+    from monitor.http import HttpServer
+    from monitor.http.metrics import Assessments, Counts, Growth
+    from monitor.store.database import WriterHealth
 
 log = logging.getLogger(__name__)
 
@@ -391,12 +398,12 @@ def quiet_repeated_warnings(every_s: float = 600.0) -> RepeatedWarnings:
 
 def _http_server(
     config: Config,
-    latest: Any,
-    health: Any = None,
-    assessments: Any = None,
-    counts: Any = None,
-    growth: Any = None,
-) -> Any:
+    latest: Callable[[], Snapshot | None],
+    health: Callable[[], WriterHealth | None] | None = None,
+    assessments: Assessments | None = None,
+    counts: Counts | None = None,
+    growth: Growth | None = None,
+) -> HttpServer | None:
     """The HTTP server of [http] (loopback 9835 by default), not started yet: a config
     error (off loopback without a token) stops the daemon before anything is written."""
     if not config.http_listen:
@@ -478,7 +485,7 @@ def run(config: Config) -> int:
     return 0
 
 
-def _open_store(config: Config) -> tuple[Any, Store]:
+def _open_store(config: Config) -> tuple[IO[bytes], Store]:
     """The database, locked (a file moved aside at open leaves the new one locked)."""
     file_lock = lock_database_file(config.db_path)
     store = Store.open(config.db_path, exit_judge=JUDGE)
@@ -567,7 +574,7 @@ def _record_start(ctx: DaemonContext) -> None:
         ctx.startup_events.insert(0, started)
 
 
-def _scheduler(ctx: DaemonContext) -> Any:
+def _scheduler(ctx: DaemonContext) -> BaseScheduler:
     """APScheduler with one worker: the tick, the /slots poll and the prune."""
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED, JobExecutionEvent
     from apscheduler.executors.pool import ThreadPoolExecutor
@@ -619,7 +626,7 @@ def _scheduler(ctx: DaemonContext) -> Any:
     return sched
 
 
-def _start_http(http: Any) -> Any:
+def _start_http(http: HttpServer | None) -> HttpServer | None:
     """Start the HTTP server; a port taken is a warning and sampling goes on without it."""
     if http is None:
         return None
@@ -653,7 +660,7 @@ def _handle_signals(ctx: DaemonContext) -> threading.Event:
     return stopping
 
 
-def _close(ctx: DaemonContext, http: Any) -> None:
+def _close(ctx: DaemonContext, http: HttpServer | None) -> None:
     """Everything the run opened, the sampler and the store first."""
     ctx.sampler.close()
     ctx.store.close()

@@ -3,7 +3,7 @@
 KV cache, recurrent state, weights and output buffers follow llama.cpp's own sizing rules
 on every architecture. The compute buffer is the peak of ggml-alloc over the graph, which
 each architecture builds its own way (``src/models/<arch>.cpp``); it is derived and checked
-(within 5 % of the logged buffer, tests/monitor/test_estimate_arch.py) only for the
+(within 5 % of the logged buffer, tests/monitor/estimate/test_architectures.py) only for the
 architectures in :data:`COMPUTE_CHECKED`, on the CPU backend. Anywhere else the generic
 dense/MoE body is a guess, seen 6-50 % off on architectures it was not derived for
 (llama4 before its own rule -47 %; before theirs deepseek2 at 128 heads -22 %, nemotron_h

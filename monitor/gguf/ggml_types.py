@@ -8,7 +8,7 @@ only ``enum`` and ``typing``, but executing it still costs 11-24 ms of a cold ``
 here (``python -X importtime``, issue 32 item 4: hundreds of enum members and tensor-name
 tables for every architecture). So the few tables used are copied below from gguf 0.19.0's
 ``gguf/constants.py`` (the GGUF spec's value types; ggml's ``ggml_type`` ids and block
-sizes from ggml.h / ggml.c ``type_traits``); tests/monitor/test_ggml_types.py compares them
+sizes from ggml.h / ggml.c ``type_traits``); tests/monitor/gguf/test_ggml_types.py compares them
 with the installed package in a fresh interpreter, so an upgrade that adds a type fails
 there. When ``gguf.constants`` is already imported (a test writing models with
 ``gguf.GGUFWriter``), that module is reused. Both sets are ``IntEnum``/``str`` constants,

@@ -1,9 +1,9 @@
 """Line up what llama.cpp logged with what ``estimate`` says, per context and buffer kind.
 
 Used by the default-suite check of the real-architecture fixtures
-(tests/monitor/test_estimate_arch.py) and by tests/realworld/arch_table.py, which prints the
-table of the report. A fixture (tests/fixtures/llamalog/arch/<id>.json) holds the llama.cpp
-commit, the command line with ``{model}`` / ``{draft}`` for the paths, and the log lines.
+(tests/monitor/estimate/test_architectures.py) and by tests/realworld/arch_table.py, which
+prints the table of the report. A fixture (tests/fixtures/llamalog/arch/<id>.json) holds the
+llama.cpp commit, the command line with ``{model}`` / ``{draft}`` for the paths, and the log lines.
 """
 
 from __future__ import annotations

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import cli_runner
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 180.0  # a generous guard for a load on a busy 2-core box, not a timing
@@ -82,13 +82,6 @@ def child_of(router_pid: int, model_id: str) -> int | None:
 
 def predict(*args: str) -> tuple[int, dict, str]:
     """``vramscope predict --json ARGS``: (exit code, its JSON or {}, stderr)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result = cli_runner.vramscope("predict", "--json", *args, timeout_s=300)
     doc = json.loads(result.stdout) if result.stdout.strip().startswith("{") else {}
     return result.returncode, doc, result.stderr

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_runner
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _status(config: Path | str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", "status", "--config", str(config)],
-        capture_output=True, text=True, cwd=ROOT, timeout=30,
-    )  # fmt: skip
+    return cli_runner.vramscope("status", "--config", str(config))
 
 
 def _one_line(out: subprocess.CompletedProcess[str], *words: str) -> None:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_runner
 import daemon_harness
 import pytest
 from stopping import STOP_GUARD_S
@@ -47,14 +48,7 @@ def metric(d: daemon_harness.LiveDaemon, name: str) -> float | None:
 
 
 def doctor(db: Path, config: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "monitor", "doctor", "--db", str(db), "--config", str(config)]
-        + ["--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = cli_runner.vramscope("doctor", "--db", str(db), "--config", str(config), "--json")
     assert "Traceback" not in done.stderr, done.stderr
     check = next(c for c in json.loads(done.stdout) if c["name"] == "database")
     return done.returncode, check

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import cli_runner
 import pytest
 from arch_models import model_for
 from unprivileged import NOBODY
@@ -56,10 +56,7 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _estimate(pid: int) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "monitor", "estimate", "--cpu-only", "--engine-check"]
-    return subprocess.run(
-        [*cmd, "--pid", str(pid)], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    return cli_runner.vramscope("estimate", "--cpu-only", "--engine-check", "--pid", str(pid))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the issue is a root vramscope")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_runner
 import pytest
 
 from monitor.daemon.lock import acquire_lock
@@ -19,10 +19,7 @@ SECRET = "root-only content\n"
 
 
 def _daemon(db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor", "daemon", "--db", str(db), "--interval", "0.2"],
-        capture_output=True, text=True, cwd=ROOT, timeout=30,
-    )  # fmt: skip
+    return cli_runner.vramscope("daemon", "--db", str(db), "--interval", "0.2")
 
 
 def _planted(tmp_path: Path) -> tuple[Path, Path]:

@@ -4,7 +4,7 @@ Each case is one llama-server start (CPU build of scripts/build-llama-server, 12
 only, ``--no-warmup -nr``: no token computed, no weight repacked, the sparse file mmapped)
 on a header from tests/fakes/arch_models.py. ``arch_capture.py`` runs them and keeps the
 memory lines of each log as tests/fixtures/llamalog/arch/<id>.json; the default suite
-(tests/monitor/test_estimate_arch.py) checks ``estimate`` against those fixtures.
+(tests/monitor/estimate/test_architectures.py) checks ``estimate`` against those fixtures.
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import cli_runner
 import jsonschema
 import pytest
 import tiny_models
@@ -42,14 +42,7 @@ GIB = 1 << 30
 def _status(port_pid: int) -> tuple[dict, dict[int, dict]]:
     """``vramscope status --json``: the document, and the rows of our router and its
     children (a row's ppid is our router)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor", "status", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result = cli_runner.vramscope("status", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     rows = {

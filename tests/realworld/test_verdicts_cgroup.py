@@ -22,12 +22,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import cli_runner
 import pytest
 from arch_models import model_for
 from memcg import make_cgroup
@@ -62,12 +62,9 @@ def http(port: int, path: str, body: dict | None = None, timeout: float = 2.0) -
 
 
 def predict(cgroup: Path, *launch: str) -> tuple[int, dict]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", "--cgroup", str(cgroup),
-         "--margin-gib", "0.25", "--", *launch],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-    )  # fmt: skip
+    out = cli_runner.vramscope(
+        "predict", "--json", "--cgroup", str(cgroup), "--margin-gib", "0.25", "--", *launch
+    )
     assert out.returncode in (0, 1, 3, 4), out.stderr
     return out.returncode, json.loads(out.stdout)
 

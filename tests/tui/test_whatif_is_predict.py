@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_runner
 import pytest
 from fake_source import FakeSource, full_gpu
 from pilot_helpers import settle, sync
@@ -25,15 +26,8 @@ GIB_ = 1024**3
 
 
 def cli_predict(home: Path, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(home)}
-    env.pop("XDG_CONFIG_HOME", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "monitor", "predict", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
+    done = cli_runner.vramscope(
+        "predict", "--json", *args, set_env={"HOME": str(home)}, unset=("XDG_CONFIG_HOME",)
     )
     assert done.returncode in (0, 1, 3, 4), done.stderr
     return done.returncode, done.stdout
