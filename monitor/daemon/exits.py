@@ -20,7 +20,7 @@ from collectors.base import DeviceEvent, ExitedProcess, Snapshot, now_ms
 from monitor.daemon.context import DaemonContext
 
 if TYPE_CHECKING:
-    from monitor.logs.kernel import KernelEvent
+    from monitor.logs.kernel_records import KernelEvent
 
 log = logging.getLogger(__name__)
 
