@@ -10,7 +10,11 @@ Method (results in bench/RESULTS.md, "One-shot start-up"):
 - Each runs under a small launcher that first installs the fake NVML driver
   (tests/fakes/nvml_fake.py: one H100 with one real fake llama-server on it,
   tests/fakes/fake_server.py), so vramscope and nvitop see the same GPU; the launcher's
-  own cost is in every figure alike.
+  own cost is in every figure alike. It imports no project code: the fake's symbol list
+  (collectors/nvml_recorder.py's PROBED_SYMBOLS) comes in the scenario file, read from
+  each tree's source; before 2026-11-27 it imported nvml_recorder, which loaded
+  collectors.nvml, collectors.base and logging into nvitop's figure too, and into
+  vramscope's before it could load (or, for ``--help``, skip) them itself.
 - CPU = user + system time of the child (``RUSAGE_CHILDREN``), not wall time.
 - ``--pairs`` rounds (default 7); in each, every command runs from this tree ("new")
   and from ``--baseline DIR`` ("old": ``git archive main | tar -x -C DIR``), in
@@ -24,6 +28,7 @@ Run: .venv/bin/python bench/bench_startup.py --baseline /tmp/base [--nvitop /tmp
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
@@ -39,11 +44,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "fakes")]
 
 LAUNCHER = textwrap.dedent("""
-    import json, sys
+    import json, sys, types
     root, ui, scenario, extra = sys.argv[1:5]
     sys.path[:0] = [root + "/tests/fakes", root]
+    doc = json.loads(open(scenario).read())
+    # the fake's one import of project code, its symbol list, as a stand-in module: the real
+    # collectors/nvml_recorder.py loads collectors.nvml and collectors.base, which nvitop
+    # would then pay for and vramscope would find loaded for free
+    stub = types.ModuleType("collectors.nvml_recorder")
+    stub.PROBED_SYMBOLS = tuple(doc.pop("probed_symbols"))
+    sys.modules["collectors.nvml_recorder"] = stub
     import nvml_fake
-    nvml_fake.install(json.loads(open(scenario).read()))
+    nvml_fake.install(doc)
+    del sys.modules["collectors.nvml_recorder"]
     if ui == "nvitop":
         sys.path.insert(0, extra)
         from nvitop.cli import main
@@ -60,6 +73,16 @@ COMMANDS = {
     "predict (cold)": ["predict", "--json", "--", "llama-server", "-m", "tiny.gguf", "-c", "512"],
     "--help": ["--help"],
 }
+
+
+def probed_symbols(tree: Path) -> list[str]:
+    """The NVML symbols the fake driver exports (collectors/nvml_recorder.py's
+    PROBED_SYMBOLS), read from the tree's source, so the launcher imports no project code."""
+    source = (tree / "collectors" / "nvml_recorder.py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PROBED_SYMBOLS":
+            return list(ast.literal_eval(node.value))
+    raise SystemExit(f"no PROBED_SYMBOLS in {tree}/collectors/nvml_recorder.py")
 
 
 def cpu_ms(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -88,14 +111,17 @@ def main() -> None:
         server = stack.enter_context(
             fake_server.running(["llama-server", "-m", "tiny.gguf", "-c", "512"], cwd=work)
         )
-        (work / "scenario.json").write_text(json.dumps(scenario([server.pid])))
+        for who, tree in trees.items():
+            doc = {**scenario([server.pid]), "probed_symbols": probed_symbols(tree)}
+            (work / f"scenario-{who}.json").write_text(json.dumps(doc))
         (work / "launch.py").write_text(LAUNCHER)
 
         def run(who: str, argv: list[str]) -> float:
             tree = trees.get(who, ROOT)
             ui = "nvitop" if who == "nvitop" else "vramscope"
             cmd = [sys.executable, str(work / "launch.py"), str(tree), ui]
-            cmd += [str(work / "scenario.json"), str(args.nvitop or ""), *argv]
+            cmd += [str(work / f"scenario-{'old' if who == 'old' else 'new'}.json")]
+            cmd += [str(args.nvitop or ""), *argv]
             return cpu_ms(cmd, work, {**env, "PYTHONPATH": str(tree), "HOME": str(work)})
 
         runs: dict[tuple[str, str], list[float]] = {}
