@@ -15,7 +15,9 @@ Method (results in bench/RESULTS.md, "One-shot start-up"):
   each tree's source; before 2026-11-27 it imported nvml_recorder, which loaded
   collectors.nvml, collectors.base and logging into nvitop's figure too, and into
   vramscope's before it could load (or, for ``--help``, skip) them itself.
-- CPU = user + system time of the child (``RUSAGE_CHILDREN``), not wall time.
+- CPU = user + system time of the child (``RUSAGE_CHILDREN``), not wall time; or, with
+  ``--instructions``, the instructions it ran under valgrind's callgrind (all threads),
+  which the load of a busy shared box does not move (one or two rounds are enough).
 - ``--pairs`` rounds (default 7); in each, every command runs from this tree ("new")
   and from ``--baseline DIR`` ("old": ``git archive main | tar -x -C DIR``), in
   alternating order, and ``nvitop -1`` when ``--nvitop DIR`` names a folder it was
@@ -23,6 +25,7 @@ Method (results in bench/RESULTS.md, "One-shot start-up"):
   median and the median of the per-round ratios.
 
 Run: .venv/bin/python bench/bench_startup.py --baseline /tmp/base [--nvitop /tmp/nvitop]
+     [--instructions --pairs 1]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import ast
 import contextlib
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -92,11 +96,31 @@ def cpu_ms(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     return 1000 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
 
+def instructions_m(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """Millions of instructions the child ran, all its threads (valgrind callgrind's
+    "Collected" total): a count the load of a shared box does not move, unlike CPU time."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"valgrind counted nothing: {done.stderr[-300:]}")
+    return int(found.group(1)) / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True)
     parser.add_argument("--nvitop", type=Path, help="folder nvitop was pip-installed in")
     parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions (valgrind), not CPU"
+    )
     args = parser.parse_args()
     import fake_server
     import tiny_models
@@ -122,7 +146,8 @@ def main() -> None:
             cmd = [sys.executable, str(work / "launch.py"), str(tree), ui]
             cmd += [str(work / f"scenario-{'old' if who == 'old' else 'new'}.json")]
             cmd += [str(args.nvitop or ""), *argv]
-            return cpu_ms(cmd, work, {**env, "PYTHONPATH": str(tree), "HOME": str(work)})
+            measure = instructions_m if args.instructions else cpu_ms
+            return measure(cmd, work, {**env, "PYTHONPATH": str(tree), "HOME": str(work)})
 
         runs: dict[tuple[str, str], list[float]] = {}
         jobs = [(name, who) for name in COMMANDS for who in ("new", "old")]
@@ -137,12 +162,12 @@ def main() -> None:
             print(
                 f"round {i + 1}: " + ", ".join(f"{n}/{w} {v[-1]:.0f}" for (n, w), v in runs.items())
             )
-        report(runs, args.pairs)
+        report(runs, args.pairs, "M instructions" if args.instructions else "ms CPU")
 
 
-def report(runs: dict[tuple[str, str], list[float]], pairs: int) -> None:
+def report(runs: dict[tuple[str, str], list[float]], pairs: int, unit: str) -> None:
     nvitop = runs.get(("nvitop -1", "nvitop"))
-    print(f"\n| command | new ms CPU | old ms CPU | new/old | new/nvitop -1 |  ({pairs} rounds)")
+    print(f"\n| command | new {unit} | old {unit} | new/old | new/nvitop -1 |  ({pairs} rounds)")
     print("|---|---|---|---|---|")
     if nvitop:
         print(f"| nvitop -1 | {statistics.median(nvitop):.0f} | | | 1.00 |")
