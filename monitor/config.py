@@ -16,21 +16,36 @@ import math
 import os
 import re
 import stat
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from collectors.base import CollectorOptions, Roots
 from monitor.errors import InputError
 from monitor.store.retention import Retention
+
+if TYPE_CHECKING:  # collectors.base (16 dataclasses, threads) only where a Config is built
+    from collectors.base import CollectorOptions, Roots
 
 DB_NAME = "vramscope.db"
 
 
 class ConfigError(InputError):
     """A configuration problem, phrased for the user in one line."""
+
+
+def _default_roots() -> Roots:
+    """The real /proc and /sys. collectors.base is imported on first use: ``--help``,
+    ``events`` and the other commands that build no Config never load it (issue 32)."""
+    from collectors.base import Roots
+
+    return Roots()
+
+
+def _default_options() -> CollectorOptions:
+    from collectors.base import CollectorOptions
+
+    return CollectorOptions()
 
 
 def default_state_dir() -> Path:
@@ -81,9 +96,9 @@ class Config:
     prune_interval_s: float = 600.0  # the raw tail a long history window reads: issue 32
     integrity_check_s: float = 3600.0  # SQLite quick_check of the database while running
     log_level: str = "info"
-    roots: Roots = field(default_factory=Roots)
+    roots: Roots = field(default_factory=_default_roots)
     collectors: tuple[str, ...] | None = None  # None: each collector's default
-    options: CollectorOptions = field(default_factory=CollectorOptions)
+    options: CollectorOptions = field(default_factory=_default_options)
     retention: Retention = field(default_factory=Retention)
     gpu_overhead_mib: int = 300  # per process per GPU: CUDA context etc. (estimation.md 1c)
     budgets_gib: dict[str, float] = field(default_factory=dict)  # [budgets]: expected size
@@ -217,6 +232,8 @@ def read_text(path: Path) -> str:
 
 def read_file(path: Path) -> dict[str, dict[str, Any]]:
     """Parse and validate a config file; raise ConfigError naming the key and line."""
+    import tomllib  # only when there is a file to read
+
     text = read_text(path)
     try:
         data = tomllib.loads(text)
@@ -341,6 +358,8 @@ def load(
     coll = data.get("collectors", {})
     ret = data.get("retention", {})
     paths = data.get("paths", {})
+    from collectors.base import CollectorOptions, Roots
+
     base = Config()
     roots = Roots(
         proc=proc_root or Path(paths.get("proc_root", base.roots.proc)),

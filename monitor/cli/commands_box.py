@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,8 @@ def daemon(interval: float | None, log_level: str | None, **kwargs: Any) -> None
     Only one daemon may write a database; a second one exits with an error.
     Example: vramscope daemon --interval 0.5 --db /tmp/vs.db
     """
+    import logging
+
     from monitor.daemon import loop as daemon_mod
 
     cfg = load_config(interval_s=interval, log_level=log_level, **kwargs)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,6 +97,8 @@ def postmortem(
             html_path.write_text(render_html(doc), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"cannot write {html_path}: {exc.strerror}") from None
+    import shutil  # with bz2 and lzma: only where used
+
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100
     click.echo(json.dumps(doc.to_json(), indent=2) if as_json else render_text(doc, width))
 

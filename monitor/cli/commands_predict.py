@@ -8,7 +8,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -359,6 +358,8 @@ def predict(
 def _names_a_program(word: str) -> bool:
     """``predict -- ls`` reaches us as ``ls`` (click drops the ``--``): a word that is a
     program on PATH or an existing path is a command, not a model id."""
+    import shutil  # with bz2 and lzma: only where used
+
     return shutil.which(word) is not None or os.path.exists(word)
 
 

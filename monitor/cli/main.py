@@ -15,7 +15,6 @@ postmortem, events) and commands_admin.py (service, alerts); what they share in 
 
 from __future__ import annotations
 
-import logging
 import sys
 import traceback
 from pathlib import Path
@@ -54,6 +53,8 @@ class _Vramscope(click.Group):
 def _bug(ctx: click.Context, exc: Exception) -> _OneLine:
     """A failure that is not a VramscopeError is a bug: one line, exit EXIT_BUG; its
     traceback on stderr with --debug / VRAMSCOPE_DEBUG=1, and in the daemon's journal."""
+    import logging  # only here: a one-shot command that works never loads it
+
     debug = bool(ctx.params.get("debug")) or debug_wanted()
     level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
     logging.getLogger("vramscope").log(level, "command failed", exc_info=exc)

@@ -23,7 +23,6 @@ from collectors.base import (
 )
 from monitor.analysis.measured import Measured, measure
 from monitor.device_names import device_labels, device_tag, display_order
-from monitor.exits import classify_legacy
 from monitor.servers.recognise import helper_parents
 from monitor.servers.router import Router, RouterChild, snapshot_links
 
@@ -41,6 +40,8 @@ _MEMORY_FIELDS = [
 def _exit_json(x: ExitedProcess) -> dict[str, Any]:
     """The exit record with its classification (monitor/exits.py) filled in:
     ``cause`` and ``how`` say what the exit status shows, not only what the collector saw."""
+    from monitor.exits import classify_legacy  # only with an exit to show (issue 32)
+
     cause, _severity, how = classify_legacy(x)
     return dataclasses.asdict(x) | {"cause": cause, "how": how}
 
@@ -433,6 +434,8 @@ def _exited_and_failed(snap: Snapshot) -> list[str]:
     """How the processes that ended this tick ended, and the collectors that failed."""
     out = []
     if snap.exited:
+        from monitor.exits import classify_legacy
+
         out += ["", "Exited:"]
         out += [
             f"  {terminal_safe(x.comm) + ' ' if x.comm else ''}pid {x.pid}: "
