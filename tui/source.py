@@ -40,7 +40,7 @@ from monitor.api import (
 from monitor.errors import NotRecorded, VramscopeError
 from tui.churn import ChurnGate
 from tui.frames import FrameStore
-from tui.links import LinksMemo
+from tui.memo import JudgedMemo, LinksMemo
 from tui.series import HISTORY_POINTS, Series, add_point, downsample, ending_at
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
@@ -152,7 +152,8 @@ class FrameBuilder:
     model files' identity and the devices; monitor/analysis/assess.py reads its GGUF
     headers, each file once); the database and
     remote sources hand ``build`` the daemon's stored assessments instead and nothing is
-    estimated. The verdict is judged for every frame from the assessment and the frame's
+    estimated. The verdict is judged for every frame (again only when a server's memory
+    rows change: tui/memo.py) from the assessment and the frame's
     measured memory (pure)."""
 
     def __init__(
@@ -177,6 +178,7 @@ class FrameBuilder:
         self._launches: Any = None  # monitor.analysis.assess_cache.AssessCache, made on use
         self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
         self.links = LinksMemo()  # router links, parsed again only for a new process table
+        self.judge = JudgedMemo()  # each server's verdict, judged again when its rows change
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -251,6 +253,7 @@ class FrameBuilder:
         if assessments is None:
             self._forget_logs({(p.pid, p.start_ticks) for p in snap.processes})
         rows = [r for r in built if r is not None]
+        self.judge.keep({p.pid for p in snap.processes})
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
         grouped = grouped_by_router(rows, snap, self.links)
         return Frame(snap, picture, tuple(grouped), tuple(events), live)
@@ -344,7 +347,7 @@ class FrameBuilder:
             )
         if found is None:
             return None
-        a = judged(found, snap.memory, helpers)
+        a = self.judge(found, snap.memory, helpers)
         grew = a.diagnosis is not None and any(
             f.component == "unaccounted" for f in a.diagnosis.findings
         )
@@ -399,7 +402,7 @@ def grouped_by_router(
     sits where its biggest child does; a router with no child shown comes last. The
     router's row holds its own measured memory, ``--models-max`` and how many are loaded
     (monitor/servers/router.py); it has no estimate (it loads no model). ``links``: what
-    gives the snapshot's links (a :class:`tui.links.LinksMemo`; default computed here)."""
+    gives the snapshot's links (a :class:`tui.memo.LinksMemo`; default computed here)."""
     from monitor.api import snapshot_links
 
     # a remote frame: as its daemon recorded
