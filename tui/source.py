@@ -40,6 +40,7 @@ from monitor.api import (
 from monitor.errors import NotRecorded, VramscopeError
 from tui.churn import ChurnGate
 from tui.frames import FrameStore
+from tui.memo import JudgedMemo, LinksMemo
 from tui.series import HISTORY_POINTS, Series, add_point, downsample, ending_at
 
 if TYPE_CHECKING:  # the estimator stack (gguf, numpy) loads in the first worker, not at start
@@ -151,7 +152,8 @@ class FrameBuilder:
     model files' identity and the devices; monitor/analysis/assess.py reads its GGUF
     headers, each file once); the database and
     remote sources hand ``build`` the daemon's stored assessments instead and nothing is
-    estimated. The verdict is judged for every frame from the assessment and the frame's
+    estimated. The verdict is judged for every frame (again only when a server's memory
+    rows change: tui/memo.py) from the assessment and the frame's
     measured memory (pure)."""
 
     def __init__(
@@ -175,6 +177,8 @@ class FrameBuilder:
         self._assessed: dict[tuple[int, int, tuple[str, ...], str | None], Assessment | None] = {}
         self._launches: Any = None  # monitor.analysis.assess_cache.AssessCache, made on use
         self._logs: dict[tuple[int, int], ServerLogFollower | None] = {}
+        self.links = LinksMemo()  # router links, parsed again only for a new process table
+        self.judge = JudgedMemo()  # each server's verdict, judged again when its rows change
 
     def read_header(self, path: str) -> Any:
         with self._lock:
@@ -249,8 +253,10 @@ class FrameBuilder:
         if assessments is None:
             self._forget_logs({(p.pid, p.start_ticks) for p in snap.processes})
         rows = [r for r in built if r is not None]
+        self.judge.keep({p.pid for p in snap.processes})
         rows.sort(key=lambda r: -(r.measured_bytes if r.measured_bytes is not None else -1))
-        return Frame(snap, picture, tuple(grouped_by_router(rows, snap)), tuple(events), live)
+        grouped = grouped_by_router(rows, snap, self.links)
+        return Frame(snap, picture, tuple(grouped), tuple(events), live)
 
     def assess(
         self,
@@ -341,7 +347,7 @@ class FrameBuilder:
             )
         if found is None:
             return None
-        a = judged(found, snap.memory, helpers)
+        a = self.judge(found, snap.memory, helpers)
         grew = a.diagnosis is not None and any(
             f.component == "unaccounted" for f in a.diagnosis.findings
         )
@@ -388,15 +394,19 @@ class FrameBuilder:
         )
 
 
-def grouped_by_router(rows: list[ModelRow], snap: Snapshot) -> list[ModelRow]:
+def grouped_by_router(
+    rows: list[ModelRow], snap: Snapshot, links: Callable[[Snapshot], Any] | None = None
+) -> list[ModelRow]:
     """``rows`` (biggest first) with each llama-server router as a row of its own, its
     children's rows right under it (``└ ID · file``, ID their ``--alias``): the group
     sits where its biggest child does; a router with no child shown comes last. The
     router's row holds its own measured memory, ``--models-max`` and how many are loaded
-    (monitor/servers/router.py); it has no estimate (it loads no model)."""
+    (monitor/servers/router.py); it has no estimate (it loads no model). ``links``: what
+    gives the snapshot's links (a :class:`tui.memo.LinksMemo`; default computed here)."""
     from monitor.api import snapshot_links
 
-    routers, children = snapshot_links(snap)  # a remote frame: as its daemon recorded
+    # a remote frame: as its daemon recorded
+    routers, children = (links or snapshot_links)(snap)
     if not routers and not children:
         return rows
     out: list[ModelRow] = []
