@@ -142,7 +142,11 @@ def _count(fields: dict[str, bytes], key: str) -> int | None:
 
 def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
     """``/proc/PID/status`` -> the host memory row and the real uid."""
-    f = _fs.parse_kv(data)
+    return status_row(_fs.parse_kv(data), pid)
+
+
+def status_row(f: dict[str, bytes], pid: int) -> tuple[ProcessMemory, int | None]:
+    """:func:`parse_status` of the status file's fields, parsed once (``_fs.parse_kv``)."""
     uid_field = f.get("Uid", b"").split()
     uid_raw = uid_field[0] if uid_field else b""
     uid = int(uid_raw) if uid_raw.isdigit() and len(uid_raw) <= 10 else None  # u32
@@ -171,7 +175,12 @@ def read_cwd(link: str) -> str | None:
 
 def parse_state(status: bytes) -> str | None:
     """The one-letter state of ``/proc/PID/status`` (``State:\tZ (zombie)`` -> "Z")."""
-    value = _fs.parse_kv(status).get("State", b"")
+    return state_of(_fs.parse_kv(status))
+
+
+def state_of(fields: dict[str, bytes]) -> str | None:
+    """:func:`parse_state` of the status file's fields."""
+    value = fields.get("State", b"")
     return value[:1].decode("ascii", "replace") if value else None
 
 
@@ -412,8 +421,8 @@ class ProcfsCollector:
         for pid, why in reasons.items():
             entry = self._known[pid]
             try:
-                status = _fs.read_bytes(f"{proc}/{pid}/status")
-                row, uid = parse_status(status, pid)
+                fields = _fs.parse_kv(_fs.read_bytes(f"{proc}/{pid}/status"))
+                row, uid = status_row(fields, pid)
             except PermissionError:
                 hidden.append(
                     HiddenProcess(
@@ -426,7 +435,7 @@ class ProcfsCollector:
                 continue
             except OSError:
                 continue  # exited between listing and reading
-            if parse_state(status) == "Z":  # exited; its parent has not reaped it
+            if state_of(fields) == "Z":  # exited; its parent has not reaped it
                 zombies.append(self._zombie(pid, entry, uid, now_ms))
                 continue
             if pid in pss_pids:
