@@ -5,8 +5,13 @@ Sources (proc(5); units as the kernel prints them):
   HugePages_Total/Free x Hugepagesize, SwapTotal/SwapFree. ``used = MemTotal -
   MemAvailable``, as ``free(1)`` reports it. GPU memory on an APU (GTT) lowers MemAvailable
   but is in no process's RSS (sources.md section 4.1): the DRM collector attributes it.
-- ``/proc/PID/stat`` (identity: ppid, start time in clock ticks, field 22) and
-  ``/proc/PID/cmdline`` (redacted at once), read once per process, when it first appears.
+- ``/proc/PID/stat`` (identity: comm, ppid, start time in clock ticks, field 22), read once
+  per process, when it first appears. ``/proc/PID/cmdline`` only for a process whose comm
+  or executable (``readlink /proc/PID/exe``, when comm alone does not say) could be an
+  inference server's (collectors/tracking.py ``could_be_server``: a known program, vLLM's
+  or sglang's renamed processes, Python), redacted and kept only when it is one; any other
+  process's argv is read when it is first tracked (a GPU holder, the top N), so a process
+  that comes and goes between two rescans costs one ``stat`` read (issue 32, churn).
 - ``/proc/PID/status`` (kB): RssAnon, RssFile, RssShmem, VmSwap, VmHWM, VmLck, Uid - for
   tracked processes, every tick; it costs ~20 us whatever the process size.
 - ``/proc/PID/statm`` (pages): resident size of every process, to rank the top N, every
@@ -49,7 +54,7 @@ from collectors.base import (
     Untracked,
 )
 from collectors.redact import redact_argv
-from collectors.tracking import engine_of, is_python
+from collectors.tracking import could_be_server, engine_of, is_python
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS_HZ = os.sysconf("SC_CLK_TCK")
@@ -68,7 +73,7 @@ class _Proc:
     start_ticks: int
     ppid: int
     comm: str
-    argv: tuple[str, ...]
+    argv: tuple[str, ...] | None  # redacted; None: not read yet (not a server)
     engine: str | None
     python: bool
     rss_bytes: int = 0
@@ -137,7 +142,11 @@ def _count(fields: dict[str, bytes], key: str) -> int | None:
 
 def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
     """``/proc/PID/status`` -> the host memory row and the real uid."""
-    f = _fs.parse_kv(data)
+    return status_row(_fs.parse_kv(data), pid)
+
+
+def status_row(f: dict[str, bytes], pid: int) -> tuple[ProcessMemory, int | None]:
+    """:func:`parse_status` of the status file's fields, parsed once (``_fs.parse_kv``)."""
     uid_field = f.get("Uid", b"").split()
     uid_raw = uid_field[0] if uid_field else b""
     uid = int(uid_raw) if uid_raw.isdigit() and len(uid_raw) <= 10 else None  # u32
@@ -166,7 +175,12 @@ def read_cwd(link: str) -> str | None:
 
 def parse_state(status: bytes) -> str | None:
     """The one-letter state of ``/proc/PID/status`` (``State:\tZ (zombie)`` -> "Z")."""
-    value = _fs.parse_kv(status).get("State", b"")
+    return state_of(_fs.parse_kv(status))
+
+
+def state_of(fields: dict[str, bytes]) -> str | None:
+    """:func:`parse_state` of the status file's fields."""
+    value = fields.get("State", b"")
     return value[:1].decode("ascii", "replace") if value else None
 
 
@@ -203,6 +217,7 @@ class ProcfsCollector:
         self._last_rescan_ms: int | None = None
         self._boot_ms = self._read_boot_ms()
         self._cgroups = cgroup.memory_hierarchy(roots)
+        self.argv_reads = 0  # /proc/PID/cmdline reads, for tests and benches
 
     def close(self) -> None:
         self._known.clear()
@@ -281,22 +296,48 @@ class ProcfsCollector:
                 ):
                     entry.ino = ino  # same process, not exec'd (inode recycled by procfs)
                     continue
-                argv = redact_argv(parse_cmdline(_fs.read_bytes(f"{proc}/{pid}/cmdline")))
+                known[pid] = self._identify(pid, ino, comm, ppid, start_ticks)
             except OSError:  # gone, or denied (hidepid): not this tick
                 if entry is None or entry.ino != ino:
                     known.pop(pid, None)
                 # else: a young process re-checked for an exec; it is still listed, so
                 # it stays known (a later read says whether it is gone or hidden)
                 continue
-            known[pid] = _Proc(
-                ino=ino,
-                start_ticks=start_ticks,
-                ppid=ppid,
-                comm=comm,
-                argv=argv,
-                engine=engine_of(comm, argv),
-                python=is_python(comm, argv),
-            )
+
+    def _identify(self, pid: int, ino: int, comm: str, ppid: int, start_ticks: int) -> _Proc:
+        """A new process: its argv is read only when its comm or executable could be an
+        inference server's, and redacted and kept only when it is one (recognised on the raw
+        argv: redaction never makes a server of a process, and the redacted argv is
+        recognised again, as before). Raises OSError when the process is gone or denied."""
+        entry = _Proc(ino, start_ticks, ppid, comm, None, None, comm.startswith("python"))
+        if not could_be_server(comm) and not could_be_server(self._exe_name(pid)):
+            return entry
+        self.argv_reads += 1
+        raw = parse_cmdline(_fs.read_bytes(f"{self.roots.proc}/{pid}/cmdline"))
+        entry.python = is_python(comm, raw)
+        if engine_of(comm, raw) is not None:
+            entry.argv = redact_argv(raw)
+            entry.engine = engine_of(comm, entry.argv)
+        return entry
+
+    def _exe_name(self, pid: int) -> str:
+        """The base name of ``/proc/PID/exe``'s target; "" when unreadable (a kernel thread,
+        another user's process, a recorded tree without it): unknown."""
+        try:
+            target = _fs.readlink(f"{self.roots.proc}/{pid}/exe")
+        except OSError:
+            return ""
+        return os.path.basename(target.removesuffix(" (deleted)"))
+
+    def _tracked_argv(self, pid: int, entry: _Proc) -> tuple[str, ...]:
+        """The redacted argv of a tracked process, read on its first tracked tick when it
+        was not read as a server's (a GPU holder, one of the top N); () when unreadable."""
+        if entry.argv is None:
+            self.argv_reads += 1
+            raw = _fs.try_read_bytes(f"{self.roots.proc}/{pid}/cmdline")
+            entry.argv = redact_argv(parse_cmdline(raw or b""))
+            entry.engine = entry.engine or engine_of(entry.comm, entry.argv)
+        return entry.argv
 
     def _young(self, entry: _Proc, now_ms: int) -> bool:
         started = self._started_at_ms(entry.start_ticks)
@@ -380,8 +421,8 @@ class ProcfsCollector:
         for pid, why in reasons.items():
             entry = self._known[pid]
             try:
-                status = _fs.read_bytes(f"{proc}/{pid}/status")
-                row, uid = parse_status(status, pid)
+                fields = _fs.parse_kv(_fs.read_bytes(f"{proc}/{pid}/status"))
+                row, uid = status_row(fields, pid)
             except PermissionError:
                 hidden.append(
                     HiddenProcess(
@@ -394,7 +435,7 @@ class ProcfsCollector:
                 continue
             except OSError:
                 continue  # exited between listing and reading
-            if parse_state(status) == "Z":  # exited; its parent has not reaped it
+            if state_of(fields) == "Z":  # exited; its parent has not reaped it
                 zombies.append(self._zombie(pid, entry, uid, now_ms))
                 continue
             if pid in pss_pids:
@@ -403,6 +444,7 @@ class ProcfsCollector:
                 if rollup is not None:
                     row = replace(row, pss_bytes=parse_pss(rollup))
             entry.uid = uid
+            argv = self._tracked_argv(pid, entry)
             if not entry.cwd_read:  # once: a server resolves its paths at start
                 entry.cwd_read = True
                 entry.cwd = read_cwd(f"{proc}/{pid}/cwd")
@@ -414,7 +456,7 @@ class ProcfsCollector:
                     ppid=entry.ppid,
                     uid=uid,
                     comm=entry.comm,
-                    argv=entry.argv,
+                    argv=argv,
                     engine=entry.engine,
                     reasons=tuple(why),
                     cwd=entry.cwd,

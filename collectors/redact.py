@@ -94,6 +94,14 @@ def redact_text(text: str) -> str:
 
 
 _MAX_NESTING = 4  # sh -c 'sh -c "..."' levels split and redacted word by word
+# Top-level arguments every rule passed unchanged and that hide no next argument (``-m``,
+# ``model.gguf``, ``--port``): the rules are a function of the argument alone there, so a
+# launch repeated (a churning box starts the same command again and again) skips them.
+# Only words shown as they are are kept (never one a rule hides: a value after a secret flag
+# is hidden before this set is looked at), short ones, a bounded number.
+_CLEAN: set[str] = set()
+_CLEAN_MAX = 4096
+_CLEAN_WORD_MAX = 256
 
 
 def redact_argv(argv: list[str] | tuple[str, ...], _depth: int = 0) -> tuple[str, ...]:
@@ -109,31 +117,50 @@ def redact_argv(argv: list[str] | tuple[str, ...], _depth: int = 0) -> tuple[str
             mode, hide_next = hide_next, None
             out.append(_hide_password(arg) if mode == "password" else REDACTED)
             continue
-        if arg.lower().startswith("--no-"):  # a switch (`--no-auth`), never takes a value
+        if _depth == 0 and arg in _CLEAN:
             out.append(arg)
-        elif _SECRET_FLAG.match(arg) or arg in _SECRET_SHORT:
-            hide_next = "all"
-            out.append(arg)
-        elif arg in _USER_PASSWORD:
-            hide_next = "password"
-            out.append(arg)
-        elif (m := _SECRET_ASSIGN.match(arg)) and not _is_path_flag(m.group(1)):
-            out.append(f"{m.group(1)}={REDACTED}")
-        elif arg.startswith(("--user=", "--proxy-user=")):
-            flag, _, value = arg.partition("=")
-            out.append(f"{flag}={_hide_password(value)}")
-        elif m := _ENV_FLAG.match(arg):
-            out.append(f"{m.group(1)}={_redact_word(m.group(2))}")
-        elif m := _HEADER.match(arg):
-            scheme = f"{m.group(2)} " if m.group(2) else ""
-            out.append(f"{m.group(1)}{scheme}{REDACTED}")
-        elif arg.lstrip().startswith(("{", "[")):  # JSON: its secret keys' values
-            out.append(_scrub(arg))
-        elif " " in arg.strip():
-            out.append(_redact_words(arg, _depth + 1))
-        else:
-            out.append(_redact_word(arg))
+            continue
+        hide_next = _redact_arg(arg, _depth, out)
+        if _depth == 0 and hide_next is None and out[-1] == arg:
+            _remember_clean(arg)
     return tuple(out)
+
+
+def _remember_clean(arg: str) -> None:
+    if len(arg) <= _CLEAN_WORD_MAX:
+        if len(_CLEAN) >= _CLEAN_MAX:
+            _CLEAN.clear()
+        _CLEAN.add(arg)
+
+
+def _redact_arg(arg: str, depth: int, out: list[str]) -> str | None:
+    """Append ``arg`` redacted to ``out``; what to hide of the next argument ("all",
+    "password": keep the user of user:password), if anything."""
+    if arg.lower().startswith("--no-"):  # a switch (`--no-auth`), never takes a value
+        out.append(arg)
+    elif _SECRET_FLAG.match(arg) or arg in _SECRET_SHORT:
+        out.append(arg)
+        return "all"
+    elif arg in _USER_PASSWORD:
+        out.append(arg)
+        return "password"
+    elif (m := _SECRET_ASSIGN.match(arg)) and not _is_path_flag(m.group(1)):
+        out.append(f"{m.group(1)}={REDACTED}")
+    elif arg.startswith(("--user=", "--proxy-user=")):
+        flag, _, value = arg.partition("=")
+        out.append(f"{flag}={_hide_password(value)}")
+    elif m := _ENV_FLAG.match(arg):
+        out.append(f"{m.group(1)}={_redact_word(m.group(2))}")
+    elif m := _HEADER.match(arg):
+        scheme = f"{m.group(2)} " if m.group(2) else ""
+        out.append(f"{m.group(1)}{scheme}{REDACTED}")
+    elif arg.lstrip().startswith(("{", "[")):  # JSON: its secret keys' values
+        out.append(_scrub(arg))
+    elif " " in arg.strip():
+        out.append(_redact_words(arg, depth + 1))
+    else:
+        out.append(_redact_word(arg))
+    return None
 
 
 def _is_path_flag(flag: str) -> bool:

@@ -61,6 +61,18 @@ def engine_of(comm: str, argv: tuple[str, ...] | list[str]) -> str | None:
     return _EXECUTABLES.get(comm)
 
 
+def could_be_server(name: str) -> bool:
+    """Whether a process whose comm (or executable's base name) is ``name`` may be one that
+    :func:`engine_of` recognises once its argv is read: a known executable (comm is cut at
+    15 bytes), a vLLM or sglang process that renamed itself, or Python (recognised by its
+    arguments). An empty name (unknown) may be anything."""
+    if not name or name.startswith("python") or name in _EXECUTABLES:
+        return True
+    if any(name.startswith(prefix) for prefix, _ in _COMM_PREFIXES):
+        return True
+    return len(name) == 15 and any(exe.startswith(name) for exe in _EXECUTABLES)
+
+
 def is_python(comm: str, argv: tuple[str, ...] | list[str]) -> bool:
     exe = os.path.basename(argv[0]) if argv else comm
     return exe.startswith("python") or comm.startswith("python")
