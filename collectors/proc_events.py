@@ -51,7 +51,15 @@ NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 CN_MSG = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
 EVENT_HEAD = struct.Struct("=IIQ")  # what, cpu, timestamp_ns
 EXIT_EVENT = struct.Struct("=iiIIii")  # pid, tgid, exit_code, exit_signal, ppid, ptgid
-MAX_KEPT = 8192  # pids whose events are remembered (oldest dropped first): minutes
+# pids whose events are remembered (oldest dropped first), ~700 bytes each (fork, exec and
+# exit measured with tracemalloc): 2.8 MiB at most, 50 s of a box forking 80 a second. The
+# daemon asks for an exit the tick after the process left /proc.
+MAX_KEPT = 4096
+# a pid with no event for this long is forgotten, so the map holds what a box forks in a
+# minute and is full within a minute; it filled to 8192 pids (5.6 MiB) over tens of
+# minutes before (issue 32: the soak's slow RSS rise)
+KEEP_S = 60.0
+
 MAX_PER_PID = 8  # events kept per pid (fork, exec, exit of the last few holders)
 MAX_MESSAGES = 64  # per datagram parsed at most
 # After a wake-up the reader lets the next events queue this long, then reads them all: on
@@ -61,6 +69,11 @@ MAX_MESSAGES = 64  # per datagram parsed at most
 COALESCE_S = 0.1
 MAX_DRAIN = 512  # datagrams read per wake-up at most
 _RECV_TIMEOUT = struct.pack("@ll", 0, 500_000)  # SO_RCVTIMEO (struct timeval): 0.5 s
+
+
+def keep_for(interval_s: float) -> float:
+    """How long a sampler ticking every ``interval_s`` needs a pid's events kept."""
+    return max(KEEP_S, 4 * interval_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,17 +271,22 @@ def _drain(sock: socket.socket) -> list[tuple[bytes, object]]:
 
 class ProcEventListener:
     """A background thread reading events into a bounded ``pid -> events`` map (at most
-    ``max_kept`` pids, ``MAX_PER_PID`` events each)."""
+    ``max_kept`` pids, ``MAX_PER_PID`` events each, none whose last event was received more
+    than ``keep_s`` seconds ago)."""
 
-    def __init__(self, max_kept: int = MAX_KEPT, coalesce_s: float = COALESCE_S) -> None:
+    def __init__(
+        self, max_kept: int = MAX_KEPT, coalesce_s: float = COALESCE_S, keep_s: float = KEEP_S
+    ) -> None:
         self.max_kept = max_kept
         self.coalesce_s = coalesce_s
+        self.keep_s = keep_s  # the daemon sets it from its interval (monitor/daemon/loop.py)
         self.wakeups = 0  # reads that waited for a datagram (each then drains the queue)
         self.datagrams = 0  # datagrams read
         self.error: str | None = None
         self.forged_dropped = 0  # datagrams from a user-space sender (nl_pid != 0)
         self.filtered = False  # whether the kernel drops threads' events (proc_filter)
-        self._events: OrderedDict[int, tuple[ProcEvent, ...]] = OrderedDict()
+        # pid -> (time.monotonic() of its last event, its events); oldest touched first
+        self._events: OrderedDict[int, tuple[float, tuple[ProcEvent, ...]]] = OrderedDict()
         self._young: OrderedDict[int, YoungServer] = OrderedDict()
         self._early: list[tuple[YoungServer, ExitStatus]] = []
         self._lock = threading.Condition()
@@ -372,20 +390,23 @@ class ProcEventListener:
             log.debug("dropped a process-event datagram from user space (sender %r)", sender)
 
     def _keep(self, young: list[YoungServer], events: list[ProcEvent]) -> None:
+        now_s = time.monotonic()
         with self._lock:
             for y in young:
                 self._young[y.pid] = y
                 while len(self._young) > MAX_YOUNG:
                     self._young.popitem(last=False)
             for event in events:
-                kept = self._events.pop(event.pid, ())
-                self._events[event.pid] = (*kept, event)[-MAX_PER_PID:]
+                _, kept = self._events.pop(event.pid, (now_s, ()))
+                self._events[event.pid] = (now_s, (*kept, event)[-MAX_PER_PID:])
                 if event.status is None:
                     continue
                 server = self._young.pop(event.pid, None)
                 if server is not None and len(self._early) < MAX_YOUNG:
                     self._early.append((server, event.status))
             while len(self._events) > self.max_kept:
+                self._events.popitem(last=False)
+            while self._events and next(iter(self._events.values()))[0] < now_s - self.keep_s:
                 self._events.popitem(last=False)
             self._lock.notify_all()
 
@@ -411,7 +432,8 @@ class ProcEventListener:
         alive_ns = None if since_ms is None else epoch_ms_to_monotonic_ns(since_ms)
         with self._lock:
             while True:
-                found = pick_exit(self._events.get(pid, ()), start_ns, TICK_NS, alive_ns)
+                _, kept = self._events.get(pid, (0.0, ()))
+                found = pick_exit(kept, start_ns, TICK_NS, alive_ns)
                 if found is not None:
                     return found
                 left = deadline - time.monotonic()

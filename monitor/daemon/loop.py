@@ -243,6 +243,10 @@ def reload_config(ctx: DaemonContext) -> bool:
         ctx.sampler = Sampler(new.roots, new.options, new.collectors)
     if new.interval_s != old.interval_s and ctx.scheduler is not None:
         ctx.scheduler.reschedule_job("sample", trigger="interval", seconds=new.interval_s)
+    if ctx.proc_events is not None:
+        from collectors.proc_events import keep_for
+
+        ctx.proc_events.keep_s = keep_for(new.interval_s)
     logs = (new.log_files, new.journal_units, new.swap_url)
     if logs != (old.log_files, old.journal_units, old.swap_url):
         from monitor.logs.follow import open_tails
@@ -429,12 +433,12 @@ def _http_server(
 def _start_watchers(ctx: DaemonContext) -> None:
     """The database's periodic integrity check and the process-event connector (exit
     statuses), each in a thread of its own."""
-    from collectors.proc_events import ProcEventListener
+    from collectors.proc_events import ProcEventListener, keep_for
     from monitor.store.integrity import IntegrityWatch
 
     ctx.integrity = IntegrityWatch(ctx.config.db_path, ctx.config.integrity_check_s)
     ctx.integrity.start()
-    ctx.proc_events = ProcEventListener()
+    ctx.proc_events = ProcEventListener(keep_s=keep_for(ctx.config.interval_s))
     if not ctx.proc_events.open() or not ctx.proc_events.verify():
         ctx.proc_events.close()
         log.warning(

@@ -24,6 +24,7 @@ from collectors.proc_events import (
     ExitStatus,
     ProcEventListener,
     decode_wait_status,
+    keep_for,
     parse_datagram,
 )
 
@@ -128,6 +129,36 @@ def test_the_listener_keeps_a_bounded_number_of_exits() -> None:
         assert listener.exit_of(pids[-1]) is not None
     finally:
         listener.close()
+
+
+def test_the_listener_forgets_pids_with_no_event_for_keep_s() -> None:
+    """Issue 32: the map filled to MAX_KEPT (8192 pids, ~3 MiB) on a box that forks a few
+    processes a second, the soak's slow RSS rise. A pid silent for ``keep_s`` goes; one
+    whose exit came within it is still answered."""
+    listener = ProcEventListener(keep_s=1.0)
+    if not listener.open():
+        pytest.skip(f"no process-event connector here: {listener.error}")
+    try:
+        old = []
+        for _ in range(20):
+            p = subprocess.Popen(["true"])
+            p.wait(timeout=30)
+            assert listener.exit_of(p.pid, wait_s=30) is not None
+            old.append(p.pid)
+        time.sleep(1.5)  # past keep_s: the next event expires them
+        p = subprocess.Popen(["true"])
+        p.wait(timeout=30)
+        assert listener.exit_of(p.pid, wait_s=30) is not None  # inside the window: kept
+        with listener._lock:
+            kept = set(listener._events)
+        assert not kept & set(old) - {p.pid}  # (a pid reused by the box since is fine)
+    finally:
+        listener.close()
+
+
+def test_the_window_covers_four_ticks_and_at_least_a_minute() -> None:
+    assert keep_for(0.25) == 60.0
+    assert keep_for(3600) == 4 * 3600
 
 
 def test_a_server_that_dies_in_half_a_second_is_seen_from_its_exec(tmp_path) -> None:  # noqa: ANN001

@@ -14,9 +14,11 @@ import pytest
 from stopping import STOP_GUARD_S
 
 from collectors.base import Roots
+from collectors.proc_events import KEEP_S, ProcEventListener
+from monitor import config as config_mod
 from monitor.config import Config
 from monitor.daemon.lock import acquire_lock, lock_holder
-from monitor.daemon.loop import DaemonContext, tick
+from monitor.daemon.loop import DaemonContext, reload_config, tick
 from monitor.daemon.sampler import Sampler
 from monitor.store.database import Store, StoreError
 
@@ -328,3 +330,23 @@ def test_a_stop_signal_only_sets_the_event_the_main_thread_waits_on() -> None:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+def test_a_reloaded_interval_widens_the_exit_event_window(tmp_path: Path) -> None:
+    """The daemon keeps the exit-event window as long as four of its ticks (issue 32)."""
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text("[daemon]\ninterval_s = 1\n")
+    cfg = config_mod.load(cfg_path, db=tmp_path / "v.db")
+    ctx = DaemonContext(cfg, Store.open(cfg.db_path), Sampler(Roots(), cfg.options))
+    ctx.proc_events = ProcEventListener()  # not opened: only its window is read here
+    try:
+        assert ctx.proc_events.keep_s == KEEP_S
+        cfg_path.write_text("[daemon]\ninterval_s = 300\n")
+        assert reload_config(ctx)
+        assert ctx.proc_events.keep_s == 1200  # four ticks: an exit is asked for a tick late
+        cfg_path.write_text("[daemon]\ninterval_s = 0.25\n")
+        assert reload_config(ctx)
+        assert ctx.proc_events.keep_s == KEEP_S
+    finally:
+        ctx.sampler.close()
+        ctx.store.close()
