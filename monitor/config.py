@@ -113,6 +113,9 @@ class Config:
     # [http] model_dirs: the folders whose GGUF files HTTP predicts may read (resolved,
     # absolute); empty: HTTP predicts naming a model file get 403 (monitor/http/access.py)
     http_model_dirs: tuple[str, ...] = ()
+    # a process gets /metrics series with a pid label once it has run this long
+    # (monitor/http/metrics.py: a launch that ends within seconds makes no series of its own)
+    http_pid_series_after_s: float = 30.0
     log_files: tuple[str, ...] = ()  # [logs] files: engine logs to tail for OOM lines
     journal_units: tuple[str, ...] = ()  # [logs] journal_units
     # [predict] growth_horizon_tokens: distinct prompt tokens within which a prompt cache
@@ -157,6 +160,7 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any]]] = {
         "listen": (str, None),
         "token": (str, None),
         "model_dirs": (list, None),
+        "pid_series_after_s": (_NUM, (0, 86400)),
     },
     "fleet": {"boxes": (list, None)},  # [{url = "http://box:9835", token_file = "/abs"}]
     "alerts": {
@@ -406,6 +410,7 @@ def load(
         else data.get("http", {}).get("listen", "127.0.0.1:9835"),
         http_token=data.get("http", {}).get("token"),
         http_model_dirs=tuple(data.get("http", {}).get("model_dirs", ())),
+        http_pid_series_after_s=float(data.get("http", {}).get("pid_series_after_s", 30.0)),
         log_files=tuple(str(x) for x in data.get("logs", {}).get("files", ())),
         journal_units=tuple(str(x) for x in data.get("logs", {}).get("journal_units", ())),
         growth_horizon_tokens=int(
@@ -419,7 +424,12 @@ def load(
     )
 
 
-_HTTP_KEYS = (("listen", "http_listen"), ("token", "http_token"), ("model_dirs", "http_model_dirs"))
+_HTTP_KEYS = (
+    ("listen", "http_listen"),
+    ("token", "http_token"),
+    ("model_dirs", "http_model_dirs"),
+    ("pid_series_after_s", "http_pid_series_after_s"),
+)
 
 
 def keep_running_http(old: Config, new: Config) -> tuple[Config, str | None]:

@@ -190,10 +190,13 @@ def _version() -> str:
         return "unknown"
 
 
-def labelled_pids(snap: Snapshot, infos: Mapping[int, ProcessInfo]) -> set[int]:
+def labelled_pids(
+    snap: Snapshot, infos: Mapping[int, ProcessInfo], min_age_s: float = PID_LABEL_MIN_AGE_S
+) -> set[int]:
     """The tracked processes whose series carry a ``pid`` label this scrape: every one but
     those tracked only for the top-N host-memory list (``reasons == ("top",)``: any busy
-    process can enter it) and those younger than ``PID_LABEL_MIN_AGE_S`` at the snapshot;
+    process can enter it) and those younger than ``min_age_s`` at the snapshot
+    (``[http] pid_series_after_s``, default ``PID_LABEL_MIN_AGE_S``);
     at most ``MAX_PID_SERIES``, the most memory first (so the pid label's series count
     stays bounded however many processes come and go)."""
     held: dict[int, int] = {}
@@ -204,7 +207,7 @@ def labelled_pids(snap: Snapshot, infos: Mapping[int, ProcessInfo]) -> set[int]:
         pid
         for pid, p in infos.items()
         if not (p.reasons and set(p.reasons) <= {"top"})
-        and (p.started_at_ms is None or snap.ts_ms - p.started_at_ms >= PID_LABEL_MIN_AGE_S * 1000)
+        and (p.started_at_ms is None or snap.ts_ms - p.started_at_ms >= min_age_s * 1000)
     ]
     chosen.sort(key=lambda pid: (-held.get(pid, 0), pid))
     return set(chosen[:MAX_PID_SERIES])
@@ -243,8 +246,10 @@ class SnapshotCollector:
         ceilings: Estimates | None = None,
         counts: Counts | None = None,
         growth: Growth | None = None,
+        pid_min_age_s: float = PID_LABEL_MIN_AGE_S,
     ) -> None:
         self._latest = latest
+        self._pid_min_age_s = pid_min_age_s  # [http] pid_series_after_s
         self._growth = growth
         self._estimates = estimates
         self._ceilings = ceilings
@@ -273,7 +278,7 @@ class SnapshotCollector:
             return
         yield from self._devices(snap)
         infos = {p.pid: p for p in snap.processes}
-        labelled = labelled_pids(snap, infos)
+        labelled = labelled_pids(snap, infos, self._pid_min_age_s)
         yield from self._processes(snap, infos, labelled)
         yield from self._unlabelled(snap, infos, labelled)
         yield from self._untracked(snap)
@@ -670,11 +675,14 @@ def build_registry(
     ceilings: Estimates | None = None,
     counts: Counts | None = None,
     growth: Growth | None = None,
+    pid_min_age_s: float = PID_LABEL_MIN_AGE_S,
 ) -> CollectorRegistry:
     """A fresh registry holding the snapshot collector and the daemon's own process
     collector (nothing registered globally)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(latest, estimates, health, ceilings, counts, growth))
+    registry.register(
+        SnapshotCollector(latest, estimates, health, ceilings, counts, growth, pid_min_age_s)
+    )
     # process_*: this daemon's own CPU seconds, resident and virtual memory, open and max
     # fds and start time, read from /proc/self at each scrape (absent where there is none)
     registry.register(ProcessCollector(registry=None))

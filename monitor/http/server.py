@@ -307,7 +307,9 @@ class HttpServer:
             ceilings = ceilings_from_assessments(latest, assessments)
             if estimates is None:
                 estimates = estimates_from_assessments(latest, assessments)
-        self.registry = build_registry(latest, estimates, health, ceilings, counts, growth)
+        self.registry = build_registry(
+            latest, estimates, health, ceilings, counts, growth, config.http_pid_series_after_s
+        )
         self.stale_after_s = max(5 * float(config.interval_s), 30.0)
         self.predicts = DeadlineRunner(MAX_PREDICTS, PREDICT_DEADLINE_S, MAX_ABANDONED_PREDICTS)
         self.quiet = QuietLog()

@@ -104,7 +104,8 @@ def test_a_remote_tui_and_metrics_show_the_daemons_estimate_after_the_model_file
     argv = ["llama-server", "-m", "x.gguf", "-c", "512", "-np", "1"]
     port = free_port()
     cfg = tmp_path / "vramscope.toml"
-    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+    # pid series at once, not after the 30 s a launch must live by default
+    cfg.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\npid_series_after_s = 0\n')
     db = tmp_path / "v.db"
     url = f"http://127.0.0.1:{port}"
     with fake_server.running(argv, cwd=model.parent) as server:

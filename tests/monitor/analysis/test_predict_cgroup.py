@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_runner
 import gguf_models as g
 import pytest
 from memcg import make_cgroup
@@ -235,26 +236,20 @@ def test_status_json_shows_a_live_servers_cgroup_limit(tmp_path: Path) -> None:
     """A process that looks like llama-server, started inside a 1 GiB memory cgroup:
     `vramscope status --json` names its cgroup with the limit and the charge."""
     group, procs = make_cgroup(1 * GIB)
+    program = tmp_path / "llama-server"  # comm, exe's link and argv[0] say llama-server
+    program.symlink_to("/bin/sleep")
     join_then_sleep = (
         "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
-        "os.execv('/bin/sleep', ['llama-server', '120'])"
+        "os.execv(sys.argv[2], [sys.argv[2], '120'])"
     )
-    server = subprocess.Popen([sys.executable, "-c", join_then_sleep, str(procs)])
+    server = subprocess.Popen([sys.executable, "-c", join_then_sleep, str(procs), str(program)])
     try:
         doc = None
         for _ in range(50):  # until it has joined and exec'd (polled, generous)
-            if Path(f"/proc/{server.pid}/cmdline").read_bytes().startswith(b"llama-server"):
+            if Path(f"/proc/{server.pid}/comm").read_bytes() == b"llama-server\n":
                 break
             subprocess.run(["sleep", "0.1"])
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        result = subprocess.run(
-            [sys.executable, "-m", "monitor", "status", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=ROOT,
-        )
+        result = cli_runner.vramscope("status", "--json")
         assert result.returncode == 0, result.stderr
         doc = json.loads(result.stdout)
     finally:

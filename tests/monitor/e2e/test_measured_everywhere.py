@@ -109,7 +109,8 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     tiny_models.write_llama(models / "x.gguf")
     db, port = tmp_path / "v.db", free_port()
     config = tmp_path / "config.toml"
-    config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\n')
+    # pid series at once, not after the 30 s a launch must live by default
+    config.write_text(f'[http]\nlisten = "127.0.0.1:{port}"\npid_series_after_s = 0\n')
     argv = ["llama-server", "-m", "x.gguf", "-c", "2048", "-np", "1"]
     with fake_server.running(argv, cwd=models) as server:
         pid = server.pid
@@ -211,7 +212,7 @@ def test_the_same_measured_bytes_on_every_surface(tmp_path: Path, stop_with_sigt
     assert diag["measured"] == {k: at_death[k] for k in at_death if k != "ts_ms"}
 
     # /metrics rendered from that tick
-    metrics = render(build_registry(lambda: snap)).decode()
+    metrics = render(build_registry(lambda: snap, pid_min_age_s=0)).decode()  # as the daemon
     assert measured_metric(metrics, pid) == (total, tick)
 
     print(

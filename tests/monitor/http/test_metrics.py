@@ -302,3 +302,50 @@ def test_a_real_daemon_exports_its_own_process_metrics_and_build_info(tmp_path: 
     assert m["process_cpu_seconds_total"][()] > 0
     assert abs(m["process_open_fds"][()] - fds) <= 8  # a scrape's socket comes and goes
     assert m["process_max_fds"][()] >= m["process_open_fds"][()]
+
+
+def _pid_series_of(config_text: str, tmp_path: Path) -> set[str]:
+    """The pids with a measured series when a daemon with ``config_text`` serves the box
+    snapshot without its fillers (one old server, one a second old, the top-N list)."""
+    from monitor import config as config_mod
+
+    path = tmp_path / "c.toml"
+    path.write_text(config_text)
+    cfg = config_mod.load(path, db=tmp_path / "v.db")
+    now_ms = int(time.time() * 1000)
+    snap = _aged(box_snapshot(now_ms), now_ms)  # under the cap: only the age decides
+    srv = HttpServer("127.0.0.1:0", None, lambda: snap, cfg.db_path, cfg)
+    families = text_string_to_metric_families(render_of(srv))
+    measured = next(f for f in families if f.name == "vramscope_process_measured_bytes")
+    return {s.labels["pid"] for s in measured.samples}
+
+
+def render_of(srv: HttpServer) -> str:
+    from monitor.http.metrics import render
+
+    return render(srv.registry).decode()
+
+
+def test_pid_series_after_s_lets_a_young_server_in_and_the_default_keeps_it_out(
+    tmp_path: Path,
+) -> None:
+    """``[http] pid_series_after_s``: the default (30 s) keeps the second-old server (pid
+    11) out (noise: a launch that ends within seconds makes no series); 0 lets it in
+    (signal); the top-N list never gets pid series either way."""
+    default = _pid_series_of("[http]\nlisten = '127.0.0.1:0'\n", tmp_path)
+    assert "10" in default and "11" not in default
+    at_once = _pid_series_of("[http]\nlisten = '127.0.0.1:0'\npid_series_after_s = 0\n", tmp_path)
+    assert "11" in at_once and "10" in at_once
+    assert not {str(p) for p in range(100, 200)} & at_once
+
+
+@pytest.mark.parametrize("value", ["-1", "86401", '"30"'])
+def test_a_bad_pid_series_after_s_is_one_line(tmp_path: Path, value: str) -> None:
+    import cli_runner
+
+    path = tmp_path / "c.toml"
+    path.write_text(f"[http]\npid_series_after_s = {value}\n")
+    done = cli_runner.vramscope("status", "--config", str(path))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "[http] pid_series_after_s" in line and "Traceback" not in done.stderr

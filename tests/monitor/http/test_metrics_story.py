@@ -356,7 +356,9 @@ def test_a_real_daemon_counts_a_crash_and_an_engine_oom_line(tmp_path: Path) -> 
     argv = ["llama-server", "-m", "crash-me.gguf", "-c", "512"]
     with (
         fake_server.running(argv, cwd=tmp_path) as fake,
-        daemon_harness.running(tmp_path, f'[logs]\nfiles = ["{log}"]\n') as d,
+        daemon_harness.running(  # pid series at once, not after 30 s ([http])
+            tmp_path, f'pid_series_after_s = 0\n[logs]\nfiles = ["{log}"]\n'
+        ) as d,
     ):
 
         def counters() -> Series:
