@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+# The tests' subprocesses (the command, daemons, fake servers) keep their bytecode in
+# .cache/pycache (git-ignored), as an installed package keeps its own: this environment
+# sets PYTHONDONTWRITEBYTECODE=1, so each `python -m monitor` of a fresh clone compiled
+# every module it imports (~0.6 s of CPU here) instead of reading them.
+_PYCACHE = Path(__file__).resolve().parents[1] / ".cache" / "pycache"
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -31,6 +31,8 @@ def command_env(
     checkout when ``checkout`` (an installed copy is tested with ``checkout=False``),
     ``set_env`` on top, ``unset`` names dropped."""
     out = dict(os.environ if env is None else env)
+    if "PYTHONPYCACHEPREFIX" in os.environ:  # the tests' bytecode cache (tests/conftest.py)
+        out.setdefault("PYTHONPYCACHEPREFIX", os.environ["PYTHONPYCACHEPREFIX"])
     if checkout:
         out["PYTHONPATH"] = str(ROOT)
     out.update(set_env or {})
