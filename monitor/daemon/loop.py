@@ -450,9 +450,12 @@ def _start_watchers(ctx: DaemonContext) -> None:
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT; return the exit code. The composition root: it opens the
     store, builds the tick's collaborators, schedules the jobs and closes all at the end."""
+    holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
+    # first of all: a SIGHUP (systemd's reload) or SIGTERM while starting must not take
+    # the signal's default action, which ends the process
+    stop, reload_early = _handle_signals(holder)
     require_db_folder(config)  # a named path in a missing folder: one line, nothing made
     lock = acquire_lock(config.db_path)
-    holder: list[DaemonContext] = []  # the HTTP threads read the latest tick through it
     http = _http_server(
         config,
         lambda: holder[0].last_snapshot if holder else None,
@@ -473,9 +476,10 @@ def run(config: Config) -> int:
     from monitor.daemon.sd_notify import SdNotifier
 
     ctx.notify = SdNotifier()
-    holder.append(ctx)
+    holder.append(ctx)  # from here the handlers reach the context itself
+    if reload_early.is_set():  # a SIGHUP while starting: reload at the first tick
+        ctx.reload_requested = True
     http = _start_http(http)
-    stop = _handle_signals(ctx)
     try:
         if not stop.is_set():  # a signal before the scheduler ran: do not start it at all
             sched.start()
@@ -643,25 +647,31 @@ def _start_http(http: HttpServer | None) -> HttpServer | None:
     return http
 
 
-def _handle_signals(ctx: DaemonContext) -> threading.Event:
-    """SIGTERM/SIGINT set the returned event (the main thread then finishes the tick in
-    flight and stops); SIGHUP reloads the config before the next tick."""
-    stopping = threading.Event()
+def _handle_signals(holder: list[DaemonContext]) -> tuple[threading.Event, threading.Event]:
+    """Installed before anything is opened. SIGTERM/SIGINT set the first event (the main
+    thread then finishes the tick in flight and stops); SIGHUP reloads the config before
+    the next tick, or sets the second event while the context (``holder``) is not made
+    yet. The handlers only set flags: they run in the main thread, wherever it is."""
+    stopping, reload_early = threading.Event(), threading.Event()
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s; finishing the tick in flight", signal.Signals(signum).name)
-        if ctx.notify is not None and not stopping.is_set():
-            ctx.notify.stopping()
+        notify = holder[0].notify if holder else None
+        if notify is not None and not stopping.is_set():
+            notify.stopping()
         stopping.set()
 
     def hangup(_signum: int, _frame: FrameType | None) -> None:
         log.info("received SIGHUP: the configuration is reloaded before the next tick")
-        ctx.reload_requested = True
+        if holder:
+            holder[0].reload_requested = True
+        else:
+            reload_early.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hangup)
-    return stopping
+    return stopping, reload_early
 
 
 def _close(ctx: DaemonContext, http: HttpServer | None) -> None:

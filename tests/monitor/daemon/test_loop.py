@@ -306,13 +306,16 @@ def test_a_stop_signal_only_sets_the_event_the_main_thread_waits_on() -> None:
     """The handler must not shut the scheduler down itself: run inside the scheduler's
     ``_process_jobs`` (the main thread's loop in a BlockingScheduler), emptying the job
     store there made ``update_job`` raise JobLookupError (CI, 2026-11-27). Two signals
-    send one STOPPING=1."""
+    send one STOPPING=1. The handlers are installed before the context exists: a SIGHUP
+    then (systemd's reload right after a start) is kept for the first tick, not the
+    default action that ends the process (CI, 2026-11-27: test_reload_http)."""
     from monitor.daemon import loop
 
     class Ctx:
         def __init__(self) -> None:
             self.stopping_sent = 0
             self.notify = self
+            self.reload_requested = False
 
         def stopping(self) -> bool:
             self.stopping_sent += 1
@@ -321,8 +324,13 @@ def test_a_stop_signal_only_sets_the_event_the_main_thread_waits_on() -> None:
     ctx = Ctx()
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        stop = loop._handle_signals(ctx)  # type: ignore[arg-type]
-        assert not stop.is_set()
+        holder: list = []  # the daemon's context is not made yet
+        stop, reload_early = loop._handle_signals(holder)
+        signal.raise_signal(signal.SIGHUP)  # while starting: kept for the first tick
+        assert reload_early.is_set() and not stop.is_set()
+        holder.append(ctx)
+        signal.raise_signal(signal.SIGHUP)
+        assert ctx.reload_requested
         signal.raise_signal(signal.SIGTERM)
         signal.raise_signal(signal.SIGINT)
         assert stop.wait(STOP_GUARD_S)
