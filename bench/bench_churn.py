@@ -15,11 +15,20 @@ Method (results in bench/RESULTS.md, "Churn"):
 - After ``--warmup-s``, ``--pairs`` windows of ``--seconds`` each: utime + stime of each
   process (``/proc/PID/stat``, all threads) at each window's start and end. Each window
   gives the ratios new/psutil, old/psutil and new/old; the table gives their medians.
+- ``--conditions isolated,busy`` (default ``busy``): each condition with fresh daemons,
+  psutil loop and databases, one after the other. **isolated**: the long-lived server and
+  nothing else the bench starts; **busy**: the churn generator too. ``--pid-namespace``:
+  all of it in a PID namespace of its own (``unshare -pf --mount-proc``, re-exec'd), so
+  "isolated" sees only the scenario's processes and "busy" adds only the churn (there the
+  kernel's process-event connector delivers nothing to the daemon's listener).
+- Each daemon thread's CPU (``/proc/PID/task/TID/stat``, ms a second, median of the
+  windows), the threads named by ``py-spy dump`` (its Python name and outermost frame).
 - At the end, each database's ``processes`` and ``estimates`` row counts, ``meta``'s
   ``short_lived_processes`` and its ``load_started`` events.
 - Bytecode is cached (``PYTHONPYCACHEPREFIX``) for all of them, as an installed package is.
 
 Run: .venv/bin/python bench/bench_churn.py --baseline /tmp/base [--pairs 5] [--seconds 30]
+     [--conditions isolated,busy] [--pid-namespace]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import statistics
@@ -127,6 +137,133 @@ def counts(db: Path) -> str:
         conn.close()
 
 
+def thread_ticks(pid: int) -> dict[int, int]:
+    """utime + stime of each thread of ``pid`` in clock ticks (``/proc/PID/task/TID/stat``)."""
+    ticks = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                stat = (task / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2 :].split()
+                ticks[int(task.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Each thread's Python name and the outermost frame of its own code (``py-spy dump``)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    try:
+        out = subprocess.run(
+            [str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    names: dict[int, str] = {}
+    tid, frame = None, ""
+    for line in out.splitlines() + ["Thread 0 (end): "]:
+        m = re.match(r'Thread (0x[0-9a-fA-F]+|\d+) \((\w+)\): "?([^"]*)"?', line)
+        if m:
+            if tid is not None:
+                names[tid] = f"{names[tid]} [{frame}]"
+            tid, frame = int(m[1], 0), ""
+            names[tid] = m[3]
+        elif line.startswith("    ") and "threading.py" not in line:
+            frame = line.strip()
+    names.pop(0, None)
+    return names
+
+
+def per_thread(before: dict[int, int], after: dict[int, int], s: float) -> dict[int, float]:
+    """ms of CPU a second of each thread alive at the window's end."""
+    return {t: 1000 * (v - before.get(t, 0)) / HZ / s for t, v in after.items()}
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def measure(busy: bool, args: argparse.Namespace, work: Path, env: dict[str, str]) -> dict:
+    """One condition with fresh processes: each window's CPU seconds per process, each
+    daemon thread's ms/s (median over the windows), the load, servers started, row counts."""
+    tag = "busy" if busy else "isolated"
+    stop = threading.Event()
+    started: list[int] = []
+    gen = threading.Thread(target=lambda: started.append(churn(work, args.rate, args.life_s, stop)))
+    dbs = {"new": work / f"new-{tag}.db", "old": work / f"old-{tag}.db"}
+    procs = {
+        "new": daemon(ROOT, dbs["new"], work / "c.toml", env),
+        "old": daemon(args.baseline.resolve(), dbs["old"], work / "c.toml", env),
+        "psutil": subprocess.Popen([sys.executable, "-c", PSUTIL_LOOP], env=env),
+    }
+    if busy:
+        gen.start()
+    load = loadavg()
+    rows: list[dict[str, float]] = []
+    threads: dict[str, dict[int, list[float]]] = {"new": {}, "old": {}}
+    names: dict[str, dict[int, str]] = {}
+    try:
+        time.sleep(args.warmup_s)
+        names = {k: thread_names(procs[k].pid) for k in threads}
+        for _ in range(args.pairs):
+            a = {k: cpu_s(p.pid) for k, p in procs.items()}
+            ta = {k: thread_ticks(procs[k].pid) for k in threads}
+            time.sleep(args.seconds)
+            b = {k: cpu_s(p.pid) for k, p in procs.items()}
+            for k in threads:
+                for tid, ms in per_thread(ta[k], thread_ticks(procs[k].pid), args.seconds).items():
+                    threads[k].setdefault(tid, []).append(ms)
+            rows.append({k: b[k] - a[k] for k in a})
+            print(tag, {k: round(v, 3) for k, v in rows[-1].items()}, flush=True)
+    finally:
+        stop.set()
+        if busy:
+            gen.join()
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            p.wait(timeout=60)
+    per = {
+        k: {names[k].get(t, str(t)): statistics.median(v) for t, v in threads[k].items()}
+        for k in threads
+    }
+    return {
+        "tag": tag,
+        "rows": rows,
+        "load": f"{load} -> {loadavg()}",
+        "threads": per,
+        "started": started[0] if started else 0,
+        "counts": {k: counts(db) for k, db in dbs.items()},
+        "logs": {
+            k: (work / f"{db.stem}.err").read_text().splitlines()[-3:] for k, db in dbs.items()
+        },
+    }
+
+
+def report(r: dict, s: float) -> None:
+    rows = r["rows"]
+    print(f"\n{r['tag']}: load {r['load']}, churn {r['started']} servers started")
+    print("| process | CPU % of a core (median; each window) |")
+    print("|---|---|")
+    for k in rows[0]:
+        each = ", ".join(f"{100 * w[k] / s:.2f}" for w in rows)
+        print(f"| {k} | {100 * statistics.median(w[k] for w in rows) / s:.2f} ({each}) |")
+    for num, den in (("new", "psutil"), ("old", "psutil"), ("new", "old")):
+        each = [w[num] / w[den] for w in rows if w[den] > 0]
+        total = sum(w[den] for w in rows)
+        # psutil's figure in a PID namespace is a few clock ticks a window: the ratio of
+        # the sums over all windows is printed beside the median of the windows' ratios.
+        print(
+            f"- {num}/{den}: {statistics.median(each):.2f}x" if each else f"- {num}/{den}: n/a",
+            f"(median of {len(each)} windows), over all windows "
+            + (f"{sum(w[num] for w in rows) / total:.2f}x" if total > 0 else "n/a"),
+        )
+    for k, per in r["threads"].items():
+        each = "; ".join(f"{n} {ms:.2f}" for n, ms in sorted(per.items(), key=lambda x: -x[1]))
+        print(f"- {k}'s threads, ms CPU/s (median of windows): {each}")
+    for k in ("new", "old"):
+        print(f"- {k}: {r['counts'][k]}; log, last lines: {r['logs'][k]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True)
@@ -135,61 +272,35 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=20)
     parser.add_argument("--rate", type=float, default=6.0)
     parser.add_argument("--life-s", type=float, default=0.4)
+    parser.add_argument("--conditions", default="busy")
+    parser.add_argument("--pid-namespace", action="store_true")
     args = parser.parse_args()
+    if args.pid_namespace and os.environ.get("VRAMSCOPE_BENCH_NS") != "1":
+        env = {**os.environ, "VRAMSCOPE_BENCH_NS": "1"}
+        cmd = ["unshare", "-pf", "--mount-proc", sys.executable, *sys.argv]
+        sys.exit(subprocess.run(cmd, env=env, check=False).returncode)
     import tiny_models
 
     env = dict(os.environ, PYTHONPYCACHEPREFIX=tempfile.gettempdir() + "/bench-churn-pyc")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tiny_models.write_llama(work / "tiny.gguf")
-        cfg = work / "c.toml"
-        cfg.write_text("[http]\nenabled = false\n")
+        (work / "c.toml").write_text("[http]\nenabled = false\n")
         long_lived = fake(["llama-server", "-m", "tiny.gguf", "-c", "512"], work)
-        stop = threading.Event()
-        started: list[int] = []
-        gen = threading.Thread(
-            target=lambda: started.append(churn(work, args.rate, args.life_s, stop))
-        )
-        procs = {
-            "new": daemon(ROOT, work / "new.db", cfg, env),
-            "old": daemon(args.baseline.resolve(), work / "old.db", cfg, env),
-            "psutil": subprocess.Popen([sys.executable, "-c", PSUTIL_LOOP], env=env),
-        }
-        gen.start()
-        rows: list[dict[str, float]] = []
         try:
-            time.sleep(args.warmup_s)
-            for _ in range(args.pairs):
-                a = {k: cpu_s(p.pid) for k, p in procs.items()}
-                time.sleep(args.seconds)
-                b = {k: cpu_s(p.pid) for k, p in procs.items()}
-                rows.append({k: b[k] - a[k] for k in a})
-                print({k: round(v, 3) for k, v in rows[-1].items()}, flush=True)
+            for label in args.conditions.split(","):
+                results.append(measure(label == "busy", args, work, env))
         finally:
-            stop.set()
-            gen.join()
-            for p in procs.values():
-                p.send_signal(signal.SIGTERM)
-            for p in procs.values():
-                p.wait(timeout=60)
             end(long_lived)
-        median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        print(f"\nchurn: {started[0]} servers started, {args.rate}/s, each {args.life_s} s")
-        print("| process | CPU % of a core (median) |")
-        print("|---|---|")
-        for k, v in median.items():
-            print(f"| {k} | {100 * v / args.seconds:.2f} |")
-        for name, num, den in (("new/psutil", "new", "psutil"), ("old/psutil", "old", "psutil")):
-            ratio = statistics.median(r[num] / r[den] for r in rows if r[den] > 0)
-            print(f"- {name}: {ratio:.2f}x (median of {len(rows)} windows)")
-        ratio = statistics.median(r["new"] / r["old"] for r in rows if r["old"] > 0)
-        print(f"- new/old: {ratio:.2f}x")
-        print(f"- new: {counts(work / 'new.db')}")
-        print(f"- old: {counts(work / 'old.db')}")
-        for name in ("new", "old"):
-            errors = (work / f"{name}.err").read_text().splitlines()
-            print(f"- {name}'s log, last lines: {errors[-3:]}")
+    print(
+        f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.pairs} windows of "
+        f"{args.seconds:.0f} s, churn {args.rate}/s each {args.life_s} s when busy"
+        + (", own PID namespace" if args.pid_namespace else ", the box's /proc as it is")
+    )
+    for r in results:
+        report(r, args.seconds)
 
 
 if __name__ == "__main__":
