@@ -354,6 +354,10 @@ class Tick:
     roots: Roots
     now_ms: int
     gpu_pids: set[int] = field(default_factory=set)
+    # the pids that exec'd since the last tick, from the process-event connector
+    # (collectors/proc_events.py ``take_execs``); None: not known, so the /proc collector
+    # re-reads every young process's stat to spot an exec
+    execs: frozenset[int] | None = None
     _pids: dict[int, int] | None = None
 
     def pids(self) -> dict[int, int]:

@@ -258,15 +258,17 @@ def listen_request() -> bytes:
     )
 
 
-def _drain(sock: socket.socket) -> list[tuple[bytes, object]]:
-    """The datagrams already queued on ``sock`` (at most ``MAX_DRAIN``), without waiting."""
+def _drain(sock: socket.socket) -> tuple[list[tuple[bytes, object]], bool]:
+    """The datagrams already queued on ``sock`` (at most ``MAX_DRAIN``), without waiting,
+    and whether the kernel said some were lost (ENOBUFS: the socket's error is cleared by
+    reading it, so the loop would not see it again)."""
     out: list[tuple[bytes, object]] = []
     for _ in range(MAX_DRAIN):
         try:
             out.append(sock.recvfrom(65536, socket.MSG_DONTWAIT))
-        except OSError:  # EAGAIN: none left; ENOBUFS or a closed socket: the loop sees it
-            break
-    return out
+        except OSError as exc:  # EAGAIN: none left; a closed socket: the loop sees it
+            return out, exc.errno == 105  # ENOBUFS
+    return out, False
 
 
 class ProcEventListener:
@@ -289,6 +291,9 @@ class ProcEventListener:
         self._events: OrderedDict[int, tuple[float, tuple[ProcEvent, ...]]] = OrderedDict()
         self._young: OrderedDict[int, YoungServer] = OrderedDict()
         self._early: list[tuple[YoungServer, ExitStatus]] = []
+        # pids that exec'd since the last take_execs(); None: some may be missing (events
+        # lost, too many, or not taken yet), so the reader checks every young process
+        self._execs: set[int] | None = set()
         self._lock = threading.Condition()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -361,13 +366,16 @@ class ProcEventListener:
                 continue
             except OSError as exc:
                 if exc.errno == 105:  # ENOBUFS: we fell behind and lost some; go on
+                    with self._lock:
+                        self._execs = None
                     continue
                 if not self._closed:
                     self.error = f"process events connector failed: {exc}"
                 break
             if self.coalesce_s > 0:
                 time.sleep(self.coalesce_s)
-            batch += _drain(sock)
+            more, lost = _drain(sock)
+            batch += more
             self.wakeups += 1
             self.datagrams += len(batch)
             now_ms = int(time.time() * 1000)
@@ -379,8 +387,8 @@ class ProcEventListener:
                     self._forged(sender)
             execs = [e.pid for e in events if e.kind == "exec"]
             young = [y for pid in execs if (y := young_server(pid, now_ms)) is not None]
-            if events:
-                self._keep(young, events)
+            if events or lost:
+                self._keep(young, events, lost)
 
     def _forged(self, sender: object) -> None:
         """A datagram another process sent to our socket: not the kernel's word; counted,
@@ -389,9 +397,10 @@ class ProcEventListener:
         if self.forged_dropped == 1:
             log.debug("dropped a process-event datagram from user space (sender %r)", sender)
 
-    def _keep(self, young: list[YoungServer], events: list[ProcEvent]) -> None:
+    def _keep(self, young: list[YoungServer], events: list[ProcEvent], lost: bool = False) -> None:
         now_s = time.monotonic()
         with self._lock:
+            self._note_execs(events, lost)
             for y in young:
                 self._young[y.pid] = y
                 while len(self._young) > MAX_YOUNG:
@@ -409,6 +418,24 @@ class ProcEventListener:
             while self._events and next(iter(self._events.values()))[0] < now_s - self.keep_s:
                 self._events.popitem(last=False)
             self._lock.notify_all()
+
+    def _note_execs(self, events: list[ProcEvent], lost: bool) -> None:
+        """Remember the pids that exec'd (under the lock); forget them all when some were
+        lost or more than ``max_kept`` gathered: the reader then checks every young one."""
+        if self._execs is None:
+            return
+        self._execs.update(e.pid for e in events if e.kind == "exec")
+        if lost or len(self._execs) > self.max_kept:
+            self._execs = None
+
+    def take_execs(self) -> frozenset[int] | None:
+        """The pids that exec'd since the last call (read by the procfs collector in place
+        of re-reading every young process's ``/proc/PID/stat``), or None when that is not
+        known: the thread is not running, or events were lost since the last call."""
+        with self._lock:
+            execs, self._execs = self._execs, set()
+        running = self.active and self._thread is not None and self._thread.is_alive()
+        return frozenset(execs) if execs is not None and running else None
 
     def take_early_exits(self) -> list[tuple[YoungServer, ExitStatus]]:
         """The servers that exited since the last call, each with its exec and its exit."""

@@ -61,6 +61,8 @@ CLOCK_TICKS_HZ = os.sysconf("SC_CLK_TCK")
 TORCH_CHECK_WINDOW_S = 600.0
 # A process this young is checked for an exec every tick (its comm changed): a wrapper
 # (``sh -c '...; exec llama-server'``, a unit's start script) keeps its pid and start time.
+# With the process-event connector running, only the pids it saw exec are re-read
+# (``Tick.execs``), whatever their age.
 EXEC_CHECK_WINDOW_S = 5.0
 _HIDEPID_HINT = "/proc is mounted with hidepid=; run vramscope as root or in the proc gid"
 
@@ -218,6 +220,7 @@ class ProcfsCollector:
         self._boot_ms = self._read_boot_ms()
         self._cgroups = cgroup.memory_hierarchy(roots)
         self.argv_reads = 0  # /proc/PID/cmdline reads, for tests and benches
+        self.stat_reads = 0  # /proc/PID/stat reads, for tests and benches
 
     def close(self) -> None:
         self._known.clear()
@@ -240,7 +243,7 @@ class ProcfsCollector:
         meminfo = _fs.read_bytes(self.roots.proc / "meminfo")  # missing /proc is a fault
         host = host_device(meminfo)
         pids = tick.pids()
-        self._refresh_identities(pids, tick.now_ms)
+        self._refresh_identities(pids, tick.now_ms, tick.execs)
         due = self._last_rescan_ms is None or (
             tick.now_ms - self._last_rescan_ms >= self.options.rescan_s * 1000
         )
@@ -273,18 +276,26 @@ class ProcfsCollector:
             untracked=self._untracked(reasons),
         )
 
-    def _refresh_identities(self, pids: dict[int, int], now_ms: int) -> None:
+    def _refresh_identities(
+        self, pids: dict[int, int], now_ms: int, execs: frozenset[int] | None = None
+    ) -> None:
         """Read stat + cmdline of processes not seen before (or whose inode changed), and
-        of young ones whose comm changed since (they exec'd)."""
+        of those that exec'd since (their comm changed): the pids in ``execs`` when the
+        process-event connector says which, else every young one (issue 32, churn)."""
         known = self._known
         for pid in [p for p in known if p not in pids]:
             del known[pid]
         proc = self.roots.proc
         for pid, ino in pids.items():
             entry = known.get(pid)
-            if entry is not None and entry.ino == ino and not self._young(entry, now_ms):
+            if (
+                entry is not None
+                and entry.ino == ino
+                and (pid not in execs if execs is not None else not self._young(entry, now_ms))
+            ):
                 continue
             try:
+                self.stat_reads += 1
                 parsed = parse_stat(_fs.read_bytes(f"{proc}/{pid}/stat"))
                 if parsed is None:
                     continue

@@ -59,7 +59,7 @@ def tick(ctx: DaemonContext) -> Snapshot:
     if ctx.reload_requested:
         ctx.reload_requested = False
         reload_config(ctx)
-    snap = ctx.sampler.sample()
+    snap = ctx.sampler.sample(execs=_execs(ctx))
     ctx.ticks += 1
     _log_collector_changes(ctx, snap)
     snap = kernel_and_exits(ctx, snap)
@@ -428,6 +428,16 @@ def _http_server(
         )
     except HttpConfigError as exc:
         raise StoreError(str(exc)) from None
+
+
+def _execs(ctx: DaemonContext) -> frozenset[int] | None:
+    """The pids that exec'd since the last tick, from the process-event connector; None
+    (every young process is checked) without it, or when the collectors read another
+    /proc than this kernel's (a recorded or injected tree: the connector's pids are not
+    its pids)."""
+    if ctx.proc_events is None or str(ctx.config.roots.proc) != "/proc":
+        return None
+    return ctx.proc_events.take_execs()
 
 
 def _start_watchers(ctx: DaemonContext) -> None:

@@ -61,8 +61,10 @@ class Sampler:
         self.cpu_features = llama_cpu_features(read_cpu_flags(roots))
         self.clock = OomClock()  # each pool's recent fill, for its time to OOM
 
-    def sample(self, ts_ms: int | None = None) -> Snapshot:
-        tick = Tick(self.roots, ts_ms if ts_ms is not None else now_ms())
+    def sample(self, ts_ms: int | None = None, execs: frozenset[int] | None = None) -> Snapshot:
+        """One tick; ``execs``: the pids that exec'd since the last one, when known
+        (:attr:`collectors.base.Tick.execs`)."""
+        tick = Tick(self.roots, ts_ms if ts_ms is not None else now_ms(), execs=execs)
         devices: dict[str, DeviceSample] = {}
         processes: dict[int, ProcessInfo] = {}
         memory: dict[tuple[int, str], ProcessMemory] = {}

@@ -280,10 +280,13 @@ def test_load_watch_alerts_at_the_first_tick_of_a_too_big_server(
                 conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
                 found = conn.execute(
                     "SELECT ts_ms, message FROM events WHERE kind='oom_predicted'"
+                    " AND instr(message, ?)",
+                    (f"[{server.pid}]",),
                 ).fetchone()
                 # load_started is written on its second tick (issue 32 item 2)
-                started = conn.execute(
-                    "SELECT ts_ms FROM events WHERE kind='load_started'"
+                started = conn.execute(  # this server's: the box may start others
+                    "SELECT ts_ms FROM events WHERE kind='load_started' AND instr(message, ?)",
+                    (f"[{server.pid}]",),
                 ).fetchone()
                 conn.close()
                 time.sleep(0.05)
