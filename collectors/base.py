@@ -439,6 +439,11 @@ def _checked(reading: object) -> Reading:
 COLLECTOR_TIMEOUT_S = 2.0
 FIRST_TIMEOUT_S = 10.0  # the first call may load a library (nvmlInit) or scan everything
 MAX_BACKOFF_S = 300.0
+# A collector whose hardware or library is absent (NoData) is asked again this often, not
+# every tick: three such collectors (nvml, drm, amdsmi on a box without them) cost ~0.4
+# ms of CPU a tick in thread hand-offs alone (issue 32 item 3). A device or driver that
+# appears later is seen within this long.
+NODATA_RETRY_S = 10.0
 _T = TypeVar("_T")
 
 
@@ -478,7 +483,9 @@ class GuardedCollector:
     not returned the collector is skipped (recorded with the same error), and it is tried
     again after a backoff that doubles from ``timeout_s`` up to ``MAX_BACKOFF_S``. The
     other collectors never wait for it beyond the timeout. ``timeout_s`` None or <= 0
-    runs the collector inline, as :func:`run_collector` does.
+    runs the collector inline, as :func:`run_collector` does. A collector that answered
+    ``nodata`` is not called again for ``NODATA_RETRY_S``: its ticks until then repeat
+    that answer (status and reason), with no work and no thread hand-off.
     """
 
     def __init__(
@@ -496,8 +503,23 @@ class GuardedCollector:
         self._calls = 0
         self.timeouts = 0  # consecutive timeouts: the backoff exponent
         self.retry_at = 0.0
+        self.asked = 0  # ticks not answered from a recent nodata (for tests and benches)
+        self._absent: tuple[float, CollectorRun] | None = None  # (clock, its nodata run)
 
     def run(self, tick: Tick) -> tuple[Reading, CollectorRun]:
+        """The collector's reading for ``tick``, or its last ``nodata`` answer repeated
+        while that is younger than ``NODATA_RETRY_S``."""
+        absent = self._absent
+        if absent is not None and self._clock() - absent[0] < NODATA_RETRY_S:
+            return Reading(), dataclasses.replace(
+                absent[1], ts_ms=tick.now_ms, duration_s=0.0, cpu_s=0.0
+            )
+        reading, run = self._run(tick)
+        self._absent = (self._clock(), run) if run.status == "nodata" else None
+        return reading, run
+
+    def _run(self, tick: Tick) -> tuple[Reading, CollectorRun]:
+        self.asked += 1
         if self.timeout_s is None:
             return run_collector(self.collector, tick)
         if self._stuck is not None:
