@@ -6,7 +6,9 @@ Sources (proc(5); units as the kernel prints them):
   MemAvailable``, as ``free(1)`` reports it. GPU memory on an APU (GTT) lowers MemAvailable
   but is in no process's RSS (sources.md section 4.1): the DRM collector attributes it.
 - ``/proc/PID/stat`` (identity: comm, ppid, start time in clock ticks, field 22), read once
-  per process, when it first appears. ``/proc/PID/cmdline`` only for a process whose comm
+  per process, when it first appears, and again when it exec'd (a wrapper's ``exec
+  llama-server`` keeps its pid): the pids the process-event connector saw exec since the
+  last tick (``Tick.execs``), or without it every tick during a process's first 5 s. ``/proc/PID/cmdline`` only for a process whose comm
   or executable (``readlink /proc/PID/exe``, when comm alone does not say) could be an
   inference server's (collectors/tracking.py ``could_be_server``: a known program, vLLM's
   or sglang's renamed processes, Python), redacted and kept only when it is one; any other
