@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from collectors.base import (
     DeviceSample,
-    ExitedProcess,
-    OomForecast,
     ProcessInfo,
     ProcessMemory,
     Snapshot,
@@ -27,6 +25,7 @@ from monitor.servers.recognise import helper_parents
 from monitor.servers.router import Router, RouterChild, snapshot_links
 
 if TYPE_CHECKING:
+    from collectors.base_rare import ExitedProcess, OomForecast
     from monitor.servers.spec import LaunchSpec
 from monitor.textsafe import terminal_safe
 from monitor.units import human_bytes
