@@ -11,15 +11,19 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from collectors.base import ProcessInfo
 from collectors.tracking import engine_of, is_python
 from monitor.servers import ollama
 from monitor.servers.llamacpp import parse_llamacpp
 from monitor.servers.recognise import _CLIENT_EXECUTABLES, _TITLE, MAX_DEPTH, _kind
-from monitor.servers.router import RouterChild, link_routers
+from monitor.servers.router import link_routers
 from monitor.servers.spec import LaunchSpec, resolve_paths
 from monitor.servers.vllm import parse_sglang, parse_vllm
+
+if TYPE_CHECKING:
+    from monitor.servers.router_types import RouterChild
 
 
 @dataclass(frozen=True, slots=True)
