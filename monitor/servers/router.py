@@ -75,8 +75,6 @@ def link_routers(
     (its router then may be out of sight: ``router_pid`` None). ``env_for`` is asked only
     for llama.cpp servers, and a failing one counts as no environment.
     """
-    from monitor.servers.router_types import Router, RouterChild
-
     routers = {pid: s for pid, s in specs.items() if s is not None and is_router(s)}
     children: dict[int, RouterChild] = {}
     for pid, spec in specs.items():
@@ -88,7 +86,13 @@ def link_routers(
         if router is None and env_port is None:
             continue
         port = env_port or (router.port or DEFAULT_PORT if router is not None else None)
+        from monitor.servers.router_types import RouterChild  # only once one is found
+
         children[pid] = RouterChild(parent if router is not None else None, port, spec.model_name)
+    if not routers:
+        return {}, children
+    from monitor.servers.router_types import Router
+
     out = {
         pid: Router(
             pid=pid,
