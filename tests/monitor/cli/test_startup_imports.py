@@ -194,7 +194,7 @@ def test_status_builds_no_dataclass_it_does_not_use(tmp_path: Path, args: list[s
     assert not modules & {"collectors.drm", "collectors.amdsmi"}
 
 
-def test_a_cold_predict_builds_no_roofline_or_origin_class(tmp_path: Path) -> None:
+def test_a_cold_predict_builds_no_class_it_does_not_use(tmp_path: Path) -> None:
     tiny_models.write_llama(tmp_path / "x.gguf")
     roots, env = quiet_box(tmp_path)
     argv = ["predict", "--json", *roots, "--", "llama-server", "-m", "x.gguf", "-c", "512"]
@@ -202,6 +202,9 @@ def test_a_cold_predict_builds_no_roofline_or_origin_class(tmp_path: Path) -> No
     built = set(doc["built"])
     assert "vramscope.predict" in doc["out"] and "PredictResult" in built
     assert "GPU-test-0000" in str(doc["out"])  # judged against the idle GPU
-    unused = UNUSED_BY_A_LIVE_LOOK | {"DevicePeak", "Work", "Speculation"}
+    # the roofline (no --throughput); a fix or llama.cpp's own fit (it fits, -c given);
+    # --engine-check's result
+    unused = UNUSED_BY_A_LIVE_LOOK | {"DevicePeak", "Work", "Speculation", "Fix", "LlamaFit"}
+    unused |= {"PredictCheck"}
     assert not built & unused, sorted(built & unused)
     assert "monitor.analysis.throughput" not in set(doc["modules"])
