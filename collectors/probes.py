@@ -3,7 +3,7 @@
 The DRM collector (collectors/drm.py) and the amdsmi collector (collectors/amdsmi.py) are
 on by default, but on most boxes (an NVIDIA one, a CPU-only one) they find nothing, every
 tick: all they do is raise :class:`~collectors.base.NoData`. Importing them costs a
-one-shot command (``vramscope status``, a cold ``predict``) about 17 ms of module code,
+one-shot command (``vramscope status``, a cold ``predict``) about 8 ms of module code,
 tables and six dataclasses (issue 32 item 4, bench/RESULTS.md "Fourth pass").
 :class:`DeferredCollector` stands in for such a collector: each tick until its probe says
 the hardware is there it raises the same NoData the collector would; from then on it
