@@ -106,6 +106,7 @@ from collectors.base import (
     Roots,
     Tick,
 )
+from collectors.probes import NOT_INSTALLED
 
 INIT_RETRY_MS = 60_000  # amdsmi_init is retried at most this often (tick time)
 SLOW_PROCESS_LIST_S = 0.05  # a process list call slower than this is backed off
@@ -113,10 +114,6 @@ _U16_NA = 0xFFFF  # amdsmi's "not available" for 16-bit power/activity fields
 _U32_MAX = 0xFFFF_FFFF
 _U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
-NOT_INSTALLED = (
-    "python package amdsmi is not installed (optional extra vramscope[amd], which needs "
-    "ROCm's libamd_smi.so); AMD GPUs are still read by the drm collector"
-)
 LIB_MISSING = "amdsmi: libamd_smi.so not found (install ROCm's amd-smi-lib), {detail}"
 _STATUS_HINTS: dict[int, str] = {
     10: "permission denied: add the user to the 'render' and 'video' groups",

@@ -21,9 +21,31 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from collectors import _fs, proctable
+
+if TYPE_CHECKING:
+    from collectors.base_rare import DeviceEvent as DeviceEvent
+    from collectors.base_rare import ExitedProcess as ExitedProcess
+    from collectors.base_rare import HiddenProcess as HiddenProcess
+    from collectors.base_rare import OomForecast as OomForecast
+    from collectors.base_rare import ProcessCgroup as ProcessCgroup
+
+# The parts of a tick that a one-shot command seldom has (a hidden, exited or cgroup-limited
+# process, a device event, a pool filling up) are built in collectors/base_rare.py, imported
+# when first named: ``vramscope status`` builds no class it does not use (issue 32 item 4;
+# each frozen dataclass costs about 1 ms at import). ``collectors.base.X`` still names them.
+_RARE = ("ProcessCgroup", "HiddenProcess", "ExitedProcess", "DeviceEvent", "OomForecast")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RARE:
+        from collectors import base_rare
+
+        return getattr(base_rare, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MemoryKind = Literal["dedicated", "unified", "host"]
 RunStatus = Literal["ok", "nodata", "error"]
@@ -161,14 +183,6 @@ class CgroupMemory:
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessCgroup:
-    """A tracked server's memory cgroup limit, sampled each tick."""
-
-    pid: int
-    cgroup: CgroupMemory
-
-
-@dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """Who a process is. Identity is ``(pid, start_ticks)``: PIDs are reused.
 
@@ -211,56 +225,9 @@ class ProcessMemory:
     pss_bytes: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HiddenProcess:
-    """A process we cannot see (no ``/proc`` entry here, or denied), with the reason and
-    the fix. ``used_bytes`` is what the device still reports it holding (NVML's per-process
-    figure for a pid outside our PID namespace): counted as attributed on ``device_id``."""
-
-    pid: int
-    reason: str
-    device_id: str | None = None
-    comm: str | None = None
-    hint: str | None = None
-    used_bytes: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ExitedProcess:
-    """A tracked process that was present on the previous tick and is gone now, or that
-    has exited but is still listed because its parent has not reaped it (a zombie:
-    ``state`` "Z", with the exit status ``/proc/PID/stat`` field 52 gives when readable:
-    ``exit_code`` for a normal exit, ``exit_signal`` for a kill)."""
-
-    pid: int
-    start_ticks: int
-    last_seen_ms: int
-    how: str | None = None  # "killed by the kernel OOM killer" (the daemon), ...
-    comm: str | None = None
-    state: str | None = None
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    core_dumped: bool | None = None
-    exit_source: str | None = None  # "connector" | "zombie" | "kernel log": status from where
-    # monitor/exits.py: "exited", "stopped", "crashed", "oom_killed", ...
-    cause: str | None = None
-
-
 Severity = Literal["info", "warning", "critical"]
 # One value of an event's data: stored as JSON in the events table.
 EventValue = int | float | str | bool | list[str] | None
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceEvent:
-    """Something a device reported, such as an NVIDIA Xid; stored in the events table."""
-
-    ts_ms: int
-    device_id: str
-    kind: str
-    severity: Severity
-    message: str
-    data: dict[str, EventValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,19 +264,6 @@ class CollectorRun:
     cpu_s: float
     status: RunStatus
     error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OomForecast:
-    """A memory pool's time to OOM at the rate it is steadily filling
-    (monitor/analysis/time_to_oom.py): ``pool`` is "host", a GPU's device id, or
-    "cgroup /path"; ``seconds`` until ``held_bytes`` reaches ``limit_bytes``."""
-
-    pool: str
-    held_bytes: int
-    limit_bytes: int
-    rate_bytes_per_s: float
-    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,9 +362,13 @@ def run_collector(collector: Collector, tick: Tick) -> tuple[Reading, CollectorR
 
 
 _READING_TYPES = {
-    "devices": DeviceSample, "processes": ProcessInfo, "memory": ProcessMemory,
-    "hidden": HiddenProcess, "exited": ExitedProcess, "events": DeviceEvent,
-}  # fmt: skip
+    "devices": "DeviceSample",
+    "processes": "ProcessInfo",
+    "memory": "ProcessMemory",
+    "hidden": "HiddenProcess",
+    "exited": "ExitedProcess",
+    "events": "DeviceEvent",
+}  # fmt: skip (class names: the rare ones are imported only when a reading holds one)
 _NUMERIC = (DeviceSample, ProcessMemory)
 
 
@@ -419,10 +377,13 @@ def _checked(reading: object) -> Reading:
     merge or the database, where it would cost the other collectors' rows too)."""
     if not isinstance(reading, Reading):
         raise TypeError(f"collect() returned {type(reading).__name__}, not a Reading")
-    for name, kind in _READING_TYPES.items():
+    for name, kind_name in _READING_TYPES.items():
         items = getattr(reading, name)
         if not isinstance(items, tuple | list):
             raise TypeError(f"Reading.{name} is {type(items).__name__}, not a tuple")
+        if not items:
+            continue
+        kind = globals().get(kind_name) or __getattr__(kind_name)
         for item in items:
             if type(item) is not kind:
                 raise TypeError(f"Reading.{name} holds a {type(item).__name__}")

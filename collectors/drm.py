@@ -93,8 +93,8 @@ from collectors.base import (
     Roots,
     Tick,
 )
+from collectors.probes import CARD_RE, DRIVERS, parse_uevent
 
-DRIVERS: dict[str, str] = {"amdgpu": "amd", "i915": "intel", "xe": "intel"}
 PAGE_BYTES = 4096  # ttm.pages_limit is in 4 KiB pages (sources.md 3.3)
 YOUNG_MS = 30_000  # a server opens the GPU shortly after exec
 INTEL_IGPU_SLOT = "0000:00:02.0"  # Intel integrated graphics always sits at 00:02.0
@@ -145,7 +145,7 @@ _UNITS: dict[bytes, int] = {
     b"mib": 1024**2,
     b"gib": 1024**3,
 }
-_CARD_RE = re.compile(r"card[0-9]+")
+_CARD_RE = CARD_RE
 _STATS = ("resident", "memory", "total")  # preference order per region
 _OLD_AMDGPU = {"vram mem": "vram", "gtt mem": "gtt", "cpu mem": "cpu"}  # kernels 5.14-5.18
 
@@ -281,16 +281,6 @@ def parse_fdinfo(data: bytes) -> ClientMemory:
         gtt_bytes=sums.get("gtt"),
         cpu_bytes=sums.get("cpu"),
     )
-
-
-def parse_uevent(data: bytes) -> dict[str, str]:
-    """``KEY=value`` lines of a sysfs ``uevent`` file."""
-    out: dict[str, str] = {}
-    for line in data.decode("utf-8", "replace").splitlines():
-        key, found, value = line.partition("=")
-        if found:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def parse_kfd_properties(data: bytes) -> dict[str, int]:

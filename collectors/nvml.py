@@ -39,7 +39,7 @@ import ctypes
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
@@ -47,15 +47,16 @@ from collectors import _fs
 from collectors.base import (
     CollectorError,
     CollectorOptions,
-    DeviceEvent,
     DeviceSample,
-    HiddenProcess,
     NoData,
     ProcessMemory,
     Reading,
     Roots,
     Tick,
 )
+
+if TYPE_CHECKING:
+    from collectors.base_rare import DeviceEvent
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,8 @@ class NvmlCollector:
             samples.append(sample)
             for pid, used in sorted(processes.items()):
                 if pid not in local:
+                    from collectors.base_rare import HiddenProcess  # seldom: issue 32
+
                     hidden.append(
                         HiddenProcess(
                             pid,
@@ -312,6 +315,8 @@ class NvmlCollector:
         if sample.device_id in self._over_pool:
             return []
         self._over_pool.add(sample.device_id)
+        from collectors.base_rare import DeviceEvent  # seldom: issue 32 item 4
+
         return [
             DeviceEvent(
                 ts_ms=now_ms,
@@ -417,6 +422,8 @@ class NvmlCollector:
             dev = by_address.get(ctypes.addressof(data.device.contents)) if data.device else None
             device_id = dev.device_id if dev else "nvml:unknown"
             xid = int(data.eventData)
+            from collectors.base_rare import DeviceEvent  # seldom: issue 32 item 4
+
             events.append(
                 DeviceEvent(
                     ts_ms=now_ms,

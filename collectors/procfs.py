@@ -39,15 +39,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from collectors import _fs, cgroup
 from collectors.base import (
     CgroupMemory,
     CollectorOptions,
     DeviceSample,
-    ExitedProcess,
-    HiddenProcess,
-    ProcessCgroup,
     ProcessInfo,
     ProcessMemory,
     Reading,
@@ -57,6 +55,9 @@ from collectors.base import (
 )
 from collectors.redact import redact_argv
 from collectors.tracking import could_be_server, engine_of, is_python
+
+if TYPE_CHECKING:
+    from collectors.base_rare import ExitedProcess, HiddenProcess
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS_HZ = os.sysconf("SC_CLK_TCK")
@@ -267,6 +268,8 @@ class ProcfsCollector:
                     seen[path] = cgroup.read_limit(self._cgroups, path)
                 found = seen[path]
                 if found is not None:
+                    from collectors.base_rare import ProcessCgroup  # seldom: issue 32
+
                     limits.append(ProcessCgroup(info.pid, found))
         return Reading(
             devices=(host,),
@@ -437,6 +440,8 @@ class ProcfsCollector:
                 fields = _fs.parse_kv(_fs.read_bytes(f"{proc}/{pid}/status"))
                 row, uid = status_row(fields, pid)
             except PermissionError:
+                from collectors.base_rare import HiddenProcess  # seldom: issue 32
+
                 hidden.append(
                     HiddenProcess(
                         pid,
@@ -481,6 +486,8 @@ class ProcfsCollector:
 
     def _zombie(self, pid: int, entry: _Proc, uid: int | None, now_ms: int) -> ExitedProcess:
         """A zombie is an exit: reported once, with what ``/proc/PID/stat`` shows."""
+        from collectors.base_rare import ExitedProcess  # seldom: issue 32 item 4
+
         entry.zombie = True
         _, last_seen_ms = self._tracked.pop(pid, (entry.start_ticks, now_ms))
         stat = _fs.try_read_bytes(f"{self.roots.proc}/{pid}/stat") or b""
@@ -512,6 +519,8 @@ class ProcfsCollector:
             entry = self._known.get(pid)
             if entry is not None and entry.start_ticks == start_ticks:
                 continue
+            from collectors.base_rare import ExitedProcess  # seldom: issue 32 item 4
+
             exited.append(ExitedProcess(pid, start_ticks, last_seen_ms))
             del self._tracked[pid]
         return exited

@@ -3,6 +3,8 @@
 Order matters: GPU collectors run first and add the PIDs that hold GPU memory to
 ``Tick.gpu_pids``, so that the ``/proc`` collector tracks them in the same tick.
 The name is also the ``collector`` column in the database and the key in the config.
+The DRM and amdsmi collectors are imported only once their probe finds their hardware
+(collectors/probes.py): a one-shot command on a box without it does not pay for them.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectors.amdsmi import AmdsmiCollector
 from collectors.base import Collector, CollectorOptions, Roots
-from collectors.drm import DrmCollector
 from collectors.nvml import NvmlCollector
+from collectors.probes import deferred_amdsmi, deferred_drm
 from collectors.procfs import ProcfsCollector
 
 
@@ -34,13 +35,13 @@ REGISTRY: tuple[CollectorSpec, ...] = (
     ),
     CollectorSpec(
         "drm",
-        DrmCollector,
+        deferred_drm,
         True,
         "AMD/Intel GPUs via DRM sysfs (mem_info_*) and /proc/PID/fdinfo, no ROCm needed",
     ),
     CollectorSpec(
         "amdsmi",
-        AmdsmiCollector,
+        deferred_amdsmi,
         True,
         "AMD GPUs via ROCm amd-smi (optional amdsmi package): sensors, fills gaps left by drm",
     ),

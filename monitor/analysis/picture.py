@@ -30,19 +30,19 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.base import (
     CgroupMemory,
     DeviceSample,
-    HiddenProcess,
-    OomForecast,
-    ProcessCgroup,
     ProcessInfo,
     ProcessMemory,
     Snapshot,
     Untracked,
 )
+
+if TYPE_CHECKING:
+    from collectors.base_rare import HiddenProcess
 from monitor.errors import InputError
 from monitor.units import GIB
 
@@ -303,6 +303,8 @@ def _snapshot_from_status_json(doc: dict[str, Any]) -> Snapshot:
         )
         for device_id, fields in p.get("memory", {}).items():
             rows.append(ProcessMemory(pid=p["pid"], device_id=device_id, **fields))
+    from collectors.base_rare import HiddenProcess, OomForecast, ProcessCgroup
+
     hidden_fields = set(HiddenProcess.__dataclass_fields__)
     hidden = tuple(
         HiddenProcess(**{k: v for k, v in h.items() if k in hidden_fields})

@@ -41,7 +41,6 @@ from monitor.analysis.predict_request import PredictRequest, PredictResult
 from monitor.analysis.predict_target import _refuse, _spec_of, _target, running_servers, swap_cgroup
 from monitor.analysis.predict_throughput import _throughput, _train_ctx
 from monitor.analysis.predict_verdicts import (
-    Fix,
     Prediction,
     _unified_ids,
     _worst,
@@ -58,6 +57,7 @@ from monitor.units import gib_number as _gib
 
 if TYPE_CHECKING:
     from collectors.base import CgroupMemory, Snapshot
+    from monitor.analysis.predict_fix_types import Fix
 
 
 def predict(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.analysis.picture import Picture, ProcessUse
 from monitor.analysis.predict_verdicts import (
@@ -15,8 +15,6 @@ from monitor.analysis.predict_verdicts import (
     FIT_TARGET_MIB,
     DeviceVerdict,
     Estimator,
-    Fix,
-    LlamaFit,
     _largest_ngl,
     _offload_ngl,
     _worst,
@@ -34,6 +32,9 @@ from monitor.units import MIB
 RELEVANT_MIN_BYTES = 64 * MIB
 """A fix must give a device that does not fit at least this much room (or its whole
 shortfall, when that is less); one that frees nothing there is not offered."""
+
+if TYPE_CHECKING:
+    from monitor.analysis.predict_fix_types import Fix, LlamaFit
 
 
 def _relieves(before: Sequence[DeviceVerdict], after: Sequence[DeviceVerdict]) -> bool:
@@ -64,6 +65,8 @@ def _fix(
     verdicts = judge(changed, picture, freed)
     if not _relieves(judge(base, picture, freed), verdicts):
         return None
+    from monitor.analysis.predict_fix_types import Fix
+
     return Fix(label, frees, _worst(verdicts))
 
 
@@ -207,6 +210,8 @@ def suggest(
             merged = {d: freed.get(d, 0) + gain.get(d, 0) for d in set(freed) | set(gain)}
             then = judge(base, picture, merged)
             if _relieves(now, then):  # stopping a process that frees nothing is no fix
+                from monitor.analysis.predict_fix_types import Fix
+
                 fixes.append(Fix(f"stop {use.name} (pid {use.pid})", gain, _worst(then)))
     fixes.sort(key=lambda f: (_ORDER[f.verdict], -sum(f.frees.values())))
     return fixes
@@ -257,6 +262,8 @@ def bound_growth(
         before = need_by_device(base, picture, include_growth=True)
         after = need_by_device(est, picture, include_growth=True)
         frees = {d: before[d] - after.get(d, 0) for d in before if before[d] > after.get(d, 0)}
+        from monitor.analysis.predict_fix_types import Fix
+
         return Fix(label, frees, "fits")
 
     out: list[Fix] = []
@@ -283,6 +290,8 @@ def bound_growth(
             continue
         merged = {d: freed.get(d, 0) + gain.get(d, 0) for d in set(freed) | set(gain)}
         if _worst(judge(base, picture, merged, include_growth=True)) == "fits":
+            from monitor.analysis.predict_fix_types import Fix
+
             out.append(Fix(f"stop {use.name} (pid {use.pid})", gain, "fits"))
     return out
 
@@ -322,6 +331,8 @@ def llama_fit(
     view, targets = _fit_targets(spec, base, picture)
     if not view.devices:
         return None
+    from monitor.analysis.predict_fix_types import LlamaFit  # only a launch llama.cpp's fit sizes
+
     minimum = min(full, spec.fit_ctx if spec.fit_ctx is not None else FIT_MIN_CTX)
     ids = tuple(view.devices)
     if _worst(judge(base, view, freed)) == "fits":

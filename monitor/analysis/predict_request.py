@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from monitor.analysis.picture import Picture
 from monitor.analysis.predict_verdicts import Prediction, Verdict
-from monitor.analysis.throughput import Speculation
+
+if TYPE_CHECKING:  # the roofline's module is imported only when tokens/s are asked for
+    from monitor.analysis.throughput import Speculation
 
 EXIT_FITS, EXIT_OOM = 0, 1
 EXIT_GROWS_OOM = 3  # fits at load, not once the prompt cache / checkpoints fill

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.analysis.picture import Picture
 from monitor.analysis.predict_request import PredictRequest, Throughput
 from monitor.analysis.predict_verdicts import Estimator, Prediction, _largest_ngl
-from monitor.analysis.throughput import DevicePeak, Work
 from monitor.errors import VramscopeError
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST, DeviceInfo
 from monitor.servers.spec import LaunchSpec
+
+if TYPE_CHECKING:
+    from monitor.analysis.throughput import DevicePeak, Work
 
 
 def _train_ctx(spec: LaunchSpec, estimator: Estimator) -> int:
@@ -61,7 +63,8 @@ def _peaks(
             bw = bw if bw is not None else listed.bandwidth_bytes_per_s
             flops = flops if flops is not None else listed.flops_per_s
             where.append(listed.source)
-        out[device] = DevicePeak(bw, flops, f"{device}: " + ("; ".join(where) or "nothing known"))
+        about = f"{device}: " + ("; ".join(where) or "nothing known")
+        out[device] = tp.DevicePeak(bw, flops, about)
     return out
 
 
@@ -99,12 +102,14 @@ def _model_facts(
 def _work(est: MemoryEstimate, name: str, facts: tuple[float, float, int, int]) -> list[Work]:
     """What one token reads and computes per device; token_embd (on the host, read a row at
     a time) is left out."""
+    from monitor.analysis import throughput as tp
+
     per_param, active, embd, _ = facts
     out = []
     for c in est.components:
         if c.name == name and c.when == "load":
             size = max(0.0, (c.bytes - (embd if c.device == HOST else 0)) * active)
-            out.append(Work(c.device, size, size / per_param))
+            out.append(tp.Work(c.device, size, size / per_param))
     return out
 
 

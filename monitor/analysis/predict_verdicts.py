@@ -5,13 +5,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from monitor.analysis.picture import Picture, ProcessUse
 from monitor.estimate import MemoryEstimate
 from monitor.estimate.kv import EstimateError
 from monitor.estimate.model import HOST
 from monitor.servers.spec import LaunchSpec
+
+if TYPE_CHECKING:
+    from monitor.analysis.predict_fix_types import Fix as Fix
+    from monitor.analysis.predict_fix_types import LlamaFit as LlamaFit
+
+
+def __getattr__(name: str) -> Any:
+    """Fix and LlamaFit live in monitor/analysis/predict_fix_types.py, built only when a
+    launch needs a fix or llama.cpp's fit picks its -c (issue 32 item 4)."""
+    if name in ("Fix", "LlamaFit"):
+        from monitor.analysis import predict_fix_types
+
+        return getattr(predict_fix_types, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FIT_TARGET_MIB = 1024  # llama.cpp -fitt default, per device (common/common.h)
 FIT_MIN_CTX = 4096  # llama.cpp -fitc default
@@ -51,24 +66,6 @@ class DeviceVerdict:
     def slack_bytes(self) -> int:
         """Room left after the load and the margin (negative: short by this much)."""
         return self.room_bytes - self.margin_bytes - self.need_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Fix:
-    change: str  # e.g. "-c 16384", "-ctk q8_0 -ctv q8_0", "stop llama-server (pid 42)"
-    frees: dict[str, int]  # device -> bytes freed
-    verdict: Verdict  # the verdict with this change alone
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaFit:
-    """What llama.cpp's fit will choose for a launch with no ``-c``."""
-
-    ctx: int  # the -c it will run with
-    full_ctx: int  # n_ctx_train x streams: where it starts
-    min_ctx: int  # -fitc
-    target_mib: tuple[int, ...]  # -fitt, per device
-    devices: tuple[str, ...]  # the devices it fits on
 
 
 @dataclass(frozen=True, slots=True)

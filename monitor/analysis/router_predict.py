@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from monitor.analysis.picture import Picture, ProcessUse
 from monitor.errors import ServiceError
 from monitor.estimate.kv import EstimateError
-from monitor.servers.router import DEFAULT_MODELS_MAX, Router, RouterChild, snapshot_links
+from monitor.servers.router import DEFAULT_MODELS_MAX, snapshot_links
 from monitor.servers.router_models import AnsweredModel, RouterModelsError, list_models_dir
 from monitor.servers.router_preset import child_launches, read_preset_file
 from monitor.units import GIB
@@ -48,6 +48,7 @@ from monitor.units import GIB
 if TYPE_CHECKING:
     from collectors.base import ProcessInfo, Snapshot
     from monitor.analysis.predict_verdicts import Fix, Prediction
+    from monitor.servers.router_types import Router, RouterChild
 
 RUNNING = ("loaded", "loading", "sleeping")  # server_model_meta::is_running
 EVICTABLE = ("loaded", "sleeping")  # is_ready_or_sleep

@@ -16,6 +16,11 @@ origins:
 it. A failure is what each origin has always raised: ValueError for an unreadable state
 file or a moment the database does not cover, StoreError for a database that cannot be
 opened, RemoteError for a daemon that cannot be read.
+
+The origins other than :class:`Live` are in monitor/analysis/origins.py, imported on first
+use (``state.StatusFile`` and the others still work): ``vramscope status`` and a cold
+``predict`` sample live and need none of them (issue 32 item 4: each frozen dataclass
+costs about 1 ms to build at import).
 """
 
 from __future__ import annotations
@@ -23,16 +28,32 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from collectors.base import CgroupMemory, Roots, Snapshot
 from monitor.analysis.picture import (
     DEFAULT_MARGIN_BYTES,
     Picture,
-    load_state,
     picture_from_snapshot,
-    snapshot_from_status_json,
 )
+
+if TYPE_CHECKING:
+    from monitor.analysis.origins import Daemon as Daemon
+    from monitor.analysis.origins import DatabaseMoment as DatabaseMoment
+    from monitor.analysis.origins import Origin as Origin
+    from monitor.analysis.origins import Remote as Remote
+    from monitor.analysis.origins import StatusFile as StatusFile
+
+_ORIGINS = ("StatusFile", "DatabaseMoment", "Remote", "Daemon", "Origin")
+
+
+def __getattr__(name: str) -> Any:
+    """The origins moved to monitor/analysis/origins.py, imported when first named."""
+    if name in _ORIGINS:
+        from monitor.analysis import origins
+
+        return getattr(origins, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Sampling(Protocol):
@@ -61,36 +82,6 @@ class Live:
     roots: Roots = field(default_factory=Roots)
     enabled: Iterable[str] | None = None
     sampler: Sampling | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StatusFile:
-    path: Path
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseMoment:
-    """``db`` None: open ``db_path`` read-only and take the last tick at or before
-    ``ts_ms``; an open connection: ``ts_ms`` is a tick it holds, read as it is."""
-
-    db_path: Path | None
-    ts_ms: int
-    db: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Remote:
-    client: StatusSource
-
-
-@dataclass(frozen=True, slots=True)
-class Daemon:
-    """The daemon's latest tick, as its sampling thread swapped it in."""
-
-    snapshot: Snapshot
-
-
-Origin = Live | StatusFile | DatabaseMoment | Remote | Daemon
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -160,26 +151,13 @@ def box_state(origin: Origin, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> BoxSt
 
 
 def _snapshot(origin: Origin) -> tuple[Snapshot, str, str]:
-    if isinstance(origin, Daemon):
-        return origin.snapshot, "daemon", "this daemon"
-    if isinstance(origin, StatusFile):
-        return load_state(origin.path), "file", str(origin.path)
-    if isinstance(origin, DatabaseMoment):
-        from monitor.store.moment import snapshot_at, snapshot_in
-
-        if origin.db is not None:
-            return snapshot_in(origin.db, origin.ts_ms), "database", str(origin.db_path)
-        if origin.db_path is None:
-            raise ValueError("a database moment needs the database's path")
-        return snapshot_at(origin.db_path, origin.ts_ms), "database", str(origin.db_path)
-    if isinstance(origin, Remote):
-        client = origin.client
-        return snapshot_from_status_json(client.status_doc()), "remote", client.url
     if isinstance(origin, Live):
         if origin.sampler is None:
             raise TypeError("a live origin needs its sampler (monitor/daemon/oneshot.py)")
         return origin.sampler.sample(), "live", "this machine"
-    raise TypeError(f"not an origin of the box state: {origin!r}")
+    from monitor.analysis.origins import snapshot_of
+
+    return snapshot_of(origin)
 
 
 def chosen_origin(
@@ -194,8 +172,11 @@ def chosen_origin(
     ``db_path``), else live (sampled by ``sampler``, which the command makes: it is not
     started unless the origin is live). A time that cannot be read is a ValueError."""
     if state is not None:
+        from monitor.analysis.origins import StatusFile
+
         return StatusFile(state)
     if at is not None:
+        from monitor.analysis.origins import DatabaseMoment
         from monitor.store.moment import parse_time
 
         return DatabaseMoment(db_path, parse_time(at))

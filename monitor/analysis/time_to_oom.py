@@ -18,8 +18,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from collectors.base import OomForecast, Snapshot
+from collectors.base import Snapshot
+
+if TYPE_CHECKING:
+    from collectors.base_rare import OomForecast
 
 WINDOW_S = 300.0  # the slope is taken over (at most) this long
 MIN_SPAN_S = 60.0  # and over at least this long
@@ -80,6 +84,8 @@ def forecast(pool: str, points: Sequence[PoolPoint]) -> OomForecast | None:
         if pace is None or pace < AGREE * rate:
             return None
     room = max(0, last.limit_bytes - last.held_bytes)
+    from collectors.base_rare import OomForecast  # seldom: issue 32 item 4
+
     return OomForecast(pool, last.held_bytes, last.limit_bytes, rate, room / rate)
 
 

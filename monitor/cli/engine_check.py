@@ -334,3 +334,22 @@ def to_json(check: EngineCheck) -> dict[str, object]:
         ],
         "notes": list(check.notes),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class PredictCheck:
+    """``predict --engine-check`` (monitor/cli/estimate.py check_predicted_launch): whether
+    llama-fit-params checked the estimate the verdict rests on (``line``, said with the
+    verdict), and its table when it ran. Here, so that a predict without the option does
+    not build it (issue 32 item 4)."""
+
+    checked: bool
+    line: str
+    check: EngineCheck | None = None
+
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {"checked": self.checked, "line": self.line}
+        if self.check is not None:
+            doc.update(to_json(self.check))
+            doc["over_5pct"] = sum(r.flagged for r in self.check.rows)
+        return doc

@@ -24,7 +24,7 @@ from monitor.report.estimate import (
 
 if TYPE_CHECKING:
     from monitor.analysis.predict_request import PredictRequest
-    from monitor.cli.engine_check import EngineCheck
+    from monitor.cli.engine_check import EngineCheck, PredictCheck
 
 
 def live_snapshot(cfg: Config, gpus: bool = True, processes: bool = False) -> Snapshot:
@@ -239,25 +239,6 @@ def check_with_engine(
     )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PredictCheck:
-    """``predict --engine-check``: whether llama-fit-params checked the estimate the
-    verdict rests on (``line``, said with the verdict), and its table when it ran."""
-
-    checked: bool
-    line: str
-    check: EngineCheck | None = None
-
-    def to_json(self) -> dict[str, object]:
-        from monitor.cli import engine_check as ec
-
-        doc: dict[str, object] = {"checked": self.checked, "line": self.line}
-        if self.check is not None:
-            doc.update(ec.to_json(self.check))
-            doc["over_5pct"] = sum(r.flagged for r in self.check.rows)
-        return doc
-
-
 def check_predicted_launch(
     cfg: Config, req: PredictRequest, cpu_features: str | None
 ) -> PredictCheck:
@@ -266,6 +247,7 @@ def check_predicted_launch(
     it takes; :func:`check_with_engine`), or say why it did not: a llama-swap MODEL_ID (its
     command is llama-swap's, not run here), a recorded box state (``--state``/``--at``:
     llama-fit-params measures this box now), or the check's own one-line reason."""
+    from monitor.cli.engine_check import PredictCheck  # only with --engine-check
     from monitor.errors import VramscopeError
 
     why = None

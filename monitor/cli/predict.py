@@ -35,15 +35,15 @@ __all__ = [
 def take_snapshot(cfg: Config, req: PredictRequest, snapshot: Snapshot | None = None) -> Snapshot:
     """The box state to judge against: ``snapshot`` when given (the daemon's latest, for
     the HTTP API), else ``req.state``, ``req.at`` or a live sample."""
-    from monitor.analysis.state import Daemon, box_state, chosen_origin
+    from monitor.analysis.state import box_state, chosen_origin
     from monitor.daemon.oneshot import OneShotSampler
 
+    if snapshot is not None:
+        from monitor.analysis.origins import Daemon
+
+        return box_state(Daemon(snapshot)).snapshot
     sampler = OneShotSampler(cfg.roots, cfg.collectors)
-    origin = (
-        Daemon(snapshot)
-        if snapshot is not None
-        else chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at, sampler)
-    )
+    origin = chosen_origin(cfg.roots, cfg.collectors, cfg.db_path, req.state, req.at, sampler)
     return box_state(origin).snapshot
 
 

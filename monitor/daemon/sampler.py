@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from collectors.base import (
     COLLECTOR_TIMEOUT_S,
     Collector,
     CollectorOptions,
     CollectorRun,
-    DeviceEvent,
     DeviceSample,
-    ExitedProcess,
     GuardedCollector,
-    HiddenProcess,
-    ProcessCgroup,
     ProcessInfo,
     ProcessMemory,
     Roots,
@@ -36,6 +32,9 @@ from collectors.base import (
 from collectors.cpuinfo import llama_cpu_features, read_cpu_flags
 from collectors.registry import REGISTRY
 from monitor.analysis.time_to_oom import OomClock
+
+if TYPE_CHECKING:
+    from collectors.base_rare import DeviceEvent, ExitedProcess, HiddenProcess, ProcessCgroup
 
 
 class Sampler:

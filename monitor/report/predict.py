@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from monitor.analysis.predict_request import PredictResult, Throughput
+from monitor.analysis.predict_request import PredictResult
 from monitor.analysis.predict_verdicts import DeviceVerdict
-from monitor.analysis.throughput import DEFAULT_ACCEPT
 from monitor.device_names import device_labels, relabel
 from monitor.units import gib_number as _gib
+
+if TYPE_CHECKING:
+    from monitor.analysis.predict_request import Throughput
 
 
 def _device(d: DeviceVerdict) -> dict[str, Any]:
@@ -54,6 +56,8 @@ def _throughput_lines(t: Throughput) -> list[str]:
     elif s is None:
         lines = [f"throughput (roofline): {t.tokens_per_s} tokens/s"]
     else:
+        from monitor.analysis import throughput as tp
+
         even = (
             "it cannot win even with every drafted token accepted"
             if s.break_even_accept is None
@@ -62,7 +66,7 @@ def _throughput_lines(t: Throughput) -> list[str]:
         lines = [
             f"throughput (roofline): without the draft {s.plain_tokens_per_s} tokens/s "
             f"({t.baseline}); with the draft at acceptance {s.accept:.2f} per token "
-            f"(--accept, default {DEFAULT_ACCEPT:.2f}), "
+            f"(--accept, default {tp.DEFAULT_ACCEPT:.2f}), "
             f"{s.n_draft} drafted per pass: {s.draft_tokens_per_s} tokens/s",
             f"  {s.verdict}; {even}; the verification pass is {s.target_bound}-bound",
         ]

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from collectors.base import (
     DeviceSample,
-    ExitedProcess,
-    OomForecast,
     ProcessInfo,
     ProcessMemory,
     Snapshot,
@@ -24,9 +22,11 @@ from collectors.base import (
 from monitor.analysis.measured import Measured, measure
 from monitor.device_names import device_labels, device_tag, display_order
 from monitor.servers.recognise import helper_parents
-from monitor.servers.router import Router, RouterChild, snapshot_links
+from monitor.servers.router import snapshot_links
 
 if TYPE_CHECKING:
+    from collectors.base_rare import ExitedProcess, OomForecast
+    from monitor.servers.router_types import Router, RouterChild
     from monitor.servers.spec import LaunchSpec
 from monitor.textsafe import terminal_safe
 from monitor.units import human_bytes

@@ -25,13 +25,14 @@ project makes under ``.cache/llama.cpp``):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monitor.servers.spec import LaunchSpec
 
 if TYPE_CHECKING:
     from collectors.base import ProcessInfo, Snapshot
+    from monitor.servers.router_types import Router as Router
+    from monitor.servers.router_types import RouterChild as RouterChild
 
 ROUTER_PORT_ENV = "LLAMA_SERVER_ROUTER_PORT"  # server-models.cpp line 1160
 DEFAULT_MODELS_MAX = 4  # common/common.h: int models_max = 4
@@ -39,25 +40,15 @@ DEFAULT_PORT = 8080  # common/common.h: int32_t port = 8080
 CHILD_HOST = "127.0.0.1"  # server-models.cpp CHILD_ADDR (line 59)
 
 
-@dataclass(frozen=True, slots=True)
-class RouterChild:
-    """A llama-server a router spawned for one model."""
+def __getattr__(name: str) -> Any:
+    """Router and RouterChild live in monitor/servers/router_types.py: built only when a
+    router or one of its children is found (issue 32 item 4: a box without one, the usual
+    case, pays for neither class at import)."""
+    if name in ("Router", "RouterChild"):
+        from monitor.servers import router_types
 
-    router_pid: int | None  # the router process (its parent); None when not visible
-    router_port: int | None  # LLAMA_SERVER_ROUTER_PORT, else the router's --port / 8080
-    model_id: str | None  # the child's --alias: the id the router serves it under
-
-
-@dataclass(frozen=True, slots=True)
-class Router:
-    """A llama-server in router mode and the children it runs now."""
-
-    pid: int
-    port: int  # --port / LLAMA_ARG_PORT, else llama.cpp's default 8080
-    models_dir: str | None
-    models_preset: str | None
-    models_max: int  # --models-max, else 4 (common.h); 0 = unlimited
-    children: tuple[int, ...]  # the child pids, sorted
+        return getattr(router_types, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_router(spec: LaunchSpec | None) -> bool:
@@ -95,7 +86,13 @@ def link_routers(
         if router is None and env_port is None:
             continue
         port = env_port or (router.port or DEFAULT_PORT if router is not None else None)
+        from monitor.servers.router_types import RouterChild  # only once one is found
+
         children[pid] = RouterChild(parent if router is not None else None, port, spec.model_name)
+    if not routers:
+        return {}, children
+    from monitor.servers.router_types import Router
+
     out = {
         pid: Router(
             pid=pid,

@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[3]
 HEAVY = ("textual", "apscheduler", "jinja2", "prometheus_client", "sqlite_utils")
 
 PROBE = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
+if os.environ.get("PROBE_NVML"):  # the fake driver (tests/fakes/nvml_fake.py): one idle GPU
+    import nvml_fake
+    nvml_fake.install(json.loads(os.environ["PROBE_NVML"]))
 from monitor.cli.main import cli
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
@@ -36,12 +39,22 @@ with contextlib.redirect_stdout(out):
         cli.main(sys.argv[1:], prog_name="vramscope", standalone_mode=False)
     except SystemExit:
         pass
-print(json.dumps({"modules": sorted(sys.modules), "out": out.getvalue()[:2000]}))
+import dataclasses
+built = sorted(
+    obj.__qualname__
+    for name, module in list(sys.modules.items())
+    if name.split(".")[0] in ("collectors", "monitor")
+    for obj in list(vars(module).values())
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == name
+)
+print(json.dumps({"modules": sorted(sys.modules), "out": out.getvalue()[:2000], "built": built}))
 """
 
 
-def loaded(args: list[str], cwd: Path) -> tuple[set[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(cwd)}
+def run_probe(
+    args: list[str], cwd: Path, extra_env: dict[str, str] | None = None
+) -> dict[str, list[str] | str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(cwd), **(extra_env or {})}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         cwd=cwd,
@@ -51,8 +64,13 @@ def loaded(args: list[str], cwd: Path) -> tuple[set[str], str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    doc = json.loads(done.stdout.splitlines()[-1])
-    return set(doc["modules"]), doc["out"]
+    doc: dict[str, list[str] | str] = json.loads(done.stdout.splitlines()[-1])
+    return doc
+
+
+def loaded(args: list[str], cwd: Path) -> tuple[set[str], str]:
+    doc = run_probe(args, cwd)
+    return set(doc["modules"]), str(doc["out"])
 
 
 def tops(modules: set[str]) -> set[str]:
@@ -115,3 +133,78 @@ def test_a_cold_predict_loads_no_config_reader_or_status_renderer(tmp_path: Path
     )
     assert "vramscope.predict" in out
     assert not modules & {"tomllib", "monitor.exits", "monitor.report.status", "monitor.http"}
+
+
+# Dataclasses a live ``status`` / cold ``predict`` with nothing odd on the box never uses
+# (issue 32 item 4, bench/RESULTS.md "Fourth pass"): each costs ~1 ms to build at import,
+# so each sits in a module imported only when one is needed.
+UNUSED_BY_A_LIVE_LOOK = {
+    # collectors/base_rare.py: a hidden, exited or cgroup-limited process, a device event,
+    # a pool filling towards OOM
+    "HiddenProcess", "ExitedProcess", "DeviceEvent", "ProcessCgroup", "OomForecast",
+    # monitor/analysis/origins.py: the box state from a file, the database, a daemon
+    "StatusFile", "DatabaseMoment", "Remote", "Daemon",
+    # monitor/servers/recognise_table.py, router_types.py
+    "EngineMatch", "_Scope", "Router", "RouterChild",
+    # collectors/drm.py, amdsmi.py: no AMD/Intel card, no amdsmi package (collectors/probes.py)
+    "DrmDevice", "ClientMemory", "ClientRef", "_PidScan", "_Gpu", "_Entry",
+}  # fmt: skip
+
+
+# One H100 with no process on it (the fake driver), a /proc of only meminfo and an empty
+# /sys: what the box runs (another engineer's router, a zombie, an AMD card) cannot add a
+# class; the live look still samples, judges and renders.
+IDLE_GPU = {
+    "driver": "550.54.15",
+    "devices": [
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": "GPU-test-0000-1111-2222-333344445555",
+            "bus_id": "00000000:18:00.0",
+            "memory": {"total": 85520809984, "used": 629145600, "free": 84891664384},
+            "util": {"gpu": 0, "memory": 0},
+            "temp_c": 30,
+            "power_mw": 70000,
+            "mig": [0, 0],
+            "event_types": 0,
+            "compute": [],
+            "graphics": [],
+        }
+    ],
+}
+
+
+def quiet_box(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "proc/meminfo").write_bytes(Path("/proc/meminfo").read_bytes())
+    roots = ["--proc-root", str(tmp_path / "proc"), "--sys-root", str(tmp_path / "sys")]
+    env = {"PROBE_NVML": json.dumps(IDLE_GPU), "PYTHONPATH": f"{ROOT}:{ROOT}/tests/fakes"}
+    return roots, env
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"]])
+def test_status_builds_no_dataclass_it_does_not_use(tmp_path: Path, args: list[str]) -> None:
+    roots, env = quiet_box(tmp_path)
+    doc = run_probe([*args, *roots], tmp_path, env)
+    built = set(doc["built"])
+    assert "Snapshot" in built and "BoxState" in built and "H100" in str(doc["out"])
+    assert not built & UNUSED_BY_A_LIVE_LOOK, sorted(built & UNUSED_BY_A_LIVE_LOOK)
+    modules = set(doc["modules"])
+    assert not modules & {"collectors.drm", "collectors.amdsmi"}
+
+
+def test_a_cold_predict_builds_no_class_it_does_not_use(tmp_path: Path) -> None:
+    tiny_models.write_llama(tmp_path / "x.gguf")
+    roots, env = quiet_box(tmp_path)
+    argv = ["predict", "--json", *roots, "--", "llama-server", "-m", "x.gguf", "-c", "512"]
+    doc = run_probe(argv, tmp_path, env)
+    built = set(doc["built"])
+    assert "vramscope.predict" in doc["out"] and "PredictResult" in built
+    assert "GPU-test-0000" in str(doc["out"])  # judged against the idle GPU
+    # the roofline (no --throughput); a fix or llama.cpp's own fit (it fits, -c given);
+    # --engine-check's result
+    unused = UNUSED_BY_A_LIVE_LOOK | {"DevicePeak", "Work", "Speculation", "Fix", "LlamaFit"}
+    unused |= {"PredictCheck"}
+    assert not built & unused, sorted(built & unused)
+    assert "monitor.analysis.throughput" not in set(doc["modules"])
