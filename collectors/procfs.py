@@ -8,10 +8,11 @@ Sources (proc(5); units as the kernel prints them):
 - ``/proc/PID/stat`` (identity: comm, ppid, start time in clock ticks, field 22), read once
   per process, when it first appears, and again when it exec'd (a wrapper's ``exec
   llama-server`` keeps its pid): the pids the process-event connector saw exec since the
-  last tick (``Tick.execs``), or without it every tick during a process's first 5 s. ``/proc/PID/cmdline`` only for a process whose comm
-  or executable (``readlink /proc/PID/exe``, when comm alone does not say) could be an
-  inference server's (collectors/tracking.py ``could_be_server``: a known program, vLLM's
-  or sglang's renamed processes, Python), redacted and kept only when it is one; any other
+  last tick (``Tick.execs``), or without it every tick during a process's first 5 s.
+- ``/proc/PID/cmdline`` only for a process whose comm or executable (``readlink
+  /proc/PID/exe``, when comm alone does not say) could be an inference server's
+  (collectors/tracking.py ``could_be_server``: a known program, vLLM's or sglang's
+  renamed processes, Python), redacted and kept only when it is one; any other
   process's argv is read when it is first tracked (a GPU holder, the top N), so a process
   that comes and goes between two rescans costs one ``stat`` read (issue 32, churn).
 - ``/proc/PID/status`` (kB): RssAnon, RssFile, RssShmem, VmSwap, VmHWM, VmLck, Uid - for
