@@ -131,6 +131,7 @@ class MainScreen(Screen):
         self._status_stale: int | None = None
         self._cadence_ms: int | None = None  # between the last two samples' times
         self._new_at_ms: int | None = None  # when (app.now_ms) the newest sample came
+        self._sample_ms: int | None = None  # and its time
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -284,13 +285,14 @@ class MainScreen(Screen):
             self.poll()
         self._show_status()
 
-    def watch_frame(self, old: Frame | None, frame: Frame | None) -> None:
+    def watch_frame(self, frame: Frame | None) -> None:
         if frame is None:
             return
-        if self.replay_ts is None and (old is None or frame.ts_ms != old.ts_ms):
-            if old is not None and frame.ts_ms > old.ts_ms:
-                self._cadence_ms = frame.ts_ms - old.ts_ms
-            self._new_at_ms = self.app.now_ms()
+        last_ms = self._sample_ms
+        if self.replay_ts is None and frame.ts_ms != last_ms:
+            if last_ms is not None and frame.ts_ms > last_ms:
+                self._cadence_ms = frame.ts_ms - last_ms
+            self._sample_ms, self._new_at_ms = frame.ts_ms, self.app.now_ms()
         self._show_devices(frame)
         table = self._models_table
         table.show(frame.models)
