@@ -8,6 +8,7 @@ has come once that is longer than the refresh explains, so a stuck source is obv
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 from fake_source import EVENTS, FakeSource, discrete_three
@@ -159,3 +160,41 @@ async def test_a_slow_source_is_judged_by_its_own_interval(models) -> None:  # n
         now.now_ms += 1000
         screen._show_status()
         assert f"no new sample for {3 * interval_ms // 1000 + 1} s" in status_of(app)
+
+
+class Stuck(FakeSource):
+    """A source whose reads after the first block until ``release`` is set (a collector
+    stuck in a read of a hung mount)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.release = threading.Event()
+
+    def latest(self) -> Frame:
+        if self.index >= 1:
+            assert self.release.wait(60), "hang guard"
+        return super().latest()
+
+
+@sync
+async def test_a_poll_that_hangs_shows_as_late(models) -> None:  # noqa: ANN001
+    """Stale: the poll thread is stuck in the source: the refresh timer still shows how
+    long no new sample has come; once the read returns a new sample, the line is on time."""
+    snaps = discrete_three(models, ticks=2)
+    now = Clock(snaps[0].ts_ms)
+    source = Stuck(snaps, EVENTS)
+    app = VramscopeApp(source, refresh_s=3600.0, clock=now)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        screen._timed_poll()  # the poll thread starts and blocks in latest()
+        now.now_ms += 4 * 3600_000
+        screen._timed_poll()  # busy: no second poll, but the status line is checked
+        assert f"no new sample for {4 * 3600} s" in status_of(app)
+        source.release.set()
+        for _ in range(200):  # hang guard: the blocked read returns the second tick
+            await pilot.pause(0.05)
+            if screen.frame.ts_ms == snaps[1].ts_ms:
+                break
+        assert screen.frame.ts_ms == snaps[1].ts_ms
+        assert "no new sample" not in status_of(app)
