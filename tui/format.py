@@ -30,6 +30,15 @@ def size(n: int | None) -> str:
     return f"{n / MIB:.0f}M"
 
 
+def size_of(n: int | None, whole: int | None) -> str:
+    """``n`` as a part of ``whole``, in ``whole``'s unit: ``0.9G`` of ``23.5G`` (not
+    ``912M``: a fraction's parts in one unit, to the resolution of the whole, so a few MiB
+    moving on a GiB device leave the figure, and the screen, as they were)."""
+    if n is None or whole is None or abs(whole) < GIB:
+        return size(n)
+    return f"{n / GIB:.1f}G"
+
+
 def signed(n: int | None) -> str:
     if n is None:
         return UNKNOWN

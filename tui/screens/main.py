@@ -127,6 +127,11 @@ class MainScreen(Screen):
         self._poll_wake = threading.Event()
         self._poll_stop = False
         self._poll_thread: threading.Thread | None = None
+        self._status_text = ""  # the status line's text and lateness as last shown
+        self._status_stale: int | None = None
+        self._cadence_ms: int | None = None  # between the last two samples' times
+        self._new_at_ms: int | None = None  # when (app.now_ms) the newest sample came
+        self._sample_ms: int | None = None  # and its time
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -176,6 +181,8 @@ class MainScreen(Screen):
         per refresh (a worker costs ~1 ms of the event loop: its task, its executor call
         and three state messages; bench/RESULTS.md, "TUI beside nvitop"). The first
         frame, ``r`` and the way back from replay still go through ``fetch_latest``."""
+        if self.frame is not None and self.replay_ts is None and not self.error:
+            self._show_status()  # a late sample shows as late, even while a poll hangs
         if self.replay_ts is not None or self._busy:
             return
         self._busy = True
@@ -281,6 +288,11 @@ class MainScreen(Screen):
     def watch_frame(self, frame: Frame | None) -> None:
         if frame is None:
             return
+        last_ms = self._sample_ms
+        if self.replay_ts is None and frame.ts_ms != last_ms:
+            if last_ms is not None and frame.ts_ms > last_ms:
+                self._cadence_ms = frame.ts_ms - last_ms
+            self._sample_ms, self._new_at_ms = frame.ts_ms, self.app.now_ms()
         self._show_devices(frame)
         table = self._models_table
         table.show(frame.models)
@@ -346,6 +358,8 @@ class MainScreen(Screen):
 
     def _show_status(self) -> None:
         status = self._status_line
+        if self.error or self.frame is None:
+            self._status_text = ""  # the frame's line is drawn again once back
         if self.error:
             status.content = plain(f"⚠ {self.error}", "bold $error")
             return
@@ -355,14 +369,37 @@ class MainScreen(Screen):
             waiting = f"connecting to {url}…" if url else "waiting for the first sample…"
             status.content = plain(waiting, "$text-muted")
             return
-        mode = "replay" if self.replay_ts is not None else ("live" if frame.live else "database")
+        replay = self.replay_ts is not None
+        mode = "replay" if replay else ("live" if frame.live else "database")
         gpus = sum(1 for d in frame.picture.devices if d != "host")
         models = sum(1 for r in frame.models if r.role != "router")
-        status.content = Content.styled(
-            f"{mode} · {clock(frame.ts_ms, with_date=True)} · {gpus} GPU{'s' if gpus != 1 else ''}"
-            f" · {models} model{'s' if models != 1 else ''}",
-            "$text-muted",
-        )
+        # the replayed tick to the second; live, the minute (a seconds clock repaints the
+        # screen every refresh) and the data's age once it is late (``_stale_s``)
+        when = clock(frame.ts_ms, with_date=True)
+        text = f"{mode} · {when if replay else when[:-3]} · {gpus} GPU{'s' if gpus != 1 else ''}"
+        text += f" · {models} model{'s' if models != 1 else ''}"
+        stale_s = None if replay else self._stale_s()
+        if text == self._status_text and stale_s is None and self._status_stale is None:
+            return  # nothing the user can see has changed: no new Content, no repaint
+        self._status_text, self._status_stale = text, stale_s
+        if stale_s is None:
+            status.content = Content.styled(text, "$text-muted")
+            return
+        late = f"no new sample for {stale_s} s"
+        status.content = Content.assemble((text, "$text-muted"), " · ", (late, "bold $warning"))
+
+    def _stale_s(self) -> int | None:
+        """Whole seconds since a new sample last came, once that is longer than a refresh
+        can explain (3 refreshes, or 3 of the source's own intervals between samples: a
+        daemon's database is as new as its ticks); None while on time. Timed by this
+        box's clock, not the sample's: a remote box's clock may be off."""
+        refresh_s = getattr(self.app, "refresh_s", None)
+        if not refresh_s or self._new_at_ms is None:
+            return None  # no refresh timer (a test's still frame): never late by design
+        age_ms = self.app.now_ms() - self._new_at_ms
+        if age_ms <= 3 * max(refresh_s * 1000, self._cadence_ms or 0):
+            return None
+        return int(age_ms // 1000)
 
     # ------------------------------------------------------------------ actions
 

@@ -26,7 +26,7 @@ from textual.widget import Widget
 from collectors.base import DeviceSample
 from monitor.api import DevicePicture, Picture
 from monitor.device_names import device_labels, display_order
-from tui.format import middle_cut, safe, size
+from tui.format import middle_cut, safe, size, size_of
 
 if TYPE_CHECKING:
     from tui.source import Frame
@@ -230,7 +230,7 @@ class DevicePanel(Widget):
         if data.label and data.show_id:
             title += f" ({safe(pic.device_id)})"
         kind = pic.memory_kind
-        used_text = f"{size(used)}/{size(pic.capacity_bytes)}"
+        used_text = f"{size_of(used, pic.capacity_bytes)}/{size(pic.capacity_bytes)}"
         room = pic.headroom_bytes
         room_text = f"room {size(room)}" + (f" ({safe(pic.binding)})" if pic.binding else "")
         # one Content per line (assemble): each ``+`` copies the text and strips control
@@ -318,14 +318,17 @@ class DevicePanel(Widget):
                 label = middle_cut(label, max(width - 4 - cell_len(figures), 8))  # and " …"
             parts.append((("■ ", PALETTE[i % len(PALETTE)]), label + figures))
         if pic.others_bytes:
-            parts.append((("▓ ", OTHERS), f"others {size(pic.others_bytes)}"))
+            # what the rest of the box holds: a part of the pool that moves with everything
+            # on it, in the pool's unit (tui/format.py ``size_of``)
+            others = size_of(pic.others_bytes, pic.capacity_bytes)
+            parts.append((("▓ ", OTHERS), f"others {others}"))
         if pic.reserved_bytes:
             parts.append((("▒ ", RESERVED), f"reserved {size(pic.reserved_bytes)}"))
         if data.projected_bytes:
             parts.append(
                 (("▞ ", PROJECTED), f"{data.projected_label} {size(data.projected_bytes)}")
             )
-        parts.append((("░ ", FREE), f"free {size(free - margin)}"))
+        parts.append((("░ ", FREE), f"free {size(free - margin)}"))  # MiB count when nearly full
         parts.append((("╳ ", MARGIN), f"margin {size(pic.margin_bytes)}"))
         # as many parts as fit, then " …"; assembled once (see the head line)
         pieces: list[str | tuple[str, str]] = []
