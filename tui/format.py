@@ -33,10 +33,12 @@ def size(n: int | None) -> str:
 def size_of(n: int | None, whole: int | None) -> str:
     """``n`` as a part of ``whole``, in ``whole``'s unit: ``0.9G`` of ``23.5G`` (not
     ``912M``: a fraction's parts in one unit, to the resolution of the whole, so a few MiB
-    moving on a GiB device leave the figure, and the screen, as they were)."""
+    moving on a GiB device leave the figure, and the screen, as they were). A part too
+    small to show at that resolution but not nothing reads ``<0.1G``, never ``0.0G``."""
     if n is None or whole is None or abs(whole) < GIB:
         return size(n)
-    return f"{n / GIB:.1f}G"
+    text = f"{n / GIB:.1f}"
+    return "<0.1G" if n > 0 and text == "0.0" else f"{text}G"
 
 
 def signed(n: int | None) -> str:

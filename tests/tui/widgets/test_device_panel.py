@@ -20,7 +20,9 @@ SIZE = (120, 40)
 
 def test_a_part_is_printed_in_the_unit_of_its_whole() -> None:
     assert size_of(912 * MIB, int(23.5 * GIB)) == "0.9G"
-    assert size_of(40 * MIB, 24 * GIB) == "0.0G"
+    assert size_of(40 * MIB, 24 * GIB) == "<0.1G"  # never "0.0G" for something held
+    assert size_of(0, 24 * GIB) == "0.0G"
+    assert size_of(52 * MIB, 24 * GIB) == "0.1G"
     assert size_of(int(9.64 * GIB), 24 * GIB) == "9.6G"
     assert size_of(912 * MIB, 1000 * MIB) == "912M"  # a whole under 1 GiB: MiB, as size()
     assert size_of(None, 24 * GIB) == size_of(None, None) == size(None)
