@@ -126,11 +126,15 @@ def test_gpu_holder_that_is_no_server_has_its_argv_on_its_first_tracked_tick(
     collect(collector)
     holder = sleepers[0].pid
     assert collector._known[holder].argv is None  # noqa: SLF001  not read: no server
-    reads_before = collector.argv_reads
-    info = {i.pid: i for i in collect(collector, {holder}).processes}[holder]
-    assert info.reasons == ("gpu",)
-    assert info.argv == (shutil.which("sleep"), SLEEP_S)
-    assert info.engine is None
-    assert collector.argv_reads == reads_before + 1
-    collect(collector, {holder})
-    assert collector.argv_reads == reads_before + 1  # read once in its life
+    reads: list[str] = []  # the holder's cmdline reads only: the box starts its own Pythons
+    own = f"/{holder}/cmdline"
+    with _fs.recording(
+        lambda kind, path, result: reads.append(path) if path.endswith(own) else None
+    ):
+        info = {i.pid: i for i in collect(collector, {holder}).processes}[holder]
+        assert info.reasons == ("gpu",)
+        assert info.argv == (shutil.which("sleep"), SLEEP_S)
+        assert info.engine is None
+        assert len(reads) == 1
+        collect(collector, {holder})
+    assert len(reads) == 1  # read once in its life
