@@ -2,7 +2,9 @@
 
 Ten minutes of the daemon at a 0.25 s interval with processes coming and going: RSS growth
 < 5 MiB after the warm-up (a twelfth of the run), no fd or thread growth, >= 90 % of the
-ticks recorded, every short-lived llama-server recorded. Part of the slow tier, so CI runs
+ticks recorded, every short-lived llama-server recorded; in a PID namespace of its own where
+one can be made (bench/soak.py), so what else runs on the box does not move the daemon's
+RSS. Part of the slow tier, so CI runs
 it; the one-hour soak is ``bash scripts/soak`` (its results are in bench/RESULTS.md). The
 daemon's figures are printed every minute, straight to the terminal, so a CI log shows
 progress.
