@@ -10,12 +10,17 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from monitor.cli.options import PID, Finite, UserError, common_options, load_config
 from monitor.textsafe import terminal_safe_lines
+
+if TYPE_CHECKING:
+    from monitor.analysis.predict_request import PredictRequest
+    from monitor.cli.engine_check import PredictCheck
+    from monitor.config import Config
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -285,7 +290,6 @@ def predict(
     **kwargs: Any,
 ) -> None:
     """Will this load fit? (help: PREDICT_HELP)"""
-    from monitor.cli.estimate import check_predicted_launch, parse_cpu_features
     from monitor.cli.predict import PredictRequest, run_predict
     from monitor.report.predict import render_text, to_json
 
@@ -342,10 +346,10 @@ def predict(
             growth_horizon if growth_horizon is not None else cfg.growth_horizon_tokens
         ),
         check_engine_flags=True,
-        cpu_features=None if cpu_features is None else parse_cpu_features(cpu_features),
+        cpu_features=None if cpu_features is None else _cpu_features(cpu_features),
     )
     result = run_predict(cfg, req)  # a bad state file, --at, /running: typed errors
-    checked = check_predicted_launch(cfg, req, cpu_features) if engine_check else None
+    checked = _check_launch(cfg, req, cpu_features) if engine_check else None
     if checked is not None:  # said with the verdict: a note, and its own JSON key
         result = dataclasses.replace(result, notes=(*result.notes, checked.line))
     text = to_json(result) if as_json else render_text(result)
@@ -353,6 +357,22 @@ def predict(
         text = json.dumps({**json.loads(text), "engine_check": checked.to_json()}, indent=2)
     click.echo(text if as_json else terminal_safe_lines(text))
     sys.exit(result.exit_code)
+
+
+def _cpu_features(given: str) -> tuple[str, ...]:
+    """--cpu-features parsed by estimate's parser; monitor/cli/estimate.py (with the
+    collectors' procfs and the estimate's renderer) loads only when the option is given."""
+    from monitor.cli.estimate import parse_cpu_features
+
+    return parse_cpu_features(given)
+
+
+def _check_launch(cfg: Config, req: PredictRequest, cpu_features: str | None) -> PredictCheck:
+    """--engine-check: llama-fit-params beside the verdict (monitor/cli/estimate.py,
+    loaded only with the option)."""
+    from monitor.cli.estimate import check_predicted_launch
+
+    return check_predicted_launch(cfg, req, cpu_features)
 
 
 def _names_a_program(word: str) -> bool:

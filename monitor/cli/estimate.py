@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
 from typing import TYPE_CHECKING
 
@@ -184,6 +183,8 @@ def run_estimate(
 
             doc["engine_check"] = ec.to_json(check)
         return json.dumps(doc, indent=2)
+    import shutil  # with bz2 and lzma: only for a terminal's width
+
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     text = render_text(est, width)
     if measured is not None and pid is not None and snap is not None:

@@ -10,19 +10,18 @@ bad input: a user's path that cannot be read is a typed error where it is opened
 
 The group and its one edge are here; the commands are in commands_box.py (daemon, status,
 doctor, capture), commands_predict.py (estimate, predict), commands_history.py (diagnose,
-postmortem, events) and commands_admin.py (service, alerts); what they share in options.py.
+postmortem, events) and commands_admin.py (service, alerts), each module imported only
+when one of its commands is looked up (:data:`COMMANDS`); what they share in options.py.
 """
 
 from __future__ import annotations
 
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 import click
 
-from monitor.cli import commands_admin, commands_box, commands_history, commands_predict
 from monitor.cli.options import _OneLine, _path, reader_gone
 from monitor.errors import (
     DEBUG_ENV,
@@ -33,9 +32,36 @@ from monitor.errors import (
 )
 from monitor.textsafe import terminal_safe
 
+# The commands, each in the module of its kind (tui/entry.py adds `tui` itself): a command's
+# module is imported when that command is looked up (to run it, or for --help's list), so a
+# one-shot `status` does not build predict's options nor `predict` status's and the
+# history's (issue 32 item 4).
+COMMANDS = {
+    "daemon": "commands_box",
+    "status": "commands_box",
+    "doctor": "commands_box",
+    "capture": "commands_box",
+    "estimate": "commands_predict",
+    "predict": "commands_predict",
+    "diagnose": "commands_history",
+    "postmortem": "commands_history",
+    "events": "commands_history",
+    "service": "commands_admin",
+    "alerts": "commands_admin",
+}
+
 
 class _Vramscope(click.Group):
-    """The group that runs every command: the CLI's one edge for failures."""
+    """The group that runs every command: the CLI's one edge for failures; its commands
+    (:data:`COMMANDS`) are imported on first lookup."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(_lazy_command(cmd_name))
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -50,10 +76,20 @@ class _Vramscope(click.Group):
             raise _bug(ctx, exc) from None
 
 
+def _lazy_command(name: str) -> click.Command:
+    """The command ``name`` from its module in monitor/cli (:data:`COMMANDS`)."""
+    import importlib
+
+    command = getattr(importlib.import_module(f"monitor.cli.{COMMANDS[name]}"), name)
+    assert isinstance(command, click.Command), name
+    return command
+
+
 def _bug(ctx: click.Context, exc: Exception) -> _OneLine:
     """A failure that is not a VramscopeError is a bug: one line, exit EXIT_BUG; its
     traceback on stderr with --debug / VRAMSCOPE_DEBUG=1, and in the daemon's journal."""
     import logging  # only here: a one-shot command that works never loads it
+    import traceback  # (with linecache, tokenize) only for --debug's traceback
 
     debug = bool(ctx.params.get("debug")) or debug_wanted()
     level = logging.ERROR if ctx.invoked_subcommand == "daemon" else logging.DEBUG
@@ -96,24 +132,7 @@ def cli(ctx: click.Context, config_path: Path | None, debug: bool) -> None:
     if ctx.invoked_subcommand is None:
         interactive = sys.stdout.isatty() and sys.stdin.isatty()
         tui = cli.commands.get("tui") if interactive else None
-        ctx.invoke(tui or commands_box.status)
-
-
-# the commands, each in the module of its kind (tui/entry.py adds `tui`)
-for _command in (
-    commands_box.daemon,
-    commands_box.status,
-    commands_box.doctor,
-    commands_box.capture,
-    commands_predict.estimate,
-    commands_predict.predict,
-    commands_history.diagnose,
-    commands_history.postmortem,
-    commands_history.events,
-    commands_admin.service,
-    commands_admin.alerts,
-):
-    cli.add_command(_command)
+        ctx.invoke(tui or _lazy_command("status"))
 
 
 def main() -> None:

@@ -208,3 +208,58 @@ def test_a_cold_predict_builds_no_class_it_does_not_use(tmp_path: Path) -> None:
     unused |= {"PredictCheck"}
     assert not built & unused, sorted(built & unused)
     assert "monitor.analysis.throughput" not in set(doc["modules"])
+
+
+# Each command's module is imported when that command runs (monitor/cli/main.py COMMANDS):
+# the other commands' modules, their options and help are not built (issue 32 item 4,
+# bench/RESULTS.md "Fifth pass").
+COMMAND_MODULES = {
+    f"monitor.cli.{m}"
+    for m in ("commands_box", "commands_predict", "commands_history", "commands_admin")
+}
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"]])
+def test_status_imports_only_its_own_commands_module(tmp_path: Path, args: list[str]) -> None:
+    modules, out = loaded(args, tmp_path)
+    assert "monitor.cli.commands_box" in modules and out
+    assert not modules & (COMMAND_MODULES - {"monitor.cli.commands_box"})
+
+
+def test_a_cold_predict_loads_neither_other_commands_nor_estimates_cli(tmp_path: Path) -> None:
+    """predict's --cpu-features and --engine-check take their helpers from
+    monitor/cli/estimate.py; without them it is not loaded (nor estimate's renderer)."""
+    tiny_models.write_llama(tmp_path / "x.gguf")
+    modules, out = loaded(
+        ["predict", "--json", "--", "llama-server", "-m", "x.gguf", "-c", "512"], tmp_path
+    )
+    assert "vramscope.predict" in out and "monitor.cli.commands_predict" in modules
+    assert not modules & (COMMAND_MODULES - {"monitor.cli.commands_predict"})
+    assert not modules & {"monitor.cli.estimate", "monitor.report.estimate"}
+
+
+def test_predict_with_cpu_features_still_parses_them(tmp_path: Path) -> None:
+    """The other side: --cpu-features loads estimate's parser and its refusal stays."""
+    tiny_models.write_llama(tmp_path / "x.gguf")
+    argv = ["predict", "--json", "--cpu-features", "avx2", "--"]
+    modules, out = loaded([*argv, "llama-server", "-m", "x.gguf", "-c", "512"], tmp_path)
+    assert "vramscope.predict" in out and "monitor.cli.estimate" in modules
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", *argv[:2], "--cpu-features", "avx9000", "--"]
+        + ["llama-server", "-m", "x.gguf", "-c", "512"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "avx9000" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_loads_no_traceback_module(tmp_path: Path) -> None:
+    """traceback is for --debug's traceback of a bug only (linecache and tokenize come
+    with click's inspect anyway)."""
+    modules, out = loaded(["--help"], tmp_path)
+    assert "predict" in out
+    assert "traceback" not in modules
