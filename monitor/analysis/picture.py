@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
 import stat
 from collections.abc import Sequence
@@ -398,6 +397,8 @@ _JSON_KINDS = {list: "list", str: "string", int: "number", float: "number", bool
 def load_state(path: Path) -> Snapshot:
     """``predict --state FILE``: a recorded ``vramscope status --json``; anything else
     (not JSON, a list, a string, a document of another shape) is one InputError line."""
+    import json  # only for a state file: a live look never parses JSON
+
     data = _read_state_file(path)
     try:
         doc = json.loads(data)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,6 +85,8 @@ def status(as_json: bool = False, pss: bool = False, **kwargs: Any) -> None:
     finally:
         sampler.close()
     if as_json:
+        import json  # only for --json: a plain `status` never loads it
+
         from monitor.servers import read_llama_env
 
         click.echo(
@@ -112,6 +113,8 @@ def doctor(as_json: bool = False, **kwargs: Any) -> None:
     cfg = load_config(**kwargs)
     checks = doctor_mod.run_checks(cfg)
     if as_json:
+        import json
+
         click.echo(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
     else:
         click.echo(doctor_mod.render(checks))
@@ -148,6 +151,8 @@ def capture(
         cfg.roots, folder, enabled=cfg.collectors, nvml=not no_nvml, archive=archive
     )
     if as_json:
+        import json
+
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
     runs = ", ".join(f"{name} {status}" for name, status in result.collectors.items())

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[3]
 HEAVY = ("textual", "apscheduler", "jinja2", "prometheus_client", "sqlite_utils")
 
 PROBE = """
-import contextlib, io, json, os, sys
+import contextlib, io, os, sys
 if os.environ.get("PROBE_NVML"):  # the fake driver (tests/fakes/nvml_fake.py): one idle GPU
-    import nvml_fake
+    import json, nvml_fake
     nvml_fake.install(json.loads(os.environ["PROBE_NVML"]))
 from monitor.cli.main import cli
 out = io.StringIO()
@@ -39,7 +39,8 @@ with contextlib.redirect_stdout(out):
         cli.main(sys.argv[1:], prog_name="vramscope", standalone_mode=False)
     except SystemExit:
         pass
-import dataclasses
+modules = sorted(sys.modules)  # before the probe's own imports below
+import dataclasses, json
 built = sorted(
     obj.__qualname__
     for name, module in list(sys.modules.items())
@@ -47,7 +48,7 @@ built = sorted(
     for obj in list(vars(module).values())
     if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == name
 )
-print(json.dumps({"modules": sorted(sys.modules), "out": out.getvalue()[:2000], "built": built}))
+print(json.dumps({"modules": modules, "out": out.getvalue()[:2000], "built": built}))
 """
 
 
@@ -263,3 +264,11 @@ def test_help_loads_no_traceback_module(tmp_path: Path) -> None:
     modules, out = loaded(["--help"], tmp_path)
     assert "predict" in out
     assert "traceback" not in modules
+
+
+def test_plain_status_loads_no_json_and_status_json_still_prints_it(tmp_path: Path) -> None:
+    modules, out = loaded(["status"], tmp_path)
+    assert "DEVICE" in out
+    assert not modules & {"json.decoder", "json.encoder", "json.scanner"}
+    modules, out = loaded(["status", "--json"], tmp_path)
+    assert out.startswith("{") and '"schema": "vramscope.status/' in out
