@@ -10,6 +10,9 @@ each command runs in a fresh interpreter and reports which heavy modules it load
   needs: ``logging`` on the CLI's edge (only a bug logs; the NVML collector's own logger
   still loads it for status/predict), ``tomllib`` (no config file here), monitor.exits on
   ``status`` (only an exited process is classified).
+- Each command imports only its own command module (monitor/cli/main.py COMMANDS); a cold
+  ``predict`` not monitor/cli/estimate.py (only --cpu-features/--engine-check use it);
+  ``--help`` no ``traceback`` (--debug's); a plain ``status`` no ``json``.
 """
 
 from __future__ import annotations
