@@ -6,7 +6,8 @@ Method (results in bench/RESULTS.md, "Churn"):
   tiny.gguf -c 256 --port N`` processes a second (tests/fakes/fake_server.py: real
   processes whose /proc reads like that command line; each its own port, as a test
   harness's are), each living ``--life-s``; one long-lived ``llama-server -m tiny.gguf -c
-  512`` runs throughout. Its own CPU is not measured.
+  512`` runs throughout (``--servers N``: N of them, the others with ``--port N``). Its
+  own CPU is not measured.
 - Measured, all at the same time so the box's background load falls on each alike:
   ``vramscope daemon --interval 1`` of this tree ("new"), the same of ``--baseline DIR``
   (``git archive main | tar -x -C DIR``: "old"), each with its own database and HTTP off,
@@ -274,6 +275,7 @@ def main() -> None:
     parser.add_argument("--life-s", type=float, default=0.4)
     parser.add_argument("--conditions", default="busy")
     parser.add_argument("--pid-namespace", action="store_true")
+    parser.add_argument("--servers", type=int, default=1, help="long-lived servers (default 1)")
     args = parser.parse_args()
     if args.pid_namespace and os.environ.get("VRAMSCOPE_BENCH_NS") != "1":
         env = {**os.environ, "VRAMSCOPE_BENCH_NS": "1"}
@@ -288,15 +290,20 @@ def main() -> None:
         work = Path(tmp)
         tiny_models.write_llama(work / "tiny.gguf")
         (work / "c.toml").write_text("[http]\nenabled = false\n")
-        long_lived = fake(["llama-server", "-m", "tiny.gguf", "-c", "512"], work)
+        base = ["llama-server", "-m", "tiny.gguf", "-c", "512"]
+        long_lived = [
+            fake(base + (["--port", str(9100 + i)] if i else []), work) for i in range(args.servers)
+        ]
         try:
             for label in args.conditions.split(","):
                 results.append(measure(label == "busy", args, work, env))
         finally:
-            end(long_lived)
+            for p in long_lived:
+                end(p)
     print(
         f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.pairs} windows of "
-        f"{args.seconds:.0f} s, churn {args.rate}/s each {args.life_s} s when busy"
+        f"{args.seconds:.0f} s, churn {args.rate}/s each {args.life_s} s when busy, "
+        f"{args.servers} long-lived server(s)"
         + (", own PID namespace" if args.pid_namespace else ", the box's /proc as it is")
     )
     for r in results:

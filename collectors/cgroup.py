@@ -85,18 +85,23 @@ def _limit(raw: str | None, version: int) -> int | None:
 
 
 def _node(h: Hierarchy, path: str) -> CgroupMemory | None:
-    """One cgroup's own figures; None when its directory is not there."""
+    """One limited cgroup's own figures; None when it sets no limit (``max`` and ``high``
+    unset or unreadable) or its directory is not there. An unlimited cgroup can never be
+    the binding one (:func:`_tighter`), so its charge and ``memory.stat`` are not read:
+    those were ~2/3 of the daemon's per-tick cgroup cost on a box with no limit at all
+    (issue 32 item 3; ``/`` and each ancestor of a server's cgroup, every tick)."""
     d = h.mount / path.lstrip("/")
     if h.version == 2:
-        current = _fs.try_read_int(d / "memory.current")
         max_ = _limit(_fs.try_read_text(d / "memory.max"), 2)
         high = _limit(_fs.try_read_text(d / "memory.high"), 2)
     else:
-        current = _fs.try_read_int(d / "memory.usage_in_bytes")
         max_ = _limit(_fs.try_read_text(d / "memory.limit_in_bytes"), 1)
         high = None
-    if current is None and max_ is None and high is None:
+    if max_ is None and high is None:
         return None
+    current = _fs.try_read_int(
+        d / ("memory.current" if h.version == 2 else "memory.usage_in_bytes")
+    )
     stat = _fs.try_read_bytes(d / "memory.stat")
     reclaim = None if stat is None else reclaimable_from_stat(stat, h.version)
     return CgroupMemory(path, max_, high, current, reclaim)

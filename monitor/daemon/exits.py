@@ -86,6 +86,8 @@ def _engine_log_events(ctx: DaemonContext, wait_s: float) -> list[KernelEvent]:
     from monitor.logs.reader import LogMerger, read_round
 
     if ctx.log_reader is not None:  # kicked after the sample: a line an exit left is read
+        if ctx.log_reader.idle():  # no log followed (the default): no round to wait for
+            return []
         ctx.log_reader.kick()
         if wait_s < EXIT_LOG_WAIT_S:
             wait_s = min(wait_s, ctx.config.interval_s / 4)

@@ -168,6 +168,13 @@ class LogReader:
             self._asked += 1
             self._rounds.notify_all()
 
+    def idle(self) -> bool:
+        """No tail to read, no merge window open and nothing found waiting: a round would
+        find nothing, so the tick need not wake the thread for one (issue 32 item 3: the
+        default config follows no log, and each tick paid two thread hand-offs for it)."""
+        with self._lock:
+            return not self.tails and not self.merger._windows and not self._found
+
     def take(self, wait_s: float = 0.0) -> list[KernelEvent]:
         with self._rounds:
             self._rounds.wait_for(lambda: self._done >= self._asked, timeout=wait_s)
