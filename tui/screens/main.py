@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
@@ -30,7 +31,7 @@ from tui.format import clock, plain
 from tui.messages import FrameReady, SourceFailed, TicksReady
 from tui.source import Frame
 from tui.widgets.breakdown import Breakdown
-from tui.widgets.device_panel import DevicePanel, panels_from_frame
+from tui.widgets.device_panel import DevicePanel, PanelData, panels_from_frame
 from tui.widgets.events_pane import EventsPane
 from tui.widgets.models_table import ModelsTable
 from tui.widgets.time_cursor import TimeCursor
@@ -129,9 +130,17 @@ class MainScreen(Screen):
         self._poll_thread: threading.Thread | None = None
         self._status_text = ""  # the status line's text and lateness as last shown
         self._status_stale: int | None = None
-        self._cadence_ms: int | None = None  # between the last two samples' times
-        self._new_at_ms: int | None = None  # when (app.now_ms) the newest sample came
-        self._sample_ms: int | None = None  # and its time
+        # (the newest sample's time, when (app.now_ms) it came, the interval between the
+        # last two samples' times): written whole by the poll thread for every sample,
+        # drawn or not, so the event loop reads a consistent one
+        self._arrival: tuple[int | None, int | None, int | None] = (None, None, None)
+        self._deadline: Timer | None = None  # fires when the newest sample becomes late
+        self._newest: Frame | None = None  # the newest live frame, drawn or not
+        self._posted_key: tuple[object, ...] | None = None  # poll thread: what it last posted
+        self._panels: tuple[DevicePanel, ...] = ()  # the device panels on screen
+        self._panel_texts: dict[int, tuple[PanelData, int, object]] = {}  # poll thread
+        self.polls = 0  # polls the poll thread finished (tests wait on it)
+        self.posted = 0  # and how many of them it posted to the event loop
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -159,7 +168,10 @@ class MainScreen(Screen):
             self.poll()
         refresh_s = getattr(app, "refresh_s", None)
         if refresh_s:
-            self.set_interval(refresh_s, self._timed_poll, name="poll")
+            self._poll_thread = threading.Thread(
+                target=self._poll_loop, args=(refresh_s,), name="vramscope-poll", daemon=True
+            )
+            self._poll_thread.start()
 
     def on_unmount(self) -> None:
         self._poll_stop = True
@@ -167,6 +179,7 @@ class MainScreen(Screen):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120 or self.size.height < 32, "-narrow")
+        self._posted_key = None  # the next frame is drawn: the table refits at a new width
 
     # ------------------------------------------------------------------ workers
 
@@ -176,30 +189,22 @@ class MainScreen(Screen):
         self._busy = True
         self.fetch_latest()
 
-    def _timed_poll(self) -> None:
-        """The refresh timer's poll: on one long-lived thread rather than a Textual worker
-        per refresh (a worker costs ~1 ms of the event loop: its task, its executor call
-        and three state messages; bench/RESULTS.md, "TUI beside nvitop"). The first
-        frame, ``r`` and the way back from replay still go through ``fetch_latest``."""
-        if self.frame is not None and self.replay_ts is None and not self.error:
-            self._show_status()  # a late sample shows as late, even while a poll hangs
-        if self.replay_ts is not None or self._busy:
-            return
-        self._busy = True
-        if self._poll_thread is None:
-            self._poll_thread = threading.Thread(
-                target=self._poll_loop, name="vramscope-poll", daemon=True
-            )
-            self._poll_thread.start()
-        self._poll_wake.set()
-
-    def _poll_loop(self) -> None:
+    def _poll_loop(self, interval_s: float) -> None:
+        """The live refresh, timed by this thread rather than a Textual interval timer (a
+        timer tick, a message and a frame comparison on the event loop every refresh,
+        ~1.5 ms: bench/RESULTS.md, "Third idle pass"). A frame that shows nothing new is
+        not posted (``_still``): an idle box costs the event loop nothing. The first
+        frame, ``r`` and the way back from replay go through ``fetch_latest``, which
+        always posts."""
+        wake = self._poll_wake
         while True:
-            self._poll_wake.wait()
-            self._poll_wake.clear()
+            wake.wait(interval_s)
+            wake.clear()
             if self._poll_stop:
                 return
-            self._fetch(lambda: self._poll_stop)
+            if self.replay_ts is None and not self._busy:
+                self._fetch(lambda: self._poll_stop, still_ok=True)
+                self.polls += 1
 
     @work(thread=True, exclusive=True, group="poll")
     def fetch_latest(self) -> None:
@@ -209,21 +214,73 @@ class MainScreen(Screen):
         except Abandoned:  # the app quits (or a newer fetch replaced this one)
             return
 
-    def _fetch(self, cancelled: Callable[[], bool], detached: bool = False) -> None:
+    def _fetch(
+        self, cancelled: Callable[[], bool], detached: bool = False, still_ok: bool = False
+    ) -> None:
         """One frame from the source, posted to the screen (off the event loop).
         ``detached``: the source is read on a daemon thread of its own, which a cancelled
         worker leaves behind, so that quitting never waits for a slow source (the
-        executor of Textual's thread workers is joined when the app's loop closes)."""
+        executor of Textual's thread workers is joined when the app's loop closes).
+        ``still_ok``: a frame that would show nothing new is kept (``_newest``, its
+        arrival noted for the staleness check) but not posted."""
         latest = self.app.source.latest
         try:
             frame = call_detached(latest, cancelled) if detached else latest()
         except Abandoned:
             raise
         except Exception as exc:  # any failure is a message on screen
+            self._posted_key = None  # the next frame is drawn again, equal or not
             self.post_message(SourceFailed(failure_line(exc)))
             return
-        if not cancelled():
-            self.post_message(FrameReady(frame))
+        if cancelled():
+            return
+        self._newest = frame
+        self._note_sample(frame)
+        if self._still(frame) and still_ok:
+            return
+        self.posted += 1
+        self.post_message(FrameReady(frame))
+
+    def _note_sample(self, frame: Frame) -> None:
+        """Remember when a new sample (a new tick time) came, by this box's clock."""
+        last_ms, _, cadence_ms = self._arrival
+        if frame.ts_ms == last_ms:
+            return
+        if last_ms is not None and frame.ts_ms > last_ms:
+            cadence_ms = frame.ts_ms - last_ms
+        self._arrival = (frame.ts_ms, self.app.now_ms(), cadence_ms)
+
+    def _still(self, frame: Frame) -> bool:
+        """Whether ``frame`` shows exactly what the last posted frame showed (its display
+        key, ``_display_key``), with the status line on time; remembers its key."""
+        key = self._display_key(frame)
+        if key is not None and key == self._posted_key and self._status_stale is None:
+            return True
+        self._posted_key = key
+        return False
+
+    def _display_key(self, frame: Frame) -> tuple[object, ...] | None:
+        """What the screen shows of a live ``frame``, built on the poll thread: the status
+        line's minute and counts, the models table's rows (and so the breakdown's), the
+        events, and each device panel's text and styles at the width it is drawn at
+        (``DevicePanel.text_of``, the comparison ``DevicePanel.watch_data`` makes); None
+        while a panel is not drawn yet or the panels would change in number."""
+        panels = self._panels
+        datas = panels_from_frame(frame, show_ids=self.show_ids)
+        if len(datas) != len(panels):
+            return None
+        texts = []
+        for i, (panel, data) in enumerate(zip(panels, datas, strict=True)):
+            width = panel.drawn_width
+            if width is None:
+                return None
+            known = self._panel_texts.get(i)
+            if known is None or known[1] != width or known[0] != data:
+                known = (data, width, (data.verdict, DevicePanel.text_of(data, width)))
+                self._panel_texts[i] = known
+            texts.append(known[2])
+        when = clock(frame.ts_ms, with_date=True)[:-3]
+        return (frame.live, when, frame.models, frame.events, tuple(texts))
 
     @work(thread=True, exclusive=True, group="replay")
     def fetch_at(self, ts_ms: int, want_ticks: bool) -> None:
@@ -288,11 +345,10 @@ class MainScreen(Screen):
     def watch_frame(self, frame: Frame | None) -> None:
         if frame is None:
             return
-        last_ms = self._sample_ms
-        if self.replay_ts is None and frame.ts_ms != last_ms:
-            if last_ms is not None and frame.ts_ms > last_ms:
-                self._cadence_ms = frame.ts_ms - last_ms
-            self._sample_ms, self._new_at_ms = frame.ts_ms, self.app.now_ms()
+        if self.replay_ts is None:
+            self._note_sample(frame)  # noted already when it came from the poll thread
+            if self._deadline is None:
+                self._arm_deadline()
         self._show_devices(frame)
         table = self._models_table
         table.show(frame.models)
@@ -355,6 +411,7 @@ class MainScreen(Screen):
         else:
             for panel, data in zip(panels, datas, strict=True):
                 panel.data = data
+        self._panels = tuple(c for c in box.children if isinstance(c, DevicePanel))
 
     def _show_status(self) -> None:
         status = self._status_line
@@ -394,12 +451,36 @@ class MainScreen(Screen):
         daemon's database is as new as its ticks); None while on time. Timed by this
         box's clock, not the sample's: a remote box's clock may be off."""
         refresh_s = getattr(self.app, "refresh_s", None)
-        if not refresh_s or self._new_at_ms is None:
+        _, new_at_ms, cadence_ms = self._arrival
+        if not refresh_s or new_at_ms is None:
             return None  # no refresh timer (a test's still frame): never late by design
-        age_ms = self.app.now_ms() - self._new_at_ms
-        if age_ms <= 3 * max(refresh_s * 1000, self._cadence_ms or 0):
+        age_ms = self.app.now_ms() - new_at_ms
+        if age_ms <= 3 * max(refresh_s * 1000, cadence_ms or 0):
             return None
         return int(age_ms // 1000)
+
+    def _arm_deadline(self) -> None:
+        """One timer, at the moment the newest sample becomes late (``_stale_s``), rather
+        than a check every refresh: when it fires and a newer sample came meanwhile (the
+        poll thread notes each, drawn or not) it is armed again for that one; while late,
+        every refresh, so the count moves on. Not in replay, not before a first sample."""
+        refresh_s = getattr(self.app, "refresh_s", None)
+        _, new_at_ms, cadence_ms = self._arrival
+        if self._deadline is not None:
+            self._deadline.stop()
+            self._deadline = None
+        if not refresh_s or new_at_ms is None or self.replay_ts is not None:
+            return
+        late_at_ms = new_at_ms + 3 * max(refresh_s * 1000, cadence_ms or 0)
+        wait_ms = late_at_ms - self.app.now_ms()
+        delay_s = refresh_s if wait_ms < 0 else wait_ms / 1000 + 0.01
+        self._deadline = self.set_timer(delay_s, self._on_deadline, name="stale")
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self.frame is not None and self.replay_ts is None and not self.error:
+            self._show_status()
+        self._arm_deadline()
 
     # ------------------------------------------------------------------ actions
 
@@ -435,17 +516,25 @@ class MainScreen(Screen):
     def action_history(self) -> None:
         from tui.screens.history import HistoryScreen
 
-        self.app.push_screen(HistoryScreen(self.frame))
+        self.app.push_screen(HistoryScreen(self._current()))
 
     def action_whatif(self) -> None:
         from tui.screens.whatif import WhatIfScreen
 
-        self.app.push_screen(WhatIfScreen(self.frame))
+        self.app.push_screen(WhatIfScreen(self._current()))
 
     def action_replay(self) -> None:
-        if self.frame is not None:
+        current = self._current()
+        if current is not None:
             self._ticks = []
-            self.replay_ts = self.frame.ts_ms
+            self.replay_ts = current.ts_ms
+
+    def _current(self) -> Frame | None:
+        """The frame the user looks at: live, the newest sample (one equal on screen to
+        the frame drawn may not have been posted); in replay, the replayed one."""
+        if self.replay_ts is not None or self._newest is None or self.error:
+            return self.frame
+        return self._newest
 
     def action_live(self) -> None:
         self.replay_ts = None

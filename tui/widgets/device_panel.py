@@ -165,6 +165,19 @@ class DevicePanel(Widget):
             )
         )
 
+    @property
+    def drawn_width(self) -> int | None:
+        """The width the panel's text was last built at; None before its first render."""
+        drawn = self._drawn
+        return None if drawn is None else drawn[1]
+
+    @staticmethod
+    def text_of(data: PanelData, width: int) -> tuple[tuple[str, tuple[object, ...]], ...]:
+        """Each line's text and styles as ``render`` draws ``data`` at ``width`` (pure:
+        the poll thread compares a new frame's panels with the drawn ones off the event
+        loop, tui/screens/main.py)."""
+        return tuple((line.plain, tuple(line.spans)) for line in DevicePanel._lines(data, width))
+
     @staticmethod
     def _lines_for(data: PanelData | None) -> int:
         if data is None:
@@ -222,7 +235,8 @@ class DevicePanel(Widget):
 
     # ------------------------------------------------------------------ drawing
 
-    def _lines(self, data: PanelData, width: int) -> list[Content]:
+    @staticmethod
+    def _lines(data: PanelData, width: int) -> list[Content]:
         pic = data.picture
         used = pic.used_bytes
         cap = pic.capacity_bytes or ((used or 0) + (pic.available_bytes or 0)) or 1
@@ -298,13 +312,14 @@ class DevicePanel(Widget):
                 mark_spans.append(Span(pos, pos + 1, PALETTE[i % len(PALETTE)]))
             start += m.bytes or 0
         marker = Content("".join(marks), mark_spans)
-        legend = self._legend(data, free, margin, width)
+        legend = DevicePanel._legend(data, free, margin, width)
         lines = [head, marker, bar, legend]
         if pic.memory_kind == "unified":
-            lines.append(self._unified(data))
+            lines.append(DevicePanel._unified(data))
         return lines
 
-    def _legend(self, data: PanelData, free: int, margin: int, width: int) -> Content:
+    @staticmethod
+    def _legend(data: PanelData, free: int, margin: int, width: int) -> Content:
         pic = data.picture
         parts: list[tuple[tuple[str, str], str]] = []  # (mark and its colour, text)
         for i, m in enumerate(data.models):
@@ -349,7 +364,8 @@ class DevicePanel(Widget):
             length += n
         return Content.assemble(*pieces)
 
-    def _unified(self, data: PanelData) -> Content:
+    @staticmethod
+    def _unified(data: PanelData) -> Content:
         s = data.sample
         bits = []
         if s is not None and s.vram_total_bytes is not None:

@@ -46,6 +46,18 @@ def refreshes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
+async def poll_once(pilot, screen) -> None:  # noqa: ANN001
+    """The refresh comes: the poll thread reads the source once (hang guard only)."""
+    done = screen.polls
+    screen._poll_wake.set()
+    for _ in range(400):
+        if screen.polls > done:
+            break
+        await pilot.pause(0.01)
+    assert screen.polls > done
+    await settle(pilot)
+
+
 class Clock:
     """The app's clock (``VramscopeApp(clock=...)``), moved by the test."""
 
@@ -124,15 +136,15 @@ async def test_no_new_sample_shows_as_late_and_clears_when_one_comes(models) -> 
         screen = app.screen
         first = screen.frame
         now.now_ms += 3 * 3600_000  # 3 refreshes: on time
-        screen._timed_poll()
-        await settle(pilot)
+        await poll_once(pilot, screen)
+        screen._on_deadline()  # the staleness timer fires (early, here)
         assert "no new sample" not in status_of(app)
         now.now_ms += 1000
-        screen._timed_poll()  # the same sample again
-        await settle(pilot)
+        await poll_once(pilot, screen)  # the same sample again
+        screen._on_deadline()
         assert f"no new sample for {3 * 3600 + 1} s" in status_of(app)
         now.now_ms += 1000
-        screen._show_status()
+        screen._on_deadline()
         assert f"no new sample for {3 * 3600 + 2} s" in status_of(app)
         screen.post_message(FrameReady(at(first, first.ts_ms + 1000)))
         await settle(pilot)
@@ -187,9 +199,9 @@ async def test_a_poll_that_hangs_shows_as_late(models) -> None:  # noqa: ANN001
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = app.screen
-        screen._timed_poll()  # the poll thread starts and blocks in latest()
+        screen._poll_wake.set()  # the poll thread blocks in latest()
         now.now_ms += 4 * 3600_000
-        screen._timed_poll()  # busy: no second poll, but the status line is checked
+        screen._on_deadline()  # the staleness timer fires while the poll hangs
         assert f"no new sample for {4 * 3600} s" in status_of(app)
         source.release.set()
         for _ in range(200):  # hang guard: the blocked read returns the second tick
