@@ -69,6 +69,21 @@ TORCH_CHECK_WINDOW_S = 600.0
 # (``Tick.execs``), whatever their age.
 EXEC_CHECK_WINDOW_S = 5.0
 _HIDEPID_HINT = "/proc is mounted with hidepid=; run vramscope as root or in the proc gid"
+# the only lines read of /proc/meminfo and /proc/PID/status (``_fs.pick_kv``)
+MEMINFO_KEYS = (
+    b"MemTotal",
+    b"MemAvailable",
+    b"MemFree",
+    b"Shmem",
+    b"Unevictable",
+    b"Mlocked",
+    b"Hugepagesize",
+    b"HugePages_Total",
+    b"HugePages_Free",
+    b"SwapTotal",
+    b"SwapFree",
+)
+STATUS_KEYS = (b"State", b"Uid", b"VmHWM", b"VmLck", b"RssAnon", b"RssFile", b"RssShmem", b"VmSwap")
 
 
 @dataclass(slots=True)
@@ -89,6 +104,10 @@ class _Proc:
     cwd: str | None = None
     cwd_read: bool = False
     zombie: bool = False  # exited, not reaped: reported once in Reading.exited
+    # last tick's status lines and what was built of them, reused while equal (issue 32)
+    status: dict[str, bytes] | None = None
+    row: ProcessMemory | None = None
+    info: ProcessInfo | None = None
 
 
 def parse_stat(data: bytes) -> tuple[str, int, int] | None:
@@ -114,7 +133,7 @@ def parse_cmdline(data: bytes) -> tuple[str, ...]:
 
 def host_device(meminfo: bytes) -> DeviceSample:
     """The host RAM pool as a device, from ``/proc/meminfo`` text."""
-    f = _fs.parse_kv(meminfo)
+    f = _fs.pick_kv(meminfo, MEMINFO_KEYS)
     total = _fs.kib_field(f, "MemTotal")
     available = _fs.kib_field(f, "MemAvailable")
     page = _fs.kib_field(f, "Hugepagesize")
@@ -148,11 +167,11 @@ def _count(fields: dict[str, bytes], key: str) -> int | None:
 
 def parse_status(data: bytes, pid: int) -> tuple[ProcessMemory, int | None]:
     """``/proc/PID/status`` -> the host memory row and the real uid."""
-    return status_row(_fs.parse_kv(data), pid)
+    return status_row(_fs.pick_kv(data, STATUS_KEYS), pid)
 
 
 def status_row(f: dict[str, bytes], pid: int) -> tuple[ProcessMemory, int | None]:
-    """:func:`parse_status` of the status file's fields, parsed once (``_fs.parse_kv``)."""
+    """:func:`parse_status` of the status file's fields, parsed once (``_fs.pick_kv``)."""
     uid_field = f.get("Uid", b"").split()
     uid_raw = uid_field[0] if uid_field else b""
     uid = int(uid_raw) if uid_raw.isdigit() and len(uid_raw) <= 10 else None  # u32
@@ -181,7 +200,7 @@ def read_cwd(link: str) -> str | None:
 
 def parse_state(status: bytes) -> str | None:
     """The one-letter state of ``/proc/PID/status`` (``State:\tZ (zombie)`` -> "Z")."""
-    return state_of(_fs.parse_kv(status))
+    return state_of(_fs.pick_kv(status, (b"State",)))
 
 
 def state_of(fields: dict[str, bytes]) -> str | None:
@@ -206,7 +225,7 @@ def parse_exit_status(stat: bytes) -> tuple[int | None, int | None]:
 
 
 def parse_pss(data: bytes) -> int | None:
-    return _fs.kib_field(_fs.parse_kv(data), "Pss")
+    return _fs.kib_field(_fs.pick_kv(data, (b"Pss",)), "Pss")
 
 
 class ProcfsCollector:
@@ -225,6 +244,8 @@ class ProcfsCollector:
         self._cgroups = cgroup.memory_hierarchy(roots)
         self.argv_reads = 0  # /proc/PID/cmdline reads, for tests and benches
         self.stat_reads = 0  # /proc/PID/stat reads, for tests and benches
+        self.rows_built = 0  # ProcessMemory rows parsed from a changed status, for tests
+        self.infos_built = 0  # ProcessInfo objects built (else last tick's), for tests
 
     def close(self) -> None:
         self._known.clear()
@@ -438,8 +459,8 @@ class ProcfsCollector:
         for pid, why in reasons.items():
             entry = self._known[pid]
             try:
-                fields = _fs.parse_kv(_fs.read_bytes(f"{proc}/{pid}/status"))
-                row, uid = status_row(fields, pid)
+                fields = _fs.pick_kv(_fs.read_bytes(f"{proc}/{pid}/status"), STATUS_KEYS)
+                row, uid = self._status_row(entry, fields, pid)
             except PermissionError:
                 from collectors.base_rare import HiddenProcess  # seldom: issue 32
 
@@ -467,23 +488,53 @@ class ProcfsCollector:
             if not entry.cwd_read:  # once: a server resolves its paths at start
                 entry.cwd_read = True
                 entry.cwd = read_cwd(f"{proc}/{pid}/cwd")
-            infos.append(
-                ProcessInfo(
-                    pid=pid,
-                    start_ticks=entry.start_ticks,
-                    started_at_ms=self._started_at_ms(entry.start_ticks),
-                    ppid=entry.ppid,
-                    uid=uid,
-                    comm=entry.comm,
-                    argv=argv,
-                    engine=entry.engine,
-                    reasons=tuple(why),
-                    cwd=entry.cwd,
-                )
-            )
+            infos.append(self._info(pid, entry, uid, argv, tuple(why)))
             rows.append(row)
             self._tracked[pid] = (entry.start_ticks, now_ms)
         return infos, rows, hidden, zombies
+
+    def _status_row(
+        self, entry: _Proc, fields: dict[str, bytes], pid: int
+    ) -> tuple[ProcessMemory, int | None]:
+        """:func:`status_row`, or last tick's row when the status lines it is made of are
+        the same bytes (an idle process: most of them, most ticks)."""
+        if entry.row is not None and fields == entry.status:
+            return entry.row, entry.uid
+        row, uid = status_row(fields, pid)
+        entry.status, entry.row = fields, row
+        self.rows_built += 1
+        return row, uid
+
+    def _info(
+        self, pid: int, entry: _Proc, uid: int | None, argv: tuple[str, ...], why: tuple[str, ...]
+    ) -> ProcessInfo:
+        """The process's :class:`ProcessInfo`: last tick's object while nothing in it
+        changed (the rest of it is the entry's identity, fixed until an exec replaces it)."""
+        info = entry.info
+        if (
+            info is not None
+            and info.uid == uid
+            and info.argv is argv
+            and info.engine == entry.engine
+            and info.reasons == why
+            and info.cwd == entry.cwd
+        ):
+            return info
+        info = ProcessInfo(
+            pid=pid,
+            start_ticks=entry.start_ticks,
+            started_at_ms=self._started_at_ms(entry.start_ticks),
+            ppid=entry.ppid,
+            uid=uid,
+            comm=entry.comm,
+            argv=argv,
+            engine=entry.engine,
+            reasons=why,
+            cwd=entry.cwd,
+        )
+        entry.info = info
+        self.infos_built += 1
+        return info
 
     def _zombie(self, pid: int, entry: _Proc, uid: int | None, now_ms: int) -> ExitedProcess:
         """A zombie is an exit: reported once, with what ``/proc/PID/stat`` shows."""
