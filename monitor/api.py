@@ -13,6 +13,7 @@ The imports under ``TYPE_CHECKING`` are the same table for mypy and for import-l
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same table as _WHERE (tests/test_import_hygiene.py)
@@ -252,12 +253,18 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """The name from the module that defines it, looked up there on every use (not
-    copied here, so the facade never holds a stale object)."""
+    copied here, so the facade never holds a stale object). A module already imported is
+    taken from ``sys.modules`` (``import_module`` costs ~4 us a call through the import
+    machinery; the TUI's live frame made ~38 such lookups: issue 32 item 3); one still
+    being imported by another thread goes through ``import_module``, which waits for it."""
     try:
         module, attribute = _WHERE[name]
     except KeyError:
         raise AttributeError(f"module 'monitor.api' has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), attribute)
+    found = sys.modules.get(module)
+    if found is None or getattr(getattr(found, "__spec__", None), "_initializing", False):
+        found = importlib.import_module(module)
+    return getattr(found, attribute)
 
 
 def __dir__() -> list[str]:
