@@ -56,6 +56,11 @@ def recording(recorder: Recorder) -> Iterator[None]:
         _recorder = None
 
 
+def is_recording() -> bool:
+    """Whether a recorder is on (:func:`recording`'s block is running)."""
+    return _recorder is not None
+
+
 def _note(kind: str, path: str | os.PathLike[str], result: object) -> None:
     recorder = _recorder
     if recorder is not None:

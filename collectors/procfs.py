@@ -104,6 +104,7 @@ class _Proc:
     cwd: str | None = None
     cwd_read: bool = False
     zombie: bool = False  # exited, not reaped: reported once in Reading.exited
+    young_until_ms: int = 0  # its stat re-read each tick till then, for an exec (no connector)
     # last tick's status lines and what was built of them, reused while equal (issue 32)
     status: dict[str, bytes] | None = None
     row: ProcessMemory | None = None
@@ -348,6 +349,9 @@ class ProcfsCollector:
         argv: redaction never makes a server of a process, and the redacted argv is
         recognised again, as before). Raises OSError when the process is gone or denied."""
         entry = _Proc(ino, start_ticks, ppid, comm, None, None, comm.startswith("python"))
+        started = self._started_at_ms(start_ticks)
+        if started is not None:  # computed once, not each tick for each process
+            entry.young_until_ms = started + int(EXEC_CHECK_WINDOW_S * 1000)
         if not could_be_server(comm) and not could_be_server(self._exe_name(pid)):
             return entry
         self.argv_reads += 1
@@ -378,8 +382,7 @@ class ProcfsCollector:
         return entry.argv
 
     def _young(self, entry: _Proc, now_ms: int) -> bool:
-        started = self._started_at_ms(entry.start_ticks)
-        return started is not None and now_ms - started < EXEC_CHECK_WINDOW_S * 1000
+        return now_ms < entry.young_until_ms
 
     def _rescan(self, now_ms: int) -> None:
         """Rank every process by resident memory (statm); look for torch in Python ones."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from collectors._fs import note_listing
+from collectors._fs import is_recording, note_listing
 
 
 def list_pids(proc: Path) -> dict[int, int]:
@@ -25,5 +25,6 @@ def list_pids(proc: Path) -> dict[int, int]:
                     pids[int(name)] = entry.inode()
     except FileNotFoundError:
         return {}
-    note_listing(proc, [str(p) for p in pids])
+    if is_recording():  # the names are made only for ``vramscope capture`` (issue 32 item 3)
+        note_listing(proc, [str(p) for p in pids])
     return pids

@@ -137,3 +137,31 @@ def test_a_changed_reason_is_a_new_info(grower: subprocess.Popen[str]) -> None:
     info2, _ = ours(tick(collector, start + 1000, {grower.pid}), grower.pid)
     assert info2 is not info and info2.reasons == ("gpu", "top")
     assert info2.argv == info.argv and info2.start_ticks == info.start_ticks
+
+
+def test_the_exec_window_is_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Noise: without the connector, a process past its first 5 s costs no start-time sum
+    a tick (main: one per known process per tick); signal: a young one is still re-read
+    each tick (its stat), an old one not."""
+    with fake_server.running(["sleep-not", "x"]) as young:
+        collector = ProcfsCollector(REAL, NO_TOP)
+        sums: list[int] = []
+        real = collector._started_at_ms
+        monkeypatch.setattr(collector, "_started_at_ms", lambda t: sums.append(t) or real(t))
+        start = now_ms()
+        tick(collector, start)
+        first = len(sums)
+        assert first >= len(collector._known)  # each new process, once
+        reads = collector.stat_reads
+        tick(collector, start + 1000)  # ours is young: its stat is read again
+        assert collector.stat_reads > reads
+        assert collector._young(collector._known[young.pid], start + 1000)
+        reads = collector.stat_reads
+        late = start + 60_000
+        tick(collector, late)
+        tick(collector, late + 1000)
+        assert not collector._young(collector._known[young.pid], late)
+        # two ticks over every known process: a sum only for what is new or rebuilt (a
+        # process appearing on the box, a python one's torch check), not one each
+        assert len(sums) - first < len(collector._known)
+        assert collector.stat_reads - reads < len(collector._known)  # the old: not re-read
