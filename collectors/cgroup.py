@@ -90,19 +90,20 @@ def _node(h: Hierarchy, path: str) -> CgroupMemory | None:
     the binding one (:func:`_tighter`), so its charge and ``memory.stat`` are not read:
     those were ~2/3 of the daemon's per-tick cgroup cost on a box with no limit at all
     (issue 32 item 3; ``/`` and each ancestor of a server's cgroup, every tick)."""
-    d = h.mount / path.lstrip("/")
+    # a string, not a Path: this runs for each ancestor of each server's cgroup every tick
+    d = f"{h.mount}{path}" if path != "/" else str(h.mount)
     if h.version == 2:
-        max_ = _limit(_fs.try_read_text(d / "memory.max"), 2)
-        high = _limit(_fs.try_read_text(d / "memory.high"), 2)
+        max_ = _limit(_fs.try_read_text(f"{d}/memory.max"), 2)
+        high = _limit(_fs.try_read_text(f"{d}/memory.high"), 2)
     else:
-        max_ = _limit(_fs.try_read_text(d / "memory.limit_in_bytes"), 1)
+        max_ = _limit(_fs.try_read_text(f"{d}/memory.limit_in_bytes"), 1)
         high = None
     if max_ is None and high is None:
         return None
     current = _fs.try_read_int(
-        d / ("memory.current" if h.version == 2 else "memory.usage_in_bytes")
+        f"{d}/memory.current" if h.version == 2 else f"{d}/memory.usage_in_bytes"
     )
-    stat = _fs.try_read_bytes(d / "memory.stat")
+    stat = _fs.try_read_bytes(f"{d}/memory.stat")
     reclaim = None if stat is None else reclaimable_from_stat(stat, h.version)
     return CgroupMemory(path, max_, high, current, reclaim)
 
@@ -145,20 +146,20 @@ def read_limit(h: Hierarchy, path: str) -> CgroupMemory | None:
     if clean is None:
         return None
     best: CgroupMemory | None = None
-    node = PurePosixPath(clean)
+    node = clean  # "/a/b", then "/a", then "/" (no Path objects: issue 32 item 3)
     for _ in range(_MAX_DEPTH):
-        got = _node(h, str(node))
+        got = _node(h, node)
         if got is not None and _tighter(got, best):
             best = got
-        if node.parent == node:
+        if node == "/":
             break
-        node = node.parent
+        node = node.rpartition("/")[0] or "/"
     return best
 
 
 def pid_cgroup(roots: Roots, h: Hierarchy, pid: int | str) -> str | None:
     """The memory cgroup path of ``pid`` (or ``"self"``)."""
-    data = _fs.try_read_bytes(roots.proc / str(pid) / "cgroup")
+    data = _fs.try_read_bytes(f"{roots.proc}/{pid}/cgroup")
     return None if data is None else parse_proc_cgroup(data, h.version)
 
 

@@ -1,0 +1,73 @@
+"""collectors/cgroup.py read_limit's walk up a server's cgroup, every tick per distinct
+server cgroup: the same files as before, at the same paths (root included, v1 and v2), with
+no ``Path`` joins on the way (issue 32 item 3). Counted through ``_fs.recording`` and a
+counting ``PurePath.__truediv__``, never timed; on real files under an injected root."""
+
+from __future__ import annotations
+
+import pathlib
+from pathlib import Path
+
+import pytest
+
+from collectors import _fs
+from collectors.base import Roots
+from collectors.cgroup import memory_hierarchy, read_limit
+
+MIB = 1024**2
+
+
+def tree(tmp: Path, version: int) -> tuple[Roots, Path]:
+    """/ , /a and /a/b, none limited, each with a charge and a memory.stat."""
+    base = tmp / "sys" / "fs" / "cgroup"
+    mount = base if version == 2 else base / "memory"
+    for d in (mount, mount / "a", mount / "a" / "b"):
+        d.mkdir(parents=True)
+        if version == 2:
+            (d / "memory.current").write_text(f"{300 * MIB}\n")
+            (d / "memory.max").write_text("max\n")
+            (d / "memory.high").write_text("max\n")
+        else:
+            (d / "memory.usage_in_bytes").write_text(f"{300 * MIB}\n")
+            (d / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+        prefix = "" if version == 2 else "total_"
+        (d / "memory.stat").write_text(f"{prefix}active_file 1\n{prefix}inactive_file 2\n")
+    if version == 2:
+        (base / "cgroup.controllers").write_text("cpu io memory pids\n")
+    return Roots(proc=tmp / "proc", sys=tmp / "sys"), mount
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_walk_reads_each_level_by_its_full_path(
+    tmp_path: Path, version: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    roots, mount = tree(tmp_path, version)
+    limit = "memory.max" if version == 2 else "memory.limit_in_bytes"
+    (mount / "a" / limit).write_text(f"{1024 * MIB}\n")  # /a binds: read whole
+    h = memory_hierarchy(roots)
+    assert h is not None
+    joins: list[str] = []
+    real = pathlib.PurePath.__truediv__
+
+    def counted(self: pathlib.PurePath, key: str) -> pathlib.PurePath:
+        joins.append(str(key))
+        return real(self, key)
+
+    monkeypatch.setattr(pathlib.PurePath, "__truediv__", counted)
+    read: list[str] = []
+    with _fs.recording(lambda _kind, p, _r: read.append(p)):
+        got = read_limit(h, "/a/b")
+    assert joins == []  # main: a join per level and per file (10 for v2 here)
+    assert got is not None and got.path == "/a" and got.memory_max_bytes == 1024 * MIB
+    expected_limits = [f"{mount}/a/b/{limit}", f"{mount}/a/{limit}", f"{mount}/{limit}"]
+    assert [p for p in read if p.endswith(limit)] == expected_limits
+    charge = "memory.current" if version == 2 else "memory.usage_in_bytes"
+    assert f"{mount}/a/{charge}" in read and f"{mount}/a/memory.stat" in read
+    assert not any("//" in p for p in read)
+
+
+def test_a_climbing_path_is_refused(tmp_path: Path) -> None:
+    roots, _ = tree(tmp_path, 2)
+    h = memory_hierarchy(roots)
+    assert h is not None
+    assert read_limit(h, "/a/../../etc") is None
