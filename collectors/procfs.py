@@ -16,7 +16,10 @@ Sources (proc(5); units as the kernel prints them):
   process's argv is read when it is first tracked (a GPU holder, the top N), so a process
   that comes and goes between two rescans costs one ``stat`` read (issue 32, churn).
 - ``/proc/PID/status`` (kB): RssAnon, RssFile, RssShmem, VmSwap, VmHWM, VmLck, Uid - for
-  tracked processes, every tick; it costs ~20 us whatever the process size.
+  tracked processes, every tick; it costs ~20 us whatever the process size. Only those
+  lines (and State) are picked out (``_fs.pick_kv``), and while they are the same bytes as
+  last tick's the same ``ProcessMemory`` and ``ProcessInfo`` objects are handed out again
+  (an idle process is not re-parsed or rebuilt: issue 32 item 3).
 - ``/proc/PID/statm`` (pages): resident size of every process, to rank the top N, every
   ``rescan_s`` (and the first tick).
 - ``/proc/PID/cwd`` (a link, ``readlink`` only, once per tracked process): the directory
