@@ -16,6 +16,7 @@ when one of its commands is looked up (:data:`COMMANDS`); what they share in opt
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,26 @@ COMMANDS = {
 }
 
 
+# The one-shot commands that run to their end with the cyclic garbage collector off (issue
+# 32 item 4): main() switches it off before the commands' modules are imported (as
+# `python -m monitor` does before any), which saves the collections that building modules
+# and classes triggers (~20 M instructions of a `status`, bench/RESULTS.md "Sixth pass").
+# Their work makes little cyclic garbage (measured at exit: ~500 objects, mostly from the
+# imports, with `--help` 460 of them), bounded by one sample of the box. Every other command
+# (the daemon, the TUI, the history's reads, capture ...) may run for long or hold a large
+# working set, so it gets the collector back (:func:`collector_back`) as soon as it is known.
+GC_OFF_COMMANDS = frozenset({"status", "predict", "estimate"})
+
+
+def collector_back() -> None:
+    """Switch the cyclic garbage collector back on if start-up switched it off: the objects
+    start-up built are frozen first (gc.freeze: they live as long as the process, so later
+    full collections skip them), then the collector runs as usual."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 class _Vramscope(click.Group):
     """The group that runs every command: the CLI's one edge for failures; its commands
     (:data:`COMMANDS`) are imported on first lookup."""
@@ -62,6 +83,14 @@ class _Vramscope(click.Group):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             self.add_command(_lazy_command(cmd_name))
         return self.commands.get(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name not in GC_OFF_COMMANDS:
+            collector_back()
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -132,11 +161,25 @@ def cli(ctx: click.Context, config_path: Path | None, debug: bool) -> None:
     if ctx.invoked_subcommand is None:
         interactive = sys.stdout.isatty() and sys.stdin.isatty()
         tui = cli.commands.get("tui") if interactive else None
+        if tui is not None:
+            collector_back()
         ctx.invoke(tui or _lazy_command("status"))
 
 
 def main() -> None:
-    """Entry point: click's usage errors become one line too (no usage dump)."""
+    """Entry point: click's usage errors become one line too (no usage dump). The cyclic
+    garbage collector is off while the command starts (:data:`GC_OFF_COMMANDS`), and as it
+    was when main() returns or raises (a caller in the same process gets it back)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _main()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _main() -> None:
     try:
         code = cli.main(prog_name="vramscope", standalone_mode=False)
     except BrokenPipeError:  # --help into a closed pipe, say; a command's own is in invoke
