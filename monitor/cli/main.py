@@ -57,7 +57,11 @@ COMMANDS = {
 # `python -m monitor` does before any), which saves the collections that building modules
 # and classes triggers (~20 M instructions of a `status`, bench/RESULTS.md "Sixth pass").
 # Their work makes little cyclic garbage (measured at exit: ~500 objects, mostly from the
-# imports, with `--help` 460 of them), bounded by one sample of the box. Every other command
+# imports, with `--help` 460 of them), bounded by one sample of the box; and a process that
+# ends with the collector off skips the full collection Python's exit runs when it is on
+# (~14 M more; `python -m monitor` and the console script, tui/entry.py, leave it off for
+# the whole process, while main() called by a caller that had it on gives it back, and so
+# pays that collection at the caller's exit). Every other command
 # (the daemon, the TUI, the history's reads, capture ...) may run for long or hold a large
 # working set, so it gets the collector back (:func:`collector_back`) as soon as it is known.
 GC_OFF_COMMANDS = frozenset({"status", "predict", "estimate"})

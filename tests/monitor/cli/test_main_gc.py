@@ -1,7 +1,8 @@
 """The cyclic garbage collector during start-up (issue 32 item 4, monitor/cli/main.py
 GC_OFF_COMMANDS): off while a one-shot ``status`` / ``predict`` starts and runs, back on
 (after gc.freeze) as soon as a command that may run for long is known (the daemon, the TUI,
-the history's reads), and as it was when main() returns to a caller in the same process.
+the history's reads), and as it was when main() returns to a caller in the same process
+that had it on.
 
 Observed from inside a real run in a fresh interpreter, without touching the project's code:
 an audit hook (``sys.addaudithook``) notes ``gc.isenabled()`` at the first event the command
@@ -33,9 +34,9 @@ def hook(name, args):
             sys.stdout.flush()
             os._exit(0)
 sys.addaudithook(hook)
-if entry != "console":  # as `python -m monitor` (monitor/__main__.py): off from the start
+if entry in ("module", "console-off"):  # as `python -m monitor` (monitor/__main__.py)
     gc.disable()
-if entry == "module":
+if entry in ("module", "in-process"):  # in-process: a caller with the collector on
     from monitor.cli.main import main
 else:  # the console script `vramscope` (tui.entry:main), which adds `tui`
     from tui.entry import main
@@ -70,7 +71,9 @@ def probe(
 
 
 def test_status_runs_with_the_collector_off_and_gives_it_back(tmp_path: Path) -> None:
-    for entry, after in (("module", False), ("console", True)):
+    # the console script and `python -m monitor` end with it off (no full collection at
+    # exit); main() called by a caller with it on gives it back
+    for entry, after in (("module", False), ("console", False), ("in-process", True)):
         doc = probe(entry, "open", "/proc/", ["status", "--json"], tmp_path)
         assert doc["code"] == 0
         assert doc["at_event"] is False  # sampling /proc with the collector off
