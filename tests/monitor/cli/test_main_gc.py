@@ -23,7 +23,7 @@ import tiny_models
 ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = """
-import gc, json, os, sys
+import atexit, gc, json, os, sys
 entry, event, prefix = sys.argv[1:4]
 seen = []
 def hook(name, args):
@@ -34,6 +34,15 @@ def hook(name, args):
             sys.stdout.flush()
             os._exit(0)
 sys.addaudithook(hook)
+class Teardown:  # the interpreter's teardown frees it: a line on fd 1 says it ran
+    def __del__(self, write=os.write):  # its own os.write: teardown clears the globals
+        write(1, b"TEARDOWN\\n")
+kept = Teardown()
+def report():  # every exit runs atexit handlers, the quick one (monitor/cli/main.py) too
+    doc = {"at_event": seen[0] if seen else None, "after": gc.isenabled(),
+           "frozen": gc.get_freeze_count()}
+    print("\\n" + json.dumps(doc))
+atexit.register(report)
 if entry in ("module", "console-off"):  # as `python -m monitor` (monitor/__main__.py)
     gc.disable()
 if entry in ("module", "in-process"):  # in-process: a caller with the collector on
@@ -41,13 +50,12 @@ if entry in ("module", "in-process"):  # in-process: a caller with the collector
 else:  # the console script `vramscope` (tui.entry:main), which adds `tui`
     from tui.entry import main
 sys.argv = ["vramscope", *sys.argv[4:]]
-code = 0
 try:
     main()
 except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"at_event": seen[0] if seen else None, "after": gc.isenabled(),
-                  "frozen": gc.get_freeze_count(), "code": code}))
+    if entry != "in-process":
+        raise
+    print("RETURNED", exc.code)
 """
 
 
@@ -65,20 +73,25 @@ def probe(
         text=True,
         timeout=180,  # a hang guard only
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    doc: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
-    return doc
+    lines = done.stdout.splitlines()
+    doc: dict[str, object] = json.loads(next(x for x in reversed(lines) if x.startswith("{")))
+    return {**doc, "code": done.returncode, "teardown": "TEARDOWN" in lines, "out": done.stdout}
 
 
 def test_status_runs_with_the_collector_off_and_gives_it_back(tmp_path: Path) -> None:
-    # the console script and `python -m monitor` end with it off (no full collection at
-    # exit); main() called by a caller with it on gives it back
-    for entry, after in (("module", False), ("console", False), ("in-process", True)):
+    # the console script and `python -m monitor` end with it off, and end at once: atexit
+    # handlers run, the interpreter's teardown does not; main() called by a caller with it
+    # on gives it back and returns (SystemExit) to that caller
+    for entry in ("module", "console", "in-process"):
         doc = probe(entry, "open", "/proc/", ["status", "--json"], tmp_path)
-        assert doc["code"] == 0
-        assert doc["at_event"] is False  # sampling /proc with the collector off
-        assert doc["after"] is after  # main() leaves it as it found it
+        own = entry != "in-process"
+        assert doc["code"] == 0, entry
+        assert doc["at_event"] is False, entry  # sampling /proc with the collector off
+        assert doc["after"] is not own, entry
+        assert doc["teardown"] is not own, entry
+        assert ("RETURNED 0" in str(doc["out"])) is not own, entry
         assert doc["frozen"] == 0  # nothing frozen: a one-shot command
+        assert '"schema": "vramscope.status/' in str(doc["out"])  # flushed whole
 
 
 def test_status_still_prints_the_box(tmp_path: Path) -> None:
@@ -110,7 +123,23 @@ def test_every_other_command_gets_the_collector_back(tmp_path: Path) -> None:
     for args in (["events", "--help"], ["postmortem", "--help"], ["daemon", "--help"]):
         doc = probe("module", "-", "-", args, tmp_path)
         assert doc["code"] == 0 and doc["after"] is True, args
+        assert isinstance(doc["frozen"], int) and doc["frozen"] > 1000  # start-up's objects
     doc = probe("console-off", "-", "-", ["tui", "--help"], tmp_path)
     assert doc["code"] == 0 and doc["after"] is True
     doc = probe("module", "-", "-", ["--help"], tmp_path)  # no command: stays off
-    assert doc["code"] == 0 and doc["after"] is False
+    assert doc["code"] == 0 and doc["after"] is False and doc["teardown"] is False
+
+
+def test_a_quick_end_keeps_the_exit_status_and_a_closed_pipe_says_so(tmp_path: Path) -> None:
+    doc = probe("console", "-", "-", ["predict", "--bogus-option"], tmp_path)
+    assert doc["code"] == 2 and doc["teardown"] is False  # a usage error: one line, exit 2
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    for run in range(2):  # the reader gone before status writes: as before, no traceback
+        reader = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "monitor", "status"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert reader.stdout is not None
+        reader.stdout.close()
+        _, err = reader.communicate(timeout=180)  # a hang guard only
+        assert b"Traceback" not in err, (run, err[-2000:])
