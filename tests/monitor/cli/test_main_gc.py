@@ -143,3 +143,43 @@ def test_a_quick_end_keeps_the_exit_status_and_a_closed_pipe_says_so(tmp_path: P
         reader.stdout.close()
         _, err = reader.communicate(timeout=180)  # a hang guard only
         assert b"Traceback" not in err, (run, err[-2000:])
+
+
+TUI_PROBE = """
+import gc, os, sys
+report = int(sys.argv[1])  # a pipe to the test: the pty is the program's terminal
+def hook(name, args):  # textual's first import: the TUI is opening
+    if name == "import" and args and args[0] == "textual":
+        os.write(report, b"GC-ON\\n" if gc.isenabled() else b"GC-OFF\\n")
+        os._exit(0)
+sys.addaudithook(hook)
+from tui.entry import main
+sys.argv = ["vramscope"]
+main()
+"""
+
+
+def test_no_command_on_a_terminal_opens_the_tui_with_the_collector_on(tmp_path: Path) -> None:
+    """`vramscope` with no command on a terminal opens the TUI: a long-running program,
+    so the collector is back before textual is imported (observed on a real pty)."""
+    import pty
+
+    master, slave = pty.openpty()
+    read_end, write_end = os.pipe()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", TUI_PROBE, str(write_end)],
+            stdin=slave, stdout=slave, stderr=subprocess.PIPE, pass_fds=(write_end,),
+            env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+            cwd=tmp_path, timeout=180,  # a hang guard only
+        )  # fmt: skip
+        os.close(write_end)
+        write_end = -1
+        with os.fdopen(read_end, "rb") as seen:
+            read_end = -1
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert seen.read() == b"GC-ON\n"
+    finally:
+        for fd in (master, slave, read_end, write_end):
+            if fd >= 0:
+                os.close(fd)
