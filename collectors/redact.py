@@ -94,21 +94,22 @@ _SOURCES: dict[str, tuple[str, int]] = {
 }
 _UNICODE_SPACE = r"\s"
 _ASCII_SPACE = r" \t\n\r\f\v\x1c-\x1f"  # Unicode `\s` on ASCII: str.isspace's 10 characters
-_COMPILED: dict[tuple[str, bool], re.Pattern[str]] = {}
+# compiled patterns by rule name: [0] for a text with a non-ASCII character, [1] pure ASCII
+_COMPILED: tuple[dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]] = ({}, {})
 
 
 def _rx(name: str, text: str) -> re.Pattern[str]:
     """The rule ``name``'s pattern for ``text``'s alphabet (:data:`_SOURCES`), compiled on
     first use."""
     ascii_only = text.isascii()
-    found = _COMPILED.get((name, ascii_only))
+    found = _COMPILED[ascii_only].get(name)
     if found is None:
         source, flags = _SOURCES[name]
         if ascii_only:
             source, flags = source.replace("%W", _ASCII_SPACE), flags | re.ASCII
         else:
             source = source.replace("%W", _UNICODE_SPACE)
-        found = _COMPILED[name, ascii_only] = re.compile(source, flags)
+        found = _COMPILED[ascii_only][name] = re.compile(source, flags)
     return found
 
 
