@@ -14,7 +14,10 @@ Method (results in bench/RESULTS.md, "One-shot start-up"):
   (collectors/nvml_recorder.py's PROBED_SYMBOLS) comes in the scenario file, read from
   each tree's source; before 2026-11-27 it imported nvml_recorder, which loaded
   collectors.nvml, collectors.base and logging into nvitop's figure too, and into
-  vramscope's before it could load (or, for ``--help``, skip) them itself.
+  vramscope's before it could load (or, for ``--help``, skip) them itself. Since the sixth
+  pass (2026-11-27) it runs vramscope through the console script's entry, ``tui.entry:main``
+  (what ``vramscope status`` runs); before, through ``monitor.cli.main:main`` (~2 M
+  instructions less: the ``tui`` command's options are not built).
 - CPU = user + system time of the child (``RUSAGE_CHILDREN``), not wall time; or, with
   ``--instructions``, the instructions it ran under valgrind's callgrind (all threads),
   which the load of a busy shared box does not move (one or two rounds are enough).
@@ -66,7 +69,7 @@ LAUNCHER = textwrap.dedent("""
         from nvitop.cli import main
         sys.argv = ["nvitop", *sys.argv[5:]]
         sys.exit(main())
-    from monitor.cli.main import main
+    from tui.entry import main  # the console script's entry ([project.scripts] vramscope)
     sys.argv = ["vramscope", *sys.argv[5:]]
     main()
 """)

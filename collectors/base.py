@@ -17,11 +17,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from collectors import _fs, proctable
 
@@ -408,19 +406,53 @@ NODATA_RETRY_S = 10.0
 _T = TypeVar("_T")
 
 
+class _Call(Generic[_T]):
+    """One call handed to a :class:`_Worker`: its result or its exception once it returns.
+    The part of concurrent.futures.Future this module uses, without that package, whose
+    import loads logging (~22 M instructions of every one-shot command's start-up, issue
+    32 item 4)."""
+
+    __slots__ = ("_done", "_result", "_exc")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: _T | None = None
+        self._exc: BaseException | None = None
+
+    def set_result(self, result: _T) -> None:
+        self._result = result
+        self._done.set()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float) -> _T:
+        """The call's result (or its exception, raised); TimeoutError if it has not
+        returned within ``timeout`` seconds, as Future.result does."""
+        if not self._done.wait(timeout):
+            raise TimeoutError
+        if self._exc is not None:
+            raise self._exc
+        return self._result  # type: ignore[return-value]  # set: done, no exception
+
+
 class _Worker:
     """One daemon thread that runs one collector's calls in order. A daemon thread, so a
     call that never returns cannot keep the process from exiting."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+        self._jobs: queue.SimpleQueue[tuple[_Call[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue()
         )
         self._thread = threading.Thread(target=self._loop, name=f"collector-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
-        future: Future[_T] = Future()
+    def submit(self, fn: Callable[[], _T]) -> _Call[_T]:
+        future: _Call[_T] = _Call()
         self._jobs.put((future, fn))
         return future
 
@@ -430,11 +462,10 @@ class _Worker:
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             future, fn = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    future.set_exception(exc)
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
 
 
 class GuardedCollector:
@@ -460,7 +491,7 @@ class GuardedCollector:
         self.timeout_s = timeout_s if timeout_s and timeout_s > 0 else None
         self._clock = clock
         self._worker: _Worker | None = None
-        self._stuck: Future[tuple[Reading, CollectorRun]] | None = None
+        self._stuck: _Call[tuple[Reading, CollectorRun]] | None = None
         self._calls = 0
         self.timeouts = 0  # consecutive timeouts: the backoff exponent
         self.retry_at = 0.0
@@ -504,7 +535,7 @@ class GuardedCollector:
         future = self._worker.submit(lambda: run_collector(self.collector, tick))
         try:
             result = future.result(timeout=limit)
-        except FutureTimeout:
+        except TimeoutError:  # what concurrent.futures.TimeoutError is since Python 3.11
             self._stuck = future
             self._back_off()
             return Reading(), CollectorRun(

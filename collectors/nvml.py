@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -58,7 +58,21 @@ from collectors.base import (
 if TYPE_CHECKING:
     from collectors.base_rare import DeviceEvent
 
-log = logging.getLogger(__name__)
+
+class _DebugLog:
+    """``log.debug`` of logging.getLogger(__name__), without importing logging (~19 M
+    instructions of a one-shot command's start-up, issue 32 item 4): a debug record can
+    only be shown by a handler, and only a program that imported logging has one (the
+    daemon's --log-level debug), so where logging is not loaded the record goes nowhere,
+    as it would with logging loaded and left unconfigured."""
+
+    def debug(self, msg: str, *args: object) -> None:
+        logging = sys.modules.get("logging")
+        if logging is not None:
+            logging.getLogger(__name__).debug(msg, *args)
+
+
+log = _DebugLog()
 
 NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 RETRY_INIT_MS = 60_000

@@ -29,49 +29,88 @@ _SECRET_WORDS = (
     r"(?:api[-_]?keys?|apikey|keys?|tokens?|secrets?|passwords?|passwd|passphrase|pass|pwd"
     r"|auth|authorization|bearer|credentials?)"
 )
-# A flag whose last words name a secret: --api-key, --hf-token, --auth, -password ...
-_SECRET_FLAG = re.compile(rf"^--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS}$", re.IGNORECASE)
-_SECRET_ASSIGN = re.compile(
-    rf"^(--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS})=(.+)$", re.IGNORECASE | re.DOTALL
-)
 # Short or odd flags that take a secret: llama.cpp's -hft (--hf-token); curl's -u/--user
 # and --proxy-user take "user:password" (the user name is kept).
 _SECRET_SHORT = frozenset({"-hft", "-hf-token"})
 _USER_PASSWORD = frozenset({"-u", "--user", "-U", "--proxy-user"})
-_ENV_FLAG = re.compile(r"^(--env|-e|--build-arg|--set-env)=(.+)$", re.DOTALL)
-_HEADER = re.compile(
-    r"^(\s*(?:authorization|proxy-authorization|x-api-key|api-key|x-auth-token|cookie"
-    r"|x-goog-api-key|private-token)\s*:\s*)(?:(bearer|basic|token)\s+)?\S.*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_ENV_ASSIGN = re.compile(
-    r"^((?:[A-Za-z_][A-Za-z0-9_]*)?(?:KEYS?|TOKENS?|SECRETS?|PASSWORDS?|PASSWD|PASS|PASSPHRASE"
-    r"|PWD|CREDENTIALS?|AUTH))=(.+)$",
-    re.IGNORECASE | re.DOTALL,
-)
-# Greedy to the last "@": a password may hold "/" or "@"; over-redacting is the safe side.
-# A scheme starts where a run of scheme characters starts (not at each of them: linear).
-_URL_PASSWORD = re.compile(r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/\s:@]+):\S*@", re.IGNORECASE)
-_URL_PARAM = re.compile(
-    r"([?&;#](?:[a-z0-9_-]{0,40}(?:token|key|secret|password|passwd|sig|signature|auth)"
-    r"[a-z0-9_-]{0,40})=)"
-    r"[^&;#\s]+",
-    re.IGNORECASE,
-)
-_BEARER = re.compile(
-    r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|\b(Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE
-)
-# A secret key's value in JSON: "api_key": "x", "Authorization": "Bearer x", "token": 123.
-# An unterminated string is hidden to its end (possessive: no backtracking on hostile text).
-_JSON_SECRET = re.compile(
-    r"(\"[A-Za-z0-9_.-]{0,40}?" + _SECRET_WORDS + r"\"\s{0,8}:\s{0,8})"
-    r"(?:\"(?:[^\"\\]|\\.)*+\"?|[^\s,}\]]++)",
-    re.IGNORECASE,
-)
-_KNOWN_TOKENS = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
-    r"|xox[abposr]-[A-Za-z0-9-]{10,})\b"
-)
+
+# The rules' regular expressions, by name: (source, flags). "%W" stands for what `\s`
+# matches, written inside a character class (``[%W]`` is `\s`, ``[^%W]`` is `\S`), so each
+# source is compiled for two alphabets (:func:`_rx`): as written (Unicode) for a text with
+# any non-ASCII character, and with re.ASCII for a pure-ASCII text, where it matches exactly
+# the same: on ASCII characters re.IGNORECASE folds alike (Unicode's `(?i)[a-z]` adds only
+# U+0130, U+0131, U+017F and U+212A) and `\b` sees the same word characters, and %W is
+# spelled out as the ASCII characters Unicode `\s` matches (str.isspace: also U+001C-U+001F,
+# which re.ASCII's `\s` lacks). The ASCII form compiles in ~half the time (no 64 K-entry case
+# folding tables) and each is compiled on first use (issue 32 item 4: ~30 M instructions of
+# every one-shot command's start-up); tests/collectors/test_redact_alphabets.py checks both
+# against the single Unicode set they replaced, on generated command lines.
+_SOURCES: dict[str, tuple[str, int]] = {
+    # A flag whose last words name a secret: --api-key, --hf-token, --auth, -password ...
+    "secret_flag": (rf"^--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS}$", re.IGNORECASE),
+    "secret_assign": (
+        rf"^(--?(?:[a-z0-9]+[-_])*{_SECRET_WORDS})=(.+)$",
+        re.IGNORECASE | re.DOTALL,
+    ),
+    "env_flag": (r"^(--env|-e|--build-arg|--set-env)=(.+)$", re.DOTALL),
+    "header": (
+        r"^([%W]*(?:authorization|proxy-authorization|x-api-key|api-key|x-auth-token|cookie"
+        r"|x-goog-api-key|private-token)[%W]*:[%W]*)(?:(bearer|basic|token)[%W]+)?[^%W].*$",
+        re.IGNORECASE | re.DOTALL,
+    ),
+    "env_assign": (
+        r"^((?:[A-Za-z_][A-Za-z0-9_]*)?(?:KEYS?|TOKENS?|SECRETS?|PASSWORDS?|PASSWD|PASS"
+        r"|PASSPHRASE|PWD|CREDENTIALS?|AUTH))=(.+)$",
+        re.IGNORECASE | re.DOTALL,
+    ),
+    # Greedy to the last "@": a password may hold "/" or "@"; over-redacting is the safe
+    # side. A scheme starts where a run of scheme characters starts (not at each: linear).
+    "url_password": (
+        r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^/%W:@]+):[^%W]*@",
+        re.IGNORECASE,
+    ),
+    "url_param": (
+        r"([?&;#](?:[a-z0-9_-]{0,40}(?:token|key|secret|password|passwd|sig|signature|auth)"
+        r"[a-z0-9_-]{0,40})=)[^&;#%W]+",
+        re.IGNORECASE,
+    ),
+    "bearer": (
+        r"\b(Bearer|Basic)[%W]+[A-Za-z0-9._~+/=-]+|\b(Token)[%W]+[A-Za-z0-9._~+/=-]{8,}",
+        re.IGNORECASE,
+    ),
+    # A secret key's value in JSON: "api_key": "x", "Authorization": "Bearer x", "token": 1.
+    # An unterminated string is hidden to its end (possessive: no backtracking on hostile
+    # text).
+    "json_secret": (
+        r"(\"[A-Za-z0-9_.-]{0,40}?" + _SECRET_WORDS + r"\"[%W]{0,8}:[%W]{0,8})"
+        r"(?:\"(?:[^\"\\]|\\.)*+\"?|[^%W,}\]]++)",
+        re.IGNORECASE,
+    ),
+    "known_tokens": (
+        r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+        r"|xox[abposr]-[A-Za-z0-9-]{10,})\b",
+        0,
+    ),
+}
+_UNICODE_SPACE = r"\s"
+_ASCII_SPACE = r" \t\n\r\f\v\x1c-\x1f"  # Unicode `\s` on ASCII: str.isspace's 10 characters
+# compiled patterns by rule name: [0] for a text with a non-ASCII character, [1] pure ASCII
+_COMPILED: tuple[dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]] = ({}, {})
+
+
+def _rx(name: str, text: str) -> re.Pattern[str]:
+    """The rule ``name``'s pattern for ``text``'s alphabet (:data:`_SOURCES`), compiled on
+    first use."""
+    ascii_only = text.isascii()
+    found = _COMPILED[ascii_only].get(name)
+    if found is None:
+        source, flags = _SOURCES[name]
+        if ascii_only:
+            source, flags = source.replace("%W", _ASCII_SPACE), flags | re.ASCII
+        else:
+            source = source.replace("%W", _UNICODE_SPACE)
+        found = _COMPILED[ascii_only][name] = re.compile(source, flags)
+    return found
 
 
 def _scrub(text: str) -> str:
@@ -79,12 +118,13 @@ def _scrub(text: str) -> str:
         # only up to the last "@": past it ``\S*@`` could never match, and trying costs
         # the rest of the text at every "://" (quadratic on a crafted argument)
         end = text.rfind("@") + 1
-        text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text[:end]) + text[end:]
-    text = _URL_PARAM.sub(rf"\1{REDACTED}", text)
+        head = text[:end]
+        text = _rx("url_password", head).sub(rf"\1:{REDACTED}@", head) + text[end:]
+    text = _rx("url_param", text).sub(rf"\1{REDACTED}", text)
     if '"' in text:
-        text = _JSON_SECRET.sub(rf'\1"{REDACTED}"', text)
-    text = _BEARER.sub(lambda m: f"{m.group(1) or m.group(2)} {REDACTED}", text)
-    return _KNOWN_TOKENS.sub(REDACTED, text)
+        text = _rx("json_secret", text).sub(rf'\1"{REDACTED}"', text)
+    text = _rx("bearer", text).sub(lambda m: f"{m.group(1) or m.group(2)} {REDACTED}", text)
+    return _rx("known_tokens", text).sub(REDACTED, text)
 
 
 def redact_text(text: str) -> str:
@@ -138,20 +178,20 @@ def _redact_arg(arg: str, depth: int, out: list[str]) -> str | None:
     "password": keep the user of user:password), if anything."""
     if arg.lower().startswith("--no-"):  # a switch (`--no-auth`), never takes a value
         out.append(arg)
-    elif _SECRET_FLAG.match(arg) or arg in _SECRET_SHORT:
+    elif _rx("secret_flag", arg).match(arg) or arg in _SECRET_SHORT:
         out.append(arg)
         return "all"
     elif arg in _USER_PASSWORD:
         out.append(arg)
         return "password"
-    elif (m := _SECRET_ASSIGN.match(arg)) and not _is_path_flag(m.group(1)):
+    elif (m := _rx("secret_assign", arg).match(arg)) and not _is_path_flag(m.group(1)):
         out.append(f"{m.group(1)}={REDACTED}")
     elif arg.startswith(("--user=", "--proxy-user=")):
         flag, _, value = arg.partition("=")
         out.append(f"{flag}={_hide_password(value)}")
-    elif m := _ENV_FLAG.match(arg):
+    elif m := _rx("env_flag", arg).match(arg):
         out.append(f"{m.group(1)}={_redact_word(m.group(2))}")
-    elif m := _HEADER.match(arg):
+    elif m := _rx("header", arg).match(arg):
         scheme = f"{m.group(2)} " if m.group(2) else ""
         out.append(f"{m.group(1)}{scheme}{REDACTED}")
     elif arg.lstrip().startswith(("{", "[")):  # JSON: its secret keys' values
@@ -173,7 +213,7 @@ def _hide_password(value: str) -> str:
 
 
 def _redact_word(word: str) -> str:
-    if m := _ENV_ASSIGN.match(word):
+    if m := _rx("env_assign", word).match(word):
         return f"{m.group(1)}={REDACTED}"
     return _scrub(word)
 

@@ -16,6 +16,7 @@ when one of its commands is looked up (:data:`COMMANDS`); what they share in opt
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,30 @@ COMMANDS = {
 }
 
 
+# The one-shot commands that run to their end with the cyclic garbage collector off (issue
+# 32 item 4): main() switches it off before the commands' modules are imported (as
+# `python -m monitor` does before any), which saves the collections that building modules
+# and classes triggers (~20 M instructions of a `status`, bench/RESULTS.md "Sixth pass").
+# Their work makes little cyclic garbage (measured at exit: ~500 objects, mostly from the
+# imports, with `--help` 460 of them), bounded by one sample of the box; and a process that
+# ends with the collector off skips the full collection Python's exit runs when it is on
+# (~14 M more; `python -m monitor` and the console script, tui/entry.py, leave it off for
+# the whole process, while main() called by a caller that had it on gives it back, and so
+# pays that collection at the caller's exit). Every other command
+# (the daemon, the TUI, the history's reads, capture ...) may run for long or hold a large
+# working set, so it gets the collector back (:func:`collector_back`) as soon as it is known.
+GC_OFF_COMMANDS = frozenset({"status", "predict", "estimate"})
+
+
+def collector_back() -> None:
+    """Switch the cyclic garbage collector back on if start-up switched it off: the objects
+    start-up built are frozen first (gc.freeze: they live as long as the process, so later
+    full collections skip them), then the collector runs as usual."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 class _Vramscope(click.Group):
     """The group that runs every command: the CLI's one edge for failures; its commands
     (:data:`COMMANDS`) are imported on first lookup."""
@@ -62,6 +87,14 @@ class _Vramscope(click.Group):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             self.add_command(_lazy_command(cmd_name))
         return self.commands.get(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name not in GC_OFF_COMMANDS:
+            collector_back()
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -132,11 +165,59 @@ def cli(ctx: click.Context, config_path: Path | None, debug: bool) -> None:
     if ctx.invoked_subcommand is None:
         interactive = sys.stdout.isatty() and sys.stdin.isatty()
         tui = cli.commands.get("tui") if interactive else None
+        if tui is not None:
+            collector_back()
         ctx.invoke(tui or _lazy_command("status"))
 
 
 def main() -> None:
-    """Entry point: click's usage errors become one line too (no usage dump)."""
+    """Entry point: click's usage errors become one line too (no usage dump). The cyclic
+    garbage collector is off while the command starts (:data:`GC_OFF_COMMANDS`), and as it
+    was when main() returns or raises (a caller in the same process gets it back)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _main()
+    except SystemExit as exc:
+        if not was_enabled and not gc.isenabled():  # our own process, a one-shot command
+            _end_now(exc.code)  # returns only where it cannot end the process at once
+        raise
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _end_now(code: object) -> None:
+    """End a one-shot command's process now, with exit status ``code``: the atexit handlers
+    run and stdout/stderr are flushed, as at any exit, but the interpreter's teardown
+    (freeing every module's objects, a full collection) is skipped, ~40 M instructions of
+    a ``status`` (issue 32 item 4). Only where main() owns the process (the collector was
+    off before it: monitor/__main__.py, tui/entry.py) and the command left it off
+    (:data:`GC_OFF_COMMANDS`). Returns, for the usual exit, where a non-daemon thread still
+    runs, the status is a message, or a stream cannot be flushed (a closed pipe: the usual
+    exit says so as before)."""
+    import os
+
+    status = 0 if code is None else code
+    threading = sys.modules.get("threading")
+    if not isinstance(status, int) or (
+        threading is not None
+        and any(not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
+    ):
+        return
+    import atexit
+
+    atexit._run_exitfuncs()  # noqa: SLF001 - what the usual exit runs first
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None and not stream.closed:
+                stream.flush()
+    except OSError:
+        return
+    os._exit(status)
+
+
+def _main() -> None:
     try:
         code = cli.main(prog_name="vramscope", standalone_mode=False)
     except BrokenPipeError:  # --help into a closed pipe, say; a command's own is in invoke

@@ -7,8 +7,9 @@ each command runs in a fresh interpreter and reports which heavy modules it load
 - ``--help``: not even the collectors (pynvml), nor collectors.base (16 dataclasses and
   the collector threads' concurrent.futures: the config builds its Roots on first use).
 - No command that works loads what only a failure, a config file or another command
-  needs: ``logging`` on the CLI's edge (only a bug logs; the NVML collector's own logger
-  still loads it for status/predict), ``tomllib`` (no config file here), monitor.exits on
+  needs: ``logging`` (only a bug logs on the CLI's edge; the NVML collector's debug lines
+  use it only where a program loaded it; the collector threads do without
+  concurrent.futures, which loads it), ``tomllib (no config file here), monitor.exits on
   ``status`` (only an exited process is classified).
 - Each command imports only its own command module (monitor/cli/main.py COMMANDS); a cold
   ``predict`` not monitor/cli/estimate.py (only --cpu-features/--engine-check use it);
@@ -275,3 +276,21 @@ def test_plain_status_loads_no_json_and_status_json_still_prints_it(tmp_path: Pa
     assert not modules & {"json.decoder", "json.encoder", "json.scanner"}
     modules, out = loaded(["status", "--json"], tmp_path)
     assert out.startswith("{") and '"schema": "vramscope.status/' in out
+
+
+@pytest.mark.parametrize("args", [["status"], ["predict", "--json"]])
+def test_a_live_look_loads_neither_logging_nor_concurrent_futures(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """The collector threads hand results back without concurrent.futures (its import
+    loads logging), and the NVML collector's debug lines need logging only where a
+    program loaded it (the daemon): ~30 M instructions of each (bench/RESULTS.md "Sixth
+    pass"). The fake GPU makes the NVML collector run (and log its device count)."""
+    tiny_models.write_llama(tmp_path / "x.gguf")
+    roots, env = quiet_box(tmp_path)
+    model = ["--", "llama-server", "-m", "x.gguf", "-c", "512"] if args[0] == "predict" else []
+    doc = run_probe([*args, *roots, *model], tmp_path, env)
+    assert "H100" in str(doc["out"]) or "GPU-test-0000" in str(doc["out"])
+    modules = set(doc["modules"])
+    assert "collectors.nvml" in modules and "collectors.base" in modules
+    assert not modules & {"logging", "concurrent.futures", "concurrent.futures._base"}
