@@ -8,34 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cgroup_tree import MIB, tree
 
 from collectors import _fs
 from collectors.base import Roots
 from collectors.cgroup import memory_hierarchy, read_limit
-
-MIB = 1024**2
-STAT_V2 = "anon 100\nactive_file {a}\ninactive_file {i}\nfile_dirty 0\nfile_writeback 0\n"
-STAT_V1 = "total_active_file {a}\ntotal_inactive_file {i}\ntotal_dirty 0\ntotal_writeback 0\n"
-
-
-def tree(tmp: Path, version: int) -> tuple[Roots, Path]:
-    """/ , /a and /a/b, none limited, each with a charge and a memory.stat."""
-    base = tmp / "sys" / "fs" / "cgroup"
-    mount = base if version == 2 else base / "memory"
-    for d in (mount, mount / "a", mount / "a" / "b"):
-        d.mkdir(parents=True)
-        if version == 2:
-            (d / "memory.current").write_text(f"{300 * MIB}\n")
-            (d / "memory.max").write_text("max\n")
-            (d / "memory.high").write_text("max\n")
-            (d / "memory.stat").write_text(STAT_V2.format(a=50 * MIB, i=50 * MIB))
-        else:
-            (d / "memory.usage_in_bytes").write_text(f"{300 * MIB}\n")
-            (d / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-            (d / "memory.stat").write_text(STAT_V1.format(a=50 * MIB, i=50 * MIB))
-    if version == 2:
-        (base / "cgroup.controllers").write_text("cpu io memory pids\n")
-    return Roots(proc=tmp / "proc", sys=tmp / "sys"), mount
 
 
 def counted_read(roots: Roots, path: str) -> tuple[object, list[str]]:

@@ -9,32 +9,10 @@ import pathlib
 from pathlib import Path
 
 import pytest
+from cgroup_tree import MIB, tree
 
 from collectors import _fs
-from collectors.base import Roots
 from collectors.cgroup import memory_hierarchy, read_limit
-
-MIB = 1024**2
-
-
-def tree(tmp: Path, version: int) -> tuple[Roots, Path]:
-    """/ , /a and /a/b, none limited, each with a charge and a memory.stat."""
-    base = tmp / "sys" / "fs" / "cgroup"
-    mount = base if version == 2 else base / "memory"
-    for d in (mount, mount / "a", mount / "a" / "b"):
-        d.mkdir(parents=True)
-        if version == 2:
-            (d / "memory.current").write_text(f"{300 * MIB}\n")
-            (d / "memory.max").write_text("max\n")
-            (d / "memory.high").write_text("max\n")
-        else:
-            (d / "memory.usage_in_bytes").write_text(f"{300 * MIB}\n")
-            (d / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-        prefix = "" if version == 2 else "total_"
-        (d / "memory.stat").write_text(f"{prefix}active_file 1\n{prefix}inactive_file 2\n")
-    if version == 2:
-        (base / "cgroup.controllers").write_text("cpu io memory pids\n")
-    return Roots(proc=tmp / "proc", sys=tmp / "sys"), mount
 
 
 @pytest.mark.parametrize("version", [1, 2])
